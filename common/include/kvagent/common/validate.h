@@ -1,0 +1,97 @@
+// The shared write-validation boundary (SEMANTICS.md, "Objects" and "Session attribution" rule 2).
+//
+// One implementation, called by the SDK (fast local error), the agent (authoritative) and the
+// master (defence in depth). A request that fails any rule is rejected as a whole: the caller
+// answers every key with the returned Status and stores or allocates nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent {
+
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kMaxSessionIdBytes = 256;
+// Upper bound on keys in one request or batch; keeps every per-request allocation bounded.
+inline constexpr size_t kMaxBatchKeys = 65536;
+
+struct Utf8Error {
+  size_t offset;       // byte offset of the first byte of the offending sequence
+  const char* reason;  // static text: "overlong encoding", "surrogate code point", ...
+};
+
+// Returns the first malformed sequence, or nullopt when `text` is valid UTF-8. Rejects overlong
+// forms, UTF-16 surrogates (U+D800..U+DFFF), code points above U+10FFFF, stray continuation
+// bytes and truncated sequences.
+std::optional<Utf8Error> FindInvalidUtf8(std::string_view text);
+inline bool IsValidUtf8(std::string_view text) { return !FindInvalidUtf8(text).has_value(); }
+
+// A key: non-empty, valid UTF-8, at most kMaxKeyBytes. `what` names the key in the message,
+// e.g. "keys[3]".
+Status ValidateKey(std::string_view key, std::string_view what = "key");
+
+// A session ID: valid UTF-8 and at most kMaxSessionIdBytes. Empty means untagged and is valid.
+Status ValidateSessionId(std::string_view session_id, std::string_view what = "session_id");
+
+// A reference into a client's data arena. Returns kBufferOutOfRange unless
+// [offset, offset + length) lies inside [0, arena_size) (overflow-safe).
+Status ValidateBufferRef(uint64_t offset, uint64_t length, uint64_t arena_size,
+                         std::string_view what = "buffer");
+
+// Optional block metadata supplied with a stored key (EVENTS.md, BlockStored): at least one
+// hash; token IDs either absent or exactly block_size * hash_count; lora_name valid UTF-8.
+Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_size,
+                         std::string_view lora_name, std::string_view what = "block");
+
+// Validates the per-key arrays of one write request (Put, Upsert and their batch forms):
+// 1 <= key_count <= kMaxBatchKeys, every key valid, session_count either 0 or key_count, every
+// session ID valid. `key_at(i)` and `session_at(i)` return something convertible to
+// std::string_view; each is called at most once per index. Cost is linear in the input.
+template <typename KeyAt, typename SessionAt>
+Status ValidateWriteKeys(size_t key_count, KeyAt&& key_at, size_t session_count,
+                         SessionAt&& session_at);
+
+// Same rules for requests without session IDs (Get, Exist, Remove).
+template <typename KeyAt>
+Status ValidateKeys(size_t key_count, KeyAt&& key_at);
+
+// ---- implementation of the templates -------------------------------------------------------
+
+namespace validate_detail {
+Status CheckKeyCount(size_t key_count);
+Status CheckSessionCount(size_t key_count, size_t session_count);
+std::string Indexed(std::string_view array, size_t index);
+}  // namespace validate_detail
+
+template <typename KeyAt>
+Status ValidateKeys(size_t key_count, KeyAt&& key_at) {
+  KVAGENT_RETURN_IF_ERROR(validate_detail::CheckKeyCount(key_count));
+  for (size_t i = 0; i < key_count; ++i) {
+    std::string_view key = key_at(i);
+    if (key.empty() || key.size() > kMaxKeyBytes || !IsValidUtf8(key)) {
+      return ValidateKey(key, validate_detail::Indexed("keys", i));
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename KeyAt, typename SessionAt>
+Status ValidateWriteKeys(size_t key_count, KeyAt&& key_at, size_t session_count,
+                         SessionAt&& session_at) {
+  KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
+  KVAGENT_RETURN_IF_ERROR(validate_detail::CheckSessionCount(key_count, session_count));
+  for (size_t i = 0; i < session_count; ++i) {
+    std::string_view id = session_at(i);
+    if (id.size() > kMaxSessionIdBytes || !IsValidUtf8(id)) {
+      return ValidateSessionId(id, validate_detail::Indexed("session_ids", i));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvagent

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every benchmark binary that exists in the build directory; each prints BENCH lines.
+set -euo pipefail
+build=${1:-build}
+ran=0
+for b in ipc_bench master_bench e2e_bench; do
+  exe=$(find "$build/bench" -name "$b" -type f -perm -u+x 2>/dev/null | head -n1)
+  if [[ -n "$exe" ]]; then
+    echo "== $b"
+    "$exe"
+    ran=$((ran + 1))
+  fi
+done
+[[ $ran -gt 0 ]] || { echo "no benchmarks built" >&2; exit 1; }
