@@ -112,17 +112,16 @@ namespace validate_detail {
 Status CheckKeyCount(size_t key_count) {
   if (key_count == 0) return InvalidParams("the request has no keys");
   if (key_count > kMaxBatchKeys) {
-    return InvalidParams("the request has " + std::to_string(key_count) +
-                         " keys; the limit is " + std::to_string(kMaxBatchKeys) +
-                         " per request: split the batch");
+    return InvalidParams("the request has " + std::to_string(key_count) + " keys; the limit is " +
+                         std::to_string(kMaxBatchKeys) + " per request: split the batch");
   }
   return Status::Ok();
 }
 
 Status CheckSessionCount(size_t key_count, size_t session_count) {
   if (session_count != 0 && session_count != key_count) {
-    return InvalidParams("session_ids has " + std::to_string(session_count) +
-                         " entries for " + std::to_string(key_count) +
+    return InvalidParams("session_ids has " + std::to_string(session_count) + " entries for " +
+                         std::to_string(key_count) +
                          " keys; give one session ID per key (empty = untagged) or none");
   }
   return Status::Ok();

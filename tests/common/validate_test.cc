@@ -14,7 +14,7 @@ TEST(Utf8Test, AcceptsAsciiAndMultiByteText) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("session-1"));
   EXPECT_TRUE(IsValidUtf8("sessão-é"));          // 2-byte
-  EXPECT_TRUE(IsValidUtf8("会话-七"));            // 3-byte
+  EXPECT_TRUE(IsValidUtf8("会话-七"));           // 3-byte
   EXPECT_TRUE(IsValidUtf8("\xF0\x9F\x98\x80"));  // U+1F600, 4-byte
   EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));  // U+10FFFF, the last code point
   EXPECT_TRUE(IsValidUtf8("\xED\x9F\xBF"));      // U+D7FF, just below the surrogates
@@ -41,7 +41,7 @@ TEST_P(BadUtf8Test, ReportsOffsetAndReason) {
 
 INSTANTIATE_TEST_SUITE_P(
     Rejections, BadUtf8Test,
-    ::testing::Values(BadUtf8Case{"\xC0\xAF", 0, "overlong encoding"},          // '/' as 2 bytes
+    ::testing::Values(BadUtf8Case{"\xC0\xAF", 0, "overlong encoding"},  // '/' as 2 bytes
                       BadUtf8Case{"ab\xC1\xBF", 2, "overlong encoding"},
                       BadUtf8Case{"\xE0\x80\xAF", 0, "overlong encoding"},      // 3-byte overlong
                       BadUtf8Case{"\xF0\x80\x80\xAF", 0, "overlong encoding"},  // 4-byte overlong
@@ -150,8 +150,7 @@ TEST(ValidateWriteKeysTest, NamesTheFirstBadSessionId) {
 TEST(ValidateWriteKeysTest, EmptyAndOversizedBatchesAreRejected) {
   auto none = [](size_t) -> std::string_view { return "k"; };
   EXPECT_EQ(ValidateWriteKeys(0, none, 0, none).code(), ErrorCode::kInvalidParams);
-  EXPECT_EQ(ValidateWriteKeys(kMaxBatchKeys + 1, none, 0, none).code(),
-            ErrorCode::kInvalidParams);
+  EXPECT_EQ(ValidateWriteKeys(kMaxBatchKeys + 1, none, 0, none).code(), ErrorCode::kInvalidParams);
 }
 
 TEST(ValidateWriteKeysTest, NamesTheBadKey) {

@@ -81,7 +81,7 @@ inline Status Internal(std::string message) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Internal("Result constructed from an OK status without a value");
   }
@@ -105,8 +105,8 @@ class [[nodiscard]] Result {
 }  // namespace kvagent
 
 // Propagates a non-OK Status out of the enclosing function.
-#define KVAGENT_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    ::kvagent::Status kvagent_status_ = (expr); \
+#define KVAGENT_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::kvagent::Status kvagent_status_ = (expr);        \
     if (!kvagent_status_.ok()) return kvagent_status_; \
   } while (0)

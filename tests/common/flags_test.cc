@@ -1,0 +1,119 @@
+#include "kvagent/common/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace kvagent {
+namespace {
+
+struct AgentLikeOptions {
+  std::string run_dir = "/run/kvagent";
+  uint64_t pool_size = 1ULL << 30;
+  int64_t spin_us = 50;
+  bool standalone = true;
+  double high_watermark = 0.9;
+  std::vector<std::string> allow_uid;
+};
+
+class FlagSetTest : public ::testing::Test {
+ protected:
+  FlagSetTest() : flags_("kvagent", "per-node agent") {
+    flags_.String("run-dir", &opts_.run_dir, "runtime directory");
+    flags_.Size("pool-size", &opts_.pool_size, "node pool bytes");
+    flags_.Int("spin-us", &opts_.spin_us, "spin budget");
+    flags_.Bool("standalone", &opts_.standalone, "embed the master");
+    flags_.Double("high-watermark", &opts_.high_watermark, "eviction watermark");
+    flags_.StringList("allow-uid", &opts_.allow_uid, "allowed uids");
+  }
+
+  Status Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "kvagent");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return flags_.Parse(static_cast<int>(argv.size()), argv.data());
+  }
+
+  AgentLikeOptions opts_;
+  FlagSet flags_;
+};
+
+TEST_F(FlagSetTest, DefaultsStayWhenNothingIsGiven) {
+  ASSERT_TRUE(Parse({}).ok());
+  EXPECT_EQ(opts_.run_dir, "/run/kvagent");
+  EXPECT_EQ(opts_.pool_size, 1ULL << 30);
+}
+
+TEST_F(FlagSetTest, SpaceAndEqualsFormsAndUnderscores) {
+  ASSERT_TRUE(Parse({"--run-dir", "/tmp/x", "--pool_size=64MiB", "--spin-us=7"}).ok());
+  EXPECT_EQ(opts_.run_dir, "/tmp/x");
+  EXPECT_EQ(opts_.pool_size, 64ULL << 20);
+  EXPECT_EQ(opts_.spin_us, 7);
+}
+
+TEST_F(FlagSetTest, BoolFlagAloneIsTrueAndTakesExplicitFalse) {
+  opts_.standalone = false;
+  ASSERT_TRUE(Parse({"--standalone"}).ok());
+  EXPECT_TRUE(opts_.standalone);
+  ASSERT_TRUE(Parse({"--standalone=false"}).ok());
+  EXPECT_FALSE(opts_.standalone);
+}
+
+TEST_F(FlagSetTest, RepeatedListFlagAppends) {
+  ASSERT_TRUE(Parse({"--allow-uid", "0", "--allow-uid", "1000"}).ok());
+  EXPECT_EQ(opts_.allow_uid, (std::vector<std::string>{"0", "1000"}));
+}
+
+TEST_F(FlagSetTest, UnknownFlagIsOneClearLine) {
+  Status s = Parse({"--pool-sise", "1GiB"});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(s.message(), "unknown option '--pool-sise' (see kvagent --help)");
+}
+
+TEST_F(FlagSetTest, BadValuesNameTheFlag) {
+  EXPECT_EQ(Parse({"--spin-us", "lots"}).message(), "--spin-us: expected an integer, got 'lots'");
+  EXPECT_EQ(Parse({"--pool-size", "1XB"}).message(),
+            "--pool-size: unknown size suffix 'XB' (use B, KiB, MiB, GiB or TiB)");
+  EXPECT_EQ(Parse({"--spin-us"}).message(), "--spin-us needs a value");
+  EXPECT_FALSE(Parse({"--high-watermark", "0.9x"}).ok());
+}
+
+TEST_F(FlagSetTest, ConfigTextSetsValuesAndIgnoresSections) {
+  Status s = flags_.ApplyConfigText(
+      "# kvagent config\n[agent]\nrun_dir = \"/srv/kv\"  # comment\npool_size = \"2GiB\"\n"
+      "standalone = false\nhigh_watermark = 0.75\nallow_uid = [\"0\", \"42\"]\n",
+      "agent.toml");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(opts_.run_dir, "/srv/kv");
+  EXPECT_EQ(opts_.pool_size, 2ULL << 30);
+  EXPECT_FALSE(opts_.standalone);
+  EXPECT_DOUBLE_EQ(opts_.high_watermark, 0.75);
+  EXPECT_EQ(opts_.allow_uid, (std::vector<std::string>{"0", "42"}));
+}
+
+TEST_F(FlagSetTest, ConfigErrorsNameFileAndLine) {
+  Status s = flags_.ApplyConfigText("run_dir = \"/x\"\nbogus = 1\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:2: unknown option 'bogus'");
+  s = flags_.ApplyConfigText("run_dir = \"unterminated\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:1: unterminated string");
+}
+
+TEST_F(FlagSetTest, HelpListsEveryOptionWithDefault) {
+  ASSERT_TRUE(Parse({"--help"}).ok());
+  EXPECT_TRUE(flags_.help_requested());
+  std::string usage = flags_.Usage();
+  EXPECT_NE(usage.find("--run-dir VALUE"), std::string::npos);
+  EXPECT_NE(usage.find("(default: /run/kvagent)"), std::string::npos);
+}
+
+TEST(ParseSizeTest, Suffixes) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("4KiB"), 4096u);
+  EXPECT_EQ(*ParseSize("1G"), 1ULL << 30);
+  EXPECT_FALSE(ParseSize("GiB").ok());
+  EXPECT_FALSE(ParseSize("99999999999999TiB").ok());
+}
+
+}  // namespace
+}  // namespace kvagent
