@@ -1,0 +1,192 @@
+#include "kvagent/ipc/frame_ring.h"
+
+#include <cstring>
+
+namespace kvagent::ipc {
+namespace {
+
+constexpr uint64_t RecordBytes(uint64_t payload) {
+  return (sizeof(RecordHeader) + payload + kRecordAlign - 1) & ~(kRecordAlign - 1);
+}
+
+}  // namespace
+
+// The waiter half of the sleep protocol: read the word to sleep on, then raise the flag; the
+// fence pairs with NotifyIfSleeping's.
+uint32_t AdvertiseSleep(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq) {
+  const uint32_t value = seq.load(std::memory_order_acquire);
+  sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return value;
+}
+
+void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq) {
+  // Pairs with the waiter's fence between "sleeping = 1" and its re-check of our index.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_relaxed) != 0) {
+    seq.fetch_add(1, std::memory_order_release);
+    FutexWake(&seq);
+  }
+}
+
+// ---- producer -----------------------------------------------------------------------------
+
+FrameProducer::FrameProducer(RingRef ring)
+    : ring_(ring),
+      tail_(ring.control->tail.load(std::memory_order_relaxed)),
+      cached_head_(ring.control->head.load(std::memory_order_acquire)) {}
+
+uint64_t FrameProducer::BytesNeeded(uint64_t payload) const {
+  // From a tail near the end, progress is first the padding (to_end bytes); the frame itself
+  // then needs its record size from offset 0.
+  const uint64_t record = RecordBytes(payload);
+  const uint64_t to_end = ring_.capacity - (tail_ & (ring_.capacity - 1));
+  return record <= to_end ? record : to_end;
+}
+
+bool FrameProducer::ReloadHead() {
+  const uint64_t head = ring_.control->head.load(std::memory_order_acquire);
+  // An honest consumer's head is behind our tail by at most the capacity, and never ahead of it.
+  if (tail_ - head > ring_.capacity || (head & (kRecordAlign - 1)) != 0) return false;
+  cached_head_ = head;
+  return true;
+}
+
+bool FrameProducer::HasSpaceFor(uint64_t payload_bytes) {
+  if (payload_bytes > MaxFramePayload(ring_.capacity)) return false;
+  const uint64_t need = BytesNeeded(payload_bytes);
+  if (ring_.capacity - (tail_ - cached_head_) >= need) return true;
+  if (!ReloadHead()) return false;
+  return ring_.capacity - (tail_ - cached_head_) >= need;
+}
+
+void FrameProducer::Publish() {
+  ring_.control->tail.store(tail_, std::memory_order_release);
+  NotifyIfSleeping(ring_.control->consumer_sleeping, ring_.control->data_seq);
+}
+
+PushResult FrameProducer::TryPush(uint64_t tag, std::span<const uint8_t> payload) {
+  const uint64_t cap = ring_.capacity;
+  if (payload.size() > MaxFramePayload(cap)) return PushResult::kTooLarge;
+  const uint64_t record = RecordBytes(payload.size());
+  if (cap - (tail_ - cached_head_) < BytesNeeded(payload.size()) && !ReloadHead()) {
+    return PushResult::kCorrupt;
+  }
+  uint64_t pos = tail_ & (cap - 1);
+  const uint64_t to_end = cap - pos;
+  if (record > to_end) {
+    // The frame does not fit before the end: pad to the end, and start it again at offset 0.
+    if (cap - (tail_ - cached_head_) < to_end) return PushResult::kFull;
+    RecordHeader pad{static_cast<uint32_t>(to_end - sizeof(RecordHeader)), kRecordPadding, 0};
+    std::memcpy(ring_.data + pos, &pad, sizeof(pad));
+    tail_ += to_end;
+    pos = 0;
+    if (cap - (tail_ - cached_head_) < record && !ReloadHead()) return PushResult::kCorrupt;
+    if (cap - (tail_ - cached_head_) < record) {
+      // Publish the padding alone so the consumer moves past it while we wait for space.
+      Publish();
+      return PushResult::kFull;
+    }
+  } else if (cap - (tail_ - cached_head_) < record) {
+    return PushResult::kFull;
+  }
+  RecordHeader header{static_cast<uint32_t>(payload.size()), kRecordFrame, tag};
+  std::memcpy(ring_.data + pos, &header, sizeof(header));
+  if (!payload.empty()) {
+    std::memcpy(ring_.data + pos + sizeof(header), payload.data(), payload.size());
+  }
+  tail_ += record;
+  Publish();
+  return PushResult::kOk;
+}
+
+uint32_t FrameProducer::BeginSpaceWait() {
+  return AdvertiseSleep(ring_.control->producer_waiting, ring_.control->space_seq);
+}
+
+void FrameProducer::EndSpaceWait() {
+  ring_.control->producer_waiting.store(0, std::memory_order_relaxed);
+}
+
+// ---- consumer -----------------------------------------------------------------------------
+
+FrameConsumer::FrameConsumer(RingRef ring)
+    : ring_(ring), head_(ring.control->head.load(std::memory_order_relaxed)), cached_tail_(head_) {}
+
+bool FrameConsumer::HasData() const {
+  return ring_.control->tail.load(std::memory_order_acquire) != head_;
+}
+
+PeekResult FrameConsumer::Peek(Frame* frame) {
+  const uint64_t cap = ring_.capacity;
+  while (true) {
+    if (cached_tail_ == head_) {
+      cached_tail_ = ring_.control->tail.load(std::memory_order_acquire);
+      if (cached_tail_ == head_) return PeekResult::kEmpty;
+    }
+    const uint64_t avail = cached_tail_ - head_;
+    if (avail > cap || (avail & (kRecordAlign - 1)) != 0) return PeekResult::kCorrupt;
+    const uint64_t pos = head_ & (cap - 1);
+    const uint64_t to_end = cap - pos;
+    // Copy the header out once: the producer's memory may change under us (hostile peer), so
+    // every check below works on this private copy.
+    RecordHeader header;
+    std::memcpy(&header, ring_.data + pos, sizeof(header));
+    if (header.kind == kRecordPadding) {
+      if (header.length != to_end - sizeof(RecordHeader) || to_end > avail) {
+        return PeekResult::kCorrupt;
+      }
+      // Skip the padding and publish at once: a producer waiting for the space it frees must
+      // not depend on another frame arriving first. Rare (once per wrap).
+      head_ += to_end;
+      ring_.control->head.store(head_, std::memory_order_release);
+      NotifyIfSleeping(ring_.control->producer_waiting, ring_.control->space_seq);
+      continue;
+    }
+    if (header.kind != kRecordFrame) return PeekResult::kCorrupt;
+    const uint64_t record = RecordBytes(header.length);
+    if (record > to_end || record > avail) return PeekResult::kCorrupt;
+    frame->tag = header.tag;
+    frame->payload = std::span<const uint8_t>(ring_.data + pos + sizeof(header), header.length);
+    pending_bytes_ = record;
+    return PeekResult::kFrame;
+  }
+}
+
+void FrameConsumer::Pop() {
+  head_ += pending_bytes_;
+  pending_bytes_ = 0;
+  ring_.control->head.store(head_, std::memory_order_release);
+  NotifyIfSleeping(ring_.control->producer_waiting, ring_.control->space_seq);
+}
+
+uint32_t FrameConsumer::BeginDataWait() {
+  return AdvertiseSleep(ring_.control->consumer_sleeping, ring_.control->data_seq);
+}
+
+void FrameConsumer::EndDataWait() {
+  ring_.control->consumer_sleeping.store(0, std::memory_order_relaxed);
+}
+
+bool FrameConsumer::WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  if (HasData()) return true;
+  const auto start = Clock::now();
+  while (Clock::now() - start < spin) {
+    for (int i = 0; i < 64; ++i) {
+      if (HasData()) return true;
+      CpuRelax();
+    }
+  }
+  const uint32_t seq = BeginDataWait();
+  if (HasData()) {
+    EndDataWait();
+    return true;
+  }
+  auto left = timeout - (Clock::now() - start);
+  if (left.count() > 0) (void)FutexWait(data_word(), seq, left);
+  EndDataWait();
+  return HasData();
+}
+
+}  // namespace kvagent::ipc

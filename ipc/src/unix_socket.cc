@@ -1,0 +1,185 @@
+#include "kvagent/ipc/unix_socket.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvagent::ipc {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    fd_ = other.Release();
+  }
+  return *this;
+}
+
+int UniqueFd::Release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void UniqueFd::Reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+Result<sockaddr_un> Address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return InvalidParams("socket path " + path + " is longer than " +
+                         std::to_string(sizeof(addr.sun_path) - 1) +
+                         " bytes; use a shorter --run-dir");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+// Waits until `fd` is ready for `events`; false on timeout.
+bool PollFor(int fd, short events, std::chrono::milliseconds timeout) {
+  pollfd p{fd, events, 0};
+  while (true) {
+    int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    return rc > 0;
+  }
+}
+
+}  // namespace
+
+Result<UniqueFd> ConnectUnix(const std::string& path) {
+  auto addr = Address(path);
+  if (!addr.ok()) return addr.status();
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Internal(Errno("socket"));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    return Status(ErrorCode::kAgentUnavailable,
+                  "no agent listens on " + path + " (" + std::strerror(errno) +
+                      "); start it with `kvagent --run-dir <dir>` or fix ClientOptions.run_dir");
+  }
+  return fd;
+}
+
+Result<UniqueFd> ListenUnix(const std::string& path) {
+  auto addr = Address(path);
+  if (!addr.ok()) return addr.status();
+  if (::access(path.c_str(), F_OK) == 0) {
+    if (ConnectUnix(path).ok()) {
+      return InvalidParams("another agent already serves " + path +
+                           "; stop it or give this one another --run-dir");
+    }
+    ::unlink(path.c_str());  // left by an agent that died without cleaning up
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Internal(Errno("socket"));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    return Internal(Errno(("bind " + path).c_str()));
+  }
+  ::chmod(path.c_str(), 0666);
+  if (::listen(fd.get(), SOMAXCONN) != 0) return Internal(Errno("listen"));
+  return fd;
+}
+
+UniqueFd AcceptUnix(int listen_fd) {
+  return UniqueFd(::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+}
+
+Result<PeerCredentials> GetPeerCredentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return Internal(Errno("getsockopt(SO_PEERCRED)"));
+  }
+  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+}
+
+Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::milliseconds timeout) {
+  if (message.size() > kMaxHandshakeMessage) return Internal("handshake message too large");
+  std::vector<uint8_t> frame(4 + message.size());
+  const uint32_t n = static_cast<uint32_t>(message.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(frame.data() + 4, message.data(), message.size());
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t rc = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (rc > 0) {
+      sent += static_cast<size_t>(rc);
+    } else if (rc < 0 && errno == EINTR) {
+      continue;
+    } else if (rc < 0 && errno == EAGAIN) {
+      if (!PollFor(fd, POLLOUT, timeout)) return Status(ErrorCode::kTimeout, "send timed out");
+    } else {
+      return Status(ErrorCode::kAgentUnavailable, Errno("the peer closed the connection"));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  MessageReader reader;
+  while (true) {
+    switch (reader.Read(fd)) {
+      case MessageReader::State::kMessage:
+        return reader.message();
+      case MessageReader::State::kEof:
+        return Status(ErrorCode::kAgentUnavailable,
+                      "the agent closed the connection during the handshake; see its log");
+      case MessageReader::State::kError:
+        return Status(ErrorCode::kAgentUnavailable, "handshake read failed or was malformed");
+      case MessageReader::State::kNeedMore:
+        break;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 || !PollFor(fd, POLLIN, left)) {
+      return Status(ErrorCode::kTimeout, "the agent did not answer the handshake in " +
+                                             std::to_string(timeout.count()) +
+                                             " ms; is it overloaded or stuck?");
+    }
+  }
+}
+
+MessageReader::State MessageReader::Read(int fd) {
+  while (true) {
+    // A complete message already buffered?
+    if (buffer_.size() >= 4) {
+      uint32_t n = 0;
+      for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(buffer_[i]) << (8 * i);
+      if (n > kMaxHandshakeMessage) return State::kError;
+      if (buffer_.size() >= 4 + n) {
+        message_.assign(buffer_.begin() + 4, buffer_.begin() + 4 + n);
+        buffer_.erase(buffer_.begin(), buffer_.begin() + 4 + n);
+        return State::kMessage;
+      }
+    }
+    uint8_t chunk[4096];
+    ssize_t rc = ::recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (rc > 0) {
+      buffer_.insert(buffer_.end(), chunk, chunk + rc);
+      if (buffer_.size() > kMaxHandshakeMessage + 4) return State::kError;
+    } else if (rc == 0) {
+      return State::kEof;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return State::kNeedMore;
+    } else {
+      return State::kError;
+    }
+  }
+}
+
+}  // namespace kvagent::ipc

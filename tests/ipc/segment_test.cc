@@ -1,0 +1,75 @@
+#include "kvagent/ipc/segment.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kvagent::ipc {
+namespace {
+
+// A name no other concurrently running test uses: our pid plus a random epoch.
+uint64_t RandomEpoch() { return std::random_device{}() | (uint64_t{std::random_device{}()} << 32); }
+
+TEST(SegmentLayout, RejectsRingsThatAreNotPowersOfTwo) {
+  EXPECT_FALSE(SegmentLayout::Compute(5000, 4096, 0).ok());
+  EXPECT_FALSE(SegmentLayout::Compute(4096, 2048, 0).ok());
+  auto layout = SegmentLayout::Compute(4096, 8192, 100);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->arena_bytes, 4096u);  // rounded to a page
+  EXPECT_EQ(layout->total_bytes, layout->arena + 4096);
+}
+
+TEST(Segment, ClientOpensWhatTheAgentCreatedAndTheNameCanGoAtOnce) {
+  const uint64_t epoch = RandomEpoch();
+  const std::string name = SegmentName(getpid(), epoch, 1);
+  auto layout = SegmentLayout::Compute(4096, 4096, 1 << 16);
+  ASSERT_TRUE(layout.ok());
+  auto created = Segment::Create(name, *layout, epoch, 1, SegmentOwner{});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto opened = Segment::Open(name, layout->total_bytes);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->header().client_id, 1u);
+  EXPECT_EQ(opened->header().agent_epoch, epoch);
+  EXPECT_EQ(opened->layout(), *layout);
+  EXPECT_EQ(CountSegments(getpid()), 1);
+  EXPECT_TRUE(Segment::Unlink(name));
+  EXPECT_EQ(CountSegments(getpid()), 0);
+  // Both mappings still share memory after the name is gone.
+  created->arena()[100] = 42;
+  EXPECT_EQ(opened->arena()[100], 42);
+  EXPECT_FALSE(Segment::Open(name, layout->total_bytes).ok());
+}
+
+TEST(Segment, OpenRejectsAWrongSizeOrAScribbledHeader) {
+  const uint64_t epoch = RandomEpoch();
+  const std::string name = SegmentName(getpid(), epoch, 2);
+  auto layout = SegmentLayout::Compute(4096, 4096, 4096);
+  ASSERT_TRUE(layout.ok());
+  auto created = Segment::Create(name, *layout, epoch, 2, SegmentOwner{});
+  ASSERT_TRUE(created.ok());
+  EXPECT_FALSE(Segment::Open(name, layout->total_bytes + 4096).ok());
+  created->header().layout.arena_bytes = 1ULL << 40;
+  EXPECT_FALSE(Segment::Open(name, layout->total_bytes).ok());
+  created->header().layout = *layout;
+  created->header().magic = 0;
+  EXPECT_FALSE(Segment::Open(name, layout->total_bytes).ok());
+  Segment::Unlink(name);
+}
+
+TEST(Segment, StaleNamesOfOurPidFromAnotherEpochAreRemoved) {
+  const uint64_t epoch = RandomEpoch();
+  auto layout = SegmentLayout::Compute(4096, 4096, 0);
+  ASSERT_TRUE(layout.ok());
+  auto old_one = Segment::Create(SegmentName(getpid(), epoch, 7), *layout, epoch, 7, {});
+  auto current = Segment::Create(SegmentName(getpid(), epoch + 1, 8), *layout, epoch + 1, 8, {});
+  ASSERT_TRUE(old_one.ok() && current.ok());
+  EXPECT_EQ(RemoveStaleSegments(getpid(), epoch + 1), 1);
+  EXPECT_EQ(CountSegments(getpid()), 1);
+  Segment::Unlink(SegmentName(getpid(), epoch + 1, 8));
+  EXPECT_EQ(CountSegments(getpid()), 0);
+}
+
+}  // namespace
+}  // namespace kvagent::ipc
