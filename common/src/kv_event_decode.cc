@@ -1,0 +1,400 @@
+// The decoding half of the KV-event codec: as strict as the strictest consumer of EVENTS.md.
+//
+// What a strict consumer rejects, and so what we reject (research/kv-events.md sections 4, 8):
+//  - python-msgpack `unpackb(raw=False, strict_map_key=True)`: any str anywhere that is not
+//    valid UTF-8 (also inside keys we do not know), any map key that is not a string, bytes
+//    after the first object;
+//  - Dynamo (rmp-serde): a batch that is not exactly 3 elements, an unknown "type", a hash that
+//    is not an integer (bin), nil or missing token_ids/block_size/block_hashes;
+//  - vLLM's msgspec types: a missing key without a default (lora_id, medium, lora_name on
+//    BlockStored; medium on BlockRemoved), a wrong type for a known key.
+// On top of that the rules EVENTS.md states for our own stream: session_id only on BlockStored
+// and never empty, medium uppercase, optional keys omitted rather than nil, and
+// len(token_ids) == block_size * len(block_hashes) when token IDs are given. Unknown keys are
+// ignored, as every consumer does.
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include <msgpack.hpp>
+
+#include "kvagent/common/kv_event.h"
+#include "kvagent/common/validate.h"
+
+namespace kvagent::events {
+namespace {
+
+using msgpack::object;
+namespace mtype = msgpack::type;
+
+// Nesting of a valid payload is 4 (batch, events, event, hash list); unknown values may nest
+// further, but nothing legitimate comes close to this.
+constexpr size_t kMaxDepth = 64;
+
+const char* TypeName(const object& o) {
+  switch (o.type) {
+    case mtype::NIL:
+      return "nil";
+    case mtype::BOOLEAN:
+      return "bool";
+    case mtype::POSITIVE_INTEGER:
+    case mtype::NEGATIVE_INTEGER:
+      return "int";
+    case mtype::FLOAT32:
+    case mtype::FLOAT64:
+      return "float";
+    case mtype::STR:
+      return "str";
+    case mtype::BIN:
+      return "bin";
+    case mtype::ARRAY:
+      return "array";
+    case mtype::MAP:
+      return "map";
+    case mtype::EXT:
+      return "ext";
+  }
+  return "unknown";
+}
+
+std::string_view StrOf(const object& o) { return {o.via.str.ptr, o.via.str.size}; }
+
+Status Invalid(const std::string& where, const std::string& what) {
+  return InvalidParams("KV event payload: " + where + ": " + what);
+}
+
+Status WrongType(const std::string& where, const char* expected, const object& o) {
+  return Invalid(where, std::string("expected ") + expected + ", got " + TypeName(o));
+}
+
+// The checks python-msgpack applies to the whole tree while decoding, whatever the schema:
+// every str is valid UTF-8 (raw=False) and every map key is a str (strict_map_key; we also
+// refuse bin keys, which EVENTS.md never uses). `where` is extended in place for messages.
+Status CheckTree(const object& o, std::string* where) {
+  switch (o.type) {
+    case mtype::STR:
+      if (auto err = FindInvalidUtf8(StrOf(o))) {
+        return Invalid(*where, "invalid UTF-8 at byte " + std::to_string(err->offset) + " (" +
+                                   err->reason + "); text must be msgpack str holding UTF-8");
+      }
+      return Status::Ok();
+    case mtype::ARRAY: {
+      const size_t base = where->size();
+      for (uint32_t i = 0; i < o.via.array.size; ++i) {
+        where->append("[" + std::to_string(i) + "]");
+        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.array.ptr[i], where));
+        where->resize(base);
+      }
+      return Status::Ok();
+    }
+    case mtype::MAP: {
+      const size_t base = where->size();
+      for (uint32_t i = 0; i < o.via.map.size; ++i) {
+        const object& key = o.via.map.ptr[i].key;
+        if (key.type != mtype::STR) {
+          return Invalid(*where, std::string("map key #") + std::to_string(i) + " is " +
+                                     TypeName(key) + "; map keys must be strings");
+        }
+        where->append(".<key>");
+        KVAGENT_RETURN_IF_ERROR(CheckTree(key, where));
+        where->resize(base);
+        where->append(".");
+        where->append(StrOf(key));
+        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.map.ptr[i].val, where));
+        where->resize(base);
+      }
+      return Status::Ok();
+    }
+    default:
+      return Status::Ok();
+  }
+}
+
+// ---- typed readers -------------------------------------------------------------------------
+
+Result<BlockHash> ReadHash(const object& o, const std::string& where) {
+  if (o.type == mtype::POSITIVE_INTEGER) return BlockHash::Unsigned(o.via.u64);
+  if (o.type == mtype::NEGATIVE_INTEGER) return BlockHash::Signed(o.via.i64);
+  return WrongType(where, "an integer hash (int64 or uint64; never bin)", o);
+}
+
+Result<std::vector<BlockHash>> ReadHashes(const object& o, const std::string& where) {
+  if (o.type != mtype::ARRAY) return WrongType(where, "an array of integer hashes", o);
+  std::vector<BlockHash> hashes;
+  hashes.reserve(o.via.array.size);
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    auto h = ReadHash(o.via.array.ptr[i], where + "[" + std::to_string(i) + "]");
+    if (!h.ok()) return h.status();
+    hashes.push_back(*h);
+  }
+  return hashes;
+}
+
+Result<uint32_t> ReadU32(const object& o, const std::string& where) {
+  if (o.type != mtype::POSITIVE_INTEGER || o.via.u64 > std::numeric_limits<uint32_t>::max()) {
+    if (o.type == mtype::POSITIVE_INTEGER || o.type == mtype::NEGATIVE_INTEGER) {
+      return Invalid(where, "integer out of the u32 range");
+    }
+    return WrongType(where, "a u32 integer", o);
+  }
+  return static_cast<uint32_t>(o.via.u64);
+}
+
+Result<int64_t> ReadI64(const object& o, const std::string& where) {
+  if (o.type == mtype::NEGATIVE_INTEGER) return o.via.i64;
+  if (o.type == mtype::POSITIVE_INTEGER) {
+    if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Invalid(where, "integer out of the int64 range");
+    }
+    return static_cast<int64_t>(o.via.u64);
+  }
+  return WrongType(where, "an integer", o);
+}
+
+Result<std::string> ReadStr(const object& o, const std::string& where) {
+  if (o.type != mtype::STR) return WrongType(where, "a str", o);
+  return std::string(StrOf(o));
+}
+
+Result<std::optional<std::string>> ReadStrOrNil(const object& o, const std::string& where) {
+  if (o.type == mtype::NIL) return std::optional<std::string>();
+  auto s = ReadStr(o, where);
+  if (!s.ok()) return WrongType(where, "a str or nil", o);
+  return std::optional<std::string>(std::move(*s));
+}
+
+Result<std::string> ReadMedium(const object& o, const std::string& where) {
+  auto medium = ReadStr(o, where);
+  if (!medium.ok()) return medium;
+  if (medium->empty()) return Invalid(where, "medium is empty; use EXTERNAL or DISK");
+  for (char c : *medium) {
+    if (c >= 'a' && c <= 'z') {
+      return Invalid(where,
+                     "medium \"" + *medium + "\" must be uppercase (EXTERNAL, DISK, GPU...)");
+    }
+  }
+  return medium;
+}
+
+// ---- events --------------------------------------------------------------------------------
+
+// The keys EVENTS.md defines; anything else in an event map is ignored.
+enum Key : size_t {
+  kType,
+  kBlockHashes,
+  kParentBlockHash,
+  kTokenIds,
+  kBlockSize,
+  kLoraId,
+  kMedium,
+  kLoraName,
+  kGroupIdx,
+  kSessionId,
+  kObjectKey,
+  kKeyCount
+};
+
+constexpr std::array<std::string_view, kKeyCount> kKeyNames = {
+    "type",   "block_hashes", "parent_block_hash", "token_ids",  "block_size", "lora_id",
+    "medium", "lora_name",    "group_idx",         "session_id", "object_key"};
+
+using EventKeys = std::array<const object*, kKeyCount>;
+
+Result<EventKeys> IndexKeys(const object& map, const std::string& where) {
+  EventKeys keys{};
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const std::string_view name = StrOf(map.via.map.ptr[i].key);  // a str: CheckTree ran
+    for (size_t k = 0; k < kKeyCount; ++k) {
+      if (name != kKeyNames[k]) continue;
+      if (keys[k] != nullptr) return Invalid(where, "duplicate key \"" + std::string(name) + "\"");
+      keys[k] = &map.via.map.ptr[i].val;
+    }
+  }
+  return keys;
+}
+
+Status Require(const EventKeys& keys, Key k, const std::string& where, std::string_view type) {
+  if (keys[k] != nullptr) return Status::Ok();
+  return Invalid(where, std::string(type) + " needs key \"" + std::string(kKeyNames[k]) + "\"");
+}
+
+// An optional key of EVENTS.md is omitted when unset; nil in its place is a producer bug.
+Status RejectNil(const object* o, const std::string& where) {
+  if (o != nullptr && o->type == mtype::NIL) {
+    return Invalid(where, "is nil; EVENTS.md omits an optional key when it is unset");
+  }
+  return Status::Ok();
+}
+
+#define KVAGENT_ASSIGN_OR_RETURN(lhs, expr)           \
+  do {                                                \
+    auto kv_result_ = (expr);                         \
+    if (!kv_result_.ok()) return kv_result_.status(); \
+    lhs = std::move(*kv_result_);                     \
+  } while (0)
+
+Result<KvEvent> ReadStored(const EventKeys& keys, const std::string& where) {
+  for (Key k :
+       {kBlockHashes, kParentBlockHash, kTokenIds, kBlockSize, kLoraId, kMedium, kLoraName}) {
+    KVAGENT_RETURN_IF_ERROR(Require(keys, k, where, "BlockStored"));
+  }
+  const std::string at = where + ".";
+  BlockStored e;
+  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes, ReadHashes(*keys[kBlockHashes], at + "block_hashes"));
+  if (keys[kParentBlockHash]->type != mtype::NIL) {
+    KVAGENT_ASSIGN_OR_RETURN(e.parent_block_hash,
+                             ReadHash(*keys[kParentBlockHash], at + "parent_block_hash"));
+  }
+  const object& tokens = *keys[kTokenIds];
+  if (tokens.type != mtype::ARRAY) {
+    return WrongType(at + "token_ids", "an array of u32 (use [] when unknown, never nil)", tokens);
+  }
+  e.token_ids.reserve(tokens.via.array.size);
+  for (uint32_t i = 0; i < tokens.via.array.size; ++i) {
+    uint32_t t = 0;
+    KVAGENT_ASSIGN_OR_RETURN(
+        t, ReadU32(tokens.via.array.ptr[i], at + "token_ids[" + std::to_string(i) + "]"));
+    e.token_ids.push_back(t);
+  }
+  KVAGENT_ASSIGN_OR_RETURN(e.block_size, ReadU32(*keys[kBlockSize], at + "block_size"));
+  if (!e.token_ids.empty() &&
+      e.token_ids.size() != uint64_t{e.block_size} * e.block_hashes.size()) {
+    return Invalid(at + "token_ids",
+                   std::to_string(e.token_ids.size()) + " token IDs, but block_size " +
+                       std::to_string(e.block_size) + " x " +
+                       std::to_string(e.block_hashes.size()) +
+                       " block_hashes needs exactly their product (or [] when unknown)");
+  }
+  if (keys[kLoraId]->type != mtype::NIL) {
+    KVAGENT_ASSIGN_OR_RETURN(e.lora_id, ReadI64(*keys[kLoraId], at + "lora_id"));
+  }
+  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at + "medium"));
+  KVAGENT_ASSIGN_OR_RETURN(e.lora_name, ReadStrOrNil(*keys[kLoraName], at + "lora_name"));
+  for (Key k : {kGroupIdx, kSessionId, kObjectKey}) {
+    KVAGENT_RETURN_IF_ERROR(RejectNil(keys[k], at + std::string(kKeyNames[k])));
+  }
+  if (keys[kGroupIdx]) {
+    KVAGENT_ASSIGN_OR_RETURN(e.group_idx, ReadI64(*keys[kGroupIdx], at + "group_idx"));
+  }
+  if (keys[kSessionId]) {
+    std::string id;
+    KVAGENT_ASSIGN_OR_RETURN(id, ReadStr(*keys[kSessionId], at + "session_id"));
+    if (id.empty()) {
+      return Invalid(at + "session_id", "is empty; an untagged object omits the key");
+    }
+    KVAGENT_RETURN_IF_ERROR(ValidateSessionId(id, "KV event payload: " + at + "session_id"));
+    e.session_id = std::move(id);
+  }
+  if (keys[kObjectKey]) {
+    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at + "object_key"));
+  }
+  return KvEvent(std::move(e));
+}
+
+Result<KvEvent> ReadRemoved(const EventKeys& keys, const std::string& where) {
+  KVAGENT_RETURN_IF_ERROR(Require(keys, kBlockHashes, where, "BlockRemoved"));
+  KVAGENT_RETURN_IF_ERROR(Require(keys, kMedium, where, "BlockRemoved"));
+  const std::string at = where + ".";
+  BlockRemoved e;
+  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes, ReadHashes(*keys[kBlockHashes], at + "block_hashes"));
+  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at + "medium"));
+  KVAGENT_RETURN_IF_ERROR(RejectNil(keys[kObjectKey], at + "object_key"));
+  if (keys[kObjectKey]) {
+    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at + "object_key"));
+  }
+  return KvEvent(std::move(e));
+}
+
+Result<KvEvent> ReadEvent(const object& o, const std::string& where) {
+  if (o.type == mtype::ARRAY) {
+    return Invalid(where, "an array (the legacy positional form); events are maps with \"type\"");
+  }
+  if (o.type != mtype::MAP) return WrongType(where, "a map with a \"type\" key", o);
+  EventKeys keys;
+  KVAGENT_ASSIGN_OR_RETURN(keys, IndexKeys(o, where));
+  if (keys[kType] == nullptr) return Invalid(where, "no \"type\" key");
+  std::string type;
+  KVAGENT_ASSIGN_OR_RETURN(type, ReadStr(*keys[kType], where + ".type"));
+  const std::string at = where + " (" + type + ")";
+  if (type != "BlockStored" && keys[kSessionId] != nullptr) {
+    return Invalid(at + ".session_id", "sessions appear only on BlockStored (EVENTS.md)");
+  }
+  if (type == "BlockStored") return ReadStored(keys, at);
+  if (type == "BlockRemoved") return ReadRemoved(keys, at);
+  if (type == "AllBlocksCleared") return KvEvent(AllBlocksCleared{});
+  return Invalid(where + ".type", "unknown event type \"" + type +
+                                      "\"; known: BlockStored, BlockRemoved, AllBlocksCleared");
+}
+
+Result<EventBatch> ReadBatch(const object& root) {
+  if (root.type != mtype::ARRAY || root.via.array.size != 3) {
+    const std::string got = root.type == mtype::ARRAY
+                                ? "an array of " + std::to_string(root.via.array.size)
+                                : std::string(TypeName(root));
+    return Invalid("batch", "expected an array of exactly 3 [ts, events, dp_rank], got " + got);
+  }
+  const object& ts = root.via.array.ptr[0];
+  const object& events = root.via.array.ptr[1];
+  const object& rank = root.via.array.ptr[2];
+  EventBatch batch;
+  if (ts.type == mtype::FLOAT32 || ts.type == mtype::FLOAT64) {
+    batch.ts = ts.via.f64;
+  } else if (ts.type == mtype::POSITIVE_INTEGER) {
+    batch.ts = static_cast<double>(ts.via.u64);  // widened, as rmp-serde and msgspec do
+  } else if (ts.type == mtype::NEGATIVE_INTEGER) {
+    batch.ts = static_cast<double>(ts.via.i64);
+  } else {
+    return WrongType("ts", "a float (seconds since the epoch)", ts);
+  }
+  if (events.type != mtype::ARRAY) return WrongType("events", "an array of event maps", events);
+  if (rank.type != mtype::NIL) {
+    int64_t r = 0;
+    KVAGENT_ASSIGN_OR_RETURN(r, ReadI64(rank, "dp_rank"));
+    if (r < std::numeric_limits<int32_t>::min() || r > std::numeric_limits<int32_t>::max()) {
+      return Invalid("dp_rank", std::to_string(r) + " does not fit in int32 (Dynamo reads i32)");
+    }
+    batch.dp_rank = r;
+  } else {
+    batch.dp_rank.reset();
+  }
+  batch.events.reserve(events.via.array.size);
+  for (uint32_t i = 0; i < events.via.array.size; ++i) {
+    KvEvent e;
+    KVAGENT_ASSIGN_OR_RETURN(
+        e, ReadEvent(events.via.array.ptr[i], "events[" + std::to_string(i) + "]"));
+    batch.events.push_back(std::move(e));
+  }
+  return batch;
+}
+
+#undef KVAGENT_ASSIGN_OR_RETURN
+
+}  // namespace
+
+Result<EventBatch> DecodeEventBatch(std::string_view payload) {
+  if (payload.empty()) return Invalid("payload", "empty; expected a msgpack [ts, events, dp_rank]");
+  // Limits derived from the payload size, as python-msgpack's unpackb does: no container can
+  // declare more elements than there are bytes, so a 5-byte payload claiming 2^32 elements
+  // cannot make the parser allocate gigabytes.
+  const size_t n = payload.size();
+  const msgpack::unpack_limit limits(n, n / 2, n, n, n, kMaxDepth);
+  // Strings reference `payload`, which outlives the object handle below.
+  auto reference = [](mtype::object_type, size_t, void*) { return true; };
+  msgpack::object_handle handle;
+  size_t offset = 0;
+  try {
+    handle = msgpack::unpack(payload.data(), n, offset, reference, nullptr, limits);
+  } catch (const std::exception& e) {
+    return Invalid("payload", std::string("not valid msgpack (") + e.what() + ")");
+  }
+  if (offset != n) {
+    return Invalid("payload", std::to_string(n - offset) +
+                                  " bytes follow the batch; a payload "
+                                  "is exactly one msgpack array");
+  }
+  std::string where = "batch";
+  KVAGENT_RETURN_IF_ERROR(CheckTree(handle.get(), &where));
+  return ReadBatch(handle.get());
+}
+
+}  // namespace kvagent::events
