@@ -1,0 +1,67 @@
+// The node agent: accepts SDK clients on <run-dir>/agent.sock, gives each a shared-memory
+// segment, and serves every client's request ring from one ring-service thread.
+//
+// Threads: an acceptor thread owns the listening socket and every client connection (epoll):
+// it runs the handshake, checks peer credentials, and on EOF tells the ring service to drop the
+// client at once. The ring-service thread polls all request rings, spins while work arrives and
+// for `spin` after the last work, then sleeps in futex_waitv on every ring's wake word plus a
+// private control word. Clients are limited to max_clients <= 127 so that one futex_waitv call
+// (128 words) covers them all: beyond that the agent refuses new clients with a message rather
+// than sharding over several service threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvagent/agent/request_handler.h"
+#include "kvagent/common/status.h"
+
+namespace kvagent::agent {
+
+inline constexpr int kMaxClientsLimit = 127;
+
+struct AgentConfig {
+  std::string run_dir = "/run/kvagent";   // created (0755) if missing; holds agent.sock
+  uint64_t max_arena_bytes = 1ULL << 30;  // cap on a client's requested arena
+  uint64_t ring_bytes = 1ULL << 20;       // default size of each ring (power of two)
+  uint64_t max_ring_bytes = 16ULL << 20;  // cap on a client's requested ring size
+  int max_clients = kMaxClientsLimit;     // 1..127
+  // Who may attach (SO_PEERCRED): a uid in allow_uids or a gid in allow_gids. Both empty means
+  // the agent's own uid and root.
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+  // How long the ring service keeps spinning after the last request before it sleeps.
+  std::chrono::microseconds spin{50};
+
+  // "<run_dir>/agent.sock".
+  std::string SocketPath() const { return run_dir + "/agent.sock"; }
+};
+
+class Agent {
+ public:
+  // Creates the run dir, removes segments left by dead agents, listens on the socket and starts
+  // both threads. `handler` executes every valid request other than Ping.
+  static Result<std::unique_ptr<Agent>> Start(AgentConfig config,
+                                              std::unique_ptr<RequestHandler> handler);
+
+  // Stops accepting, sets the shutdown word in every client's segment and wakes the clients,
+  // closes every connection, removes the socket file and joins the threads. Idempotent.
+  void Stop();
+  ~Agent();
+
+  uint64_t epoch() const;
+  size_t client_count() const;
+
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+ private:
+  struct State;
+  explicit Agent(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvagent::agent

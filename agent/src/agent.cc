@@ -1,0 +1,115 @@
+#include "kvagent/agent/agent.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <glog/logging.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "acceptor.h"
+#include "kvagent/ipc/segment.h"
+#include "ring_service.h"
+
+namespace kvagent::agent {
+
+struct Agent::State {
+  AgentConfig config;
+  uint64_t epoch = 0;
+  std::unique_ptr<RequestHandler> handler;
+  std::unique_ptr<RingService> service;
+  std::unique_ptr<Acceptor> acceptor;
+  bool stopped = false;
+};
+
+namespace {
+
+// A fresh value per agent incarnation: clients and segment names tell incarnations apart.
+uint64_t NewEpoch() {
+  std::random_device rd;
+  const uint64_t random = (uint64_t{rd()} << 32) | rd();
+  const uint64_t now =
+      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return (random ^ now) & 0x7FFFFFFFFFFFFFFFULL;
+}
+
+Status MakeRunDir(const std::string& dir) {
+  if (dir.empty()) return InvalidParams("--run-dir is empty");
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Internal("cannot create run dir " + prefix + ": " + std::strerror(errno) +
+                      "; pick a writable --run-dir");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckConfig(const AgentConfig& c) {
+  if (c.max_clients < 1 || c.max_clients > kMaxClientsLimit) {
+    return InvalidParams("--max-clients " + std::to_string(c.max_clients) +
+                         " is out of range; use 1.." + std::to_string(kMaxClientsLimit) +
+                         " (one futex_waitv call watches every client)");
+  }
+  auto layout = ipc::SegmentLayout::Compute(c.ring_bytes, c.ring_bytes, 0);
+  if (!layout.ok()) return layout.status();
+  if (c.max_ring_bytes < c.ring_bytes) {
+    return InvalidParams("the ring size cap is below the default ring size");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Agent::Agent(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
+                                            std::unique_ptr<RequestHandler> handler) {
+  KVAGENT_RETURN_IF_ERROR(CheckConfig(config));
+  KVAGENT_RETURN_IF_ERROR(MakeRunDir(config.run_dir));
+  auto state = std::make_unique<State>();
+  state->config = std::move(config);
+  state->epoch = NewEpoch();
+  state->handler = std::move(handler);
+  if (int removed = ipc::RemoveStaleSegments(getpid(), state->epoch); removed > 0) {
+    LOG(INFO) << "removed " << removed << " shared-memory segment(s) left by dead agents";
+  }
+  std::unique_ptr<Agent> agent(new Agent(std::move(state)));
+  State& s = *agent->state_;
+  // The service reports corrupt clients to the acceptor, which owns their connections.
+  s.service = std::make_unique<RingService>(s.handler.get(), s.config.spin,
+                                            [&s](ClientId id, const std::string&) {
+                                              if (s.acceptor) s.acceptor->Disconnect(id);
+                                            });
+  s.acceptor = std::make_unique<Acceptor>(s.config, s.epoch, s.service.get());
+  s.service->Start();
+  Status listening = s.acceptor->Start();
+  if (!listening.ok()) {
+    s.service->Stop();
+    return listening;
+  }
+  LOG(INFO) << "kvagent pid " << getpid() << " epoch " << s.epoch << " serving "
+            << s.config.SocketPath() << " (max " << s.config.max_clients << " clients, arena cap "
+            << s.config.max_arena_bytes << " bytes, spin " << s.config.spin.count() << " us)";
+  return agent;
+}
+
+void Agent::Stop() {
+  if (state_->stopped) return;
+  state_->stopped = true;
+  // Shutdown words first, so clients fail with "shutting down" rather than a bare EOF.
+  state_->service->Stop();
+  state_->acceptor->Stop();
+  LOG(INFO) << "kvagent stopped; socket removed, segments reclaimed";
+}
+
+Agent::~Agent() { Stop(); }
+
+uint64_t Agent::epoch() const { return state_->epoch; }
+size_t Agent::client_count() const { return state_->service->client_count(); }
+
+}  // namespace kvagent::agent

@@ -1,0 +1,133 @@
+#include "request_check.h"
+
+#include <string>
+#include <string_view>
+
+#include "kvagent/common/validate.h"
+
+namespace kvagent::agent {
+namespace {
+
+using flatbuffers::uoffset_t;
+using proto::Op;
+
+// Verifier limits: a request is a flat table with per-key vectors; BlockMeta tables are the
+// deepest thing in it. Anything deeper or larger is garbage.
+constexpr uoffset_t kMaxDepth = 8;
+constexpr uoffset_t kMaxTables = 4 * kMaxBatchKeys + 16;
+
+std::string_view View(const flatbuffers::String* s) {
+  return s == nullptr ? std::string_view() : std::string_view(s->c_str(), s->size());
+}
+
+template <typename T>
+size_t Count(const flatbuffers::Vector<T>* v) {
+  return v == nullptr ? 0 : v->size();
+}
+
+Status MustBeAbsent(size_t count, const char* field, Op op) {
+  if (count == 0) return Status::Ok();
+  return InvalidParams(std::string(field) + " is not used by " + proto::EnumNameOp(op) +
+                       "; leave it empty");
+}
+
+Status CheckBuffers(const proto::Request& req, size_t key_count, uint64_t arena_bytes,
+                    bool values) {
+  const auto* buffers = req.buffers();
+  if (Count(buffers) != key_count) {
+    return InvalidParams("buffers has " + std::to_string(Count(buffers)) + " entries for " +
+                         std::to_string(key_count) + " keys; give one buffer per key");
+  }
+  for (size_t i = 0; i < key_count; ++i) {
+    const proto::BufferRef* b = buffers->Get(static_cast<uoffset_t>(i));
+    const std::string what = "buffers[" + std::to_string(i) + "]";
+    KVAGENT_RETURN_IF_ERROR(ValidateBufferRef(b->offset(), b->length(), arena_bytes, what));
+    if (values && b->length() == 0) {
+      return InvalidParams(what + " is empty; a value is at least 1 byte");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckBlocks(const proto::Request& req, size_t key_count) {
+  const auto* blocks = req.blocks();
+  const size_t n = Count(blocks);
+  if (n != 0 && n != key_count) {
+    return InvalidParams("blocks has " + std::to_string(n) + " entries for " +
+                         std::to_string(key_count) +
+                         " keys; give one entry per key (an empty one for none) or none");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const proto::BlockMeta* b = blocks->Get(static_cast<uoffset_t>(i));
+    if (Count(b->block_hashes()) == 0 && Count(b->token_ids()) == 0 && b->lora_name() == nullptr) {
+      continue;  // an empty entry: this key carries no block metadata
+    }
+    KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(Count(b->block_hashes()), Count(b->token_ids()),
+                                              b->block_size(), View(b->lora_name()),
+                                              "blocks[" + std::to_string(i) + "]"));
+  }
+  return Status::Ok();
+}
+
+Status CheckWrite(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
+  const auto* keys = req.keys();
+  const auto* sessions = req.session_ids();
+  KVAGENT_RETURN_IF_ERROR(ValidateWriteKeys(
+      key_count, [&](size_t i) { return View(keys->Get(static_cast<uoffset_t>(i))); },
+      Count(sessions), [&](size_t i) { return View(sessions->Get(static_cast<uoffset_t>(i))); }));
+  KVAGENT_RETURN_IF_ERROR(CheckBuffers(req, key_count, arena_bytes, /*values=*/true));
+  KVAGENT_RETURN_IF_ERROR(CheckBlocks(req, key_count));
+  if (const proto::WriteOptions* o = req.options(); o != nullptr && o->replica_count() == 0) {
+    return InvalidParams("options.replica_count is 0; ask for at least 1 replica");
+  }
+  return Status::Ok();
+}
+
+Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
+  const Op op = req.op();
+  const auto* keys = req.keys();
+  auto key_at = [&](size_t i) { return View(keys->Get(static_cast<uoffset_t>(i))); };
+  switch (op) {
+    case Op::Ping:
+    case Op::RemoveAll:
+      return MustBeAbsent(key_count, "keys", op);
+    case Op::Put:
+    case Op::Upsert:
+      return CheckWrite(req, key_count, arena_bytes);
+    case Op::Get:
+      KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.session_ids()), "session_ids", op));
+      return CheckBuffers(req, key_count, arena_bytes, /*values=*/false);
+    case Op::Exist:
+    case Op::Remove:
+      KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.session_ids()), "session_ids", op));
+      return MustBeAbsent(Count(req.buffers()), "buffers", op);
+  }
+  return InvalidParams("unknown op " + std::to_string(static_cast<int>(op)) +
+                       "; the SDK is newer than this agent: upgrade the agent");
+}
+
+}  // namespace
+
+CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes) {
+  CheckedRequest out;
+  flatbuffers::Verifier verifier(frame.data(), frame.size(), kMaxDepth, kMaxTables);
+  if (frame.size() < sizeof(uoffset_t) || !verifier.VerifyBuffer<proto::Request>(nullptr)) {
+    out.status = InvalidParams("request frame of " + std::to_string(frame.size()) +
+                               " bytes is not a valid Request FlatBuffer (truncated or "
+                               "corrupted); send frames built by the kvagent SDK");
+    return out;
+  }
+  out.request = flatbuffers::GetRoot<proto::Request>(frame.data());
+  out.key_count = Count(out.request->keys());
+  if (out.request->request_id() != tag) {
+    out.status = InvalidParams("request_id " + std::to_string(out.request->request_id()) +
+                               " differs from the frame's tag " + std::to_string(tag));
+    return out;
+  }
+  out.status = CheckOp(*out.request, out.key_count, arena_bytes);
+  return out;
+}
+
+}  // namespace kvagent::agent

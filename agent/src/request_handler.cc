@@ -1,0 +1,37 @@
+#include "kvagent/agent/request_handler.h"
+
+#include "kvagent/agent/no_master_handler.h"
+#include "kvagent/ipc/segment.h"
+
+namespace kvagent::agent {
+
+const proto::Request& ClientRequest::request() const {
+  return *flatbuffers::GetRoot<proto::Request>(frame.data());
+}
+
+size_t ClientRequest::key_count() const {
+  const auto* keys = request().keys();
+  return keys == nullptr ? 0 : keys->size();
+}
+
+std::span<uint8_t> ClientRequest::arena() const {
+  return segment ? segment->arena() : std::span<uint8_t>();
+}
+
+CompletionData CompletionData::FailAll(const Status& status, size_t key_count) {
+  CompletionData data;
+  data.status = status;
+  data.codes.assign(key_count, status.code());
+  data.messages.assign(key_count, status.message());
+  return data;
+}
+
+void NoMasterHandler::Handle(ClientRequest request, CompletionSink& sink) {
+  sink.Complete(request.client_id, request.request_id,
+                CompletionData::FailAll(Status(ErrorCode::kMasterUnavailable,
+                                               "no master configured; start kvagent with a "
+                                               "master address (coming with the master link)"),
+                                        request.key_count()));
+}
+
+}  // namespace kvagent::agent

@@ -1,0 +1,238 @@
+#include "ring_service.h"
+
+#include <glog/logging.h>
+
+#include <cstring>
+
+#include "completion_encoder.h"
+#include "request_check.h"
+
+namespace kvagent::agent {
+namespace {
+
+// Frames served per client before moving to the next one: fairness between busy clients.
+constexpr int kBurst = 64;
+
+}  // namespace
+
+RingService::RingService(RequestHandler* handler, std::chrono::microseconds spin,
+                         DisconnectFn disconnect)
+    : handler_(handler), spin_(spin), disconnect_(std::move(disconnect)) {}
+
+RingService::~RingService() { Stop(); }
+
+void RingService::Start() {
+  started_ = true;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void RingService::Stop() {
+  if (!started_) return;
+  started_ = false;
+  Enqueue(Command{Command::kStop, nullptr, 0, {}});
+  thread_.join();
+}
+
+void RingService::Enqueue(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    inbox_.push_back(std::move(command));
+    inbox_pending_.store(true, std::memory_order_release);
+  }
+  ipc::NotifyIfSleeping(sleeping_, control_seq_);
+}
+
+void RingService::AddClient(std::unique_ptr<ClientSession> session) {
+  Enqueue(Command{Command::kAdd, std::move(session), 0, {}});
+}
+
+void RingService::DropClient(ClientId client) {
+  Enqueue(Command{Command::kDrop, nullptr, client, {}});
+}
+
+void RingService::Post(std::function<void()> task) {
+  Enqueue(Command{Command::kTask, nullptr, 0, std::move(task)});
+}
+
+bool RingService::DrainInbox() {
+  std::vector<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    commands.swap(inbox_);
+    inbox_pending_.store(false, std::memory_order_relaxed);
+  }
+  bool keep_running = true;
+  for (Command& c : commands) {
+    switch (c.kind) {
+      case Command::kAdd:
+        if (!keep_running) {
+          c.session->SignalShutdown();
+          break;
+        }
+        by_id_[c.session->id()] = c.session.get();
+        clients_.push_back(std::move(c.session));
+        client_count_.store(clients_.size(), std::memory_order_relaxed);
+        break;
+      case Command::kDrop:
+        Remove(c.client, /*disconnect=*/false, "");
+        break;
+      case Command::kTask:
+        c.task();
+        break;
+      case Command::kStop:
+        keep_running = false;
+        break;
+    }
+  }
+  return keep_running;
+}
+
+void RingService::Remove(ClientId client, bool disconnect, const std::string& reason) {
+  auto found = by_id_.find(client);
+  if (found == by_id_.end()) return;
+  by_id_.erase(found);
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    if (clients_[i]->id() != client) continue;
+    // Abandon its in-flight work before the mapping can go (requests the handler still holds
+    // keep their own reference to the segment).
+    handler_->OnClientGone(client);
+    if (disconnect) disconnect_(client, reason);
+    clients_.erase(clients_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  client_count_.store(clients_.size(), std::memory_order_relaxed);
+}
+
+void RingService::RemoveBroken() {
+  std::vector<std::pair<ClientId, std::string>> broken;
+  for (const auto& c : clients_) {
+    if (c->broken()) broken.emplace_back(c->id(), c->broken_reason());
+  }
+  for (const auto& [id, reason] : broken) {
+    LOG(WARNING) << "client " << id << " (" << by_id_[id]->name() << ", pid "
+                 << by_id_[id]->peer().pid << ") disconnected: " << reason;
+    Remove(id, /*disconnect=*/true, reason);
+  }
+}
+
+void RingService::Run() {
+  using Clock = std::chrono::steady_clock;
+  auto last_work = Clock::now();
+  while (true) {
+    if (inbox_pending_.load(std::memory_order_acquire) && !DrainInbox()) break;
+    bool worked = false;
+    bool any_broken = false;
+    for (const auto& client : clients_) {
+      worked |= Serve(*client);
+      any_broken |= client->broken();
+    }
+    if (any_broken) RemoveBroken();
+    if (worked) {
+      last_work = Clock::now();
+      continue;
+    }
+    if (Clock::now() - last_work < spin_) {
+      ipc::CpuRelax();
+      continue;
+    }
+    Sleep();
+    last_work = Clock::now();
+  }
+  for (const auto& client : clients_) {
+    client->SignalShutdown();
+    handler_->OnClientGone(client->id());
+  }
+  clients_.clear();
+  by_id_.clear();
+  client_count_.store(0, std::memory_order_relaxed);
+}
+
+bool RingService::Serve(ClientSession& session) {
+  if (session.broken()) return false;
+  bool worked = false;
+  if (session.backlogged()) {
+    worked = session.FlushBacklog();
+    if (session.backlogged()) return worked;
+  }
+  for (int n = 0; n < kBurst && !session.backlogged(); ++n) {
+    ipc::Frame frame;
+    const ipc::PeekResult r = session.requests().Peek(&frame);
+    if (r == ipc::PeekResult::kEmpty) break;
+    if (r == ipc::PeekResult::kCorrupt) {
+      session.MarkBroken("its request ring is corrupt (impossible index or record header)");
+      break;
+    }
+    // Copy out of shared memory before verifying: the client could otherwise change the bytes
+    // between the Verifier and their use.
+    scratch_.resize(frame.payload.size());
+    if (!frame.payload.empty()) {
+      std::memcpy(scratch_.data(), frame.payload.data(), frame.payload.size());
+    }
+    const uint64_t tag = frame.tag;
+    session.requests().Pop();
+    HandleFrame(session, tag, scratch_);
+    worked = true;
+  }
+  return worked;
+}
+
+void RingService::HandleFrame(ClientSession& session, uint64_t tag,
+                              std::span<const uint8_t> frame) {
+  CheckedRequest checked = CheckRequest(frame, tag, session.arena_bytes());
+  if (!checked.status.ok()) {
+    VLOG(1) << "client " << session.id() << " request " << tag << ": " << checked.status.ToString();
+    Send(session, tag, EncodeFailure(fbb_, tag, checked.status, checked.key_count));
+    return;
+  }
+  if (checked.request->op() == proto::Op::Ping) {
+    Send(session, tag, EncodePingReply(fbb_, tag));
+    return;
+  }
+  ClientRequest request;
+  request.client_id = session.id();
+  request.request_id = tag;
+  request.frame.assign(frame.begin(), frame.end());
+  request.segment = session.segment();
+  handler_->Handle(std::move(request), *this);
+}
+
+void RingService::Send(ClientSession& session, uint64_t tag, std::span<const uint8_t> completion) {
+  const uint64_t capacity = session.segment()->layout().completion_ring_bytes;
+  if (completion.size() > ipc::MaxFramePayload(capacity)) {
+    const Status too_large(ErrorCode::kInternal,
+                           "the completion (" + std::to_string(completion.size()) +
+                               " bytes) does not fit the completion ring; split the batch");
+    completion = EncodeFailure(fbb_, tag, too_large, 0);
+  }
+  session.PushCompletion(tag, completion);
+}
+
+void RingService::Complete(ClientId client, uint64_t request_id, const CompletionData& data) {
+  auto found = by_id_.find(client);
+  if (found == by_id_.end()) return;  // gone: nobody to tell
+  Send(*found->second, request_id, EncodeCompletion(fbb_, request_id, data));
+}
+
+void RingService::Sleep() {
+  std::vector<ipc::FutexWaiter> waiters;
+  waiters.reserve(clients_.size() + 1);
+  const uint32_t control = ipc::AdvertiseSleep(sleeping_, control_seq_);
+  waiters.push_back({&control_seq_, control, ipc::FutexScope::kShared});
+  bool has_work = inbox_pending_.load(std::memory_order_acquire);
+  for (const auto& client : clients_) waiters.push_back(client->BeginWait(&has_work));
+  if (!has_work) {
+    const ipc::WaitResult r = ipc::FutexWaitMany(waiters, std::chrono::nanoseconds(-1));
+    if (r == ipc::WaitResult::kUnsupported) {
+      if (!waitv_unsupported_logged_) {
+        LOG(WARNING) << "futex_waitv is not available (Linux < 5.16): the idle agent polls "
+                        "every 200 us instead of sleeping until work arrives";
+        waitv_unsupported_logged_ = true;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  for (const auto& client : clients_) client->EndWait();
+  sleeping_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace kvagent::agent
