@@ -1,0 +1,48 @@
+// MasterRpc: master.fbs messages in, replies out, for one MasterService.
+//
+// The same handler serves kvmaster's ROUTER and an in-process caller (kvagent --standalone):
+// give it the bytes of a Request, get the bytes of the Reply. Every request goes through the
+// FlatBuffers Verifier first; a buffer that fails, an unknown body, or a batch the service
+// rejects gets a Reply with a non-OK status and a message, is counted in the service's
+// bad_requests, and changes nothing. Never throws, never aborts on input.
+//
+// Single-threaded like the service it drives. Keeps its scratch vectors and FlatBufferBuilder
+// across calls so a busy master does not allocate per request once warm.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvagent/master/master_service.h"
+
+namespace kvagent::master {
+
+class MasterRpc {
+ public:
+  // `service` must outlive this object.
+  explicit MasterRpc(MasterService* service);
+  ~MasterRpc();
+  MasterRpc(const MasterRpc&) = delete;
+  MasterRpc& operator=(const MasterRpc&) = delete;
+
+  // Handles one Request buffer and returns the Reply buffer. The returned bytes stay valid
+  // until the next call.
+  std::span<const uint8_t> Handle(std::span<const uint8_t> request);
+
+  // Extra counters appended to the Stats reply (e.g. the event publisher's). Optional.
+  using ExtraStats = std::function<void(std::vector<std::pair<std::string, uint64_t>>*)>;
+  void set_extra_stats(ExtraStats fn) { extra_stats_ = std::move(fn); }
+
+ private:
+  class Scratch;
+  MasterService* service_;
+  std::unique_ptr<Scratch> scratch_;
+  ExtraStats extra_stats_;
+};
+
+}  // namespace kvagent::master

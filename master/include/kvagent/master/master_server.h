@@ -1,0 +1,51 @@
+// MasterServer: a MasterService behind a ZMQ ROUTER, with its KV events on an EventPublisher.
+//
+// One thread owns the ROUTER socket and the service (the service is single-threaded): it
+// receives `[identity, b"", Request]`, answers `[identity, b"", Reply]` through MasterRpc,
+// hands the events each request produced to the publisher (a bounded queue drained by the
+// publisher's own thread, so a slow subscriber never blocks a request), and runs
+// MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvagent/common/status.h"
+#include "kvagent/master/types.h"
+
+namespace kvagent::master {
+
+struct MasterServerOptions {
+  std::string listen = "tcp://0.0.0.0:50051";        // ROUTER for master.fbs requests
+  std::string events = "tcp://0.0.0.0:5557";         // PUB, EVENTS.md
+  std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
+  size_t replay_batches = 10000;
+  int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
+  MasterOptions master;
+};
+
+class MasterServer {
+ public:
+  // Opens the service (replaying --state-dir), binds every socket, publishes the start events
+  // (AllBlocksCleared, then the restored objects) and starts serving. Fails with a message
+  // naming the endpoint or directory at fault. `clock` must outlive the server.
+  static Result<std::unique_ptr<MasterServer>> Start(MasterServerOptions options,
+                                                     const Clock* clock);
+  // Stops serving, flushes the log and the queued events, closes the sockets.
+  ~MasterServer();
+  MasterServer(const MasterServer&) = delete;
+  MasterServer& operator=(const MasterServer&) = delete;
+
+  // The endpoints actually bound (port 0 resolved).
+  const std::string& endpoint() const { return endpoint_; }
+  std::string events_endpoint() const;
+  std::string replay_endpoint() const;
+
+ private:
+  class Loop;
+  MasterServer() = default;
+  std::unique_ptr<Loop> loop_;
+  std::string endpoint_;
+};
+
+}  // namespace kvagent::master

@@ -1,0 +1,138 @@
+// MasterService: the cluster metadata service as a typed, single-threaded C++ API.
+//
+// One object, owned by one thread: kvmaster's ROUTER thread, or the agent's request thread in
+// `kvagent --standalone`. Batches come in as spans (views into the caller's request; nothing
+// is copied per key beyond what is stored) and go out as per-key results in reusable
+// containers. Semantics are those of ../shared/design/SEMANTICS.md: objects become readable at
+// PutEnd, duplicate puts answer OBJECT_ALREADY_EXISTS, timed-out puts can be taken over, upserts
+// rewrite in place or resized, reads take leases, eviction runs at the watermarks, agents that
+// stop heartbeating are dropped. Session IDs follow the eleven attribution rules.
+//
+// KV events (EVENTS.md) are produced in order and collected with TakeEvents(); the owner hands
+// them to its EventPublisher after each request, so publishing never blocks a request. The first
+// events of a new service are AllBlocksCleared and, after a restore, one BlockStored per
+// restored object. Time comes from the injected Clock; periodic work runs in Tick().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/common/kv_event.h"
+#include "kvagent/common/status.h"
+#include "kvagent/master/types.h"
+
+namespace kvagent::master {
+
+class MetadataStore;
+struct Object;
+
+class MasterService {
+ public:
+  // Creates the service; with options.state_dir set, replays and compacts the operation log
+  // there first. `clock` must outlive the service. Fails when the options are inconsistent or
+  // the state directory is unusable.
+  static Result<std::unique_ptr<MasterService>> Open(MasterOptions options, const Clock* clock);
+  ~MasterService();
+  MasterService(const MasterService&) = delete;
+  MasterService& operator=(const MasterService&) = delete;
+
+  // Registers an agent by its stable name and process incarnation; returns its id. The same
+  // name and incarnation again (e.g. after a master restart) returns the same agent with its
+  // segments; a new incarnation drops the previous one (replicas invalidated, with events).
+  Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation);
+
+  // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
+  // index and size again keeps the segment id and any replicas the log restored in it.
+  Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
+                                   std::span<const std::string_view> endpoints);
+
+  // Records that the agent is alive. Returns false when the master does not know it (dropped or
+  // restarted without state): the agent must register and mount again.
+  bool Heartbeat(AgentId agent);
+
+  // Allocates replicas for each key. Returns a request-level error (and that error for every
+  // key in out->results) when the batch is invalid: unknown agent, array lengths that disagree,
+  // a bad key, session ID or block metadata, a zero size. Otherwise OK with per-key results:
+  // OK + placements, OBJECT_ALREADY_EXISTS (readable, or written less than the put timeout
+  // ago), NO_SPACE.
+  Status BatchPutStart(const WriteStartRequest& request, PlacementBatch* out);
+  // Makes each key readable (BlockStored) and commits its session tag. OBJECT_NOT_FOUND when no
+  // write is in flight, INVALID_PARAMS when another agent started it; ending twice is OK.
+  Status BatchPutEnd(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
+  // Abandons each key's write: frees its replicas, leaves no object and no tag behind.
+  Status BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
+
+  // Like BatchPutStart, but an existing object is rewritten: same size in place, otherwise in
+  // new replicas. The object is unreadable (BlockRemoved) until UpsertEnd (BlockStored).
+  // OBJECT_BUSY while a read lease or another recent write holds the key. A non-empty session
+  // ID replaces the object's tag; an empty one keeps it.
+  Status BatchUpsertStart(const WriteStartRequest& request, PlacementBatch* out);
+  Status BatchUpsertEnd(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
+  // A revoked upsert leaves no object (its old value was already overwritten or freed).
+  Status BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
+
+  // Readable replicas of every part of each key, in part order, and a read lease of
+  // out->lease_ttl_ms. OBJECT_NOT_FOUND, or REPLICA_NOT_READY while being written.
+  Status BatchGet(std::span<const std::string_view> keys, PlacementBatch* out);
+  // out->exists[i] is 1 when key i is readable. Grants no lease.
+  Status BatchExist(std::span<const std::string_view> keys, KeyResults* out);
+  // Removes each key (BlockRemoved). OBJECT_HAS_LEASE when leased and not `force`,
+  // REPLICA_NOT_READY while being written, OBJECT_NOT_FOUND.
+  Status BatchRemove(std::span<const std::string_view> keys, bool force, KeyResults* out);
+  // Removes every readable object (leased ones only with `force`); AllBlocksCleared, then
+  // BlockStored for each survivor. Returns how many were removed.
+  Result<uint64_t> RemoveAll(bool force);
+
+  // One page of readable objects (see master.fbs ListKeys for the cursor contract).
+  Status ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) const;
+
+  // Where a segment is: its agent and data endpoints. nullopt when not mounted.
+  struct SegmentView {
+    SegmentId id = 0;
+    AgentId agent = kNoAgent;
+    std::span<const std::string> endpoints;
+  };
+  std::optional<SegmentView> FindSegment(SegmentId id) const;
+
+  // The committed session ID of `key` ("" when untagged or not committed yet), or nullopt
+  // when the key is unknown. For tests and kvctl.
+  std::optional<std::string> SessionOf(std::string_view key) const;
+  // True while some object or in-flight write references `session_id`.
+  bool HasSessionTag(std::string_view session_id) const;
+
+  MasterStats Stats() const;
+  // Counted in Stats().bad_requests: the RPC layer reports malformed or unknown messages here.
+  void CountBadRequest();
+
+  // Periodic work: drop agents past their TTL, abandon writes past the release timeout, free
+  // taken-over replicas whose release time came, evict above the high watermark, flush the log.
+  void Tick();
+
+  // Events produced since the last call, in order.
+  std::vector<events::KvEvent> TakeEvents();
+
+  const MasterOptions& options() const { return options_; }
+
+ private:
+  MasterService(MasterOptions options, const Clock* clock);
+  Status ValidateWriteStart(const WriteStartRequest& request) const;
+  Status RejectBatch(Status status, size_t keys, std::vector<Status>* results);
+  Status WriteStart(const WriteStartRequest& request, bool upsert, PlacementBatch* out);
+  Status StartOne(const WriteStartRequest& request, size_t i, bool upsert, PlacementBatch* out);
+  Status FinishWrites(AgentId agent, std::span<const std::string_view> keys, bool commit,
+                      KeyResults* out);
+  Status FinishOne(AgentId agent, std::string_view key, bool commit);
+  void AppendPlacements(const Object& object, PlacementBatch* out) const;
+
+  MasterOptions options_;
+  const Clock* clock_;
+  std::unique_ptr<MetadataStore> store_;
+  uint64_t bad_requests_ = 0;
+};
+
+}  // namespace kvagent::master

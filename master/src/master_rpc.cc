@@ -1,0 +1,320 @@
+#include "kvagent/master/master_rpc.h"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <algorithm>
+
+#include "kvagent/schemas/master_generated.h"
+
+namespace kvagent::master {
+
+namespace fb = kvagent::master_proto;
+
+class MasterRpc::Scratch {
+ public:
+  flatbuffers::FlatBufferBuilder builder{1 << 16};
+  std::vector<std::string_view> keys;
+  std::vector<std::string_view> sessions;
+  std::vector<std::string_view> endpoints;
+  std::vector<BlockMetaView> blocks;
+  std::vector<events::BlockHash> hashes;
+  std::vector<uint16_t> codes;
+  std::vector<SegmentId> segment_ids;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> strings;
+  std::vector<flatbuffers::Offset<fb::SegmentInfo>> segments;
+  std::vector<fb::Placement> placements;
+  PlacementBatch placement_batch;
+  KeyResults key_results;
+  ListPage page;
+};
+
+namespace {
+
+using Builder = flatbuffers::FlatBufferBuilder;
+
+template <typename T>
+std::span<const T> SpanOf(const flatbuffers::Vector<T>* v) {
+  if (!v) return {};
+  return {v->data(), v->size()};
+}
+
+void CollectStrings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v,
+                    std::vector<std::string_view>* out) {
+  out->clear();
+  if (!v) return;
+  out->reserve(v->size());
+  for (const flatbuffers::String* s : *v) out->emplace_back(s->data(), s->size());
+}
+
+std::span<const uint8_t> Finish(Builder& b, uint64_t request_id, const Status& status,
+                                fb::ReplyBody type, flatbuffers::Offset<void> body) {
+  auto message = status.ok() ? 0 : b.CreateString(status.message()).o;
+  fb::ReplyBuilder r(b);
+  r.add_request_id(request_id);
+  r.add_status(static_cast<uint16_t>(status.code()));
+  if (!status.ok()) r.add_message(flatbuffers::Offset<flatbuffers::String>(message));
+  if (body.o != 0) {
+    r.add_body_type(type);
+    r.add_body(body);
+  }
+  b.Finish(r.Finish());
+  return {b.GetBufferPointer(), b.GetSize()};
+}
+
+// codes + messages (only when some key failed) from per-key results.
+std::pair<flatbuffers::Offset<flatbuffers::Vector<uint16_t>>,
+          flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>>>
+BuildCodes(Builder& b, const std::vector<Status>& results, std::vector<uint16_t>* codes,
+           std::vector<flatbuffers::Offset<flatbuffers::String>>* strings) {
+  codes->clear();
+  bool any_error = false;
+  for (const Status& s : results) {
+    codes->push_back(static_cast<uint16_t>(s.code()));
+    any_error |= !s.ok();
+  }
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> msgs;
+  if (any_error) {
+    strings->clear();
+    for (const Status& s : results) strings->push_back(b.CreateString(s.message()));
+    msgs = b.CreateVector(*strings);
+  }
+  return {b.CreateVector(*codes), msgs};
+}
+
+}  // namespace
+
+MasterRpc::MasterRpc(MasterService* service)
+    : service_(service), scratch_(std::make_unique<Scratch>()) {}
+
+MasterRpc::~MasterRpc() = default;
+
+std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
+  Scratch& s = *scratch_;
+  Builder& b = s.builder;
+  b.Clear();
+  flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
+  if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {
+    service_->CountBadRequest();
+    return Finish(b, 0,
+                  InvalidParams("the request is not a valid master.fbs Request (" +
+                                std::to_string(request.size()) +
+                                " bytes failed verification); check the client's protocol "
+                                "version"),
+                  fb::ReplyBody::NONE, 0);
+  }
+  const fb::Request* req = fb::GetRequest(request.data());
+  const uint64_t id = req->request_id();
+
+  // Per-key replies (placements or codes) from the service's result containers.
+  auto placement_reply = [&](const Status& status) {
+    const PlacementBatch& pb = s.placement_batch;
+    auto [codes, msgs] = BuildCodes(b, pb.results, &s.codes, &s.strings);
+    s.placements.clear();
+    s.segment_ids.clear();
+    for (const Placement& p : pb.placements) {
+      s.placements.emplace_back(p.part, p.segment_id, p.offset, p.length);
+      s.segment_ids.push_back(p.segment_id);
+    }
+    std::sort(s.segment_ids.begin(), s.segment_ids.end());
+    s.segment_ids.erase(std::unique(s.segment_ids.begin(), s.segment_ids.end()),
+                        s.segment_ids.end());
+    s.segments.clear();
+    for (SegmentId sid : s.segment_ids) {
+      auto view = service_->FindSegment(sid);
+      if (!view) continue;
+      std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
+      for (const std::string& ep : view->endpoints) eps.push_back(b.CreateString(ep));
+      s.segments.push_back(fb::CreateSegmentInfo(b, sid, view->agent, b.CreateVector(eps)));
+    }
+    auto first = b.CreateVector(pb.first);
+    auto placements = b.CreateVectorOfStructs(s.placements);
+    auto segments = b.CreateVector(s.segments);
+    auto sizes = pb.sizes.empty() ? 0 : b.CreateVector(pb.sizes).o;
+    fb::PlacementReplyBuilder r(b);
+    r.add_codes(codes);
+    if (!msgs.IsNull()) r.add_messages(msgs);
+    r.add_first(first);
+    r.add_placements(placements);
+    r.add_segments(segments);
+    if (sizes) r.add_sizes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(sizes));
+    r.add_lease_ttl_ms(pb.lease_ttl_ms);
+    return Finish(b, id, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
+  };
+  auto codes_reply = [&](const Status& status, uint64_t removed_count) {
+    const KeyResults& kr = s.key_results;
+    auto [codes, msgs] = BuildCodes(b, kr.results, &s.codes, &s.strings);
+    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> exists;
+    if (!kr.exists.empty()) exists = b.CreateVector(kr.exists);
+    fb::KeyCodesReplyBuilder r(b);
+    r.add_codes(codes);
+    if (!msgs.IsNull()) r.add_messages(msgs);
+    if (!exists.IsNull()) r.add_exists(exists);
+    r.add_removed_count(removed_count);
+    return Finish(b, id, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
+  };
+  auto bad = [&](Status status) {
+    service_->CountBadRequest();
+    return Finish(b, id, status, fb::ReplyBody::NONE, 0);
+  };
+  auto write_start = [&](const fb::WriteStart* m, bool upsert) {
+    CollectStrings(m->keys(), &s.keys);
+    CollectStrings(m->session_ids(), &s.sessions);
+    s.blocks.clear();
+    s.hashes.clear();
+    if (const auto* blocks = m->blocks()) {
+      // One flat hash store for the whole batch; reserved first so the views stay valid.
+      size_t total = 0;
+      for (const fb::BlockMeta* bm : *blocks) {
+        total += bm->block_hashes() ? bm->block_hashes()->size() : 0;
+      }
+      s.hashes.reserve(total);
+      for (const fb::BlockMeta* bm : *blocks) {
+        BlockMetaView v;
+        const size_t start = s.hashes.size();
+        if (bm->block_hashes()) {
+          for (const fb::BlockHash* h : *bm->block_hashes()) {
+            s.hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
+          }
+        }
+        v.block_hashes = std::span(s.hashes).subspan(start, s.hashes.size() - start);
+        if (bm->parent_block_hash() && bm->parent_block_hash()->size() > 0) {
+          const fb::BlockHash* p = bm->parent_block_hash()->Get(0);
+          v.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
+        }
+        v.token_ids = SpanOf(bm->token_ids());
+        v.block_size = bm->block_size();
+        if (bm->lora_name()) v.lora_name = bm->lora_name()->string_view();
+        s.blocks.push_back(v);
+      }
+    }
+    WriteStartRequest w;
+    w.agent = m->agent_id();
+    w.keys = s.keys;
+    w.sizes = SpanOf(m->sizes());
+    w.session_ids = s.sessions;
+    w.blocks = s.blocks;
+    if (const fb::WriteOptions* o = m->options()) {
+      w.options.replica_count = o->replica_count();
+      w.options.soft_pin = o->soft_pin();
+      w.options.soft_pin_ttl_ms = o->soft_pin_ttl_ms();
+      w.options.hard_pin = o->hard_pin();
+    }
+    Status st = upsert ? service_->BatchUpsertStart(w, &s.placement_batch)
+                       : service_->BatchPutStart(w, &s.placement_batch);
+    return placement_reply(st);
+  };
+  using Finisher =
+      Status (MasterService::*)(AgentId, std::span<const std::string_view>, KeyResults*);
+  auto write_finish = [&](const fb::WriteFinish* m, Finisher fn) {
+    CollectStrings(m->keys(), &s.keys);
+    Status st = (service_->*fn)(m->agent_id(), s.keys, &s.key_results);
+    return codes_reply(st, 0);
+  };
+
+  switch (req->body_type()) {
+    case fb::Body::RegisterAgent: {
+      const auto* m = req->body_as_RegisterAgent();
+      auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
+      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+                    fb::CreateRegisterAgentReply(b, r.value()).Union());
+    }
+    case fb::Body::MountSegment: {
+      const auto* m = req->body_as_MountSegment();
+      CollectStrings(m->endpoints(), &s.endpoints);
+      auto r = service_->MountSegment(m->agent_id(), m->segment_index(), m->size(), s.endpoints);
+      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::MountSegmentReply,
+                    fb::CreateMountSegmentReply(b, r->segment_id, r->restored_objects).Union());
+    }
+    case fb::Body::Heartbeat: {
+      const bool known = service_->Heartbeat(req->body_as_Heartbeat()->agent_id());
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::HeartbeatReply,
+                    fb::CreateHeartbeatReply(b, known).Union());
+    }
+    case fb::Body::BatchPutStart:
+      return write_start(req->body_as_BatchPutStart(), false);
+    case fb::Body::BatchUpsertStart:
+      return write_start(req->body_as_BatchUpsertStart(), true);
+    case fb::Body::BatchPutEnd:
+      return write_finish(req->body_as_BatchPutEnd(), &MasterService::BatchPutEnd);
+    case fb::Body::BatchPutRevoke:
+      return write_finish(req->body_as_BatchPutRevoke(), &MasterService::BatchPutRevoke);
+    case fb::Body::BatchUpsertEnd:
+      return write_finish(req->body_as_BatchUpsertEnd(), &MasterService::BatchUpsertEnd);
+    case fb::Body::BatchUpsertRevoke:
+      return write_finish(req->body_as_BatchUpsertRevoke(), &MasterService::BatchUpsertRevoke);
+    case fb::Body::BatchGet: {
+      CollectStrings(req->body_as_BatchGet()->keys(), &s.keys);
+      return placement_reply(service_->BatchGet(s.keys, &s.placement_batch));
+    }
+    case fb::Body::BatchExist: {
+      CollectStrings(req->body_as_BatchExist()->keys(), &s.keys);
+      return codes_reply(service_->BatchExist(s.keys, &s.key_results), 0);
+    }
+    case fb::Body::BatchRemove: {
+      const auto* m = req->body_as_BatchRemove();
+      CollectStrings(m->keys(), &s.keys);
+      return codes_reply(service_->BatchRemove(s.keys, m->force(), &s.key_results), 0);
+    }
+    case fb::Body::RemoveAll: {
+      auto r = service_->RemoveAll(req->body_as_RemoveAll()->force());
+      s.key_results.Clear();
+      if (!r.ok()) return codes_reply(r.status(), 0);
+      return codes_reply(Status::Ok(), r.value());
+    }
+    case fb::Body::ListKeys: {
+      const auto* m = req->body_as_ListKeys();
+      Status st = service_->ListKeys(m->cursor(), m->limit(), &s.page);
+      std::vector<flatbuffers::Offset<fb::ListedKey>> keys;
+      keys.reserve(s.page.keys.size());
+      for (const ListedKey& k : s.page.keys) {
+        auto key = b.CreateString(k.key);
+        auto session = k.session_id.empty() ? 0 : b.CreateString(k.session_id).o;
+        fb::ListedKeyBuilder lk(b);
+        lk.add_key(key);
+        lk.add_size(k.size);
+        if (session) lk.add_session_id(flatbuffers::Offset<flatbuffers::String>(session));
+        keys.push_back(lk.Finish());
+      }
+      auto body =
+          fb::CreateListKeysReply(b, b.CreateVector(keys), s.page.next_cursor, s.page.restarted);
+      return Finish(b, id, st, fb::ReplyBody::ListKeysReply, body.Union());
+    }
+    case fb::Body::Stats: {
+      const MasterStats st = service_->Stats();
+      std::vector<std::pair<std::string, uint64_t>> all = {
+          {"keys", st.keys},
+          {"writes_in_flight", st.writes_in_flight},
+          {"bytes_used", st.bytes_used},
+          {"bytes_capacity", st.bytes_capacity},
+          {"agents", st.agents},
+          {"segments", st.segments},
+          {"session_tags", st.session_tags},
+          {"evictions", st.evictions},
+          {"expired_agents", st.expired_agents},
+          {"taken_over_puts", st.taken_over_puts},
+          {"timed_out_writes", st.timed_out_writes},
+          {"bad_requests", st.bad_requests},
+          {"events_emitted", st.events_emitted},
+          {"oplog_records", st.oplog_records},
+      };
+      if (extra_stats_) extra_stats_(&all);
+      std::vector<flatbuffers::Offset<flatbuffers::String>> names;
+      std::vector<uint64_t> values;
+      for (const auto& [n, v] : all) {
+        names.push_back(b.CreateString(n));
+        values.push_back(v);
+      }
+      auto body = fb::CreateStatsReply(b, b.CreateVector(names), b.CreateVector(values));
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
+    }
+    default:
+      break;
+  }
+  return bad(InvalidParams("unknown request type " +
+                           std::to_string(static_cast<int>(req->body_type())) +
+                           "; the master speaks master.fbs as of this build: upgrade it"));
+}
+
+}  // namespace kvagent::master

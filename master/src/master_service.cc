@@ -1,0 +1,326 @@
+#include "kvagent/master/master_service.h"
+
+#include <glog/logging.h>
+
+#include <chrono>
+#include <limits>
+
+#include "kvagent/common/validate.h"
+#include "metadata_store.h"
+
+namespace kvagent::master {
+
+int64_t SteadyClock::NowMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+Status CheckOptions(const MasterOptions& o) {
+  if (o.agent_ttl_ms <= 0 || o.lease_ttl_ms <= 0 || o.put_timeout_ms <= 0 ||
+      o.put_release_timeout_ms <= 0 || o.soft_pin_ttl_ms <= 0) {
+    return InvalidParams("TTLs and timeouts must be positive milliseconds");
+  }
+  if (o.put_release_timeout_ms < o.put_timeout_ms) {
+    return InvalidParams("the put release timeout must be at least the put timeout");
+  }
+  if (!(o.low_watermark > 0 && o.low_watermark <= o.high_watermark && o.high_watermark <= 1)) {
+    return InvalidParams("watermarks must satisfy 0 < low <= high <= 1");
+  }
+  if (o.max_part_bytes < 4096) return InvalidParams("max part bytes must be at least 4096");
+  return Status::Ok();
+}
+
+Status ObjectNotFound(std::string_view key) {
+  return Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored");
+}
+
+}  // namespace
+
+MasterService::MasterService(MasterOptions options, const Clock* clock)
+    : options_(std::move(options)),
+      clock_(clock),
+      store_(std::make_unique<MetadataStore>(options_, clock)) {}
+
+MasterService::~MasterService() = default;
+
+Result<std::unique_ptr<MasterService>> MasterService::Open(MasterOptions options,
+                                                           const Clock* clock) {
+  KVAGENT_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<MasterService> s(new MasterService(std::move(options), clock));
+  KVAGENT_RETURN_IF_ERROR(s->store_->Open());
+  return s;
+}
+
+// ---- agents --------------------------------------------------------------------------------
+
+Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t incarnation) {
+  if (name.empty() || name.size() > 256 || !IsValidUtf8(name)) {
+    ++bad_requests_;
+    return InvalidParams("the agent name must be 1..256 bytes of UTF-8 (use the host name)");
+  }
+  if (Agent* a = store_->FindAgentByName(name)) {
+    if (a->incarnation == incarnation) {
+      a->last_seen_ms = clock_->NowMs();
+      return a->id;
+    }
+    LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
+              << incarnation << "); its previous pool content is gone";
+    store_->DropAgent(a->id);
+  }
+  AgentId id = store_->AddAgent(name, incarnation);
+  LOG(INFO) << "agent " << name << " registered as id " << id;
+  KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
+  return id;
+}
+
+Result<MountResult> MasterService::MountSegment(AgentId agent, uint32_t index, uint64_t size,
+                                                std::span<const std::string_view> endpoints) {
+  std::vector<std::string> eps;
+  eps.reserve(endpoints.size());
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    if (!IsValidUtf8(endpoints[i]) || endpoints[i].size() > 1024) {
+      ++bad_requests_;
+      return InvalidParams("endpoints[" + std::to_string(i) + "] is not valid UTF-8 text");
+    }
+    eps.emplace_back(endpoints[i]);
+  }
+  auto r = store_->MountSegment(agent, index, size, std::move(eps));
+  if (r.ok()) {
+    if (Agent* a = store_->FindAgent(agent)) a->last_seen_ms = clock_->NowMs();
+    LOG(INFO) << "agent " << agent << " mounted segment " << r->segment_id << " (" << size
+              << " bytes, " << r->restored_objects << " restored object(s))";
+  }
+  KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
+  return r;
+}
+
+bool MasterService::Heartbeat(AgentId agent) {
+  Agent* a = store_->FindAgent(agent);
+  if (!a) return false;
+  a->last_seen_ms = clock_->NowMs();
+  return true;
+}
+
+// ---- writes --------------------------------------------------------------------------------
+
+Status MasterService::RejectBatch(Status status, size_t keys, std::vector<Status>* results) {
+  ++bad_requests_;
+  results->assign(keys, status);
+  return status;
+}
+
+Status MasterService::ValidateWriteStart(const WriteStartRequest& req) const {
+  const size_t n = req.keys.size();
+  KVAGENT_RETURN_IF_ERROR(ValidateWriteKeys(
+      n, [&](size_t i) { return req.keys[i]; }, req.session_ids.size(),
+      [&](size_t i) { return req.session_ids[i]; }));
+  if (req.sizes.size() != n) {
+    return InvalidParams("sizes has " + std::to_string(req.sizes.size()) + " entries for " +
+                         std::to_string(n) + " keys; give one size per key");
+  }
+  if (!req.blocks.empty() && req.blocks.size() != n) {
+    return InvalidParams("blocks has " + std::to_string(req.blocks.size()) + " entries for " +
+                         std::to_string(n) + " keys; give one (possibly empty) entry per key");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (req.sizes[i] == 0) {
+      return InvalidParams("sizes[" + std::to_string(i) + "] is 0; a value has at least 1 byte");
+    }
+  }
+  for (size_t i = 0; i < req.blocks.size(); ++i) {
+    const BlockMetaView& b = req.blocks[i];
+    if (b.empty()) continue;
+    KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(),
+                                              b.block_size, b.lora_name.value_or(""),
+                                              "blocks[" + std::to_string(i) + "]"));
+  }
+  if (req.options.replica_count == 0) {
+    return InvalidParams("replica_count is 0; ask for at least one replica");
+  }
+  if (!store_->FindAgent(req.agent)) {
+    return Status(ErrorCode::kAgentUnavailable,
+                  "agent " + std::to_string(req.agent) +
+                      " is not registered (or was dropped after missing heartbeats); register "
+                      "and mount again");
+  }
+  return Status::Ok();
+}
+
+void MasterService::AppendPlacements(const Object& o, PlacementBatch* out) const {
+  out->placements.insert(out->placements.end(), o.replicas.get(),
+                         o.replicas.get() + o.replica_total);
+}
+
+Status MasterService::WriteStart(const WriteStartRequest& req, bool upsert, PlacementBatch* out) {
+  out->Clear();
+  const size_t n = req.keys.size();
+  if (Status st = ValidateWriteStart(req); !st.ok()) return RejectBatch(st, n, &out->results);
+  out->results.reserve(n);
+  out->first.reserve(n + 1);
+  // Rule 9: key i's session ID and block metadata are always taken at index i of the
+  // request, whatever happened to the keys before it.
+  for (size_t i = 0; i < n; ++i) {
+    out->first.push_back(static_cast<uint32_t>(out->placements.size()));
+    out->results.push_back(StartOne(req, i, upsert, out));
+  }
+  out->first.push_back(static_cast<uint32_t>(out->placements.size()));
+  return store_->FlushLog();
+}
+
+Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upsert,
+                               PlacementBatch* out) {
+  const std::string_view key = req.keys[i];
+  const uint64_t size = req.sizes[i];
+  const std::string_view session =
+      req.session_ids.empty() ? std::string_view() : req.session_ids[i];
+  const int64_t now = clock_->NowMs();
+  ObjectEntry* e = store_->Find(key);
+
+  auto make_pending = [&](TagId tag) {
+    auto w = std::make_unique<PendingWrite>();
+    w->writer = req.agent;
+    w->started_ms = now;
+    w->tag = tag;
+    w->options = req.options;
+    if (!req.blocks.empty()) w->meta = StoredBlockMeta::From(req.blocks[i]);
+    return w;
+  };
+  auto no_space = [&]() {
+    return Status(ErrorCode::kNoSpace,
+                  "no room for " + std::to_string(size) + " bytes of key '" + std::string(key) +
+                      "' even after eviction; add agents or memory, or remove objects");
+  };
+  std::vector<Replica> replicas;  // one small allocation per new placement
+
+  if (e && e->second.readable && upsert) {
+    Object& o = e->second;
+    if (o.lease_until_ms > now) {
+      return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
+                                                "' is being read (lease); retry the upsert in " +
+                                                std::to_string(o.lease_until_ms - now) + " ms");
+    }
+    // Rule 5: a non-empty tag replaces the object's tag, an empty one keeps it.
+    const bool in_place = size == o.size && o.replicas_per_part == req.options.replica_count &&
+                          o.replica_total > 0 &&
+                          o.replicas[0].length == std::min(size, store_->part_bytes());
+    if (in_place) {
+      TagId tag =
+          session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
+      store_->BeginRewrite(e, size, nullptr, make_pending(tag));
+    } else {
+      // Keep this object out of the eviction that a full pool may trigger while allocating.
+      const int64_t saved_lease = o.lease_until_ms;
+      o.lease_until_ms = std::numeric_limits<int64_t>::max();
+      const bool ok =
+          store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas);
+      o.lease_until_ms = saved_lease;
+      if (!ok) return no_space();
+      TagId tag =
+          session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
+      store_->BeginRewrite(e, size, &replicas, make_pending(tag));
+    }
+    AppendPlacements(e->second, out);
+    return Status::Ok();
+  }
+  if (e && e->second.readable) {
+    // Rule 4: the existing object and its tag stay; nothing is emitted.
+    return Status(ErrorCode::kObjectAlreadyExists,
+                  "key '" + std::string(key) + "' is already stored (use upsert to replace it)");
+  }
+  if (e) {  // a write is in flight
+    const PendingWrite& w = *e->second.pending;
+    if (now - w.started_ms < options_.put_timeout_ms) {
+      if (upsert) {
+        return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
+                                                  "' is being written by agent " +
+                                                  std::to_string(w.writer) + "; retry later");
+      }
+      return Status(ErrorCode::kObjectAlreadyExists,
+                    "key '" + std::string(key) + "' is being written by agent " +
+                        std::to_string(w.writer) + " (treat as stored)");
+    }
+    if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
+      return no_space();
+    }
+    LOG(INFO) << "agent " << req.agent << " takes over the write of key '" << key << "' started "
+              << (now - w.started_ms) << " ms ago by agent " << w.writer;
+    const Object& o = e->second;
+    TagId tag = (upsert && session.empty()) ? (store_->tags().AddRef(o.tag), o.tag)
+                                            : store_->tags().Acquire(session);
+    store_->TakeOverWrite(e, size, &replicas, make_pending(tag));
+    AppendPlacements(e->second, out);
+    return Status::Ok();
+  }
+  if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
+    return no_space();
+  }
+  // Rule 3: the session ID is held by the write, and committed only at End.
+  e = store_->CreateWrite(key, size, &replicas, make_pending(store_->tags().Acquire(session)));
+  AppendPlacements(e->second, out);
+  return Status::Ok();
+}
+
+Status MasterService::BatchPutStart(const WriteStartRequest& request, PlacementBatch* out) {
+  return WriteStart(request, /*upsert=*/false, out);
+}
+
+Status MasterService::BatchUpsertStart(const WriteStartRequest& request, PlacementBatch* out) {
+  return WriteStart(request, /*upsert=*/true, out);
+}
+
+Status MasterService::FinishOne(AgentId agent, std::string_view key, bool commit) {
+  ObjectEntry* e = store_->Find(key);
+  if (!e) return ObjectNotFound(key);
+  Object& o = e->second;
+  if (!o.pending) {
+    if (commit) return Status::Ok();  // ending twice is a no-op
+    return InvalidParams("key '" + std::string(key) +
+                         "' was already ended; remove it instead of revoking");
+  }
+  if (o.pending->writer != agent) {
+    return InvalidParams("key '" + std::string(key) + "' is being written by agent " +
+                         std::to_string(o.pending->writer) + "; only that agent may end it");
+  }
+  if (commit) {
+    store_->CommitWrite(e);
+  } else {
+    store_->AbortWrite(e, /*writer_may_still_write=*/false);
+  }
+  return Status::Ok();
+}
+
+Status MasterService::FinishWrites(AgentId agent, std::span<const std::string_view> keys,
+                                   bool commit, KeyResults* out) {
+  out->Clear();
+  if (Status st = ValidateKeys(keys.size(), [&](size_t i) { return keys[i]; }); !st.ok()) {
+    return RejectBatch(st, keys.size(), &out->results);
+  }
+  out->results.reserve(keys.size());
+  for (std::string_view key : keys) out->results.push_back(FinishOne(agent, key, commit));
+  return store_->FlushLog();
+}
+
+Status MasterService::BatchPutEnd(AgentId agent, std::span<const std::string_view> keys,
+                                  KeyResults* out) {
+  return FinishWrites(agent, keys, /*commit=*/true, out);
+}
+
+Status MasterService::BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys,
+                                     KeyResults* out) {
+  return FinishWrites(agent, keys, /*commit=*/false, out);
+}
+
+Status MasterService::BatchUpsertEnd(AgentId agent, std::span<const std::string_view> keys,
+                                     KeyResults* out) {
+  return FinishWrites(agent, keys, /*commit=*/true, out);
+}
+
+Status MasterService::BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys,
+                                        KeyResults* out) {
+  return FinishWrites(agent, keys, /*commit=*/false, out);
+}
+
+}  // namespace kvagent::master

@@ -1,0 +1,156 @@
+// MasterService: reads, removal, listing, stats and periodic work.
+#include <glog/logging.h>
+
+#include "kvagent/common/validate.h"
+#include "kvagent/master/master_service.h"
+#include "metadata_store.h"
+
+namespace kvagent::master {
+
+Status MasterService::BatchGet(std::span<const std::string_view> keys, PlacementBatch* out) {
+  out->Clear();
+  if (Status st = ValidateKeys(keys.size(), [&](size_t i) { return keys[i]; }); !st.ok()) {
+    return RejectBatch(st, keys.size(), &out->results);
+  }
+  out->results.reserve(keys.size());
+  out->sizes.reserve(keys.size());
+  out->first.reserve(keys.size() + 1);
+  out->lease_ttl_ms = static_cast<uint32_t>(options_.lease_ttl_ms);
+  for (std::string_view key : keys) {
+    out->first.push_back(static_cast<uint32_t>(out->placements.size()));
+    ObjectEntry* e = store_->Find(key);
+    if (!e) {
+      out->results.push_back(
+          Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored"));
+      out->sizes.push_back(0);
+    } else if (!e->second.readable) {
+      out->results.push_back(
+          Status(ErrorCode::kReplicaNotReady,
+                 "key '" + std::string(key) + "' is being written; retry after the write ends"));
+      out->sizes.push_back(0);
+    } else {
+      store_->GrantLease(e, options_.lease_ttl_ms);  // rule 6: reads never touch the tag
+      AppendPlacements(e->second, out);
+      out->results.push_back(Status::Ok());
+      out->sizes.push_back(e->second.size);
+    }
+  }
+  out->first.push_back(static_cast<uint32_t>(out->placements.size()));
+  return Status::Ok();
+}
+
+Status MasterService::BatchExist(std::span<const std::string_view> keys, KeyResults* out) {
+  out->Clear();
+  if (Status st = ValidateKeys(keys.size(), [&](size_t i) { return keys[i]; }); !st.ok()) {
+    return RejectBatch(st, keys.size(), &out->results);
+  }
+  out->results.assign(keys.size(), Status::Ok());
+  out->exists.reserve(keys.size());
+  for (std::string_view key : keys) {
+    const ObjectEntry* e = store_->Find(key);
+    out->exists.push_back(e && e->second.readable ? 1 : 0);
+  }
+  return Status::Ok();
+}
+
+Status MasterService::BatchRemove(std::span<const std::string_view> keys, bool force,
+                                  KeyResults* out) {
+  out->Clear();
+  if (Status st = ValidateKeys(keys.size(), [&](size_t i) { return keys[i]; }); !st.ok()) {
+    return RejectBatch(st, keys.size(), &out->results);
+  }
+  out->results.reserve(keys.size());
+  const int64_t now = clock_->NowMs();
+  for (std::string_view key : keys) {
+    ObjectEntry* e = store_->Find(key);
+    if (!e) {
+      out->results.push_back(
+          Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored"));
+    } else if (!e->second.readable) {
+      out->results.push_back(Status(
+          ErrorCode::kReplicaNotReady,
+          "key '" + std::string(key) + "' is being written; remove it after the write ends"));
+    } else if (!force && e->second.lease_until_ms > now) {
+      out->results.push_back(
+          Status(ErrorCode::kObjectHasLease,
+                 "key '" + std::string(key) + "' is being read (lease for another " +
+                     std::to_string(e->second.lease_until_ms - now) + " ms); retry or use force"));
+    } else {
+      store_->RemoveObject(e);
+      out->results.push_back(Status::Ok());
+    }
+  }
+  return store_->FlushLog();
+}
+
+Result<uint64_t> MasterService::RemoveAll(bool force) {
+  const uint64_t removed = store_->ClearAll(force);
+  LOG(INFO) << "RemoveAll" << (force ? " (force)" : "") << " removed " << removed << " object(s)";
+  KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
+  return removed;
+}
+
+// Cursor: (bucket count at the scan's start, low 32 bits) << 32 | next bucket. A scan resumed
+// against another bucket count (the table grew) starts over and says so.
+Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) const {
+  out->keys.clear();
+  out->next_cursor = 0;
+  out->restarted = false;
+  if (limit == 0) limit = 1000;
+  const auto& objects = store_->objects();
+  const size_t buckets = objects.bucket_count();
+  size_t bucket = 0;
+  if (cursor != 0) {
+    if ((cursor >> 32) != (buckets & 0xffffffffu)) {
+      out->restarted = true;
+    } else {
+      bucket = cursor & 0xffffffffu;
+    }
+  }
+  while (bucket < buckets && out->keys.size() < limit) {
+    for (auto it = objects.begin(bucket); it != objects.end(bucket); ++it) {
+      const Object& o = it->second;
+      if (!o.readable) continue;
+      out->keys.push_back(ListedKey{it->first, o.size, std::string(store_->tags().Name(o.tag))});
+    }
+    ++bucket;
+  }
+  if (bucket < buckets) out->next_cursor = (uint64_t{buckets & 0xffffffffu} << 32) | bucket;
+  return Status::Ok();
+}
+
+std::optional<MasterService::SegmentView> MasterService::FindSegment(SegmentId id) const {
+  const Segment* s = store_->FindSegment(id);
+  if (!s) return std::nullopt;
+  return SegmentView{s->id, s->agent, s->endpoints};
+}
+
+std::optional<std::string> MasterService::SessionOf(std::string_view key) const {
+  const ObjectEntry* e = store_->Find(key);
+  if (!e) return std::nullopt;
+  return std::string(store_->tags().Name(e->second.tag));
+}
+
+bool MasterService::HasSessionTag(std::string_view session_id) const {
+  return store_->tags().Contains(session_id);
+}
+
+MasterStats MasterService::Stats() const {
+  MasterStats s = store_->stats();
+  s.bad_requests = bad_requests_;
+  return s;
+}
+
+void MasterService::CountBadRequest() { ++bad_requests_; }
+
+void MasterService::Tick() {
+  store_->ExpireAgents();
+  store_->ExpireWrites();
+  store_->ReleaseDiscarded();
+  store_->EvictByWatermark();
+  if (Status st = store_->FlushLog(); !st.ok()) LOG(ERROR) << st.ToString();
+}
+
+std::vector<events::KvEvent> MasterService::TakeEvents() { return store_->TakeEvents(); }
+
+}  // namespace kvagent::master

@@ -1,0 +1,316 @@
+// MetadataStore: the operation-log records, replay at start and the compacting snapshot.
+//
+// Record types (first byte of the payload; fields in order, see oplog.h for the encoding):
+//   1 agent        id u32, incarnation u64, name str
+//   2 segment      id u32, agent u32, index u32, size u64, endpoint count u32, endpoints str...
+//   3 agent gone   id u32 (its segments go with it)
+//   4 object       key str, size u64, session str, flags u8 (1 hard pin, 2 soft pin),
+//                  replicas per part u8, soft pin ttl ms u64, block metadata, replica count u32,
+//                  replicas (segment u32, part u32, offset u64, length u64)...
+//   5 removed      key str
+// Only committed state is logged: in-flight writes are not (their writers get OBJECT_NOT_FOUND
+// at End after a restart and retry). Leases and LRU order are not persistent.
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "kvagent/common/validate.h"
+#include "metadata_store.h"
+
+namespace kvagent::master {
+namespace {
+
+enum RecordType : uint8_t {
+  kAgentRecord = 1,
+  kSegmentRecord = 2,
+  kAgentGoneRecord = 3,
+  kObjectRecord = 4,
+  kRemovedRecord = 5,
+};
+
+void WriteHash(RecordWriter& w, const events::BlockHash& h) {
+  w.U64(h.bits);
+  w.U8(h.is_signed ? 1 : 0);
+}
+
+events::BlockHash ReadHash(RecordReader& r) {
+  events::BlockHash h;
+  h.bits = r.U64();
+  h.is_signed = r.U8() != 0;
+  return h;
+}
+
+void WriteMeta(RecordWriter& w, const StoredBlockMeta* m) {
+  w.U8(m ? 1 : 0);
+  if (!m) return;
+  w.U32(static_cast<uint32_t>(m->block_hashes.size()));
+  for (const auto& h : m->block_hashes) WriteHash(w, h);
+  w.U8(m->parent_block_hash ? 1 : 0);
+  if (m->parent_block_hash) WriteHash(w, *m->parent_block_hash);
+  w.U32(static_cast<uint32_t>(m->token_ids.size()));
+  for (uint32_t t : m->token_ids) w.U32(t);
+  w.U32(m->block_size);
+  w.U8(m->lora_name ? 1 : 0);
+  if (m->lora_name) w.Str(*m->lora_name);
+}
+
+std::unique_ptr<StoredBlockMeta> ReadMeta(RecordReader& r) {
+  if (r.U8() == 0) return nullptr;
+  auto m = std::make_unique<StoredBlockMeta>();
+  uint32_t n = r.U32();
+  for (uint32_t i = 0; i < n && r.ok(); ++i) m->block_hashes.push_back(ReadHash(r));
+  if (r.U8()) m->parent_block_hash = ReadHash(r);
+  n = r.U32();
+  for (uint32_t i = 0; i < n && r.ok(); ++i) m->token_ids.push_back(r.U32());
+  m->block_size = r.U32();
+  if (r.U8()) m->lora_name = std::string(r.Str());
+  return m;
+}
+
+}  // namespace
+
+void MetadataStore::LogAgent(const Agent& a) {
+  if (!ShouldLog()) return;
+  record_.clear();
+  RecordWriter w(&record_);
+  w.U8(kAgentRecord);
+  w.U32(a.id);
+  w.U64(a.incarnation);
+  w.Str(a.name);
+  AppendRecord();
+}
+
+void MetadataStore::LogSegment(const Segment& s) {
+  if (!ShouldLog()) return;
+  record_.clear();
+  RecordWriter w(&record_);
+  w.U8(kSegmentRecord);
+  w.U32(s.id);
+  w.U32(s.agent);
+  w.U32(s.index);
+  w.U64(s.allocator.size());
+  w.U32(static_cast<uint32_t>(s.endpoints.size()));
+  for (const auto& ep : s.endpoints) w.Str(ep);
+  AppendRecord();
+}
+
+void MetadataStore::LogAgentDropped(AgentId id) {
+  if (!ShouldLog()) return;
+  record_.clear();
+  RecordWriter w(&record_);
+  w.U8(kAgentGoneRecord);
+  w.U32(id);
+  AppendRecord();
+}
+
+void MetadataStore::LogObject(const ObjectEntry& e) {
+  if (!ShouldLog()) return;
+  const Object& o = e.second;
+  record_.clear();
+  RecordWriter w(&record_);
+  w.U8(kObjectRecord);
+  w.Str(e.first);
+  w.U64(o.size);
+  w.Str(tags_.Name(o.tag));
+  w.U8((o.hard_pin ? 1 : 0) | (o.soft_pin ? 2 : 0));
+  w.U8(o.replicas_per_part);
+  w.U64(static_cast<uint64_t>(std::max<int64_t>(0, o.soft_pin_until_ms - now())));
+  WriteMeta(w, o.meta.get());
+  w.U32(o.replica_total);
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    const Replica& r = o.replicas[i];
+    w.U32(r.segment_id);
+    w.U32(r.part);
+    w.U64(r.offset);
+    w.U64(r.length);
+  }
+  AppendRecord();
+}
+
+void MetadataStore::LogRemoved(std::string_view key) {
+  if (!ShouldLog()) return;
+  record_.clear();
+  RecordWriter w(&record_);
+  w.U8(kRemovedRecord);
+  w.Str(key);
+  AppendRecord();
+}
+
+Status MetadataStore::ApplyRecord(std::string_view payload) {
+  RecordReader r(payload);
+  const uint8_t type = r.U8();
+  switch (type) {
+    case kAgentRecord: {
+      Agent a;
+      a.id = r.U32();
+      a.incarnation = r.U64();
+      a.name = std::string(r.Str());
+      if (!r.ok()) break;
+      next_agent_id_ = std::max(next_agent_id_, a.id + 1);
+      agents_[a.id] = std::move(a);
+      return Status::Ok();
+    }
+    case kSegmentRecord: {
+      const SegmentId id = r.U32();
+      const AgentId agent = r.U32();
+      const uint32_t index = r.U32();
+      const uint64_t size = r.U64();
+      std::vector<std::string> endpoints(r.U32());
+      for (auto& ep : endpoints) ep = std::string(r.Str());
+      if (!r.ok()) break;
+      auto a = agents_.find(agent);
+      if (a == agents_.end()) return Status::Ok();  // agent gone: ignore
+      next_segment_id_ = std::max(next_segment_id_, id + 1);
+      auto it = segments_.find(id);
+      if (it != segments_.end()) {
+        it->second.endpoints = std::move(endpoints);
+      } else {
+        segments_.emplace(id,
+                          Segment{id, agent, index, std::move(endpoints), SegmentAllocator(size)});
+        a->second.segments.push_back(id);
+      }
+      return Status::Ok();
+    }
+    case kAgentGoneRecord: {
+      const AgentId id = r.U32();
+      if (!r.ok()) break;
+      auto a = agents_.find(id);
+      if (a != agents_.end()) {
+        for (SegmentId sid : a->second.segments) segments_.erase(sid);
+        agents_.erase(a);
+      }
+      return Status::Ok();
+    }
+    case kObjectRecord: {
+      const std::string_view key = r.Str();
+      Object o;
+      o.size = r.U64();
+      const std::string_view session = r.Str();
+      const uint8_t flags = r.U8();
+      o.hard_pin = flags & 1;
+      o.soft_pin = flags & 2;
+      o.replicas_per_part = r.U8();
+      const uint64_t soft_left = r.U64();
+      if (o.soft_pin) o.soft_pin_until_ms = now() + static_cast<int64_t>(soft_left);
+      o.meta = ReadMeta(r);
+      o.replica_total = r.U32();
+      if (!r.ok() || o.replica_total > payload.size()) break;
+      o.replicas = std::make_unique<Replica[]>(o.replica_total);
+      for (uint32_t i = 0; i < o.replica_total; ++i) {
+        Replica& rep = o.replicas[i];
+        rep.segment_id = r.U32();
+        rep.part = r.U32();
+        rep.offset = r.U64();
+        rep.length = r.U64();
+      }
+      if (!r.ok() || !IsValidUtf8(session)) break;
+      o.parts = o.replica_total ? o.replicas[o.replica_total - 1].part + 1 : 0;
+      o.readable = true;
+      if (auto it = objects_.find(key); it != objects_.end()) {
+        tags_.Release(it->second.tag);
+        objects_.erase(it);
+      }
+      o.tag = tags_.Acquire(session);
+      objects_.emplace(std::string(key), std::move(o));
+      return Status::Ok();
+    }
+    case kRemovedRecord: {
+      const std::string_view key = r.Str();
+      if (!r.ok()) break;
+      if (auto it = objects_.find(key); it != objects_.end()) {
+        tags_.Release(it->second.tag);
+        objects_.erase(it);
+      }
+      return Status::Ok();
+    }
+    default:
+      break;
+  }
+  return Internal("the operation log has a malformed record (type " + std::to_string(type) +
+                  "); move it aside to start empty, or restore a backup");
+}
+
+// Re-reserves every restored replica in its segment; replicas whose segment is gone (or that
+// overlap, which only a damaged log could produce) are dropped, and objects left without a
+// replica of some part with them.
+void MetadataStore::FinishRestore() {
+  std::vector<std::string> lost;
+  for (auto& [key, o] : objects_) {
+    uint32_t kept = 0;
+    std::vector<bool> part_alive(o.parts, false);
+    for (uint32_t i = 0; i < o.replica_total; ++i) {
+      const Replica& rep = o.replicas[i];
+      auto it = segments_.find(rep.segment_id);
+      if (it == segments_.end() || rep.part >= o.parts) continue;
+      if (!it->second.allocator.AllocateAt(rep.offset, rep.length)) continue;
+      part_alive[rep.part] = true;
+      o.replicas[kept++] = rep;
+    }
+    o.replica_total = kept;
+    if (o.parts == 0 ||
+        !std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; })) {
+      lost.push_back(key);
+    }
+  }
+  for (const auto& key : lost) {
+    auto it = objects_.find(key);
+    FreeReplicas(it->second);
+    tags_.Release(it->second.tag);
+    objects_.erase(it);
+  }
+  if (!lost.empty()) LOG(WARNING) << lost.size() << " restored object(s) lost their segments";
+  for (auto& entry : objects_) {
+    if (!entry.second.hard_pin) lru_.PushBack(&entry);
+  }
+  for (auto& [id, a] : agents_) a.last_seen_ms = now();  // one TTL to come back
+  RefreshPartBytes();
+}
+
+bool MetadataStore::ShouldLog() const {
+  return snapshot_sink_ != nullptr || (oplog_ && !restoring_);
+}
+
+void MetadataStore::AppendRecord() {
+  if (snapshot_sink_) {
+    (*snapshot_sink_)(record_);
+  } else {
+    oplog_->Append(record_);
+  }
+}
+
+void MetadataStore::WriteSnapshot() {
+  for (const auto& [id, a] : agents_) {
+    LogAgent(a);
+    for (SegmentId sid : a.segments) LogSegment(segments_.at(sid));
+  }
+  for (const auto& entry : objects_) LogObject(entry);
+}
+
+Status MetadataStore::Open() {
+  if (!options_.state_dir.empty()) {
+    auto log = OpLog::Open(options_.state_dir);
+    if (!log.ok()) return log.status();
+    oplog_ = std::move(log.value());
+    restoring_ = true;
+    auto count = oplog_->Replay([this](std::string_view p) { return ApplyRecord(p); });
+    if (!count.ok()) return count.status();
+    FinishRestore();
+    restoring_ = false;
+    // Compact: the new log is the restored state, written as fresh records.
+    KVAGENT_RETURN_IF_ERROR(
+        oplog_->Rewrite([this](const std::function<void(std::string_view)>& append) {
+          snapshot_sink_ = &append;
+          WriteSnapshot();
+          snapshot_sink_ = nullptr;
+        }));
+    LOG(INFO) << "restored " << objects_.size() << " object(s), " << agents_.size() << " agent(s), "
+              << segments_.size() << " segment(s) from " << oplog_->path() << " (" << count.value()
+              << " records)";
+  }
+  events_.emplace_back(events::AllBlocksCleared{});
+  ++counters_.events_emitted;
+  for (const auto& entry : objects_) EmitStored(entry);
+  return Status::Ok();
+}
+
+}  // namespace kvagent::master

@@ -1,0 +1,320 @@
+#include "metadata_store.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvagent::master {
+
+std::unique_ptr<StoredBlockMeta> StoredBlockMeta::From(const BlockMetaView& view) {
+  if (view.empty()) return nullptr;
+  auto m = std::make_unique<StoredBlockMeta>();
+  m->block_hashes.assign(view.block_hashes.begin(), view.block_hashes.end());
+  m->parent_block_hash = view.parent_block_hash;
+  m->token_ids.assign(view.token_ids.begin(), view.token_ids.end());
+  m->block_size = view.block_size;
+  if (view.lora_name) m->lora_name = std::string(*view.lora_name);
+  return m;
+}
+
+void ObjectList::PushBack(ObjectEntry* e) {
+  Object& o = e->second;
+  assert(!o.listed);
+  o.prev = tail;
+  o.next = nullptr;
+  if (tail) tail->second.next = e;
+  tail = e;
+  if (!head) head = e;
+  o.listed = true;
+  ++size;
+}
+
+void ObjectList::Remove(ObjectEntry* e) {
+  Object& o = e->second;
+  assert(o.listed);
+  if (o.prev) o.prev->second.next = o.next;
+  if (o.next) o.next->second.prev = o.prev;
+  if (head == e) head = o.next;
+  if (tail == e) tail = o.prev;
+  o.prev = o.next = nullptr;
+  o.listed = false;
+  --size;
+}
+
+MetadataStore::MetadataStore(const MasterOptions& options, const Clock* clock)
+    : options_(options), clock_(clock) {
+  RefreshPartBytes();
+}
+
+MetadataStore::~MetadataStore() { (void)FlushLog(); }
+
+// ---- events --------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<events::BlockHash> HashesOf(const ObjectEntry& e) {
+  if (e.second.meta) return e.second.meta->block_hashes;
+  std::vector<events::BlockHash> out;
+  if (auto h = events::BlockHashFromKey(e.first)) out.push_back(*h);
+  return out;
+}
+
+}  // namespace
+
+// object_key is always sent: it is the identity Mooncake-style indexers keep, and the only one
+// when neither the writer's metadata nor the key yield a hash.
+void MetadataStore::EmitStored(const ObjectEntry& e) {
+  if (restoring_) return;
+  events::BlockStored ev;
+  ev.block_hashes = HashesOf(e);
+  if (const StoredBlockMeta* m = e.second.meta.get()) {
+    ev.parent_block_hash = m->parent_block_hash;
+    ev.token_ids = m->token_ids;
+    ev.block_size = m->block_size;
+    ev.lora_name = m->lora_name;
+  }
+  if (e.second.tag != kUntagged) ev.session_id = std::string(tags_.Name(e.second.tag));
+  ev.object_key = e.first;
+  events_.emplace_back(std::move(ev));
+  ++counters_.events_emitted;
+}
+
+void MetadataStore::EmitRemoved(const ObjectEntry& e) {
+  if (restoring_) return;
+  events::BlockRemoved ev;
+  ev.block_hashes = HashesOf(e);
+  ev.object_key = e.first;
+  events_.emplace_back(std::move(ev));
+  ++counters_.events_emitted;
+}
+
+std::vector<events::KvEvent> MetadataStore::TakeEvents() {
+  std::vector<events::KvEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+Status MetadataStore::FlushLog() {
+  if (!oplog_) return Status::Ok();
+  counters_.oplog_records = oplog_->records_appended();
+  return oplog_->Flush();
+}
+
+// ---- agents and segments -------------------------------------------------------------------
+
+AgentId MetadataStore::AddAgent(std::string_view name, uint64_t incarnation) {
+  Agent a;
+  a.id = next_agent_id_++;
+  a.name = std::string(name);
+  a.incarnation = incarnation;
+  a.last_seen_ms = now();
+  LogAgent(a);
+  AgentId id = a.id;
+  agents_.emplace(id, std::move(a));
+  return id;
+}
+
+Agent* MetadataStore::FindAgent(AgentId id) {
+  auto it = agents_.find(id);
+  return it == agents_.end() ? nullptr : &it->second;
+}
+
+Agent* MetadataStore::FindAgentByName(std::string_view name) {
+  for (auto& [id, a] : agents_) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+void MetadataStore::RefreshPartBytes() {
+  live_segments_.clear();
+  uint64_t smallest = 0;
+  for (auto& [id, s] : segments_) {
+    live_segments_.push_back(&s);
+    if (smallest == 0 || s.allocator.size() < smallest) smallest = s.allocator.size();
+  }
+  part_bytes_ = options_.max_part_bytes;
+  if (smallest > 0) part_bytes_ = std::min(part_bytes_, smallest);
+  part_bytes_ = std::max<uint64_t>(part_bytes_, SegmentAllocator::kAlignment);
+}
+
+Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index, uint64_t size,
+                                                std::vector<std::string> endpoints) {
+  Agent* agent = FindAgent(agent_id);
+  if (!agent) {
+    return Status(ErrorCode::kAgentUnavailable,
+                  "agent " + std::to_string(agent_id) + " is not registered; register first");
+  }
+  for (SegmentId sid : agent->segments) {
+    Segment& s = segments_.at(sid);
+    if (s.index != index) continue;
+    if (s.allocator.size() != size / SegmentAllocator::kAlignment * SegmentAllocator::kAlignment) {
+      // A different pool under the same index: its content is unknown, start it empty.
+      DropAgent(agent_id);
+      return Status(ErrorCode::kAgentUnavailable,
+                    "segment " + std::to_string(index) + " of agent " + agent->name +
+                        " changed size; the agent was dropped: register again");
+    }
+    s.endpoints = std::move(endpoints);
+    uint64_t restored = 0;
+    for (const auto& [key, o] : objects_) {
+      for (uint32_t r = 0; r < o.replica_total; ++r) {
+        if (o.replicas[r].segment_id == sid) {
+          ++restored;
+          break;
+        }
+      }
+    }
+    LogSegment(s);
+    return MountResult{sid, restored};
+  }
+  if (size < SegmentAllocator::kAlignment) {
+    return InvalidParams("segment size " + std::to_string(size) + " is below the minimum of " +
+                         std::to_string(SegmentAllocator::kAlignment) + " bytes");
+  }
+  Segment s{next_segment_id_++, agent_id, index, std::move(endpoints), SegmentAllocator(size)};
+  SegmentId sid = s.id;
+  LogSegment(s);
+  segments_.emplace(sid, std::move(s));
+  agent->segments.push_back(sid);
+  RefreshPartBytes();
+  return MountResult{sid, 0};
+}
+
+const Segment* MetadataStore::FindSegment(SegmentId id) const {
+  auto it = segments_.find(id);
+  return it == segments_.end() ? nullptr : &it->second;
+}
+
+void MetadataStore::DropAgent(AgentId id) {
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return;
+  std::vector<SegmentId> dropped = it->second.segments;
+  LOG(WARNING) << "dropping agent " << it->second.name << " (id " << id << ", " << dropped.size()
+               << " segment(s)); its replicas are invalidated";
+  auto on_dropped = [&](SegmentId sid) {
+    return std::find(dropped.begin(), dropped.end(), sid) != dropped.end();
+  };
+  std::erase_if(discarded_, [&](const Discarded& d) { return on_dropped(d.replica.segment_id); });
+  std::vector<ObjectEntry*> lost_readable;
+  std::vector<ObjectEntry*> lost_writes;
+  for (auto& entry : objects_) {
+    Object& o = entry.second;
+    if (o.pending && o.pending->writer == id) {
+      lost_writes.push_back(&entry);
+      continue;
+    }
+    uint32_t kept = 0;
+    std::vector<bool> part_alive(o.parts, false);
+    for (uint32_t r = 0; r < o.replica_total; ++r) {
+      if (on_dropped(o.replicas[r].segment_id)) continue;
+      part_alive[o.replicas[r].part] = true;
+      o.replicas[kept++] = o.replicas[r];
+    }
+    if (kept == o.replica_total) continue;
+    o.replica_total = kept;
+    bool whole = std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; });
+    // The log needs no record for this: replicas in segments of a dropped agent are filtered
+    // out when it is replayed.
+    if (whole) continue;
+    (o.readable ? lost_readable : lost_writes).push_back(&entry);
+  }
+  for (SegmentId sid : dropped) segments_.erase(sid);
+  agents_.erase(it);
+  LogAgentDropped(id);
+  RefreshPartBytes();
+  // Freeing goes to segments that still exist only (FreeReplicas skips dropped ones).
+  for (ObjectEntry* e : lost_readable) RemoveObject(e);
+  for (ObjectEntry* e : lost_writes) AbortWrite(e, /*writer_may_still_write=*/false);
+  ++counters_.expired_agents;
+}
+
+// ---- allocation ----------------------------------------------------------------------------
+
+bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
+                                std::vector<Replica>* out) {
+  const size_t mark = out->size();
+  const uint64_t parts = size == 0 ? 1 : (size + part_bytes_ - 1) / part_bytes_;
+  AgentId used[256];
+  for (uint64_t p = 0; p < parts; ++p) {
+    const uint64_t len = std::min(part_bytes_, size - p * part_bytes_);
+    const uint64_t need = SegmentAllocator::Rounded(len);
+    int n_used = 0;
+    for (int r = 0; r < replicas_per_part; ++r) {
+      // The writer's own pool first (one local memcpy), then the pool with most free bytes,
+      // never two replicas of a part on one agent.
+      Segment* best = nullptr;
+      for (Segment* s : live_segments_) {
+        if (std::find(used, used + n_used, s->agent) != used + n_used) continue;
+        if (s->allocator.largest_free() < need) continue;
+        if (!best) {
+          best = s;
+          continue;
+        }
+        const bool s_own = s->agent == writer, b_own = best->agent == writer;
+        if (s_own != b_own ? s_own : s->allocator.free_bytes() > best->allocator.free_bytes()) {
+          best = s;
+        }
+      }
+      if (!best) break;
+      auto off = best->allocator.Allocate(len);
+      if (!off) break;
+      used[n_used++] = best->agent;
+      out->push_back(Replica{static_cast<uint32_t>(p), best->id, *off, len});
+    }
+    if (n_used == 0) {
+      for (size_t i = mark; i < out->size(); ++i) {
+        const Replica& r = (*out)[i];
+        segments_.at(r.segment_id).allocator.Free(r.offset, r.length);
+      }
+      out->resize(mark);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool MetadataStore::AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,
+                                     std::vector<Replica>* out) {
+  if (TryAllocate(writer, size, replicas_per_part, out)) return true;
+  // No room: evict down to the low watermark (and at least the bytes needed), retry once.
+  const uint64_t capacity = bytes_capacity();
+  const uint64_t used = bytes_used();
+  const uint64_t need = SegmentAllocator::Rounded(size);
+  if (need > capacity) return false;  // would not fit in an empty pool: evict nothing
+  uint64_t target = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
+  target = std::min(target, used > need ? used - need : 0);
+  if (EvictTo(target) == 0) return false;
+  return TryAllocate(writer, size, replicas_per_part, out);
+}
+
+uint64_t MetadataStore::bytes_used() const {
+  uint64_t u = 0;
+  for (const auto& [id, s] : segments_) u += s.allocator.used();
+  return u;
+}
+
+uint64_t MetadataStore::bytes_capacity() const {
+  uint64_t c = 0;
+  for (const auto& [id, s] : segments_) c += s.allocator.size();
+  return c;
+}
+
+void MetadataStore::FreeReplicas(const Object& o) {
+  for (uint32_t r = 0; r < o.replica_total; ++r) {
+    const Replica& rep = o.replicas[r];
+    auto it = segments_.find(rep.segment_id);
+    if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
+  }
+}
+
+void MetadataStore::SetReplicas(Object& o, uint64_t size, std::vector<Replica>* replicas) {
+  o.size = size;
+  o.replica_total = static_cast<uint32_t>(replicas->size());
+  o.replicas = std::make_unique<Replica[]>(replicas->size());
+  std::copy(replicas->begin(), replicas->end(), o.replicas.get());
+  o.parts = replicas->empty() ? 0 : replicas->back().part + 1;
+}
+
+}  // namespace kvagent::master

@@ -1,0 +1,240 @@
+// MetadataStore: the master's state and the one funnel through which it changes.
+//
+// Holds agents, their segments (with allocators), objects (with replicas, session tags, block
+// metadata, leases, pins) and the interned tag table. Its mutators are the only code that
+// changes that state; each one that changes what must survive a restart appends one record to
+// the operation log, and each transition of an object between readable and unreadable emits
+// its KV event here, so no path can forget either:
+//   readable   -> emitted BlockStored  (CommitWrite)
+//   unreadable -> emitted BlockRemoved (RemoveObject, BeginRewrite, DropAgent, ClearAll)
+// Invariant: the set of objects with `readable` equals the set announced by the event stream
+// (AllBlocksCleared at start, then Stored/Removed pairs), so an index fed by the stream equals
+// the key set at every quiet point.
+//
+// Private to master/: MasterService applies request policy on top of it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvagent/common/kv_event.h"
+#include "kvagent/master/oplog.h"
+#include "kvagent/master/segment_allocator.h"
+#include "kvagent/master/session_tags.h"
+#include "kvagent/master/types.h"
+
+namespace kvagent::master {
+
+struct StoredBlockMeta {
+  std::vector<events::BlockHash> block_hashes;
+  std::optional<events::BlockHash> parent_block_hash;
+  std::vector<uint32_t> token_ids;
+  uint32_t block_size = 0;
+  std::optional<std::string> lora_name;
+  // nullptr when `view` is empty: objects without metadata pay one null pointer.
+  static std::unique_ptr<StoredBlockMeta> From(const BlockMetaView& view);
+};
+
+// A replica of one part: where it lives (the same record the API returns).
+using Replica = Placement;
+
+// An in-flight Put or Upsert. Exists only between *Start and *End/*Revoke (or takeover).
+struct PendingWrite {
+  AgentId writer = kNoAgent;
+  int64_t started_ms = 0;
+  TagId tag = kUntagged;  // holds a reference; becomes the object's tag at commit (rule 3)
+  WriteOptions options;
+  std::unique_ptr<StoredBlockMeta> meta;
+};
+
+struct Object;
+using ObjectEntry = std::pair<const std::string, Object>;
+
+// One logical object. Its value is split into `parts` parts of at most part_bytes each; every
+// part has its own replicas (replicas[] is ordered by part). The parts are children of the
+// object, not separate map entries, so they share its tag and options by construction
+// (SEMANTICS rule 10). Their internal name, where one is needed (logs), is
+// key + '\xFF' + part index: 0xFF never occurs in valid UTF-8, so it cannot be a user key.
+struct Object {
+  uint64_t size = 0;
+  int64_t lease_until_ms = 0;
+  int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
+  ObjectEntry* prev = nullptr;    // links in the LRU list (readable) or the writing list
+  ObjectEntry* next = nullptr;
+  std::unique_ptr<Replica[]> replicas;
+  std::unique_ptr<StoredBlockMeta> meta;
+  std::unique_ptr<PendingWrite> pending;  // set exactly while the object is being written
+  uint32_t replica_total = 0;
+  uint32_t parts = 0;
+  TagId tag = kUntagged;  // committed tag; a reference is held while readable
+  uint8_t replicas_per_part = 1;
+  bool readable = false;
+  bool hard_pin = false;
+  bool soft_pin = false;
+  bool listed = false;  // in one of the intrusive lists
+};
+
+// Intrusive doubly linked list of objects (head = oldest).
+struct ObjectList {
+  ObjectEntry* head = nullptr;
+  ObjectEntry* tail = nullptr;
+  size_t size = 0;
+  void PushBack(ObjectEntry* e);
+  void Remove(ObjectEntry* e);
+};
+
+struct Segment {
+  SegmentId id = 0;
+  AgentId agent = kNoAgent;
+  uint32_t index = 0;
+  std::vector<std::string> endpoints;
+  SegmentAllocator allocator;
+};
+
+struct Agent {
+  AgentId id = kNoAgent;
+  std::string name;
+  uint64_t incarnation = 0;
+  int64_t last_seen_ms = 0;
+  std::vector<SegmentId> segments;
+};
+
+class MetadataStore {
+ public:
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using ObjectMap = std::unordered_map<std::string, Object, KeyHash, std::equal_to<>>;
+
+  MetadataStore(const MasterOptions& options, const Clock* clock);
+  ~MetadataStore();
+  MetadataStore(const MetadataStore&) = delete;
+  MetadataStore& operator=(const MetadataStore&) = delete;
+
+  // Replays DIR/master.oplog (when options.state_dir is set), compacts it, and announces the
+  // start: AllBlocksCleared, then BlockStored for every restored object.
+  Status Open();
+
+  // ---- agents and segments ----
+  AgentId AddAgent(std::string_view name, uint64_t incarnation);
+  Agent* FindAgent(AgentId id);
+  Agent* FindAgentByName(std::string_view name);
+  Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
+                                   std::vector<std::string> endpoints);
+  const Segment* FindSegment(SegmentId id) const;
+  // Drops an agent: its segments go, replicas in them are invalidated, objects left without
+  // a replica of some part are removed (BlockRemoved) and writes into them are aborted.
+  void DropAgent(AgentId id);
+
+  // ---- objects ----
+  ObjectEntry* Find(std::string_view key);
+  // Allocates replicas for a value of `size` bytes (eviction + one retry on no room). Returns
+  // false when not even one replica per part fits.
+  bool AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,
+                        std::vector<Replica>* out);
+  // Creates an object being written (not readable, no event, not persisted).
+  ObjectEntry* CreateWrite(std::string_view key, uint64_t size, std::vector<Replica>* replicas,
+                           std::unique_ptr<PendingWrite> pending);
+  // Starts rewriting a readable object (upsert): it becomes unreadable (BlockRemoved; the log
+  // records the removal since its bytes are about to change). `replicas` == nullptr: in place.
+  void BeginRewrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+                    std::unique_ptr<PendingWrite> pending);
+  // Takes over a timed-out write: its replicas are released only after the release timeout
+  // (the old writer may still be writing), then the new write starts in new replicas.
+  void TakeOverWrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+                     std::unique_ptr<PendingWrite> pending);
+  // Makes a written object readable: commits tag, metadata and options; BlockStored.
+  void CommitWrite(ObjectEntry* e);
+  // Abandons a write: frees its replicas now (delayed when `writer_may_still_write`) and
+  // erases the object. No event: it was not readable.
+  void AbortWrite(ObjectEntry* e, bool writer_may_still_write);
+  // Removes a readable object (remove, eviction): BlockRemoved, frees replicas, erases it.
+  void RemoveObject(ObjectEntry* e);
+  // Removes every readable object that is unleased (or all readable ones with `force`):
+  // AllBlocksCleared, then BlockStored for each readable survivor. Returns how many went.
+  uint64_t ClearAll(bool force);
+  // Read path: grants (extends) a lease and marks the object recently used.
+  void GrantLease(ObjectEntry* e, int64_t ttl_ms);
+
+  // ---- periodic work (MasterService::Tick) ----
+  void ExpireAgents();
+  void ExpireWrites();
+  void ReleaseDiscarded();
+  // Evicts unleased objects in LRU order (unpinned, then soft-pinned; never hard-pinned)
+  // until bytes used <= target. Returns objects evicted.
+  uint64_t EvictTo(uint64_t target_bytes_used);
+  void EvictByWatermark();
+
+  // ---- views ----
+  const ObjectMap& objects() const { return objects_; }
+  SessionTags& tags() { return tags_; }
+  const std::map<SegmentId, Segment>& segments() const { return segments_; }
+  uint64_t bytes_used() const;
+  uint64_t bytes_capacity() const;
+  MasterStats stats() const;
+  uint64_t part_bytes() const { return part_bytes_; }
+  int64_t now() const { return clock_->NowMs(); }
+  const MasterOptions& options() const { return options_; }
+
+  // Events emitted since the last call, in order.
+  std::vector<events::KvEvent> TakeEvents();
+  // Writes buffered log records out (end of every request).
+  Status FlushLog();
+
+ private:
+  struct Discarded {
+    Replica replica;
+    int64_t release_at_ms;
+  };
+  void EmitStored(const ObjectEntry& e);
+  void EmitRemoved(const ObjectEntry& e);
+  void FreeReplicas(const Object& o);
+  void SetReplicas(Object& o, uint64_t size, std::vector<Replica>* replicas);
+  void Erase(ObjectEntry* e);
+  void Unlist(ObjectEntry* e);
+  void RefreshPartBytes();
+  bool TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
+                   std::vector<Replica>* out);
+  // Operation log.
+  void LogAgent(const Agent& a);
+  void LogSegment(const Segment& s);
+  void LogAgentDropped(AgentId id);
+  void LogObject(const ObjectEntry& e);
+  void LogRemoved(std::string_view key);
+  Status ApplyRecord(std::string_view payload);
+  void FinishRestore();
+  void WriteSnapshot();
+  bool ShouldLog() const;
+  void AppendRecord();
+
+  MasterOptions options_;
+  const Clock* clock_;
+  std::map<AgentId, Agent> agents_;
+  std::map<SegmentId, Segment> segments_;
+  std::vector<Segment*> live_segments_;  // placement candidates
+  AgentId next_agent_id_ = 1;
+  SegmentId next_segment_id_ = 1;
+  uint64_t part_bytes_ = 0;
+  ObjectMap objects_;
+  ObjectList lru_;      // readable, not hard-pinned; head = least recently used
+  ObjectList writing_;  // being written; head = oldest start
+  SessionTags tags_;
+  std::vector<Discarded> discarded_;
+  std::vector<events::KvEvent> events_;
+  std::unique_ptr<OpLog> oplog_;
+  std::string record_;  // scratch for one log record
+  // While compacting: where records go instead of the live log.
+  const std::function<void(std::string_view)>* snapshot_sink_ = nullptr;
+  bool restoring_ = false;
+  MasterStats counters_;
+};
+
+}  // namespace kvagent::master

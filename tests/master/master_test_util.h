@@ -1,0 +1,163 @@
+// A small cluster around one MasterService for the master's tests: a manual clock, agents with
+// mounted segments, and helpers that turn vectors of strings into the service's span API.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/master/master_service.h"
+
+namespace kvagent::master::testing {
+
+inline std::vector<std::string_view> Views(const std::vector<std::string>& v) {
+  return {v.begin(), v.end()};
+}
+
+class Cluster {
+ public:
+  explicit Cluster(MasterOptions options = {}, int agents = 2, uint64_t segment_bytes = 1 << 20)
+      : options_(std::move(options)) {
+    Open();
+    for (int i = 0; i < agents; ++i) AddAgent("node-" + std::to_string(i), segment_bytes);
+  }
+
+  void Open() {
+    auto s = MasterService::Open(options_, &clock);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    svc = std::move(s.value());
+  }
+  // Simulates a master restart: the service goes away and a new one opens the same state dir.
+  void Restart() {
+    svc.reset();
+    Open();
+  }
+
+  AgentId AddAgent(const std::string& name, uint64_t segment_bytes, uint64_t incarnation = 1) {
+    auto id = svc->RegisterAgent(name, incarnation);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+    auto m = svc->MountSegment(id.value(), 0, segment_bytes, eps);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    agents.push_back(id.value());
+    return id.value();
+  }
+
+  PlacementBatch Start(AgentId agent, const std::vector<std::string>& keys,
+                       const std::vector<uint64_t>& sizes,
+                       const std::vector<std::string>& sessions = {}, WriteOptions options = {},
+                       bool upsert = false, const std::vector<BlockMetaView>& blocks = {}) {
+    auto k = Views(keys);
+    auto s = Views(sessions);
+    WriteStartRequest r;
+    r.agent = agent;
+    r.keys = k;
+    r.sizes = sizes;
+    r.session_ids = s;
+    r.blocks = blocks;
+    r.options = options;
+    PlacementBatch out;
+    last_status = upsert ? svc->BatchUpsertStart(r, &out) : svc->BatchPutStart(r, &out);
+    return out;
+  }
+  KeyResults End(AgentId agent, const std::vector<std::string>& keys) {
+    auto k = Views(keys);
+    KeyResults out;
+    last_status = svc->BatchPutEnd(agent, k, &out);
+    return out;
+  }
+  KeyResults Revoke(AgentId agent, const std::vector<std::string>& keys) {
+    auto k = Views(keys);
+    KeyResults out;
+    last_status = svc->BatchPutRevoke(agent, k, &out);
+    return out;
+  }
+  // Start + End, asserting success.
+  void Put(AgentId agent, const std::vector<std::string>& keys, uint64_t size,
+           const std::vector<std::string>& sessions = {}, WriteOptions options = {}) {
+    auto p = Start(agent, keys, std::vector<uint64_t>(keys.size(), size), sessions, options);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(p.results[i].ok()) << keys[i] << ": " << p.results[i].ToString();
+    }
+    auto e = End(agent, keys);
+    for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(e.results[i].ok());
+  }
+  PlacementBatch Get(const std::vector<std::string>& keys) {
+    auto k = Views(keys);
+    PlacementBatch out;
+    last_status = svc->BatchGet(k, &out);
+    return out;
+  }
+  KeyResults Remove(const std::vector<std::string>& keys, bool force = false) {
+    auto k = Views(keys);
+    KeyResults out;
+    last_status = svc->BatchRemove(k, force, &out);
+    return out;
+  }
+  bool Exists(const std::string& key) {
+    std::vector<std::string_view> k = {key};
+    KeyResults out;
+    EXPECT_TRUE(svc->BatchExist(k, &out).ok());
+    return out.exists.at(0) != 0;
+  }
+  std::vector<events::KvEvent> Events() { return svc->TakeEvents(); }
+
+  ManualClock clock;
+  std::unique_ptr<MasterService> svc;
+  std::vector<AgentId> agents;
+  Status last_status;
+
+ private:
+  MasterOptions options_;
+};
+
+inline const events::BlockStored& AsStored(const events::KvEvent& e) {
+  return std::get<events::BlockStored>(e);
+}
+inline const events::BlockRemoved& AsRemoved(const events::KvEvent& e) {
+  return std::get<events::BlockRemoved>(e);
+}
+inline bool IsCleared(const events::KvEvent& e) {
+  return std::holds_alternative<events::AllBlocksCleared>(e);
+}
+
+// An index fed only by the event stream, as a KV-aware router keeps it (by object_key).
+class StreamIndex {
+ public:
+  void Apply(const std::vector<events::KvEvent>& evs) {
+    for (const auto& e : evs) {
+      if (IsCleared(e)) {
+        keys_.clear();
+      } else if (auto* s = std::get_if<events::BlockStored>(&e)) {
+        keys_[s->object_key.value_or("")] = s->session_id.value_or("");
+      } else {
+        keys_.erase(AsRemoved(e).object_key.value_or(""));
+      }
+    }
+  }
+  const std::map<std::string, std::string>& keys() const { return keys_; }
+
+ private:
+  std::map<std::string, std::string> keys_;
+};
+
+// The master's readable key set with tags, through ListKeys.
+inline std::map<std::string, std::string> ListAll(const MasterService& svc) {
+  std::map<std::string, std::string> out;
+  uint64_t cursor = 0;
+  do {
+    ListPage page;
+    EXPECT_TRUE(svc.ListKeys(cursor, 7, &page).ok());
+    if (page.restarted) out.clear();
+    for (auto& k : page.keys) out[k.key] = k.session_id;
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  return out;
+}
+
+}  // namespace kvagent::master::testing
