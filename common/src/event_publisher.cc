@@ -1,0 +1,403 @@
+// EventPublisher: callers enqueue, one thread owns the PUB and ROUTER sockets.
+//
+// Hand-off. Producers append to `incoming_` under `mu_` (process-private memory, so a mutex is
+// fine) and write the eventfd only when they found `incoming_` empty. The thread reads the
+// eventfd *before* it swaps `incoming_` out, so an item appended after the swap always finds
+// the vector empty and wakes the thread again; an item appended between the read and the swap
+// is taken by that swap and costs at most one spurious wake-up. The eventfd sits in the same
+// zmq_poll as the ROUTER, so one wait covers new events and replay requests.
+//
+// Overflow. At most queue_capacity items (events or encoded payloads) wait in `incoming_`.
+// What does not fit is dropped and counted, and a drop marker takes its place in the queue:
+// when the thread reaches the marker it closes the batch it was building and skips one seq,
+// so every subscriber sees the loss as a gap right where it happened. Consecutive drops share
+// one marker (one skipped seq per run of losses).
+//
+// Retention. The last replay_batches payloads live in a ring owned by the thread; a slot's old
+// string is recycled as the next payload buffer, so steady state allocates nothing per batch.
+#include "kvagent/common/event_publisher.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include <glog/logging.h>
+
+#include <zmq.hpp>
+
+#include "event_socket.h"
+
+namespace kvagent::events {
+namespace {
+
+// An eventfd that the publisher thread polls next to its ROUTER socket.
+class WakeFd {
+ public:
+  WakeFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~WakeFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  void Notify() {
+    const uint64_t one = 1;
+    // EAGAIN only when the counter is about to overflow: the thread is awake anyway.
+    [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof one);
+  }
+  void Drain() {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t n = read(fd_, &count, sizeof count);
+  }
+
+ private:
+  int fd_;
+};
+
+struct EncodedPayload {
+  std::string payload;
+};
+struct DropMarker {};  // one skipped seq
+using QueuedItem = std::variant<KvEvent, EncodedPayload, DropMarker>;
+
+struct RetainedBatch {
+  uint64_t seq = 0;
+  std::string payload;
+};
+
+// Replay requests served per wake-up before live batches get their turn again.
+constexpr int kReplayRequestsPerRound = 16;
+// A replay request is `[identity, b"", start_seq]`; anything longer is malformed.
+constexpr size_t kMaxReplayRequestFrames = 3;
+constexpr int64_t kMaxReplayRequestBytes = 4096;
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+class EventPublisher::Thread {
+ public:
+  explicit Thread(EventPublisherOptions options) : options_(std::move(options)) {
+    if (options_.queue_capacity == 0) options_.queue_capacity = 1;
+    if (options_.max_batch_events == 0) options_.max_batch_events = 1;
+  }
+
+  ~Thread() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.Notify();
+    thread_.join();
+  }
+
+  // Starts the thread, which creates and binds the sockets; returns the bind result.
+  Status Start() {
+    if (!wake_.ok()) return Internal(std::string("eventfd failed: ") + std::strerror(errno));
+    std::promise<Status> bound;
+    std::future<Status> result = bound.get_future();
+    thread_ = std::thread([this, &bound] { Run(&bound); });
+    Status status = result.get();
+    if (!status.ok()) thread_.join();
+    return status;
+  }
+
+  void Enqueue(std::vector<KvEvent>&& events) {
+    if (events.empty()) return;
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wake = incoming_.empty();
+      const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
+      const size_t taken = std::min(room, events.size());
+      for (size_t i = 0; i < taken; ++i) incoming_.emplace_back(std::move(events[i]));
+      queued_ += taken;
+      submitted_ += taken;
+      if (taken < events.size()) RecordDropLocked(events.size() - taken);
+    }
+    if (wake) wake_.Notify();
+  }
+
+  void Enqueue(KvEvent&& event) { EnqueueOne(QueuedItem(std::move(event))); }
+  void Enqueue(EncodedPayload&& payload) { EnqueueOne(QueuedItem(std::move(payload))); }
+
+  void Flush() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t target = submitted_;
+    flushed_.wait(lock, [&] { return completed_ >= target; });
+  }
+
+  std::string endpoint() const { return endpoint_; }
+  std::string replay_endpoint() const { return replay_endpoint_; }
+
+  EventPublisherStats stats() const {
+    EventPublisherStats s;
+    s.next_seq = next_seq_.load(std::memory_order_relaxed);
+    s.published_batches = published_batches_.load(std::memory_order_relaxed);
+    s.published_events = published_events_.load(std::memory_order_relaxed);
+    s.dropped_batches = dropped_batches_.load(std::memory_order_relaxed);
+    s.replay_requests = replay_requests_.load(std::memory_order_relaxed);
+    s.bad_replay_requests = bad_replay_requests_.load(std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu_);
+    s.dropped_events = dropped_events_;
+    return s;
+  }
+
+ private:
+  void EnqueueOne(QueuedItem&& item) {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wake = incoming_.empty();
+      if (queued_ >= options_.queue_capacity) {
+        RecordDropLocked(std::holds_alternative<KvEvent>(item) ? 1 : 0);
+      } else {
+        incoming_.push_back(std::move(item));
+        ++queued_;
+        ++submitted_;
+      }
+    }
+    if (wake) wake_.Notify();
+  }
+
+  // Counts `events` lost and makes sure a drop marker follows what is queued.
+  void RecordDropLocked(size_t events) {
+    dropped_events_ += events;
+    if (!incoming_.empty() && std::holds_alternative<DropMarker>(incoming_.back())) return;
+    incoming_.emplace_back(DropMarker{});
+    ++submitted_;
+  }
+
+  // ---- the publisher thread ------------------------------------------------------------------
+
+  Status BindSockets(zmq::socket_t& pub, zmq::socket_t& router) {
+    pub.set(zmq::sockopt::sndhwm, options_.sndhwm);
+    pub.set(zmq::sockopt::linger, 0);
+    KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, options_.endpoint, "event PUB"));
+    endpoint_ = pub.get(zmq::sockopt::last_endpoint);
+    if (options_.replay_endpoint.empty()) return Status::Ok();
+    // A replay answers with up to replay_batches messages at once; below that high-water mark
+    // the ROUTER would silently drop the tail of a long replay.
+    const size_t hwm = std::min<size_t>(2 * (options_.replay_batches + 1), 1 << 30);
+    router.set(zmq::sockopt::sndhwm, static_cast<int>(hwm));
+    router.set(zmq::sockopt::linger, 0);
+    router.set(zmq::sockopt::maxmsgsize, kMaxReplayRequestBytes);
+    KVAGENT_RETURN_IF_ERROR(
+        BindEventSocket(router, options_.replay_endpoint, "event replay ROUTER"));
+    replay_endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    return Status::Ok();
+  }
+
+  void Run(std::promise<Status>* bound) {
+    zmq::context_t context(1);
+    zmq::socket_t pub(context, zmq::socket_type::pub);
+    zmq::socket_t router(context, zmq::socket_type::router);
+    Status status = BindSockets(pub, router);
+    const bool serve_replay = status.ok() && !options_.replay_endpoint.empty();
+    bound->set_value(status);  // `bound` dies with Start(): not touched again
+    if (!status.ok()) return;
+    if (serve_replay) ring_.reserve(std::min<size_t>(options_.replay_batches, 1024));
+
+    std::vector<QueuedItem> work;
+    zmq::pollitem_t items[2] = {{nullptr, wake_.fd(), ZMQ_POLLIN, 0},
+                                {router.handle(), 0, ZMQ_POLLIN, 0}};
+    // busy: the last round found work, so look again without sleeping (more may have arrived
+    // while we sent, and after a stop request nobody will write the eventfd again).
+    bool busy = false;
+    while (true) {
+      try {
+        zmq::poll(items, serve_replay ? 2 : 1, std::chrono::milliseconds(busy ? 0 : -1));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        LOG(ERROR) << "event publisher: zmq_poll failed: " << e.what() << "; stopping";
+        break;
+      }
+      if (items[0].revents & ZMQ_POLLIN) wake_.Drain();
+      if (serve_replay && (items[1].revents & ZMQ_POLLIN)) ServeReplay(router);
+      bool stop = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        work.swap(incoming_);
+        queued_ = 0;
+        stop = stopping_;
+      }
+      busy = !work.empty();
+      if (!busy) {
+        if (stop) break;  // everything queued before the stop request has been sent
+        continue;
+      }
+      Publish(pub, work, serve_replay);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        completed_ += work.size();
+      }
+      work.clear();
+      flushed_.notify_all();
+    }
+  }
+
+  // Turns the queued items into batches: events are grouped up to max_batch_events and
+  // max_batch_bytes; an encoded payload or a drop marker closes the batch being built.
+  void Publish(zmq::socket_t& pub, std::vector<QueuedItem>& work, bool retain) {
+    for (QueuedItem& item : work) {
+      if (auto* event = std::get_if<KvEvent>(&item)) {
+        builder_.Add(*event);
+        if (builder_.event_count() > 1 && builder_.payload_bound() > options_.max_batch_bytes) {
+          builder_.RemoveLast();
+          SendBuilt(pub, retain);
+          builder_.Add(*event);
+        }
+        if (builder_.event_count() >= options_.max_batch_events ||
+            builder_.payload_bound() >= options_.max_batch_bytes) {
+          SendBuilt(pub, retain);
+        }
+      } else if (auto* encoded = std::get_if<EncodedPayload>(&item)) {
+        SendBuilt(pub, retain);
+        payload_.swap(encoded->payload);
+        SendPayload(pub, retain, 0);
+      } else {
+        SendBuilt(pub, retain);
+        next_seq_.fetch_add(1, std::memory_order_relaxed);
+        dropped_batches_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    SendBuilt(pub, retain);
+  }
+
+  void SendBuilt(zmq::socket_t& pub, bool retain) {
+    if (builder_.empty()) return;
+    const size_t events = builder_.event_count();
+    builder_.Finish(NowSeconds(), options_.dp_rank, &payload_);
+    SendPayload(pub, retain, events);
+  }
+
+  // Sends payload_ with the next seq, then moves it into the replay ring.
+  void SendPayload(zmq::socket_t& pub, bool retain, size_t events) {
+    const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+    const std::string seq_frame = EncodeSeq(seq);
+    if (!(SendFrame(pub, options_.topic, true) && SendFrame(pub, seq_frame, true) &&
+          SendFrame(pub, payload_, false))) {
+      LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
+    }
+    next_seq_.store(seq + 1, std::memory_order_relaxed);
+    published_batches_.fetch_add(1, std::memory_order_relaxed);
+    published_events_.fetch_add(events, std::memory_order_relaxed);
+    if (retain && options_.replay_batches > 0) Retain(seq);
+    payload_.clear();
+  }
+
+  void Retain(uint64_t seq) {
+    if (ring_.size() < options_.replay_batches) {
+      ring_.push_back(RetainedBatch{seq, std::move(payload_)});
+      payload_ = std::string();
+      return;
+    }
+    RetainedBatch& oldest = ring_[ring_head_];
+    oldest.seq = seq;
+    oldest.payload.swap(payload_);  // payload_ now recycles the evicted buffer
+    ring_head_ = (ring_head_ + 1) % ring_.size();
+  }
+
+  void ServeReplay(zmq::socket_t& router) {
+    std::vector<zmq::message_t> parts;
+    for (int served = 0; served < kReplayRequestsPerRound; ++served) {
+      bool too_many = false;
+      if (!ReceiveMultipart(router, kMaxReplayRequestFrames, &parts, &too_many)) return;
+      std::optional<uint64_t> start;
+      if (!too_many && parts.size() == 3 && parts[1].size() == 0)
+        start = DecodeSeq(FrameView(parts[2]));
+      if (!start) {
+        bad_replay_requests_.fetch_add(1, std::memory_order_relaxed);
+        LOG_EVERY_N(WARNING, 100) << "event publisher: ignored a malformed replay request ("
+                                  << parts.size() << " frames); expected [b\"\", start_seq(8)]";
+        continue;
+      }
+      replay_requests_.fetch_add(1, std::memory_order_relaxed);
+      const std::string_view identity = FrameView(parts[0]);
+      for (size_t i = 0; i < ring_.size(); ++i) {
+        const RetainedBatch& b = ring_[(ring_head_ + i) % ring_.size()];
+        if (b.seq >= *start) SendReplayMessage(router, identity, EncodeSeq(b.seq), b.payload);
+      }
+      // The end marker: empty topic, seq ff*8, empty payload.
+      SendReplayMessage(router, identity, EncodeSeq(kReplayEndSeq), "", "");
+    }
+  }
+
+  // `[identity, b"", topic, seq, payload]`: the vLLM >= 0.26 layout (DEALER sees 4 frames).
+  void SendReplayMessage(zmq::socket_t& router, std::string_view identity,
+                         std::string_view seq_frame, std::string_view payload,
+                         std::optional<std::string_view> topic = std::nullopt) {
+    const bool sent = SendFrame(router, identity, true) && SendFrame(router, "", true) &&
+                      SendFrame(router, topic.value_or(options_.topic), true) &&
+                      SendFrame(router, seq_frame, true) && SendFrame(router, payload, false);
+    if (!sent) {
+      LOG_EVERY_N(WARNING, 1000) << "event publisher: a replay reply was not queued";
+    }
+  }
+
+  EventPublisherOptions options_;
+  WakeFd wake_;
+  std::thread thread_;
+  std::string endpoint_;         // written by the thread before Start() returns
+  std::string replay_endpoint_;  // idem
+
+  // Shared between callers and the thread, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable flushed_;
+  std::vector<QueuedItem> incoming_;
+  size_t queued_ = 0;       // events and payloads in incoming_ (drop markers not counted)
+  uint64_t submitted_ = 0;  // items ever appended to incoming_
+  uint64_t completed_ = 0;  // items the thread has sent or dropped
+  uint64_t dropped_events_ = 0;
+  bool stopping_ = false;
+
+  // Owned by the thread; the atomics are read by stats().
+  EventBatchBuilder builder_;
+  std::string payload_;
+  std::vector<RetainedBatch> ring_;  // oldest at ring_head_ once full
+  size_t ring_head_ = 0;
+  std::atomic<uint64_t> next_seq_{0};
+  std::atomic<uint64_t> published_batches_{0};
+  std::atomic<uint64_t> published_events_{0};
+  std::atomic<uint64_t> dropped_batches_{0};
+  std::atomic<uint64_t> replay_requests_{0};
+  std::atomic<uint64_t> bad_replay_requests_{0};
+};
+
+Result<std::unique_ptr<EventPublisher>> EventPublisher::Start(EventPublisherOptions options) {
+  if (options.endpoint.empty()) {
+    return InvalidParams("event publisher: no PUB endpoint; set e.g. tcp://*:5557");
+  }
+  auto thread = std::make_unique<Thread>(std::move(options));
+  KVAGENT_RETURN_IF_ERROR(thread->Start());
+  return std::unique_ptr<EventPublisher>(new EventPublisher(std::move(thread)));
+}
+
+EventPublisher::EventPublisher(std::unique_ptr<Thread> thread) : thread_(std::move(thread)) {}
+EventPublisher::~EventPublisher() = default;
+
+void EventPublisher::Publish(std::vector<KvEvent> events) { thread_->Enqueue(std::move(events)); }
+void EventPublisher::Publish(KvEvent event) { thread_->Enqueue(std::move(event)); }
+void EventPublisher::PublishEncoded(std::string payload) {
+  thread_->Enqueue(EncodedPayload{std::move(payload)});
+}
+void EventPublisher::Flush() { thread_->Flush(); }
+std::string EventPublisher::endpoint() const { return thread_->endpoint(); }
+std::string EventPublisher::replay_endpoint() const { return thread_->replay_endpoint(); }
+EventPublisherStats EventPublisher::stats() const { return thread_->stats(); }
+
+}  // namespace kvagent::events

@@ -1,0 +1,269 @@
+// EventPublisher against EVENTS.md "Transport", observed with plain cppzmq sockets.
+#include "kvagent/common/event_publisher.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "event_test_support.h"
+
+namespace kvagent::events {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Frames;
+
+std::unique_ptr<EventPublisher> StartPublisher(EventPublisherOptions options) {
+  auto publisher = EventPublisher::Start(std::move(options));
+  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
+  return publisher.ok() ? std::move(*publisher) : nullptr;
+}
+
+EventPublisherOptions TcpOptions() {
+  EventPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:0";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  return o;
+}
+
+// Checks `replies` is [b"", topic, seq, payload] for seqs first..last, then the end marker.
+void ExpectReplay(const std::vector<Frames>& replies, uint64_t first, uint64_t last,
+                  const std::string& topic = "") {
+  ASSERT_EQ(replies.size(), last - first + 2) << "batches plus the end marker";
+  for (uint64_t seq = first; seq <= last; ++seq) {
+    const Frames& f = replies[seq - first];
+    ASSERT_EQ(f.size(), 4u) << "seq " << seq;
+    EXPECT_EQ(f[0], "");
+    EXPECT_EQ(f[1], topic);
+    EXPECT_EQ(DecodeSeq(f[2]), seq);
+    auto batch = DecodeEventBatch(f[3]);
+    EXPECT_TRUE(batch.ok()) << batch.status().ToString();
+  }
+  EXPECT_TRUE(testing::IsEndMarker(replies.back()));
+}
+
+TEST(EventPublisher, EndpointsReportTheBoundTcpPorts) {
+  auto publisher = StartPublisher(TcpOptions());
+  ASSERT_TRUE(publisher);
+  EXPECT_EQ(publisher->endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << publisher->endpoint();
+  EXPECT_NE(publisher->endpoint(), "tcp://127.0.0.1:0");
+  EXPECT_NE(publisher->replay_endpoint(), "tcp://127.0.0.1:*");
+  EXPECT_NE(publisher->endpoint(), publisher->replay_endpoint());
+}
+
+TEST(EventPublisher, LiveBatchesAreThreeFramesWithContiguousSeqFromZero) {
+  EventPublisherOptions o = TcpOptions();
+  o.topic = "kv@node-1";
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  testing::RawSubscriber sub(publisher->endpoint());
+  const std::optional<uint64_t> first = testing::WarmUp(*publisher, sub);
+  ASSERT_TRUE(first);
+  const uint64_t warm = publisher->stats().next_seq;
+  for (uint64_t i = 0; i < 40; ++i) {
+    publisher->Publish(testing::StoredEvent(i));
+    publisher->Flush();  // one batch per event
+  }
+  const uint64_t total = publisher->stats().next_seq;
+  EXPECT_EQ(total, warm + 40);
+  for (uint64_t seq = *first + 1; seq < total; ++seq) {
+    auto frames = sub.Receive(10s);
+    ASSERT_TRUE(frames) << "seq " << seq << " never arrived";
+    ASSERT_EQ(frames->size(), 3u);
+    EXPECT_EQ((*frames)[0], "kv@node-1");
+    ASSERT_EQ((*frames)[1].size(), 8u);
+    EXPECT_EQ(DecodeSeq((*frames)[1]), seq);
+    EXPECT_TRUE(DecodeEventBatch((*frames)[2]).ok());
+  }
+  // The history the SUB joined too late for is in the replay ring, starting at 0.
+  ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 0, total - 1,
+               "kv@node-1");
+  EXPECT_EQ(publisher->stats().published_batches, total);
+  EXPECT_EQ(publisher->stats().replay_requests, 1u);
+}
+
+TEST(EventPublisher, ReplayFromASeqOlderThanRetainedReturnsWhatIsKept) {
+  EventPublisherOptions o = TcpOptions();
+  o.replay_batches = 5;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  for (uint64_t i = 0; i < 12; ++i) {
+    publisher->Publish(testing::StoredEvent(i));
+    publisher->Flush();
+  }
+  ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 7, 11);
+  ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 9), 9, 11);
+}
+
+TEST(EventPublisher, ReplayFromBeyondTheNewestSeqReturnsOnlyTheEndMarker) {
+  auto publisher = StartPublisher(TcpOptions());
+  ASSERT_TRUE(publisher);
+  publisher->Publish(testing::StoredEvent(1));
+  publisher->Flush();
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 1);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_TRUE(testing::IsEndMarker(replies[0]));
+}
+
+TEST(EventPublisher, MalformedReplayRequestsAreIgnoredAndServingGoesOn) {
+  auto publisher = StartPublisher(TcpOptions());
+  ASSERT_TRUE(publisher);
+  publisher->Publish(testing::StoredEvent(1));
+  publisher->Flush();
+  const std::string ep = publisher->replay_endpoint();
+  // No delimiter, a 3-byte seq, an extra frame, a non-empty delimiter: no answer to any.
+  for (const Frames& bad : {Frames{EncodeSeq(0)}, Frames{"", "abc"}, Frames{"", EncodeSeq(0), "x"},
+                            Frames{"junk", EncodeSeq(0)}}) {
+    EXPECT_TRUE(testing::RequestReplay(ep, bad, 300ms).empty());
+  }
+  ExpectReplay(testing::RequestReplayFrom(ep, 0), 0, 0);
+  EXPECT_EQ(publisher->stats().bad_replay_requests, 4u);
+  EXPECT_EQ(publisher->stats().replay_requests, 1u);
+}
+
+TEST(EventPublisher, QueueOverflowDropsAndSkipsOneSeq) {
+  EventPublisherOptions o = TcpOptions();
+  o.queue_capacity = 4;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  std::vector<KvEvent> burst;
+  for (uint64_t i = 0; i < 10; ++i) burst.push_back(testing::StoredEvent(i));
+  publisher->Publish(std::move(burst));  // 4 fit, 6 are dropped
+  publisher->Publish(testing::StoredEvent(99));
+  publisher->Flush();
+  const EventPublisherStats s = publisher->stats();
+  EXPECT_EQ(s.dropped_events, 6u);
+  EXPECT_EQ(s.dropped_batches, 1u);
+  EXPECT_EQ(s.next_seq, 3u);
+  EXPECT_EQ(s.published_events, 5u);
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(DecodeSeq(replies[0][2]), 0u);
+  EXPECT_EQ(DecodeEventBatch(replies[0][3])->events.size(), 4u);
+  EXPECT_EQ(DecodeSeq(replies[1][2]), 2u) << "seq 1 stands for the dropped events";
+  EXPECT_TRUE(testing::IsEndMarker(replies[2]));
+}
+
+TEST(EventPublisher, BatchesHoldAtMostMaxBatchEventsAndKeepOrder) {
+  EventPublisherOptions o = TcpOptions();
+  o.max_batch_events = 3;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  std::vector<KvEvent> events;
+  for (uint64_t i = 0; i < 10; ++i) events.push_back(testing::StoredEvent(i));
+  publisher->Publish(std::move(events));
+  publisher->Flush();
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
+  ASSERT_EQ(replies.size(), 5u);  // 3 + 3 + 3 + 1, then the end marker
+  uint64_t next_hash = 0;
+  for (size_t b = 0; b < 4; ++b) {
+    auto batch = DecodeEventBatch(replies[b][3]);
+    ASSERT_TRUE(batch.ok());
+    EXPECT_EQ(batch->events.size(), b < 3 ? 3u : 1u);
+    EXPECT_EQ(batch->dp_rank, 0);
+    for (const KvEvent& e : batch->events) {
+      EXPECT_EQ(std::get<BlockStored>(e).block_hashes[0].bits, next_hash++);
+    }
+  }
+}
+
+TEST(EventPublisher, BatchesStayUnderMaxBatchBytesUnlessOneEventIsLarger) {
+  EventPublisherOptions o = TcpOptions();
+  o.max_batch_bytes = 1200;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  std::vector<KvEvent> events;
+  for (uint64_t i = 0; i < 20; ++i) events.push_back(testing::StoredEvent(i, 100));  // ~250 B
+  events.push_back(testing::StoredEvent(20, 2000));                                  // > limit
+  publisher->Publish(std::move(events));
+  publisher->Flush();
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
+  ASSERT_GE(replies.size(), 6u);
+  size_t events_seen = 0;
+  for (size_t i = 0; i + 1 < replies.size(); ++i) {
+    const auto batch = DecodeEventBatch(replies[i][3]);
+    ASSERT_TRUE(batch.ok());
+    events_seen += batch->events.size();
+    if (batch->events.size() > 1) {
+      EXPECT_LE(replies[i][3].size(), 1200u);
+    }
+  }
+  EXPECT_EQ(events_seen, 21u);
+  EXPECT_GT(replies[replies.size() - 2][3].size(), 1200u) << "the big event goes alone";
+}
+
+TEST(EventPublisher, PublishEncodedGoesOutUnchangedAsItsOwnBatch) {
+  auto publisher = StartPublisher(TcpOptions());
+  ASSERT_TRUE(publisher);
+  const std::string relayed =
+      EncodeEventBatch(EventBatch{1732900000.0, {AllBlocksCleared{}}, std::nullopt});
+  publisher->Publish(testing::StoredEvent(1));
+  publisher->PublishEncoded(relayed);
+  publisher->Publish(testing::StoredEvent(2));
+  publisher->Flush();
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
+  ASSERT_EQ(replies.size(), 4u);
+  EXPECT_EQ(replies[1][3], relayed);
+  EXPECT_EQ(DecodeSeq(replies[2][2]), 2u);
+}
+
+TEST(EventPublisher, ConcurrentPublishersLoseNothingAndSeqStaysContiguous) {
+  auto publisher = StartPublisher(TcpOptions());
+  ASSERT_TRUE(publisher);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&publisher, t] {
+      for (uint64_t i = 0; i < 5000; ++i) publisher->Publish(testing::StoredEvent(t * 10000 + i));
+    });
+  }
+  for (auto& th : threads) th.join();
+  publisher->Flush();
+  const EventPublisherStats s = publisher->stats();
+  EXPECT_EQ(s.published_events, 20000u);
+  EXPECT_EQ(s.dropped_events, 0u);
+  auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
+  ASSERT_EQ(replies.size(), s.next_seq + 1);
+  size_t events = 0;
+  for (uint64_t seq = 0; seq < s.next_seq; ++seq) {
+    EXPECT_EQ(DecodeSeq(replies[seq][2]), seq);
+    events += DecodeEventBatch(replies[seq][3])->events.size();
+  }
+  EXPECT_EQ(events, 20000u);
+}
+
+TEST(EventPublisher, IpcEndpointInAMissingDirectorySaysToCreateIt) {
+  EventPublisherOptions o;
+  o.endpoint = "ipc:///nonexistent-kvagent-dir/events.sock";
+  auto publisher = EventPublisher::Start(o);
+  ASSERT_FALSE(publisher.ok());
+  EXPECT_NE(publisher.status().message().find("create it"), std::string::npos)
+      << publisher.status().ToString();
+  EXPECT_NE(publisher.status().message().find("/nonexistent-kvagent-dir"), std::string::npos);
+}
+
+TEST(EventPublisher, TcpPortInUseIsAClearError) {
+  auto first = StartPublisher(TcpOptions());
+  ASSERT_TRUE(first);
+  EventPublisherOptions o;
+  o.endpoint = first->endpoint();
+  auto second = EventPublisher::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("another process holds"), std::string::npos)
+      << second.status().ToString();
+}
+
+TEST(EventPublisher, IpcEndpointsWork) {
+  testing::TempDir dir;
+  EventPublisherOptions o;
+  o.endpoint = dir.Ipc("events.sock");
+  o.replay_endpoint = dir.Ipc("events-replay.sock");
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  EXPECT_EQ(publisher->endpoint(), o.endpoint);
+  publisher->Publish(AllBlocksCleared{});
+  publisher->Flush();
+  ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 0, 0);
+}
+
+}  // namespace
+}  // namespace kvagent::events

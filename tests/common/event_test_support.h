@@ -1,0 +1,131 @@
+// Test-side tools for the event publisher/subscriber tests: a private temp dir for ipc
+// endpoints, a raw SUB and a raw replay client (plain cppzmq, independent of the code under
+// test), and event factories. Every socket here is used by the thread that created it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "kvagent/common/event_publisher.h"
+#include "kvagent/common/kv_event.h"
+
+namespace kvagent::events::testing {
+
+using Frames = std::vector<std::string>;
+
+// A fresh directory, removed with its content on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kvagent-events-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // "ipc://<dir>/<name>"
+  std::string Ipc(const std::string& name) const { return "ipc://" + path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline std::optional<Frames> ReceiveFrames(zmq::socket_t& socket,
+                                           std::chrono::milliseconds timeout) {
+  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
+  Frames frames;
+  zmq::message_t msg;
+  do {
+    if (!socket.recv(msg, zmq::recv_flags::none)) return std::nullopt;
+    frames.emplace_back(static_cast<const char*>(msg.data()), msg.size());
+  } while (msg.more());
+  return frames;
+}
+
+inline void SendFrames(zmq::socket_t& socket, const Frames& frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    socket.send(zmq::buffer(frames[i]),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+// A plain SUB subscribed to everything.
+class RawSubscriber {
+ public:
+  explicit RawSubscriber(const std::string& endpoint)
+      : context_(1), socket_(context_, zmq::socket_type::sub) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::subscribe, "");
+    socket_.connect(endpoint);
+  }
+  std::optional<Frames> Receive(std::chrono::milliseconds timeout) {
+    return ReceiveFrames(socket_, timeout);
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+// One replay request through a fresh DEALER: every message up to and including the end
+// marker, or what arrived before `timeout` of silence.
+inline std::vector<Frames> RequestReplay(
+    const std::string& endpoint, const Frames& request,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(endpoint);
+  SendFrames(dealer, request);
+  std::vector<Frames> replies;
+  while (auto frames = ReceiveFrames(dealer, timeout)) {
+    replies.push_back(*frames);
+    if (frames->size() == 4 && (*frames)[2] == std::string(8, '\xff')) break;
+  }
+  return replies;
+}
+
+inline std::vector<Frames> RequestReplayFrom(const std::string& endpoint, uint64_t start) {
+  return RequestReplay(endpoint, {"", EncodeSeq(start)});
+}
+
+inline bool IsEndMarker(const Frames& f) { return f == Frames{"", "", std::string(8, '\xff'), ""}; }
+
+// A BlockStored whose hash is `n`, with 4 tokens of block size 4 and a non-ASCII session.
+inline KvEvent StoredEvent(uint64_t n, size_t tokens = 4) {
+  BlockStored e;
+  e.block_hashes = {BlockHash::Unsigned(n)};
+  e.token_ids.assign(tokens, static_cast<uint32_t>(n));
+  e.block_size = static_cast<uint32_t>(tokens);
+  e.session_id = "sessão-" + std::to_string(n % 7);
+  return e;
+}
+
+// Publishes single-event batches until `sub` receives one (the SUB's subscription has then
+// reached the PUB); returns the seq of that batch. Bounded: fails the test after ~10 s.
+inline std::optional<uint64_t> WarmUp(EventPublisher& publisher, RawSubscriber& sub) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    publisher.Publish(StoredEvent(attempt));
+    publisher.Flush();
+    if (auto frames = sub.Receive(std::chrono::milliseconds(50))) {
+      if (frames->size() == 3) return DecodeSeq((*frames)[1]);
+    }
+  }
+  ADD_FAILURE() << "the SUB never received a batch";
+  return std::nullopt;
+}
+
+}  // namespace kvagent::events::testing
