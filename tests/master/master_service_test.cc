@@ -1,0 +1,428 @@
+// Object semantics of SEMANTICS.md on the typed API: duplicate puts, takeover, upsert, leases,
+// eviction with pins, agent TTL, placement, RemoveAll, listing, and event completeness.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "master_test_util.h"
+
+namespace kvagent::master {
+namespace {
+
+using testing::AsRemoved;
+using testing::AsStored;
+using testing::Cluster;
+using testing::IsCleared;
+
+TEST(MasterService, FirstEventOfANewMasterIsAllBlocksCleared) {
+  Cluster c({}, 0);
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(IsCleared(ev[0]));
+}
+
+TEST(MasterService, ObjectIsReadableOnlyAfterPutEnd) {
+  Cluster c;
+  auto p = c.Start(c.agents[0], {"k"}, {100});
+  ASSERT_TRUE(p.results[0].ok());
+  EXPECT_FALSE(c.Exists("k"));
+  EXPECT_EQ(c.Get({"k"}).results[0].code(), ErrorCode::kReplicaNotReady);
+  ASSERT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_TRUE(c.Exists("k"));
+  auto g = c.Get({"k"});
+  ASSERT_TRUE(g.results[0].ok());
+  EXPECT_EQ(g.sizes[0], 100u);
+  EXPECT_EQ(g.placements[0].offset, p.placements[0].offset);
+}
+
+TEST(MasterService, DuplicatePutWhileTheFirstIsInFlightAnswersAlreadyExists) {
+  Cluster c;
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {100}).results[0].ok());
+  EXPECT_EQ(c.Start(c.agents[1], {"k"}, {100}).results[0].code(), ErrorCode::kObjectAlreadyExists);
+}
+
+TEST(MasterService, RepeatedPutEndIsANoOpAndEmitsOnce) {
+  Cluster c;
+  c.Events();
+  c.Put(c.agents[0], {"k"}, 64);
+  EXPECT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_EQ(c.Events().size(), 1u);
+}
+
+TEST(MasterService, OnlyTheWriterMayEndOrRevoke) {
+  Cluster c;
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {64}).results[0].ok());
+  EXPECT_EQ(c.End(c.agents[1], {"k"}).results[0].code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.Revoke(c.agents[1], {"k"}).results[0].code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.End(c.agents[0], {"never-started"}).results[0].code(), ErrorCode::kObjectNotFound);
+  EXPECT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
+}
+
+TEST(MasterService, RevokeFreesTheReplicasAtOnce) {
+  Cluster c;
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {4096}).results[0].ok());
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+  ASSERT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+  EXPECT_EQ(c.svc->SessionOf("k"), std::nullopt);
+}
+
+TEST(MasterService, TimedOutPutIsTakenOverAndItsReplicasFreedOnlyAfterTheReleaseTimeout) {
+  MasterOptions o;
+  o.put_timeout_ms = 1000;
+  o.put_release_timeout_ms = 5000;
+  Cluster c(o);
+  c.Events();
+  auto first = c.Start(c.agents[0], {"k"}, {4096}, {"old-writer"});
+  ASSERT_TRUE(first.results[0].ok());
+  c.clock.Advance(999);
+  EXPECT_EQ(c.Start(c.agents[1], {"k"}, {4096}).results[0].code(), ErrorCode::kObjectAlreadyExists);
+  c.clock.Advance(2);
+  auto second = c.Start(c.agents[1], {"k"}, {4096}, {"new-writer"});
+  ASSERT_TRUE(second.results[0].ok());
+  EXPECT_EQ(c.svc->Stats().taken_over_puts, 1u);
+  EXPECT_FALSE(c.svc->HasSessionTag("old-writer"));
+  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);  // the stale replica is still held
+  EXPECT_EQ(c.End(c.agents[0], {"k"}).results[0].code(), ErrorCode::kInvalidParams);
+  ASSERT_TRUE(c.End(c.agents[1], {"k"}).results[0].ok());
+  c.clock.Advance(5000 - 1001 - 1);
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);  // 1 ms before the release time
+  c.clock.Advance(1);
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+  EXPECT_EQ(c.svc->SessionOf("k"), "new-writer");
+}
+
+TEST(MasterService, WriteNeverEndedIsAbandonedAfterTheReleaseTimeout) {
+  MasterOptions o;
+  o.put_timeout_ms = 1000;
+  o.put_release_timeout_ms = 3000;
+  Cluster c(o);
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {64}, {"s"}).results[0].ok());
+  c.clock.Advance(3000);
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().writes_in_flight, 0u);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+  EXPECT_FALSE(c.svc->HasSessionTag("s"));
+}
+
+TEST(MasterService, UpsertOfTheSameSizeRewritesInPlaceAndIsUnreadableUntilItEnds) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 1000);
+  const auto before = c.Get({"k"}).placements;
+  c.clock.Advance(c.svc->options().lease_ttl_ms);
+  c.Events();
+  auto u = c.Start(c.agents[0], {"k"}, {1000}, {}, {}, /*upsert=*/true);
+  ASSERT_TRUE(u.results[0].ok());
+  EXPECT_EQ(u.placements[0].offset, before[0].offset);
+  EXPECT_EQ(u.placements[0].segment_id, before[0].segment_id);
+  EXPECT_FALSE(c.Exists("k"));
+  EXPECT_EQ(c.Get({"k"}).results[0].code(), ErrorCode::kReplicaNotReady);
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(AsRemoved(ev[0]).object_key, "k");
+  ASSERT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_TRUE(c.Exists("k"));
+  ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(AsStored(ev[0]).object_key, "k");
+}
+
+TEST(MasterService, UpsertOfAnotherSizeMovesToNewReplicasAndFreesTheOld) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 1000);
+  auto u = c.Start(c.agents[0], {"k"}, {5000}, {}, {}, true);
+  ASSERT_TRUE(u.results[0].ok());
+  EXPECT_EQ(u.placements[0].length, 5000u);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 5056u);  // 5000 rounded up to 64
+  ASSERT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_EQ(c.Get({"k"}).sizes[0], 5000u);
+}
+
+TEST(MasterService, UpsertIsRefusedWhileAReadHoldsALease) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 64);
+  ASSERT_TRUE(c.Get({"k"}).results[0].ok());
+  EXPECT_EQ(c.Start(c.agents[0], {"k"}, {64}, {}, {}, true).results[0].code(),
+            ErrorCode::kObjectBusy);
+  c.clock.Advance(c.svc->options().lease_ttl_ms);
+  EXPECT_TRUE(c.Start(c.agents[0], {"k"}, {64}, {}, {}, true).results[0].ok());
+}
+
+TEST(MasterService, RevokedUpsertLeavesNoObjectAndTheStreamAgrees) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 64, {"s"});
+  testing::StreamIndex index;
+  index.Apply(c.Events());
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {64}, {}, {}, true).results[0].ok());
+  ASSERT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
+  index.Apply(c.Events());
+  EXPECT_FALSE(c.Exists("k"));
+  EXPECT_TRUE(index.keys().empty());
+  EXPECT_FALSE(c.svc->HasSessionTag("s"));
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+}
+
+TEST(MasterService, ALeaseBlocksRemoveUnlessForcedAndEndsAtItsTtl) {
+  Cluster c;
+  c.Put(c.agents[0], {"a", "b"}, 64);
+  auto g = c.Get({"a", "b"});
+  EXPECT_EQ(g.lease_ttl_ms, c.svc->options().lease_ttl_ms);
+  EXPECT_EQ(c.Remove({"a"}).results[0].code(), ErrorCode::kObjectHasLease);
+  EXPECT_TRUE(c.Remove({"a"}, /*force=*/true).results[0].ok());
+  c.clock.Advance(c.svc->options().lease_ttl_ms);
+  EXPECT_TRUE(c.Remove({"b"}).results[0].ok());
+  EXPECT_EQ(c.Remove({"b"}).results[0].code(), ErrorCode::kObjectNotFound);
+}
+
+TEST(MasterService, RemoveOfAKeyBeingWrittenAnswersReplicaNotReady) {
+  Cluster c;
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {64}).results[0].ok());
+  EXPECT_EQ(c.Remove({"k"}, true).results[0].code(), ErrorCode::kReplicaNotReady);
+}
+
+// 1 agent, 64 KiB pool, 4 KiB objects: 16 fit.
+class Eviction : public ::testing::Test {
+ protected:
+  Eviction() : c(Options(), 1, 64 << 10) { c.Events(); }
+  static MasterOptions Options() {
+    MasterOptions o;
+    o.high_watermark = 0.80;
+    o.low_watermark = 0.50;
+    return o;
+  }
+  void PutOne(const std::string& key, WriteOptions w = {}) {
+    c.Put(c.agents[0], {key}, 4096, {}, w);
+  }
+  Cluster c;
+};
+
+TEST_F(Eviction, AboveTheHighWatermarkEvictsInLruOrderDownToTheLowWatermark) {
+  for (int i = 0; i < 14; ++i) PutOne("k" + std::to_string(i));  // 14/16 = 87.5%
+  c.clock.Advance(c.svc->options().lease_ttl_ms);
+  ASSERT_TRUE(c.Get({"k0", "k1"}).results[0].ok());  // recently used now (and leased)
+  c.clock.Advance(c.svc->options().lease_ttl_ms);    // leases over, recency stays
+  ASSERT_TRUE(c.svc->Heartbeat(c.agents[0]));
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().keys, 8u);  // down to 50%
+  EXPECT_TRUE(c.Exists("k0"));
+  EXPECT_TRUE(c.Exists("k1"));
+  for (int i = 2; i < 8; ++i) EXPECT_FALSE(c.Exists("k" + std::to_string(i))) << i;
+  for (int i = 8; i < 14; ++i) EXPECT_TRUE(c.Exists("k" + std::to_string(i))) << i;
+  auto ev = c.Events();
+  size_t removed = 0;
+  for (auto& e : ev) removed += std::holds_alternative<events::BlockRemoved>(e);
+  EXPECT_EQ(removed, 6u);
+}
+
+TEST_F(Eviction, LeasedObjectsAreNotEvicted) {
+  for (int i = 0; i < 14; ++i) PutOne("k" + std::to_string(i));
+  std::vector<std::string> all;
+  for (int i = 0; i < 14; ++i) all.push_back("k" + std::to_string(i));
+  ASSERT_TRUE(c.Get(all).results[0].ok());
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().keys, 14u);
+}
+
+TEST_F(Eviction, SoftPinnedGoAfterUnpinnedAndHardPinnedNever) {
+  WriteOptions soft;
+  soft.soft_pin = true;
+  WriteOptions hard;
+  hard.hard_pin = true;
+  for (int i = 0; i < 4; ++i) PutOne("hard" + std::to_string(i), hard);
+  for (int i = 0; i < 6; ++i) PutOne("soft" + std::to_string(i), soft);
+  for (int i = 0; i < 4; ++i) PutOne("plain" + std::to_string(i));
+  c.svc->Tick();  // 14/16 -> 8/16: the 4 plain ones first, then 2 soft-pinned ones
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(c.Exists("hard" + std::to_string(i)));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(c.Exists("plain" + std::to_string(i)));
+  EXPECT_FALSE(c.Exists("soft0"));
+  EXPECT_FALSE(c.Exists("soft1"));
+  for (int i = 2; i < 6; ++i) EXPECT_TRUE(c.Exists("soft" + std::to_string(i)));
+  // Fill with hard pins: room is made from soft-pinned objects, and once only hard pins are
+  // left the pool answers NO_SPACE.
+  for (int i = 4; i < 16; ++i) PutOne("hard" + std::to_string(i), hard);
+  for (int i = 2; i < 6; ++i) EXPECT_FALSE(c.Exists("soft" + std::to_string(i)));
+  auto p = c.Start(c.agents[0], {"one-too-many"}, {4096});
+  EXPECT_EQ(p.results[0].code(), ErrorCode::kNoSpace);
+  for (int i = 0; i < 16; ++i) EXPECT_TRUE(c.Exists("hard" + std::to_string(i)));
+}
+
+TEST_F(Eviction, AFullPoolEvictsAndRetriesTheAllocationOnce) {
+  for (int i = 0; i < 16; ++i) PutOne("k" + std::to_string(i));
+  EXPECT_EQ(c.svc->Stats().bytes_used, 64u << 10);
+  auto p = c.Start(c.agents[0], {"new"}, {4096});
+  ASSERT_TRUE(p.results[0].ok()) << p.results[0].ToString();
+  EXPECT_FALSE(c.Exists("k0"));  // the least recently used made room
+  EXPECT_GT(c.svc->Stats().evictions, 0u);
+}
+
+TEST(MasterService, AnAgentPastItsTtlIsDroppedWithItsReplicasAndTheirEvents) {
+  MasterOptions o;
+  o.agent_ttl_ms = 10'000;
+  Cluster c(o, 2);
+  WriteOptions two;
+  two.replica_count = 2;
+  c.Put(c.agents[0], {"only-on-0"}, 64);  // own segment first: only on agent 0
+  c.Put(c.agents[1], {"on-both"}, 64, {}, two);
+  ASSERT_TRUE(c.Start(c.agents[1], {"writing"}, {64}).results[0].ok());
+  c.Events();
+  c.clock.Advance(6000);
+  EXPECT_TRUE(c.svc->Heartbeat(c.agents[1]));
+  c.clock.Advance(4001);
+  c.svc->Tick();
+  EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));  // dropped: must register again
+  EXPECT_EQ(c.svc->Stats().expired_agents, 1u);
+  EXPECT_FALSE(c.Exists("only-on-0"));
+  EXPECT_TRUE(c.Exists("on-both"));
+  EXPECT_EQ(c.Get({"on-both"}).placements.size(), 1u);
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(AsRemoved(ev[0]).object_key, "only-on-0");
+  EXPECT_TRUE(c.End(c.agents[1], {"writing"}).results[0].ok());  // the other writer goes on
+}
+
+TEST(MasterService, ReplicasGoToDistinctAgentsWithTheWritersOwnPoolFirst) {
+  Cluster c({}, 3);
+  WriteOptions three;
+  three.replica_count = 3;
+  auto p = c.Start(c.agents[2], {"k"}, {64}, {}, three);
+  ASSERT_EQ(p.placements.size(), 3u);
+  EXPECT_EQ(c.svc->FindSegment(p.placements[0].segment_id)->agent, c.agents[2]);
+  std::set<AgentId> agents;
+  for (auto& pl : p.placements) agents.insert(c.svc->FindSegment(pl.segment_id)->agent);
+  EXPECT_EQ(agents.size(), 3u);
+  WriteOptions five;  // more replicas than agents: best effort
+  five.replica_count = 5;
+  EXPECT_EQ(c.Start(c.agents[0], {"k5"}, {64}, {}, five).placements.size(), 3u);
+}
+
+TEST(MasterService, RemoveAllClearsAndReannouncesLeasedSurvivors) {
+  Cluster c;
+  c.Put(c.agents[0], {"a", "b", "leased"}, 64, {"", "", "keep-me"});
+  ASSERT_TRUE(c.Get({"leased"}).results[0].ok());
+  c.Events();
+  auto r = c.svc->RemoveAll(false);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), 2u);
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_TRUE(IsCleared(ev[0]));
+  EXPECT_EQ(AsStored(ev[1]).object_key, "leased");
+  EXPECT_EQ(AsStored(ev[1]).session_id, "keep-me");
+  EXPECT_EQ(c.svc->RemoveAll(true).value(), 1u);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+}
+
+TEST(MasterService, StoredEventsCarryTheWritersBlockMetadataOrHashesFromTheKey) {
+  Cluster c;
+  c.Events();
+  const events::BlockHash hashes[] = {events::BlockHash::Unsigned(11),
+                                      events::BlockHash::Unsigned(12)};
+  const uint32_t tokens[] = {1, 2, 3, 4};
+  BlockMetaView meta;
+  meta.block_hashes = hashes;
+  meta.parent_block_hash = events::BlockHash::Signed(-5);
+  meta.token_ids = tokens;
+  meta.block_size = 2;
+  meta.lora_name = "adapter";
+  c.Start(c.agents[0], {"with-meta", "12345", "plain-key"}, {64, 64, 64}, {}, {}, false,
+          {meta, BlockMetaView{}, BlockMetaView{}});
+  c.End(c.agents[0], {"with-meta", "12345", "plain-key"});
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 3u);
+  const events::BlockStored m = AsStored(ev[0]);
+  EXPECT_EQ(m.block_hashes, (std::vector<events::BlockHash>{hashes[0], hashes[1]}));
+  EXPECT_EQ(m.parent_block_hash, events::BlockHash::Signed(-5));
+  EXPECT_EQ(m.token_ids, (std::vector<uint32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(m.block_size, 2u);
+  EXPECT_EQ(m.lora_name, "adapter");
+  EXPECT_EQ(m.medium, "EXTERNAL");
+  EXPECT_EQ(AsStored(ev[1]).block_hashes,
+            (std::vector<events::BlockHash>{events::BlockHash::Unsigned(12345)}));
+  EXPECT_TRUE(AsStored(ev[2]).block_hashes.empty());
+  EXPECT_EQ(AsStored(ev[2]).object_key, "plain-key");
+  c.Remove({"with-meta"});
+  ev = c.Events();
+  EXPECT_EQ(AsRemoved(ev[0]).block_hashes, m.block_hashes);  // removed by the same identity
+}
+
+TEST(MasterService, ListKeysPagesThroughEveryReadableKey) {
+  Cluster c({}, 2, 64 << 20);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 500; ++i) keys.push_back("key-" + std::to_string(i));
+  c.Put(c.agents[0], keys, 64);
+  ASSERT_TRUE(c.Start(c.agents[0], {"in-flight"}, {64}).results[0].ok());
+  auto all = testing::ListAll(*c.svc);
+  EXPECT_EQ(all.size(), 500u);
+  EXPECT_EQ(all.count("in-flight"), 0u);
+}
+
+// Random operations; at every quiet point an index fed only by the events equals the
+// master's readable key set, tags included.
+TEST(MasterService, TheEventStreamEqualsTheKeySetAtEveryQuietPoint) {
+  MasterOptions o;
+  o.put_timeout_ms = 50;
+  o.put_release_timeout_ms = 100;
+  o.agent_ttl_ms = 400;
+  Cluster c(o, 3, 32 << 10);
+  testing::StreamIndex index;
+  std::mt19937 rng(7);
+  auto key = [&] { return "k" + std::to_string(rng() % 40); };
+  auto session = [&] { return rng() % 3 ? "s" + std::to_string(rng() % 5) : std::string(); };
+  for (int step = 0; step < 3000; ++step) {
+    const AgentId a = c.agents[rng() % c.agents.size()];
+    WriteOptions w;
+    w.replica_count = 1 + rng() % 2;
+    w.soft_pin = rng() % 5 == 0;
+    switch (rng() % 9) {
+      case 0:
+      case 1: {
+        std::string k = key();
+        bool upsert = rng() % 3 == 0;
+        auto p = c.Start(a, {k}, {64 + rng() % 4000}, {session()}, w, upsert);
+        if (p.results[0].ok()) {
+          if (rng() % 4) {
+            c.End(a, {k});
+          } else {
+            c.Revoke(a, {k});
+          }
+        }
+        break;
+      }
+      case 2:
+        c.Start(a, {key()}, {64}, {session()}, w);  // left in flight
+        break;
+      case 3:
+        c.Get({key()});
+        break;
+      case 4:
+        c.Remove({key()}, rng() % 2);
+        break;
+      case 5:
+        if (rng() % 20 == 0) (void)c.svc->RemoveAll(rng() % 2);
+        break;
+      case 6:
+        c.clock.Advance(rng() % 60);
+        c.svc->Tick();
+        break;
+      case 7:
+        for (AgentId id : c.agents) {
+          if (rng() % 10) c.svc->Heartbeat(id);
+        }
+        break;
+      case 8:
+        if (!c.svc->Heartbeat(a)) {  // dropped: come back as a new incarnation
+          auto it = std::find(c.agents.begin(), c.agents.end(), a);
+          c.agents.erase(it);
+          c.AddAgent("node-r" + std::to_string(step), 32 << 10, step);
+        }
+        break;
+    }
+    index.Apply(c.Events());
+    ASSERT_EQ(index.keys(), testing::ListAll(*c.svc)) << "after step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace kvagent::master
