@@ -62,12 +62,16 @@ int main(int argc, char** argv) {
   flags.String("ready-file", &ready_file,
                "once serving, write the bound endpoints here (rpc=, events=, replay=)");
   if (kvagent::Status st = flags.Parse(argc, argv); !st.ok()) {
-    std::cerr << "kvmaster: " << st.message() << " (see kvmaster --help)\n";
+    std::cerr << "kvmaster: " << st.message() << "\n";
     return 2;
   }
   if (flags.help_requested()) {
     std::cout << flags.Usage();
     return 0;
+  }
+  if (kvagent::Status st = kvagent::master::ValidateMasterOptions(m); !st.ok()) {
+    std::cerr << "kvmaster: " << st.message() << " (see kvmaster --help)\n";
+    return 2;
   }
   opts.tick_ms = static_cast<int>(tick_ms);
   opts.replay_batches = replay_batches;

@@ -16,9 +16,7 @@ int64_t SteadyClock::NowMs() const {
       .count();
 }
 
-namespace {
-
-Status CheckOptions(const MasterOptions& o) {
+Status ValidateMasterOptions(const MasterOptions& o) {
   if (o.agent_ttl_ms <= 0 || o.lease_ttl_ms <= 0 || o.put_timeout_ms <= 0 ||
       o.put_release_timeout_ms <= 0 || o.soft_pin_ttl_ms <= 0) {
     return InvalidParams("TTLs and timeouts must be positive milliseconds");
@@ -32,6 +30,8 @@ Status CheckOptions(const MasterOptions& o) {
   if (o.max_part_bytes < 4096) return InvalidParams("max part bytes must be at least 4096");
   return Status::Ok();
 }
+
+namespace {
 
 Status ObjectNotFound(std::string_view key) {
   return Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored");
@@ -48,7 +48,7 @@ MasterService::~MasterService() = default;
 
 Result<std::unique_ptr<MasterService>> MasterService::Open(MasterOptions options,
                                                            const Clock* clock) {
-  KVAGENT_RETURN_IF_ERROR(CheckOptions(options));
+  KVAGENT_RETURN_IF_ERROR(ValidateMasterOptions(options));
   std::unique_ptr<MasterService> s(new MasterService(std::move(options), clock));
   KVAGENT_RETURN_IF_ERROR(s->store_->Open());
   return s;

@@ -57,6 +57,10 @@ struct MasterOptions {
   std::string state_dir;                     // operation log directory; empty: no persistence
 };
 
+// INVALID_PARAMS naming the first inconsistent option (non-positive TTL, release timeout
+// below the put timeout, watermarks outside 0 < low <= high <= 1, parts below 4 KiB).
+Status ValidateMasterOptions(const MasterOptions& options);
+
 struct WriteOptions {
   uint8_t replica_count = 1;  // per part, on distinct agents (best effort, at least one)
   bool soft_pin = false;

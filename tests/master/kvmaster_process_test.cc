@@ -1,0 +1,204 @@
+// A real kvmaster process: flags, clean shutdown, malformed messages on its ROUTER, and the
+// operation log across a restart. Every process started here is stopped (SIGKILL + waitpid on
+// any failure path) and every wait is bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "zmq_test_client.h"
+
+namespace kvagent::master {
+namespace {
+
+using namespace testing;  // NOLINT
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/kvmaster-proc-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// One kvmaster child. The destructor kills and reaps it if it still runs.
+class Kvmaster {
+ public:
+  explicit Kvmaster(std::vector<std::string> extra = {}, bool ephemeral_ports = true) {
+    ready_ = dir_.path() + "/ready";
+    std::vector<std::string> args = {KVMASTER_BIN};
+    if (ephemeral_ports) {
+      args.insert(args.end(), {"--listen", "tcp://127.0.0.1:0", "--events", "tcp://127.0.0.1:0",
+                               "--events-replay", "tcp://127.0.0.1:0", "--ready-file", ready_});
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, STDERR_FILENO);  // keep the test log readable; failures show in codes
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Kvmaster() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Waits (at most 20 s) for the ready file; returns rpc/events/replay endpoints.
+  std::map<std::string, std::string> WaitReady() {
+    for (int i = 0; i < 2000; ++i) {
+      std::ifstream in(ready_);
+      std::map<std::string, std::string> out;
+      std::string line;
+      while (std::getline(in, line)) {
+        auto eq = line.find('=');
+        if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      if (out.count("replay")) return out;
+      if (Exited()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return {};
+  }
+  // Exit status after it ends by itself (bounded: 20 s), or -1.
+  int WaitExit() {
+    for (int i = 0; i < 2000; ++i) {
+      if (Exited()) return status_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+  int Terminate() {
+    kill(pid_, SIGTERM);
+    return WaitExit();
+  }
+
+ private:
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return true;
+  }
+  TempDir dir_;
+  std::string ready_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+TEST(Kvmaster, ABadFlagExitsWithCode2) {
+  Kvmaster m({"--no-such-flag", "1"}, /*ephemeral_ports=*/false);
+  EXPECT_EQ(m.WaitExit(), 2);
+  Kvmaster w({"--high-watermark", "lots"}, false);
+  EXPECT_EQ(w.WaitExit(), 2);
+}
+
+TEST(Kvmaster, HelpExitsWithCode0) {
+  Kvmaster m({"--help"}, false);
+  EXPECT_EQ(m.WaitExit(), 0);
+}
+
+TEST(Kvmaster, SigtermStopsItCleanly) {
+  Kvmaster m;
+  ASSERT_FALSE(m.WaitReady().empty());
+  EXPECT_EQ(m.Terminate(), 0);
+}
+
+TEST(Kvmaster, MalformedMessagesGetErrorRepliesAndTheMasterKeepsServing) {
+  Kvmaster m;
+  auto ep = m.WaitReady();
+  ASSERT_FALSE(ep.empty());
+  MasterClient client(ep["rpc"]);
+  std::string buf;
+  // Not a FlatBuffer.
+  client.SendFrames({"", "definitely not a flatbuffer"});
+  auto reply = client.Receive();
+  ASSERT_TRUE(reply);
+  const fb::Reply* r = ParseReply(reply->data(), reply->size());
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), 1);  // INVALID_PARAMS
+  // Missing the empty delimiter frame: answered all the same.
+  client.SendFrames({"one frame only"});
+  reply = client.Receive();
+  ASSERT_TRUE(reply);
+  r = ParseReply(reply->data(), reply->size());
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->status(), 0);
+  // Too many frames.
+  client.SendFrames({"", "a", "b"});
+  ASSERT_TRUE(client.Receive());
+  // Still serving.
+  r = client.Call(RegisterAgentMsg("node-x", 1), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), 0);
+  r = client.Call(StatsMsg(), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(StatValue(r, "bad_messages"), 2u);  // wrong framing
+  EXPECT_EQ(StatValue(r, "bad_requests"), 3u);  // every rejected request
+  EXPECT_EQ(StatValue(r, "agents"), 1u);
+  EXPECT_EQ(m.Terminate(), 0);
+}
+
+TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndSegmentsAfterARestart) {
+  TempDir state;
+  std::string buf;
+  {
+    Kvmaster m({"--state-dir", state.path()});
+    auto ep = m.WaitReady();
+    ASSERT_FALSE(ep.empty());
+    MasterClient client(ep["rpc"]);
+    const fb::Reply* r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
+    ASSERT_NE(r, nullptr);
+    const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
+    ASSERT_EQ(client.Call(MountSegmentMsg(agent, 1 << 20, "tcp://h:1"), &buf)->status(), 0);
+    ASSERT_EQ(client.Call(WriteStartMsg(agent, {"a", "b"}, {64, 64}, {"s", ""}), &buf)->status(),
+              0);
+    ASSERT_EQ(client.Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}), &buf)->status(),
+              0);
+    EXPECT_EQ(m.Terminate(), 0);
+  }
+  Kvmaster m({"--state-dir", state.path()});
+  auto ep = m.WaitReady();
+  ASSERT_FALSE(ep.empty());
+  MasterClient client(ep["rpc"]);
+  const fb::Reply* r = client.Call(StatsMsg(), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(StatValue(r, "keys"), 2u);
+  EXPECT_EQ(StatValue(r, "session_tags"), 1u);
+  // The same agent incarnation comes back and finds its segment's objects.
+  r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
+  const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
+  r = client.Call(MountSegmentMsg(agent, 1 << 20, "tcp://h:1"), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->body_as_MountSegmentReply()->restored_objects(), 2u);
+  r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
+  EXPECT_EQ(r->body_as_PlacementReply()->codes()->Get(0), 0);
+  // A new incarnation of that agent lost its memory: its objects go.
+  r = client.Call(RegisterAgentMsg("node-p", 6), &buf);
+  r = client.Call(StatsMsg(), &buf);
+  EXPECT_EQ(StatValue(r, "keys"), 0u);
+  EXPECT_EQ(m.Terminate(), 0);
+}
+
+}  // namespace
+}  // namespace kvagent::master

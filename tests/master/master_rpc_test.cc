@@ -1,0 +1,154 @@
+// MasterRpc: master.fbs in, replies out; bad input gets an error reply, is counted, and
+// changes nothing.
+#include "kvagent/master/master_rpc.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "master_test_util.h"
+#include "rpc_test_util.h"
+
+namespace kvagent::master {
+namespace {
+
+using namespace testing;  // NOLINT: the builders
+
+class MasterRpcTest : public ::testing::Test {
+ protected:
+  MasterRpcTest() : c({}, 0), rpc(c.svc.get()) {
+    agent = Call(RegisterAgentMsg("node-a", 7))->body_as_RegisterAgentReply()->agent_id();
+    auto* m = Call(MountSegmentMsg(agent, 1 << 20, "tcp://10.0.0.1:7000"));
+    EXPECT_EQ(m->status(), 0);
+    c.Events();
+  }
+  const fb::Reply* Call(const Bytes& request) {
+    auto reply = rpc.Handle(request);
+    last.assign(reply.begin(), reply.end());
+    const fb::Reply* r = ParseReply(last.data(), last.size());
+    EXPECT_NE(r, nullptr) << "the reply must always verify";
+    return r;
+  }
+  // Nothing stored, nothing allocated, no event.
+  void ExpectNothingChanged() {
+    MasterStats st = c.svc->Stats();
+    EXPECT_EQ(st.keys, 0u);
+    EXPECT_EQ(st.writes_in_flight, 0u);
+    EXPECT_EQ(st.bytes_used, 0u);
+    EXPECT_EQ(st.session_tags, 0u);
+    EXPECT_TRUE(c.Events().empty());
+  }
+
+  Cluster c;
+  MasterRpc rpc;
+  AgentId agent = 0;
+  Bytes last;
+};
+
+TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
+  auto* r = Call(WriteStartMsg(agent, {"a", "b"}, {100, 200}, {"s-a", ""}));
+  ASSERT_EQ(r->status(), 0);
+  const fb::PlacementReply* p = r->body_as_PlacementReply();
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->codes()->size(), 2u);
+  EXPECT_EQ(p->messages(), nullptr);  // absent when every key is OK
+  ASSERT_EQ(p->first()->size(), 3u);
+  EXPECT_EQ(p->first()->Get(1), 1u);
+  EXPECT_EQ(p->placements()->Get(1)->length(), 200u);
+  ASSERT_EQ(p->segments()->size(), 1u);
+  EXPECT_EQ(p->segments()->Get(0)->agent_id(), agent);
+  EXPECT_EQ(p->segments()->Get(0)->endpoints()->Get(0)->str(), "tcp://10.0.0.1:7000");
+  r = Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}));
+  ASSERT_EQ(r->status(), 0);
+  EXPECT_EQ(r->body_as_KeyCodesReply()->codes()->Get(1), 0);
+  r = Call(KeysMsg(fb::Body::BatchGet, {"a", "missing"}));
+  p = r->body_as_PlacementReply();
+  EXPECT_EQ(p->codes()->Get(0), 0);
+  EXPECT_EQ(p->codes()->Get(1), static_cast<uint16_t>(ErrorCode::kObjectNotFound));
+  EXPECT_NE(p->messages()->Get(1)->str().find("missing"), std::string::npos);
+  EXPECT_EQ(p->sizes()->Get(0), 100u);
+  EXPECT_EQ(p->lease_ttl_ms(), c.svc->options().lease_ttl_ms);
+  EXPECT_EQ(c.svc->SessionOf("a"), "s-a");
+  r = Call(KeysMsg(fb::Body::BatchExist, {"a", "b", "c"}));
+  EXPECT_EQ(r->body_as_KeyCodesReply()->exists()->Get(1), 1);
+  EXPECT_EQ(r->body_as_KeyCodesReply()->exists()->Get(2), 0);
+}
+
+TEST_F(MasterRpcTest, GarbageAndTruncatedBuffersGetAnErrorReplyAndAreCounted) {
+  std::mt19937 rng(1);
+  Bytes good = WriteStartMsg(agent, {"a"}, {100}, {"s"});
+  std::vector<Bytes> bad = {{}, {1, 2, 3}, Bytes(good.begin(), good.begin() + good.size() / 2)};
+  for (int i = 0; i < 50; ++i) {
+    Bytes g(1 + rng() % 300);
+    for (auto& x : g) x = static_cast<uint8_t>(rng());
+    bad.push_back(g);
+  }
+  uint64_t rejected = 0;
+  for (const Bytes& b : bad) {
+    auto* r = Call(b);
+    ASSERT_NE(r, nullptr);
+    if (r->status() != 0) ++rejected;
+  }
+  EXPECT_EQ(rejected, bad.size());
+  EXPECT_EQ(c.svc->Stats().bad_requests, bad.size());
+  ExpectNothingChanged();
+}
+
+TEST_F(MasterRpcTest, AnUnknownMessageTypeGetsAnErrorReply) {
+  flatbuffers::FlatBufferBuilder b;
+  auto body = fb::CreateStats(b);
+  fb::RequestBuilder rb(b);
+  rb.add_request_id(42);
+  rb.add_body_type(static_cast<fb::Body>(200));  // from a newer peer
+  rb.add_body(body.Union());
+  b.Finish(rb.Finish());
+  auto* r = Call(Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize()));
+  EXPECT_EQ(r->request_id(), 42u);
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_NE(r->message()->str().find("unknown request type 200"), std::string::npos);
+  EXPECT_EQ(c.svc->Stats().bad_requests, 1u);
+}
+
+TEST_F(MasterRpcTest, ABatchWhoseArraysDisagreeIsRejectedWhole) {
+  auto* r = Call(WriteStartMsg(agent, {"a", "b", "c"}, {100, 100}));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  const fb::PlacementReply* p = r->body_as_PlacementReply();
+  ASSERT_EQ(p->codes()->size(), 3u);
+  for (uint16_t code : *p->codes())
+    EXPECT_EQ(code, static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  r = Call(WriteStartMsg(agent, {"a", "b"}, {100, 100}, {"only-one"}));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_EQ(c.svc->Stats().bad_requests, 2u);
+  ExpectNothingChanged();
+}
+
+TEST_F(MasterRpcTest, InvalidUtf8AndOverlongSessionIdsAreRejectedWhole) {
+  auto* r = Call(WriteStartMsg(agent, {"ok", "bad-\xff-key"}, {100, 100}));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_NE(r->message()->str().find("keys[1]"), std::string::npos);
+  r = Call(WriteStartMsg(agent, {"a", "b"}, {100, 100}, {"fine", std::string(257, 'x')}));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_NE(r->message()->str().find("session_ids[1]"), std::string::npos);
+  r = Call(WriteStartMsg(agent, {"a"}, {100}, {"\xed\xa0\x80"}));  // a surrogate
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_EQ(c.svc->Stats().bad_requests, 3u);
+  ExpectNothingChanged();
+}
+
+TEST_F(MasterRpcTest, AnUnregisteredAgentCannotWrite) {
+  auto* r = Call(WriteStartMsg(agent + 100, {"a"}, {100}));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kAgentUnavailable));
+  ExpectNothingChanged();
+}
+
+TEST_F(MasterRpcTest, StatsNameTheCounters) {
+  Call(Bytes{9, 9, 9});
+  auto* r = Call(StatsMsg());
+  EXPECT_EQ(StatValue(r, "agents"), 1u);
+  EXPECT_EQ(StatValue(r, "segments"), 1u);
+  EXPECT_EQ(StatValue(r, "bytes_capacity"), 1u << 20);
+  EXPECT_EQ(StatValue(r, "bad_requests"), 1u);
+}
+
+}  // namespace
+}  // namespace kvagent::master
