@@ -1,0 +1,170 @@
+#include "call_codec.h"
+
+#include "kvagent/common/validate.h"
+
+namespace kvagent::sdk_detail {
+namespace {
+
+bool IsWrite(proto::Op op) { return op == proto::Op::Put || op == proto::Op::Upsert; }
+
+Status CheckParallel(size_t count, size_t key_count, const char* what) {
+  if (count == key_count) return Status::Ok();
+  return InvalidParams(std::string(what) + " has " + std::to_string(count) + " entries for " +
+                       std::to_string(key_count) + " keys; give one per key");
+}
+
+}  // namespace
+
+Status ValidateCall(const CallSpec& spec) {
+  const CallOptions& o = *spec.options;
+  const size_t n = spec.keys.size();
+  auto key_at = [&](size_t i) -> std::string_view { return spec.keys[i]; };
+  switch (spec.op) {
+    case proto::Op::Ping:
+    case proto::Op::RemoveAll:
+      return Status::Ok();
+    case proto::Op::Put:
+    case proto::Op::Upsert:
+      KVAGENT_RETURN_IF_ERROR(
+          ValidateWriteKeys(n, key_at, o.session_ids.size(),
+                            [&](size_t i) -> std::string_view { return o.session_ids[i]; }));
+      KVAGENT_RETURN_IF_ERROR(CheckParallel(spec.values.size(), n, "values"));
+      for (size_t i = 0; i < n; ++i) {
+        const Value& v = spec.values[i];
+        if (v.length() == 0) {
+          return InvalidParams("values[" + std::to_string(i) +
+                               "] is empty; a value is at least 1 byte");
+        }
+        if (v.buffer() != nullptr && (!v.buffer()->valid() || v.length() > v.buffer()->size())) {
+          return Status(ErrorCode::kBufferOutOfRange,
+                        "values[" + std::to_string(i) + "] names " + std::to_string(v.length()) +
+                            " bytes of a " + std::to_string(v.buffer()->size()) +
+                            "-byte arena buffer; pass a length within the buffer");
+        }
+      }
+      if (!o.blocks.empty()) {
+        KVAGENT_RETURN_IF_ERROR(CheckParallel(o.blocks.size(), n, "blocks"));
+        for (size_t i = 0; i < n; ++i) {
+          const BlockMetadata& b = o.blocks[i];
+          KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(),
+                                                    b.block_size, b.lora_name,
+                                                    "blocks[" + std::to_string(i) + "]"));
+        }
+      }
+      if (o.write.replica_count == 0) {
+        return InvalidParams("write.replica_count is 0; ask for at least 1 replica");
+      }
+      return Status::Ok();
+    case proto::Op::Get:
+      KVAGENT_RETURN_IF_ERROR(ValidateKeys(n, key_at));
+      KVAGENT_RETURN_IF_ERROR(CheckParallel(spec.targets.size(), n, "buffers"));
+      for (size_t i = 0; i < n; ++i) {
+        if (spec.targets[i] == nullptr || !spec.targets[i]->valid()) {
+          return InvalidParams("buffers[" + std::to_string(i) +
+                               "] is not an allocated arena buffer; use Client::Allocate");
+        }
+      }
+      return Status::Ok();
+    case proto::Op::Exist:
+    case proto::Op::Remove:
+      return ValidateKeys(n, key_at);
+  }
+  return InvalidParams("unknown op");
+}
+
+std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
+                                       const CallSpec& spec,
+                                       std::span<const proto::BufferRef> buffers) {
+  fbb.Clear();
+  const CallOptions& o = *spec.options;
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> keys;
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> sessions;
+  flatbuffers::Offset<flatbuffers::Vector<const proto::BufferRef*>> buffer_vec;
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<proto::BlockMeta>>> blocks;
+  flatbuffers::Offset<proto::WriteOptions> options;
+  if (!spec.keys.empty()) keys = fbb.CreateVectorOfStrings(spec.keys.begin(), spec.keys.end());
+  if (IsWrite(spec.op) && !o.session_ids.empty()) {
+    sessions = fbb.CreateVectorOfStrings(o.session_ids.begin(), o.session_ids.end());
+  }
+  if (!buffers.empty()) buffer_vec = fbb.CreateVectorOfStructs(buffers.data(), buffers.size());
+  if (IsWrite(spec.op) && !o.blocks.empty()) {
+    std::vector<flatbuffers::Offset<proto::BlockMeta>> metas;
+    metas.reserve(o.blocks.size());
+    for (const BlockMetadata& b : o.blocks) {
+      std::vector<proto::BlockHash> hashes;
+      hashes.reserve(b.block_hashes.size());
+      for (uint64_t h : b.block_hashes) hashes.emplace_back(h, b.hashes_signed);
+      auto hash_vec = fbb.CreateVectorOfStructs(hashes);
+      flatbuffers::Offset<flatbuffers::Vector<uint32_t>> tokens;
+      if (!b.token_ids.empty()) tokens = fbb.CreateVector(b.token_ids);
+      flatbuffers::Offset<flatbuffers::String> lora;
+      if (!b.lora_name.empty()) lora = fbb.CreateString(b.lora_name);
+      const proto::BlockHash parent(b.parent_block_hash, b.hashes_signed);
+      metas.push_back(proto::CreateBlockMeta(fbb, hash_vec, b.has_parent ? &parent : nullptr,
+                                             tokens, b.block_size, lora));
+    }
+    blocks = fbb.CreateVector(metas);
+  }
+  if (IsWrite(spec.op)) {
+    options = proto::CreateWriteOptions(fbb, o.write.replica_count, o.write.soft_pin,
+                                        o.write.soft_pin_ttl_ms, o.write.hard_pin);
+  }
+  proto::RequestBuilder b(fbb);
+  b.add_request_id(request_id);
+  b.add_op(spec.op);
+  if (!keys.IsNull()) b.add_keys(keys);
+  if (!sessions.IsNull()) b.add_session_ids(sessions);
+  if (!buffer_vec.IsNull()) b.add_buffers(buffer_vec);
+  if (!blocks.IsNull()) b.add_blocks(blocks);
+  if (!options.IsNull()) b.add_options(options);
+  if (o.force) b.add_force(true);
+  if (o.timeout.count() > 0) b.add_timeout_ms(static_cast<uint32_t>(o.timeout.count()));
+  fbb.Finish(b.Finish());
+  return {fbb.GetBufferPointer(), fbb.GetSize()};
+}
+
+Reply FailedReply(const Status& status, size_t key_count) {
+  Reply reply;
+  reply.status = status;
+  reply.keys.assign(key_count, KeyResult{status.code(), status.message(), 0, false});
+  return reply;
+}
+
+Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
+  flatbuffers::Verifier verifier(frame.data(), frame.size(), 8, 1u << 20);
+  if (frame.size() < sizeof(flatbuffers::uoffset_t) ||
+      !verifier.VerifyBuffer<proto::Completion>(nullptr)) {
+    return FailedReply(Internal("the agent sent a malformed completion; report this bug"),
+                       key_count);
+  }
+  const auto* c = flatbuffers::GetRoot<proto::Completion>(frame.data());
+  Reply reply;
+  const ErrorCode code = ErrorCodeFromWire(c->status());
+  reply.status = Status(code, c->message() ? c->message()->str() : std::string());
+  reply.removed_count = c->removed_count();
+  const auto* codes = c->codes();
+  if (codes == nullptr || codes->size() == 0) {
+    // No per-key answer: the request-level status applies to every key.
+    if (key_count > 0) reply.keys.assign(key_count, KeyResult{code, reply.status.message()});
+    return reply;
+  }
+  if (codes->size() != key_count) {
+    return FailedReply(Internal("the agent answered " + std::to_string(codes->size()) +
+                                " keys for a request of " + std::to_string(key_count)),
+                       key_count);
+  }
+  const auto* messages = c->messages();
+  const auto* lengths = c->lengths();
+  const auto* exists = c->exists();
+  reply.keys.resize(key_count);
+  for (flatbuffers::uoffset_t i = 0; i < key_count; ++i) {
+    KeyResult& k = reply.keys[i];
+    k.code = ErrorCodeFromWire(codes->Get(i));
+    if (messages != nullptr && i < messages->size()) k.message = messages->Get(i)->str();
+    if (lengths != nullptr && i < lengths->size()) k.length = lengths->Get(i);
+    if (exists != nullptr && i < exists->size()) k.exists = exists->Get(i) != 0;
+  }
+  return reply;
+}
+
+}  // namespace kvagent::sdk_detail

@@ -1,0 +1,41 @@
+// Local validation and FlatBuffers encoding of SDK calls, and decoding of completions.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvagent/client.h"
+#include "kvagent/schemas/agent_generated.h"
+
+namespace kvagent::sdk_detail {
+
+// One call as the public API received it. Spans point at the caller's memory.
+struct CallSpec {
+  proto::Op op = proto::Op::Ping;
+  std::span<const std::string> keys;
+  std::span<const Value> values;                // Put/Upsert
+  std::span<const ArenaBuffer* const> targets;  // Get
+  const CallOptions* options = nullptr;
+};
+
+// The shared validation boundary applied before anything is sent (the agent checks again):
+// keys, session IDs and their count, one value/target per key, block metadata, write options.
+Status ValidateCall(const CallSpec& spec);
+
+// Encodes the request into `fbb` (cleared first); `buffers` are the arena ranges of the values
+// or targets, parallel to the keys (empty for ops without buffers).
+std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
+                                       const CallSpec& spec,
+                                       std::span<const proto::BufferRef> buffers);
+
+// Verifies and decodes a completion frame for a request of `key_count` keys. A frame that fails
+// verification or has the wrong number of per-key codes becomes an INTERNAL reply.
+Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count);
+
+// A reply in which the request and each of its `key_count` keys failed with `status`.
+Reply FailedReply(const Status& status, size_t key_count);
+
+}  // namespace kvagent::sdk_detail

@@ -1,0 +1,437 @@
+#include "connection.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "kvagent/schemas/agent_generated.h"
+
+namespace kvagent::sdk_detail {
+namespace {
+
+// Longest a waiting thread sleeps before re-checking liveness and its deadline by itself; the
+// monitor thread normally wakes it at once.
+constexpr auto kSlice = std::chrono::milliseconds(100);
+
+std::string DefaultClientName() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  if (!comm || !std::getline(comm, name)) name = "client";
+  return name + ":" + std::to_string(getpid());
+}
+
+template <typename T>
+const T* VerifiedRoot(const std::vector<uint8_t>& message) {
+  flatbuffers::Verifier verifier(message.data(), message.size(), 8, 64);
+  if (message.size() < sizeof(flatbuffers::uoffset_t) || !verifier.VerifyBuffer<T>(nullptr)) {
+    return nullptr;
+  }
+  return flatbuffers::GetRoot<T>(message.data());
+}
+
+Status Unavailable(std::string message) {
+  return Status(ErrorCode::kAgentUnavailable, std::move(message));
+}
+
+}  // namespace
+
+Connection::Connection(const ClientOptions& options)
+    : spin_(options.spin), call_timeout_(options.call_timeout) {}
+
+Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& options) {
+  std::shared_ptr<Connection> c(new Connection(options));
+  KVAGENT_RETURN_IF_ERROR(c->Handshake(options));
+  c->slot_count_ = std::max<uint32_t>(1, options.max_in_flight);
+  c->slots_ = std::make_unique<Slot[]>(c->slot_count_);
+  c->free_slots_.reserve(c->slot_count_);
+  for (uint32_t i = c->slot_count_; i > 0; --i) c->free_slots_.push_back(i - 1);
+  c->monitor_wake_ = ipc::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!c->monitor_wake_.valid()) return Internal("eventfd failed: " + std::string(strerror(errno)));
+  c->monitor_ = std::thread([raw = c.get()] { raw->Monitor(); });
+  return c;
+}
+
+Status Connection::Handshake(const ClientOptions& options) {
+  const std::string path = options.run_dir + "/agent.sock";
+  auto fd = ipc::ConnectUnix(path);
+  if (!fd.ok()) return fd.status();
+  socket_ = std::move(*fd);
+
+  flatbuffers::FlatBufferBuilder fbb;
+  auto name =
+      fbb.CreateString(options.client_name.empty() ? DefaultClientName() : options.client_name);
+  fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
+                                options.arena_bytes, options.ring_bytes));
+  KVAGENT_RETURN_IF_ERROR(ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
+                                           options.connect_timeout));
+  auto answer = ipc::ReceiveMessage(socket_.get(), options.connect_timeout);
+  if (!answer.ok()) return answer.status();
+  const proto::Welcome* welcome = VerifiedRoot<proto::Welcome>(*answer);
+  if (welcome == nullptr) return Unavailable("the agent's Welcome is malformed; upgrade the SDK");
+  if (welcome->status() != 0) {
+    return Status(ErrorCodeFromWire(welcome->status()),
+                  "the agent refused the connection: " +
+                      (welcome->message() ? welcome->message()->str() : std::string()));
+  }
+  const std::string segment_name = welcome->segment_name() ? welcome->segment_name()->str() : "";
+  auto segment = ipc::Segment::Open(segment_name, welcome->segment_bytes());
+  if (!segment.ok()) return segment.status();
+  // We mapped it: the name can go (the agent removes it too; we may lack the permission).
+  ipc::Segment::Unlink(segment_name);
+  if (segment->header().client_id != welcome->client_id() ||
+      segment->header().agent_epoch != welcome->agent_epoch()) {
+    return Unavailable("segment " + segment_name + " belongs to another client; retry");
+  }
+  client_id_ = welcome->client_id();
+  agent_epoch_ = welcome->agent_epoch();
+  auto shared = std::make_shared<ipc::Segment>(std::move(*segment));
+  producer_ = ipc::FrameProducer(shared->request_ring());
+  consumer_ = ipc::FrameConsumer(shared->completion_ring());
+  arena_ = std::make_shared<ArenaState>(shared, shared->layout().arena_bytes);
+
+  flatbuffers::FlatBufferBuilder attached;
+  attached.Finish(proto::CreateAttached(attached, client_id_));
+  return ipc::SendMessage(socket_.get(), {attached.GetBufferPointer(), attached.GetSize()},
+                          options.connect_timeout);
+}
+
+Connection::~Connection() { Close(); }
+
+void Connection::Close() {
+  if (closed_.exchange(true)) return;
+  MarkDead(Unavailable("the client was closed"));
+  if (monitor_.joinable()) {
+    uint64_t one = 1;
+    (void)!write(monitor_wake_.get(), &one, sizeof(one));
+    monitor_.join();
+  }
+  socket_.Reset();
+}
+
+// ---- arena --------------------------------------------------------------------------------
+
+Result<ArenaBuffer> Connection::Allocate(size_t bytes) {
+  auto offset = arena_->allocator.Allocate(bytes);
+  if (!offset.ok()) return offset.status();
+  return ArenaBuffer(arena_, *offset, bytes);
+}
+
+// ---- liveness -----------------------------------------------------------------------------
+
+void Connection::Monitor() {
+  pollfd fds[2] = {{socket_.get(), POLLIN | POLLRDHUP, 0}, {monitor_wake_.get(), POLLIN, 0}};
+  while (true) {
+    const int rc = ::poll(fds, 2, -1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (fds[1].revents != 0) return;  // Close()
+    if (fds[0].revents != 0) {
+      // The agent never sends anything after Welcome: readable means EOF or a broken agent.
+      MarkDead(Unavailable(
+          "the agent closed the connection (it exited, was killed or dropped this client); "
+          "reconnect with Client::Connect once it is back"));
+      return;
+    }
+  }
+}
+
+bool Connection::CheckShutdownWord() {
+  if (arena_->segment->header().agent_shutdown.load(std::memory_order_acquire) == 0) return false;
+  MarkDead(
+      Unavailable("the agent is shutting down; reconnect with Client::Connect once it is "
+                  "back"));
+  return true;
+}
+
+void Connection::MarkDead(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(dead_mu_);
+    if (dead_.load(std::memory_order_relaxed)) return;
+    dead_status_ = why;
+    dead_.store(true, std::memory_order_release);
+  }
+  // Wake every thread of ours that sleeps on a ring or a condition variable.
+  if (arena_) {
+    auto* completion = arena_->segment->completion_ring().control;
+    completion->data_seq.fetch_add(1, std::memory_order_seq_cst);
+    ipc::FutexWake(&completion->data_seq);
+    auto* request = arena_->segment->request_ring().control;
+    request->space_seq.fetch_add(1, std::memory_order_seq_cst);
+    ipc::FutexWake(&request->space_seq);
+  }
+  { std::lock_guard<std::mutex> lock(reap_mu_); }
+  reap_cv_.notify_all();
+  { std::lock_guard<std::mutex> lock(slots_mu_); }
+  slots_cv_.notify_all();
+}
+
+Status Connection::DeadStatus() {
+  std::lock_guard<std::mutex> lock(dead_mu_);
+  return dead_status_;
+}
+
+// ---- slots --------------------------------------------------------------------------------
+
+Result<uint32_t> Connection::AcquireSlot(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(slots_mu_);
+  while (free_slots_.empty()) {
+    if (!alive()) return DeadStatus();
+    if (Clock::now() >= deadline) {
+      return Status(ErrorCode::kTimeout, "all " + std::to_string(slot_count_) +
+                                             " in-flight calls stayed busy until the timeout; "
+                                             "wait for replies or raise max_in_flight");
+    }
+    // Our own pending calls may be what holds the slots: reap them.
+    lock.unlock();
+    ReapIfNoLeader();
+    lock.lock();
+    if (!free_slots_.empty()) break;
+    slot_waiters_.fetch_add(1);
+    slots_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    slot_waiters_.fetch_sub(1);
+  }
+  const uint32_t index = free_slots_.back();
+  free_slots_.pop_back();
+  return index;
+}
+
+void Connection::ReleaseSlot(uint32_t index) {
+  Slot& s = slots_[index];
+  s.temporaries.clear();  // returns raw-value copies to the arena
+  s.reply = Reply{};
+  s.id.store(0, std::memory_order_relaxed);
+  s.state.store(kFree, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(slots_mu_);
+  free_slots_.push_back(index);
+  if (slot_waiters_.load() > 0) slots_cv_.notify_one();
+}
+
+PendingCall Connection::Failed(const Status& status, size_t key_count) {
+  return PendingCall(nullptr, 0, 0, FailedReply(status, key_count));
+}
+
+// ---- submit -------------------------------------------------------------------------------
+
+PendingCall Connection::Submit(const CallSpec& spec) {
+  const size_t n = spec.keys.size();
+  if (!alive() || CheckShutdownWord()) return Failed(DeadStatus(), n);
+  const auto timeout = spec.options->timeout.count() > 0 ? spec.options->timeout : call_timeout_;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  if (Status valid = ValidateCall(spec); !valid.ok()) return Failed(valid, n);
+
+  // Arena ranges of the values (Put/Upsert) or targets (Get); raw bytes are copied into
+  // temporary buffers that live as long as the call.
+  std::vector<proto::BufferRef> refs;
+  std::vector<ArenaBuffer> temporaries;
+  if (!spec.values.empty()) {
+    refs.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const Value& v = spec.values[i];
+      if (v.buffer() != nullptr) {
+        if (v.buffer()->arena_ != arena_) {
+          return Failed(Status(ErrorCode::kBufferOutOfRange,
+                               "values[" + std::to_string(i) +
+                                   "] was allocated by another Client; allocate it from this one"),
+                        n);
+        }
+        refs.emplace_back(v.buffer()->offset(), v.length());
+        continue;
+      }
+      auto copy = Allocate(v.length());
+      if (!copy.ok()) return Failed(copy.status(), n);
+      std::memcpy(copy->data(), v.bytes().data(), v.length());
+      refs.emplace_back(copy->offset(), v.length());
+      temporaries.push_back(std::move(*copy));
+    }
+  } else if (!spec.targets.empty()) {
+    refs.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const ArenaBuffer* t = spec.targets[i];
+      if (t->arena_ != arena_) {
+        return Failed(Status(ErrorCode::kBufferOutOfRange,
+                             "buffers[" + std::to_string(i) +
+                                 "] was allocated by another Client; allocate it from this one"),
+                      n);
+      }
+      refs.emplace_back(t->offset(), t->size());
+    }
+  }
+
+  auto index = AcquireSlot(deadline);
+  if (!index.ok()) return Failed(index.status(), n);
+  Slot& slot = slots_[*index];
+  slot.generation = slot.generation + 1 == 0 ? 1 : slot.generation + 1;
+  const uint64_t id = (uint64_t{slot.generation} << 32) | *index;
+  slot.key_count = n;
+  slot.deadline = deadline;
+  slot.temporaries = std::move(temporaries);
+  slot.state.store(kWaiting, std::memory_order_relaxed);
+  slot.id.store(id, std::memory_order_release);
+
+  thread_local flatbuffers::FlatBufferBuilder fbb(1024);
+  const std::span<const uint8_t> frame = EncodeRequest(fbb, id, spec, refs);
+  Status pushed = Push(id, frame, deadline);
+  if (!pushed.ok()) {
+    ReleaseSlot(*index);
+    return Failed(pushed, n);
+  }
+  return PendingCall(shared_from_this(), *index, id, Reply{});
+}
+
+Status Connection::Push(uint64_t id, std::span<const uint8_t> frame, Clock::time_point deadline) {
+  std::lock_guard<std::mutex> lock(produce_mu_);
+  while (true) {
+    switch (producer_.TryPush(id, frame)) {
+      case ipc::PushResult::kOk:
+        return Status::Ok();
+      case ipc::PushResult::kTooLarge:
+        return InvalidParams("the request is " + std::to_string(frame.size()) +
+                             " bytes and the request ring holds at most " +
+                             std::to_string(ipc::MaxFramePayload(producer_.capacity())) +
+                             "; split the batch or connect with a larger ring_bytes");
+      case ipc::PushResult::kCorrupt:
+        MarkDead(Unavailable("the request ring is corrupt; reconnect"));
+        return DeadStatus();
+      case ipc::PushResult::kFull:
+        break;
+    }
+    // Full: wait for the agent to make room, never drop. The agent stops reading requests
+    // while our completion ring is full, so reap completions meanwhile.
+    if (!alive() || CheckShutdownWord()) return DeadStatus();
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return Status(ErrorCode::kTimeout,
+                    "the request ring stayed full until the timeout; the agent is overloaded");
+    }
+    ReapIfNoLeader();
+    const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(1));
+    (void)producer_.WaitForSpace(frame.size(), spin_, slice, slice, [] { return false; });
+  }
+}
+
+// ---- reaping ------------------------------------------------------------------------------
+
+bool Connection::TryLead() {
+  std::lock_guard<std::mutex> lock(reap_mu_);
+  if (leader_active_) return false;
+  leader_active_ = true;
+  return true;
+}
+
+void Connection::Resign() {
+  std::lock_guard<std::mutex> lock(reap_mu_);
+  leader_active_ = false;
+  if (followers_.load() > 0) reap_cv_.notify_all();
+}
+
+void Connection::ReapIfNoLeader() {
+  if (!TryLead()) return;
+  Reap();
+  Resign();
+}
+
+void Connection::Reap() {
+  ipc::Frame frame;
+  while (true) {
+    const ipc::PeekResult r = consumer_.Peek(&frame);
+    if (r == ipc::PeekResult::kEmpty) return;
+    if (r == ipc::PeekResult::kCorrupt) {
+      MarkDead(Unavailable("the completion ring is corrupt; reconnect"));
+      return;
+    }
+    Deliver(frame.tag, frame.payload);
+    consumer_.Pop();
+  }
+}
+
+void Connection::Deliver(uint64_t tag, std::span<const uint8_t> frame) {
+  const uint32_t index = static_cast<uint32_t>(tag);
+  if (index >= slot_count_) return;
+  Slot& s = slots_[index];
+  if (s.id.load(std::memory_order_acquire) != tag) return;  // stale: the slot moved on
+  s.reply = DecodeCompletion(frame, s.key_count);
+  const uint32_t previous = s.state.exchange(kDone, std::memory_order_acq_rel);
+  if (previous == kAbandoned) {
+    ReleaseSlot(index);
+  } else if (followers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(reap_mu_); }
+    reap_cv_.notify_all();
+  }
+}
+
+void Connection::Lead(Slot& slot) {
+  while (slot.state.load(std::memory_order_acquire) != kDone) {
+    Reap();
+    if (slot.state.load(std::memory_order_acquire) == kDone) return;
+    if (!alive() || CheckShutdownWord()) return;
+    const auto now = Clock::now();
+    if (now >= slot.deadline) return;
+    const auto left = std::min<Clock::duration>(slot.deadline - now, kSlice);
+    (void)consumer_.WaitForData(spin_, left);
+  }
+}
+
+void Connection::Follow(Slot& slot) {
+  std::unique_lock<std::mutex> lock(reap_mu_);
+  followers_.fetch_add(1);
+  const auto until = std::min(slot.deadline, Clock::now() + kSlice);
+  reap_cv_.wait_until(lock, until, [&] {
+    return slot.state.load(std::memory_order_acquire) == kDone || !leader_active_ || !alive();
+  });
+  followers_.fetch_sub(1);
+}
+
+bool Connection::Ready(uint32_t index, uint64_t id) {
+  Slot& s = slots_[index];
+  if (s.id.load(std::memory_order_acquire) != id) return true;
+  if (s.state.load(std::memory_order_acquire) == kDone) return true;
+  if (!alive() || Clock::now() >= s.deadline) return true;
+  ReapIfNoLeader();
+  return s.state.load(std::memory_order_acquire) == kDone;
+}
+
+Reply Connection::Wait(uint32_t index, uint64_t id) {
+  Slot& s = slots_[index];
+  if (s.id.load(std::memory_order_acquire) != id) {
+    return FailedReply(Internal("PendingCall waited twice"), 0);
+  }
+  while (true) {
+    if (s.state.load(std::memory_order_acquire) == kDone) {
+      Reply reply = std::move(s.reply);
+      ReleaseSlot(index);
+      return reply;
+    }
+    if (!alive()) {
+      const size_t n = s.key_count;
+      Abandon(index, id);
+      return FailedReply(DeadStatus(), n);
+    }
+    if (Clock::now() >= s.deadline) {
+      const size_t n = s.key_count;
+      Abandon(index, id);
+      return FailedReply(Status(ErrorCode::kTimeout,
+                                "no reply from the agent before the call's timeout; the agent "
+                                "may be overloaded, or raise the timeout"),
+                         n);
+    }
+    if (TryLead()) {
+      Lead(s);
+      Resign();
+    } else {
+      Follow(s);
+    }
+  }
+}
+
+void Connection::Abandon(uint32_t index, uint64_t id) {
+  Slot& s = slots_[index];
+  if (s.id.load(std::memory_order_acquire) != id) return;
+  const uint32_t previous = s.state.exchange(kAbandoned, std::memory_order_acq_rel);
+  if (previous == kDone) ReleaseSlot(index);
+  // Otherwise the reaper frees it when (if) the completion arrives.
+}
+
+}  // namespace kvagent::sdk_detail

@@ -1,0 +1,140 @@
+// The SDK's side of one agent connection: the socket (liveness), the mapped segment, the
+// producer end of the request ring, the consumer end of the completion ring, and the table of
+// calls in flight.
+//
+// Calls in flight live in a fixed table of slots; a request id is (generation << 32 | slot),
+// so a completion finds its slot without a lookup and a stale one (for a slot reused since) is
+// recognized and dropped. Slot states: free -> waiting -> done -> free, or waiting -> abandoned
+// (the caller gave up) -> free when its completion arrives. The reaper and an abandoning caller
+// decide who frees the slot by exchanging the state: whoever sees the other's mark frees it.
+//
+// Reaping (leader/follower): a waiting thread that finds no leader becomes the leader and reaps
+// completions for everyone (spin, then futex on the completion ring); the others sleep on a
+// process-local condition variable and are notified only when their slot is done or the leader
+// resigns. With one caller there is no notification and no thread hop at all.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "call_codec.h"
+#include "kvagent/client.h"
+#include "kvagent/ipc/arena_allocator.h"
+#include "kvagent/ipc/frame_ring.h"
+#include "kvagent/ipc/segment.h"
+#include "kvagent/ipc/unix_socket.h"
+
+namespace kvagent::sdk_detail {
+
+// The arena: its mapping and the client-private allocator. Shared by the connection and every
+// ArenaBuffer, so buffers outlive the Client safely.
+struct ArenaState {
+  ArenaState(std::shared_ptr<ipc::Segment> s, uint64_t bytes)
+      : segment(std::move(s)), allocator(bytes) {}
+  std::shared_ptr<ipc::Segment> segment;
+  ipc::ArenaAllocator allocator;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Connects, runs the handshake, maps the segment and starts the monitor thread.
+  static Result<std::shared_ptr<Connection>> Open(const ClientOptions& options);
+  ~Connection();
+
+  // Fails every pending and future call with AGENT_UNAVAILABLE, stops the monitor thread and
+  // closes the socket (the agent then reclaims the segment). Idempotent.
+  void Close();
+
+  Result<ArenaBuffer> Allocate(size_t bytes);
+  PendingCall Submit(const CallSpec& spec);
+
+  // PendingCall's operations on its slot.
+  bool Ready(uint32_t slot, uint64_t id);
+  Reply Wait(uint32_t slot, uint64_t id);
+  void Abandon(uint32_t slot, uint64_t id);
+
+  uint64_t client_id() const { return client_id_; }
+  uint64_t agent_epoch() const { return agent_epoch_; }
+  uint64_t arena_bytes() const { return arena_->segment->layout().arena_bytes; }
+  bool alive() const { return !dead_.load(std::memory_order_acquire); }
+
+ private:
+  enum SlotState : uint32_t { kFree, kWaiting, kDone, kAbandoned };
+  struct Slot {
+    std::atomic<uint64_t> id{0};
+    std::atomic<uint32_t> state{kFree};
+    uint32_t generation = 0;
+    size_t key_count = 0;
+    Clock::time_point deadline;
+    Reply reply;
+    std::vector<ArenaBuffer> temporaries;  // copies of raw values, freed with the slot
+  };
+
+  explicit Connection(const ClientOptions& options);
+  Status Handshake(const ClientOptions& options);
+
+  // Slots.
+  Result<uint32_t> AcquireSlot(Clock::time_point deadline);
+  void ReleaseSlot(uint32_t index);
+  PendingCall Failed(const Status& status, size_t key_count);
+
+  // Ring production under produce_mu_: waits (reaping meanwhile) while the ring is full.
+  Status Push(uint64_t id, std::span<const uint8_t> frame, Clock::time_point deadline);
+
+  // Reaping.
+  bool TryLead();
+  void Resign();
+  void Lead(Slot& slot);
+  void Follow(Slot& slot);
+  void Reap();  // leader only
+  void ReapIfNoLeader();
+  void Deliver(uint64_t tag, std::span<const uint8_t> frame);
+
+  // Liveness.
+  void Monitor();
+  bool CheckShutdownWord();
+  void MarkDead(const Status& why);
+  Status DeadStatus();
+
+  const std::chrono::microseconds spin_;
+  const std::chrono::milliseconds call_timeout_;
+  uint64_t client_id_ = 0;
+  uint64_t agent_epoch_ = 0;
+  ipc::UniqueFd socket_;
+  ipc::UniqueFd monitor_wake_;  // eventfd that stops the monitor thread
+  std::thread monitor_;
+  std::shared_ptr<ArenaState> arena_;
+
+  std::mutex produce_mu_;
+  ipc::FrameProducer producer_;  // guarded by produce_mu_
+  ipc::FrameConsumer consumer_;  // used by the leader only
+
+  std::unique_ptr<Slot[]> slots_;
+  uint32_t slot_count_ = 0;
+  std::mutex slots_mu_;
+  std::condition_variable slots_cv_;
+  std::vector<uint32_t> free_slots_;
+  std::atomic<int> slot_waiters_{0};
+
+  std::mutex reap_mu_;
+  std::condition_variable reap_cv_;
+  bool leader_active_ = false;  // guarded by reap_mu_
+  std::atomic<int> followers_{0};
+
+  std::atomic<bool> dead_{false};
+  std::mutex dead_mu_;
+  Status dead_status_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace kvagent::sdk_detail

@@ -1,0 +1,208 @@
+// The agent's lifecycle with real processes: clients dying mid-stream, the agent stopped by
+// SIGTERM or killed by SIGKILL, limits on who and how many may attach, many clients at once.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent_process.h"
+#include "kvagent/client.h"
+#include "process_guard.h"
+
+namespace kvagent::testing {
+namespace {
+
+std::unique_ptr<Client> ConnectTo(const AgentProcess& agent, uint64_t arena = 1 << 20) {
+  ClientOptions options;
+  options.run_dir = agent.run_dir();
+  options.arena_bytes = arena;
+  options.client_name = "lifecycle-test";
+  auto client = Client::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+// Starts kvagent_test_client with `args`; its stdout is readable from *out_fd.
+pid_t SpawnTestClient(std::vector<std::string> args, int* out_fd) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  args.insert(args.begin(), KVAGENT_TEST_CLIENT);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  *out_fd = pipe_fds[0];
+  return pid;
+}
+
+std::string ReadLine(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+TEST(AgentLifecycle, ClientSigkilledMidStreamIsReclaimedAndOthersAreUnaffected) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  const int base_fds = CountFds(agent.pid());
+  ASSERT_GT(base_fds, 0);
+  auto other = ConnectTo(agent);
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(WaitUntil([&] { return CountFds(agent.pid()) == base_fds + 1; }));
+
+  for (int round = 0; round < 3; ++round) {
+    int out = -1;
+    ProcessGuard victim(SpawnTestClient({"ping-loop", agent.run_dir()}, &out));
+    ASSERT_GT(victim.pid(), 0);
+    EXPECT_EQ(ReadLine(out), "ready");
+    close(out);
+    EXPECT_EQ(CountFds(agent.pid()), base_fds + 2);
+    victim.Kill();  // SIGKILL while it is pinging
+    EXPECT_TRUE(WaitUntil([&] { return CountFds(agent.pid()) == base_fds + 1; }))
+        << "agent fds: " << CountFds(agent.pid()) << ", baseline " << base_fds + 1;
+    EXPECT_EQ(CountShm(agent.pid()), 0);
+    Reply r = other->Ping();
+    EXPECT_TRUE(r.ok()) << r.status.ToString();
+  }
+}
+
+TEST(AgentLifecycle, SigtermExitsZeroRemovesTheSocketAndFailsClientsFast) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  auto client = ConnectTo(agent);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Ping().ok());
+  const pid_t pid = agent.pid();
+  agent.Signal(SIGTERM);
+  const int status = agent.WaitExit();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(access(agent.socket_path().c_str(), F_OK), 0);
+  EXPECT_EQ(CountShm(pid), 0);
+  Reply r = client->Ping();
+  EXPECT_EQ(r.status.code(), ErrorCode::kAgentUnavailable) << r.status.ToString();
+  EXPECT_FALSE(client->connected());
+}
+
+TEST(AgentLifecycle, AgentSigkilledFailsThePendingCallWithAgentUnavailable) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  auto client = ConnectTo(agent);
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Ping().ok());
+  agent.Signal(SIGSTOP);  // the request below stays unanswered
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
+  PendingCall pending = client->SubmitPing(std::chrono::milliseconds(60000));
+  EXPECT_FALSE(pending.Ready());
+  const auto killed_at = std::chrono::steady_clock::now();
+  agent.Kill();
+  Reply r = pending.Wait();
+  const auto elapsed = std::chrono::steady_clock::now() - killed_at;
+  EXPECT_EQ(r.status.code(), ErrorCode::kAgentUnavailable) << r.status.ToString();
+  ::testing::Test::RecordProperty(
+      "failed_after_us",
+      std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()));
+  EXPECT_EQ(client->Ping().status.code(), ErrorCode::kAgentUnavailable);
+}
+
+TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
+  AgentProcess agent({"--max-clients", "2"});
+  ASSERT_TRUE(agent.started());
+  auto a = ConnectTo(agent);
+  auto b = ConnectTo(agent);
+  ASSERT_TRUE(a && b);
+  ClientOptions options;
+  options.run_dir = agent.run_dir();
+  auto c = Client::Connect(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kAgentUnavailable);
+  EXPECT_NE(c.status().message().find("--max-clients"), std::string::npos) << c.status().message();
+  a.reset();  // a slot frees up once the agent sees a's EOF
+  EXPECT_TRUE(WaitUntil([&] { return Client::Connect(options).ok(); }));
+}
+
+TEST(AgentLifecycle, PeerNotInTheAllowListIsRefused) {
+  AgentProcess agent({"--allow-uid", "4242"});
+  ASSERT_TRUE(agent.started());
+  ClientOptions options;
+  options.run_dir = agent.run_dir();
+  auto c = Client::Connect(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("--allow-uid " + std::to_string(getuid())), std::string::npos)
+      << c.status().message();
+  EXPECT_EQ(CountShm(agent.pid()), 0);
+}
+
+TEST(AgentLifecycle, SixtyFourClientsAreServedAtOnce) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  const int base_fds = CountFds(agent.pid());
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 64; ++i) {
+    clients.push_back(ConnectTo(agent, 64 << 10));
+    ASSERT_TRUE(clients.back());
+  }
+  std::vector<PendingCall> calls;
+  for (auto& c : clients) calls.push_back(c->SubmitPing());
+  for (auto& call : calls) {
+    Reply r = call.Wait();
+    EXPECT_TRUE(r.ok()) << r.status.ToString();
+  }
+  EXPECT_EQ(CountFds(agent.pid()), base_fds + 64);
+  EXPECT_EQ(CountShm(agent.pid()), 0);
+  clients.clear();
+  EXPECT_TRUE(WaitUntil([&] { return CountFds(agent.pid()) == base_fds; }));
+}
+
+TEST(AgentLifecycle, RandomizedStressFromSeveralClientProcesses) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  std::vector<std::unique_ptr<ProcessGuard>> workers;
+  std::vector<int> outs;
+  for (int i = 0; i < 4; ++i) {
+    int out = -1;
+    workers.push_back(std::make_unique<ProcessGuard>(
+        SpawnTestClient({"stress", agent.run_dir(), std::to_string(i + 1), "300", "3"}, &out)));
+    outs.push_back(out);
+  }
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const int status = workers[i]->Wait();
+    close(outs[i]);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "stress client " << i;
+  }
+  EXPECT_TRUE(agent.Running());
+}
+
+TEST(AgentLifecycle, SegmentNamesLeftByADeadAgentAreRemovedAtStart) {
+  // A pid that surely is no kvagent: a child that already exited.
+  ProcessGuard dead(fork());
+  if (dead.pid() == 0) _exit(0);
+  const pid_t dead_pid = dead.pid();
+  dead.Wait();
+  const std::string name = "/kvagent." + std::to_string(dead_pid) + ".1.1";
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0);
+  shm_unlink(name.c_str());
+}
+
+}  // namespace
+}  // namespace kvagent::testing

@@ -1,0 +1,172 @@
+// Test support: a real `kvagent` process in a fresh run directory, always stopped (SIGKILL +
+// waitpid) and cleaned up when the test ends, pass or fail.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef KVAGENT_BINARY
+#error "KVAGENT_BINARY must name the kvagent executable"
+#endif
+
+namespace kvagent::testing {
+
+// Polls `condition` every millisecond until it holds or `limit` passes; returns its last value.
+// Used to wait for asynchronous effects (a socket appearing, fds returning to a baseline); the
+// bound only keeps a broken build from hanging, nothing asserts on the time taken.
+inline bool WaitUntil(const std::function<bool()>& condition,
+                      std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= end) return condition();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Open file descriptors of process `pid` (-1 if /proc is unreadable).
+inline int CountFds(pid_t pid) {
+  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+// True when every thread of `pid` is stopped (after SIGSTOP has been delivered to all).
+inline bool IsStopped(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  int seen = 0;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream stat(t.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+    if (line[paren + 2] != 'T' && line[paren + 2] != 't') return false;
+    ++seen;
+  }
+  return seen > 0;
+}
+
+// Entries in /dev/shm named after agent `pid` ("kvagent.<pid>.").
+inline int CountShm(pid_t pid) {
+  const std::string prefix = "kvagent." + std::to_string(pid) + ".";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  }
+  return n;
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base ? base : "/tmp") + "/kvagent-test-XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    path_ = mkdtemp(buf.data());
+    chmod(path_.c_str(), 0755);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class AgentProcess {
+ public:
+  // Starts kvagent with --run-dir <fresh dir> plus `extra_args`, and waits for its socket.
+  explicit AgentProcess(std::vector<std::string> extra_args = {}) {
+    run_dir_ = dir_.path() + "/run";
+    std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      // Quiet by default; KVAGENT_TEST_AGENT_LOG=1 keeps the agent's log on stderr.
+      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    started_ = WaitUntil([&] { return access(socket_path().c_str(), F_OK) == 0 || !Running(); });
+    started_ = started_ && Running();
+  }
+  ~AgentProcess() { Kill(); }
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
+
+  bool started() const { return started_; }
+  pid_t pid() const { return pid_; }
+  const std::string& run_dir() const { return run_dir_; }
+  std::string socket_path() const { return run_dir_ + "/agent.sock"; }
+
+  bool Running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exit_status_ = status;
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+
+  void Signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+
+  // Waits for the process to exit and returns its wait status.
+  int WaitExit() {
+    if (pid_ > 0) {
+      int status = 0;
+      while (waitpid(pid_, &status, 0) < 0) {
+      }
+      exit_status_ = status;
+      pid_ = -1;
+    }
+    return exit_status_;
+  }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    WaitExit();
+  }
+
+ private:
+  TempDir dir_;
+  std::string run_dir_;
+  pid_t pid_ = -1;
+  int exit_status_ = -1;
+  bool started_ = false;
+};
+
+}  // namespace kvagent::testing
