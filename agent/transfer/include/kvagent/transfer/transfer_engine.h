@@ -1,0 +1,149 @@
+// TransferEngine: the agent's data plane. It serves peers' reads and writes of this node's pool
+// and moves byte ranges between local memory and peers' pools, over TCP always or over RDMA
+// (rdma-core verbs, RC QPs, one-sided WRITE/READ) when the node has an RDMA device.
+//
+// Typical use by the agent:
+//
+//   auto pool = NodePool::Create({.size_bytes = flags.pool_size});
+//   auto engine = TransferEngine::Create(**pool, {.listen_address = flags.data_listen});
+//   master.MountSegment(pool->size(), (*engine)->endpoint());   // "tcp://10.0.0.2:41234"
+//   (*engine)->RegisterMemory(arena_base, arena_size);           // once per client arena
+//   (*engine)->Submit(ops, [queue](std::vector<Status> results) {
+//     queue->Push(std::move(results));                           // back to the pipeline thread
+//   });
+//
+// Threading: every public method is thread-safe. Completion callbacks run on the engine's own
+// threads (never inside Submit), one callback per batch. A callback must return quickly and must
+// not block on the engine (no TransferAndWait, no destruction of the engine from inside it): hand
+// the results to your own thread. Same-node placements are not moved here: the pipeline memcpy's
+// into its own pool (IsLocal tells which endpoints are this agent's).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/common/status.h"
+#include "kvagent/transfer/endpoint.h"
+#include "kvagent/transfer/node_pool.h"
+
+namespace kvagent::transfer {
+
+enum class TransferKind : uint8_t {
+  kWrite = 1,  // local bytes -> peer's pool at remote_offset
+  kRead = 2,   // peer's pool at remote_offset -> local bytes
+};
+
+// One range to move. The engine does not own `local`: the caller keeps [local, local + length)
+// valid (and, for a read, unread by anyone else) until the batch's callback has run.
+struct TransferOp {
+  TransferKind kind = TransferKind::kWrite;
+  std::string peer;            // the peer segment's endpoint as the master gave it
+  uint64_t remote_offset = 0;  // offset in the peer's pool
+  void* local = nullptr;       // inside memory given to RegisterMemory (or the node pool)
+  uint64_t length = 0;         // bytes, at least 1
+};
+
+// Receives one Status per op, in the order of the submitted ops. OK: the bytes are in place (a
+// write is acknowledged only after the peer has stored it in its pool). Errors:
+//   TRANSFER_FAILED  the peer could not be reached, closed the connection, or broke protocol;
+//                    the message names the peer, the op and the reason
+//   TIMEOUT          the peer made no progress for `peer_timeout` while the op was outstanding
+//   BUFFER_OUT_OF_RANGE  the remote range is outside the peer's pool (checked by the peer)
+//   INVALID_PARAMS   the op itself is malformed (zero length, null or unregistered local
+//                    memory, unparsable endpoint); nothing was sent
+using TransferCallback = std::function<void(std::vector<Status> results)>;
+
+enum class TransportMode : uint8_t {
+  kAuto,  // RDMA when ibv_get_device_list finds a device, else TCP (said once in the log)
+  kTcp,   // TCP even when a device exists
+  kRdma,  // RDMA or fail Create
+};
+std::string_view TransportModeName(TransportMode mode);  // "auto", "tcp", "rdma"
+// "auto" / "tcp" / "rdma" -> mode; INVALID_PARAMS otherwise.
+[[nodiscard]] Result<TransportMode> ParseTransportMode(std::string_view text);
+
+struct TransferEngineOptions {
+  // --data-listen: where this agent's data server listens, "host:port" (port 0: OS-picked).
+  std::string listen_address = "0.0.0.0:0";
+  // --data-advertise-host: the host peers use to reach this agent. Empty: the listen host when
+  // it is specific; for a wildcard listen, the first non-loopback IPv4 address of an interface
+  // that is up (127.0.0.1 when there is none, with a warning).
+  std::string advertise_host;
+  TransportMode transport = TransportMode::kAuto;  // --data-transport
+  // --data-peer-timeout-ms: an outstanding op fails with TIMEOUT when its peer moves no bytes
+  // (connect, send, receive or completion) for this long. Large transfers that keep moving
+  // never time out.
+  std::chrono::milliseconds peer_timeout{5000};
+};
+
+// Counters since Create; cheap to read from any thread.
+struct TransferStats {
+  uint64_t ops_ok = 0;
+  uint64_t ops_failed = 0;  // every non-OK result, timeouts included
+  uint64_t ops_timed_out = 0;
+  uint64_t bytes_written = 0;  // payload bytes of successful writes to peers
+  uint64_t bytes_read = 0;     // payload bytes of successful reads from peers
+  uint64_t connections_opened = 0;
+  uint64_t served_writes = 0;               // peers' writes stored into our pool
+  uint64_t served_reads = 0;                // peers' reads answered from our pool
+  uint64_t served_rejected = 0;             // peers' requests refused (range outside the pool)
+  uint64_t served_dropped_connections = 0;  // peers disconnected for sending garbage
+};
+
+class TransferEngine {
+ public:
+  // Starts the data server on options.listen_address, probes RDMA devices (kAuto/kRdma) and,
+  // with RDMA, registers `pool` with every device. `pool` must outlive the engine. Errors:
+  // INVALID_PARAMS for a bad address or mode; INTERNAL when the listen socket cannot be bound
+  // (message names the address and errno) or, in kRdma mode, when no device exists or
+  // registration fails (message includes the RLIMIT_MEMLOCK hint).
+  [[nodiscard]] static Result<std::unique_ptr<TransferEngine>> Create(
+      NodePool& pool, const TransferEngineOptions& options);
+
+  // Stops serving, fails every op still outstanding with TRANSFER_FAILED ("engine shutting
+  // down"), runs their callbacks on the engine thread, then joins the threads and closes sockets.
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // What this agent advertises to the master for its segment: "tcp://<host>:<port>", or
+  // "rdma://<host>:<port>" when RDMA is active.
+  const std::string& endpoint() const;
+  Scheme scheme() const;
+
+  // True when `endpoint` names this engine's own data server (bytes for it are a local memcpy).
+  bool IsLocal(std::string_view endpoint) const;
+
+  // Makes [addr, addr + length) usable as the local side of ops (with RDMA: one ibv_reg_mr per
+  // device, so call it once per client arena at attach, never per request). The node pool is
+  // registered by Create. Errors: INVALID_PARAMS for a null/empty range or one overlapping a
+  // registered range; INTERNAL when the NIC refuses it (message includes the memlock hint).
+  [[nodiscard]] Status RegisterMemory(void* addr, uint64_t length);
+  // Forgets a range given to RegisterMemory (by its start address). The caller must have no op
+  // in flight that uses it. INVALID_PARAMS when `addr` does not start a registered range.
+  [[nodiscard]] Status UnregisterMemory(void* addr);
+
+  // Starts every op of `ops` (concurrently; ops to one peer are pipelined on one connection) and
+  // calls `done` exactly once, on an engine thread, with one Status per op. Never blocks on the
+  // network. An empty batch completes at once (still on an engine thread).
+  void Submit(std::vector<TransferOp> ops, TransferCallback done);
+
+  // Submit, then block the calling thread until the batch completes. For tools and tests; never
+  // call it from a completion callback.
+  std::vector<Status> TransferAndWait(std::vector<TransferOp> ops);
+
+  TransferStats stats() const;
+
+  class Core;  // the implementation; private to the library
+
+ private:
+  explicit TransferEngine(std::unique_ptr<Core> core);
+  std::unique_ptr<Core> core_;
+};
+
+}  // namespace kvagent::transfer

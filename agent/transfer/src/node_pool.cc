@@ -1,0 +1,216 @@
+#include "kvagent/transfer/node_pool.h"
+
+#include <glog/logging.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << 26)  // log2(2 MiB) << MAP_HUGE_SHIFT
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and we touch pages
+#endif
+
+namespace kvagent::transfer {
+namespace {
+
+constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+
+uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"),
+// or "" when the file is missing (no THP support in the kernel).
+std::string ThpMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  auto open = line.find('[');
+  auto close = line.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
+}
+
+std::string MemlockHint(uint64_t pool_bytes) {
+  struct rlimit limit {};
+  std::string current = "unknown";
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) == 0) {
+    current = limit.rlim_cur == RLIM_INFINITY ? "unlimited" : FormatBytes(limit.rlim_cur);
+  }
+  return "RLIMIT_MEMLOCK is " + current + " and the pool needs " + FormatBytes(pool_bytes) +
+         "; set LimitMEMLOCK=infinity in kvagent.service (or `ulimit -l unlimited` before "
+         "starting kvagent), or run without --pool-mlock";
+}
+
+}  // namespace
+
+std::string_view PoolPagesName(PoolPages pages) {
+  switch (pages) {
+    case PoolPages::kHugetlb2M:
+      return "2 MiB hugetlb pages (MAP_HUGETLB)";
+    case PoolPages::kTransparentHuge:
+      return "transparent huge pages (MADV_HUGEPAGE)";
+    case PoolPages::kSmall:
+      return "4 KiB pages";
+  }
+  return "unknown pages";
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
+Status CheckPoolRange(uint64_t offset, uint64_t length, uint64_t pool_size, std::string_view what) {
+  if (length == 0) {
+    return Status(ErrorCode::kBufferOutOfRange,
+                  "zero-length range at offset " + std::to_string(offset) + " in the " +
+                      std::string(what) + "; every transfer moves at least one byte");
+  }
+  if (offset > pool_size || length > pool_size - offset) {
+    return Status(ErrorCode::kBufferOutOfRange,
+                  "range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                      ") is outside the " + std::string(what) + " (" + std::to_string(pool_size) +
+                      " bytes); use the offset and size the master's placement gave");
+  }
+  return Status::Ok();
+}
+
+NodePool::NodePool(uint8_t* base, uint64_t size, uint64_t mapped_bytes, PoolPages pages,
+                   uint64_t page_bytes)
+    : base_(base),
+      size_(size),
+      mapped_bytes_(mapped_bytes),
+      pages_(pages),
+      page_bytes_(page_bytes) {}
+
+NodePool::~NodePool() {
+  if (base_ != nullptr) munmap(base_, mapped_bytes_);
+}
+
+Status NodePool::CheckRange(uint64_t offset, uint64_t length) const {
+  return CheckPoolRange(offset, length, size_, "node pool");
+}
+
+Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& options) {
+  if (options.size_bytes == 0) {
+    return InvalidParams("--pool-size is 0; give the pool at least one page (default 1GiB)");
+  }
+  std::unique_ptr<NodePool> pool;
+  std::string why_not_huge = "huge pages disabled by configuration";
+
+  if (options.huge_pages) {
+    const uint64_t size = RoundUp(options.size_bytes, kHugePageBytes);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
+    if (p != MAP_FAILED) {
+      pool.reset(new NodePool(static_cast<uint8_t*>(p), size, size, PoolPages::kHugetlb2M,
+                              kHugePageBytes));
+    } else {
+      why_not_huge = "MAP_HUGETLB failed (" + ErrnoText(errno) +
+                     "; reserve pages with vm.nr_hugepages to use them)";
+    }
+  }
+
+  if (!pool) {
+    const uint64_t small_page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t size = RoundUp(options.size_bytes, small_page);
+    const std::string thp = options.huge_pages ? ThpMode() : "";
+    const bool try_thp = options.huge_pages && (thp == "always" || thp == "madvise");
+    // THP backs only 2 MiB-aligned 2 MiB ranges: over-map by one huge page and trim the head and
+    // tail so that the pool starts on a huge-page boundary.
+    const uint64_t slack = try_thp ? kHugePageBytes : 0;
+    void* p =
+        mmap(nullptr, size + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      return Status(ErrorCode::kNoSpace, "cannot map a " + FormatBytes(size) + " node pool (" +
+                                             ErrnoText(errno) + "); lower --pool-size");
+    }
+    auto* raw = static_cast<uint8_t*>(p);
+    uint8_t* base = raw;
+    if (slack != 0) {
+      base = reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(raw), slack));
+      const uint64_t head = static_cast<uint64_t>(base - raw);
+      if (head != 0) munmap(raw, head);
+      const uint64_t tail = slack - head;
+      if (tail != 0) munmap(base + size, tail);
+    }
+    PoolPages pages = PoolPages::kSmall;
+    if (try_thp && madvise(base, size, MADV_HUGEPAGE) == 0) {
+      pages = PoolPages::kTransparentHuge;
+    } else if (options.huge_pages) {
+      why_not_huge += thp.empty() ? "; no transparent huge pages in this kernel"
+                      : try_thp   ? "; MADV_HUGEPAGE failed (" + ErrnoText(errno) + ")"
+                                  : "; transparent huge pages are set to [" + thp + "]";
+    }
+    pool.reset(new NodePool(base, size, size, pages, small_page));
+  }
+
+  if (pool->pages_ == PoolPages::kHugetlb2M) {
+    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
+              << PoolPagesName(pool->pages_);
+  } else if (pool->pages_ == PoolPages::kTransparentHuge) {
+    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
+              << PoolPagesName(pool->pages_) << " (" << why_not_huge << "; THP mode [" << ThpMode()
+              << "])";
+  } else {
+    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
+              << PoolPagesName(pool->pages_) << " (" << why_not_huge << ")";
+  }
+
+  // Pre-fault every page now so that requests never take a fault. MADV_POPULATE_WRITE does it
+  // in the kernel in one call; without it, write one byte per page (a read would only map the
+  // shared zero page).
+  const auto start = std::chrono::steady_clock::now();
+  const char* method = "MADV_POPULATE_WRITE";
+  if (madvise(pool->base_, pool->size_, MADV_POPULATE_WRITE) != 0) {
+    if (errno != EINVAL) {
+      return Status(ErrorCode::kNoSpace, "cannot fault in the " + FormatBytes(pool->size_) +
+                                             " node pool (" + ErrnoText(errno) +
+                                             "); lower --pool-size or free memory");
+    }
+    method = "a write per page";
+    volatile uint8_t* bytes = pool->base_;
+    for (uint64_t off = 0; off < pool->size_; off += pool->page_bytes_) bytes[off] = 0;
+  }
+  pool->prefault_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double gbps = pool->prefault_seconds_ > 0
+                          ? static_cast<double>(pool->size_) / pool->prefault_seconds_ / 1e9
+                          : 0;
+  char timing[96];
+  std::snprintf(timing, sizeof(timing), "%.3f s (%.2f GB/s)", pool->prefault_seconds_, gbps);
+  LOG(INFO) << "NodePool: pre-faulted " << FormatBytes(pool->size_) << " in " << timing << " via "
+            << method;
+
+  if (options.mlock) {
+    if (mlock(pool->base_, pool->size_) != 0) {
+      return Internal("cannot mlock the " + FormatBytes(pool->size_) + " node pool (" +
+                      ErrnoText(errno) + "): " + MemlockHint(pool->size_));
+    }
+    pool->locked_ = true;
+    LOG(INFO) << "NodePool: locked in memory (mlock)";
+  }
+  return pool;
+}
+
+}  // namespace kvagent::transfer

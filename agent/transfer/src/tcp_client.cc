@@ -1,0 +1,378 @@
+#include "tcp_client.h"
+
+#include <glog/logging.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+
+#include "socket.h"
+#include "tcp_wire.h"
+
+namespace kvagent::transfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kStepsPerWake = 64;
+constexpr int kMaxIov = 64;  // iovecs gathered into one sendmsg (2 per op at most)
+
+}  // namespace
+
+// One connection to one peer. States: connecting -> waiting for the hello (which carries the
+// peer's pool size) -> ready. Ops wait in `to_send_` until ready; an op moves to `awaiting_`
+// once its request (and payload) is fully sent, and leaves it when its reply has arrived. The
+// peer answers in order, so the reply on the wire always belongs to awaiting_.front().
+class TcpDataClient::Connection final : public EventLoop::Handler {
+ public:
+  Connection(TcpDataClient* owner, Endpoint peer, std::string key)
+      : owner_(owner), peer_(std::move(peer)), key_(std::move(key)) {}
+
+  const std::string& key() const { return key_; }
+  int fd() const { return fd_.get(); }
+  bool dead() const { return dead_; }
+  bool has_work() const {
+    return state_ != State::kReady || !to_send_.empty() || !awaiting_.empty();
+  }
+  Clock::time_point last_progress() const { return last_progress_; }
+
+  // Starts the non-blocking connect.
+  Status Open() {
+    Result<SocketAddress> address = NumericAddress(peer_.host, peer_.port);
+    if (!address.ok()) return address.status();
+    Result<Fd> fd = StartConnect(*address);
+    if (!fd.ok()) return fd.status();
+    fd_ = std::move(*fd);
+    mask_ = EPOLLOUT;
+    KVAGENT_RETURN_IF_ERROR(owner_->loop_->Add(fd_.get(), mask_, this));
+    EngineCounters::Add(owner_->counters_->connections_opened);
+    Touch();
+    return Status::Ok();
+  }
+
+  void Enqueue(PendingOp op, uint64_t id) {
+    if (state_ == State::kReady && !InRange(op)) return;
+    if (!has_work()) Touch();  // the silence before this op is not the peer's fault
+    Outgoing out;
+    out.op = std::move(op);
+    out.id = id;
+    wire::EncodeRequest(
+        {.opcode = out.op.kind == TransferKind::kWrite ? wire::Opcode::kWrite : wire::Opcode::kRead,
+         .id = id,
+         .offset = out.op.remote_offset,
+         .length = out.op.length},
+        out.header);
+    to_send_.push_back(std::move(out));
+  }
+
+  // Sends what it can now, then watches for what it still needs.
+  void Kick() {
+    if (dead_ || state_ != State::kReady) return;
+    for (int i = 0; i < kStepsPerWake && !to_send_.empty(); ++i) {
+      Step step = SendStep();
+      if (step == Step::kClosed) return;
+      if (step == Step::kBlocked) break;
+    }
+    UpdateWatch();
+  }
+
+  void OnEvents(uint32_t events) override {
+    if (dead_) return;
+    if (state_ == State::kConnecting) {
+      Status connected = ConnectResult(fd_.get());
+      if (!connected.ok()) {
+        owner_->Drop(this, ErrorCode::kTransferFailed,
+                     "cannot reach the peer: " + connected.message());
+        return;
+      }
+      state_ = State::kHello;
+      Touch();
+      UpdateWatch();
+      return;
+    }
+    if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) {
+      for (int i = 0; i < kStepsPerWake; ++i) {
+        Step step = ReadStep();
+        if (step == Step::kClosed) return;
+        if (step == Step::kBlocked) break;
+      }
+    }
+    Kick();
+  }
+
+  // Finishes every op with `code`: "<op>: <reason>".
+  void FailAll(ErrorCode code, const std::string& reason) {
+    dead_ = true;
+    for (auto* queue : {&awaiting_, &to_send_}) {
+      for (Outgoing& out : *queue) {
+        std::string why = reason;
+        if (out.sent > 0 && out.op.kind == TransferKind::kWrite && out.sent < out.total()) {
+          why += " (" +
+                 std::to_string(out.sent - std::min<uint64_t>(out.sent, wire::kRequestBytes)) +
+                 " of " + std::to_string(out.op.length) + " bytes had been sent)";
+        }
+        out.op.Fail(code, why);
+      }
+      queue->clear();
+    }
+  }
+
+  const char* Phase() const {
+    switch (state_) {
+      case State::kConnecting:
+        return "connecting";
+      case State::kHello:
+        return "waiting for the peer's hello";
+      case State::kReady:
+        return to_send_.empty() ? "waiting for replies" : "sending requests";
+    }
+    return "";
+  }
+
+ private:
+  struct Outgoing {
+    PendingOp op;
+    uint64_t id = 0;
+    uint8_t header[wire::kRequestBytes] = {};
+    uint64_t sent = 0;  // bytes of header + payload already sent
+    uint64_t total() const {
+      return wire::kRequestBytes + (op.kind == TransferKind::kWrite ? op.length : 0);
+    }
+  };
+  enum class State { kConnecting, kHello, kReady };
+
+  void Touch() { last_progress_ = Clock::now(); }
+
+  bool InRange(PendingOp& op) {
+    Status range = CheckPoolRange(op.remote_offset, op.length, pool_size_, "pool of " + key_);
+    if (range.ok()) return true;
+    op.Finish(Status(range.code(), op.Describe() + ": " + range.message()));
+    return false;
+  }
+
+  void UpdateWatch() {
+    uint32_t mask = EPOLLIN;
+    if (state_ == State::kReady && !to_send_.empty()) mask |= EPOLLOUT;
+    if (mask == mask_) return;
+    mask_ = mask;
+    Status changed = owner_->loop_->Modify(fd_.get(), mask_, this);
+    if (!changed.ok()) owner_->Drop(this, ErrorCode::kTransferFailed, changed.message());
+  }
+
+  Step Fail(const std::string& reason) {
+    owner_->Drop(this, ErrorCode::kTransferFailed, reason);
+    return Step::kClosed;
+  }
+
+  Step Receive(void* dst, size_t len, size_t* got) {
+    IoResult io = ReceiveSome(fd_.get(), dst, len);
+    *got = io.bytes;
+    switch (io.kind) {
+      case IoResult::kData:
+        if (io.bytes > 0) Touch();
+        return Step::kProgress;
+      case IoResult::kBlocked:
+        return Step::kBlocked;
+      case IoResult::kError:
+        return Fail(std::string("receive failed: ") + std::strerror(io.error));
+      case IoResult::kEof:
+        break;
+    }
+    if (!has_work()) {
+      // An idle pooled connection the peer closed (restart, idle reaping): forget it.
+      owner_->Drop(this, ErrorCode::kTransferFailed, "peer closed an idle connection");
+      return Step::kClosed;
+    }
+    return Fail(state_ == State::kHello ? "peer closed the connection before its hello (is this "
+                                          "a kvagent data endpoint?)"
+                                        : "peer closed the connection mid-transfer");
+  }
+
+  Step ReadStep() {
+    size_t got = 0;
+    if (state_ == State::kHello) {
+      Step step = Receive(hello_ + hello_got_, wire::kHelloBytes - hello_got_, &got);
+      if (step != Step::kProgress) return step;
+      hello_got_ += got;
+      if (hello_got_ < wire::kHelloBytes) return Step::kProgress;
+      wire::Hello hello;
+      Status decoded = wire::DecodeHello(hello_, &hello);
+      if (!decoded.ok()) return Fail("bad hello: " + decoded.message());
+      pool_size_ = hello.pool_size;
+      state_ = State::kReady;
+      // Ops queued while connecting are checked now that the peer's pool size is known.
+      std::deque<Outgoing> queued = std::move(to_send_);
+      to_send_.clear();
+      for (Outgoing& out : queued) {
+        if (InRange(out.op)) to_send_.push_back(std::move(out));
+      }
+      return Step::kProgress;
+    }
+    if (!in_body_) {
+      Step step = Receive(reply_bytes_ + reply_got_, wire::kReplyBytes - reply_got_, &got);
+      if (step != Step::kProgress) return step;
+      reply_got_ += got;
+      if (reply_got_ < wire::kReplyBytes) return Step::kProgress;
+      reply_got_ = 0;
+      return StartReply();
+    }
+    Outgoing& head = awaiting_.front();
+    uint8_t* dst = reply_.status == 0 ? head.op.local : reinterpret_cast<uint8_t*>(error_.data());
+    Step step = Receive(dst + body_got_, body_len_ - body_got_, &got);
+    if (step != Step::kProgress) return step;
+    body_got_ += got;
+    if (body_got_ == body_len_) FinishHead();
+    return Step::kProgress;
+  }
+
+  Step StartReply() {
+    Status decoded = wire::DecodeReply(reply_bytes_, &reply_);
+    if (!decoded.ok()) return Fail("protocol error: " + decoded.message());
+    if (awaiting_.empty() || awaiting_.front().id != reply_.id) {
+      return Fail("protocol error: reply for request " + std::to_string(reply_.id) +
+                  " does not match the oldest outstanding request");
+    }
+    const PendingOp& op = awaiting_.front().op;
+    uint64_t expected = op.kind == TransferKind::kRead ? op.length : 0;
+    if (reply_.status == 0 && reply_.length != expected) {
+      return Fail("protocol error: reply carries " + std::to_string(reply_.length) +
+                  " bytes, expected " + std::to_string(expected));
+    }
+    body_len_ = reply_.length;
+    body_got_ = 0;
+    if (reply_.status != 0) error_.assign(body_len_, '\0');
+    in_body_ = body_len_ > 0;
+    if (!in_body_) FinishHead();
+    return Step::kProgress;
+  }
+
+  void FinishHead() {
+    in_body_ = false;
+    Outgoing head = std::move(awaiting_.front());
+    awaiting_.pop_front();
+    if (reply_.status == 0) {
+      head.op.Finish(Status::Ok());
+    } else {
+      head.op.Fail(ErrorCodeFromWire(reply_.status), "peer refused: " + error_);
+    }
+  }
+
+  Step SendStep() {
+    iovec iov[kMaxIov];
+    int count = 0;
+    for (const Outgoing& out : to_send_) {
+      if (count + 2 > kMaxIov) break;
+      if (out.sent < wire::kRequestBytes) {
+        iov[count++] = {const_cast<uint8_t*>(out.header) + out.sent,
+                        wire::kRequestBytes - out.sent};
+      }
+      if (out.op.kind == TransferKind::kWrite) {
+        const uint64_t done = out.sent > wire::kRequestBytes ? out.sent - wire::kRequestBytes : 0;
+        iov[count++] = {out.op.local + done, out.op.length - done};
+      }
+    }
+    IoResult io = SendSome(fd_.get(), iov, count);
+    if (io.kind == IoResult::kBlocked) return Step::kBlocked;
+    if (io.kind != IoResult::kData) {
+      return Fail(std::string("send failed: ") + std::strerror(io.error));
+    }
+    if (io.bytes > 0) Touch();
+    uint64_t left = io.bytes;
+    while (left > 0) {
+      Outgoing& front = to_send_.front();
+      const uint64_t take = std::min(left, front.total() - front.sent);
+      front.sent += take;
+      left -= take;
+      if (front.sent == front.total()) {
+        awaiting_.push_back(std::move(front));
+        to_send_.pop_front();
+      }
+    }
+    return Step::kProgress;
+  }
+
+  TcpDataClient* owner_;
+  Endpoint peer_;
+  std::string key_;
+  Fd fd_;
+  uint32_t mask_ = 0;
+  bool dead_ = false;
+  State state_ = State::kConnecting;
+  Clock::time_point last_progress_;
+  uint64_t pool_size_ = 0;
+
+  uint8_t hello_[wire::kHelloBytes];
+  size_t hello_got_ = 0;
+
+  std::deque<Outgoing> to_send_;
+  std::deque<Outgoing> awaiting_;
+
+  // The reply being read; its body goes into awaiting_.front().op.local (READ) or error_.
+  uint8_t reply_bytes_[wire::kReplyBytes];
+  size_t reply_got_ = 0;
+  wire::Reply reply_;
+  bool in_body_ = false;
+  uint64_t body_len_ = 0;
+  uint64_t body_got_ = 0;
+  std::string error_;
+};
+
+TcpDataClient::TcpDataClient(EventLoop* loop, std::chrono::milliseconds peer_timeout,
+                             EngineCounters* counters)
+    : loop_(loop), peer_timeout_(peer_timeout), counters_(counters) {}
+
+TcpDataClient::~TcpDataClient() = default;
+
+void TcpDataClient::Submit(std::vector<PendingOp> ops) {
+  loop_->Post([this, ops = std::move(ops)]() mutable { Start(std::move(ops)); });
+}
+
+void TcpDataClient::Start(std::vector<PendingOp> ops) {
+  DispatchToPeers(
+      std::move(ops), peers_,
+      [this](PendingOp& op, const std::string& key) {
+        auto connection = std::make_unique<Connection>(this, op.peer, key);
+        Status opened = connection->Open();
+        if (opened.ok()) return connection;
+        op.Fail(ErrorCode::kTransferFailed, "cannot reach the peer: " + opened.message());
+        return std::unique_ptr<Connection>();
+      },
+      [this](Connection* connection, PendingOp op) {
+        connection->Enqueue(std::move(op), next_request_id_++);
+      },
+      [](Connection* connection) { connection->Kick(); });
+}
+
+int TcpDataClient::Tick() {
+  return ExpireStalledPeers(peers_, peer_timeout_, [this](Connection* connection) {
+    Drop(connection, ErrorCode::kTimeout,
+         "peer made no progress for " + std::to_string(peer_timeout_.count()) + " ms (" +
+             connection->Phase() + "); connection closed");
+  });
+}
+
+void TcpDataClient::FailAll(const std::string& reason) {
+  std::vector<Connection*> all;
+  for (auto& [key, connection] : peers_) all.push_back(connection.get());
+  for (Connection* connection : all) Drop(connection, ErrorCode::kTransferFailed, reason);
+}
+
+void TcpDataClient::Drop(Connection* connection, ErrorCode code, const std::string& reason) {
+  auto it = peers_.find(connection->key());
+  if (it == peers_.end() || it->second.get() != connection) return;
+  std::unique_ptr<Connection> owned = std::move(it->second);
+  peers_.erase(it);
+  loop_->Remove(owned->fd());
+  if (owned->has_work()) {
+    LOG(WARNING) << "data plane: connection to " << owned->key() << " failed: " << reason;
+  }
+  owned->FailAll(code, reason);
+  graveyard_.push_back(std::move(owned));
+  // Destroy after the current wake-up: the loop may still hold an event for this connection.
+  if (graveyard_.size() == 1) loop_->Post([this] { graveyard_.clear(); });
+}
+
+}  // namespace kvagent::transfer

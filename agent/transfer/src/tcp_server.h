@@ -1,0 +1,58 @@
+// TcpDataServer: serves peers' WRITE and READ requests against this node's pool (protocol in
+// tcp_wire.h). Runs on the engine's EventLoop thread; one state machine per connection.
+//
+// Guarantees: a request's range is bounds-checked against the pool before a byte is touched; a
+// bad range gets an error reply and the connection keeps serving; a peer that sends a header
+// that is not a request is logged and disconnected; nothing a peer sends can crash the agent.
+// Fairness: each wake-up handles at most a bounded amount of work per connection, so one busy
+// peer cannot starve the others (the loop is level-triggered and comes back).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "batch.h"
+#include "event_loop.h"
+#include "kvagent/transfer/endpoint.h"
+#include "kvagent/transfer/node_pool.h"
+#include "socket.h"
+
+namespace kvagent::transfer {
+
+class TcpDataServer final : public EventLoop::Handler {
+ public:
+  // Binds and listens, and registers the listener with `loop` (call before loop->Start or on
+  // the loop thread). INTERNAL naming the address when the bind fails.
+  [[nodiscard]] static Result<std::unique_ptr<TcpDataServer>> Listen(EventLoop* loop,
+                                                                     const NodePool* pool,
+                                                                     const ListenAddress& address,
+                                                                     EngineCounters* counters);
+
+  // Closes the listener and every connection. Call on the loop thread or after it has joined.
+  ~TcpDataServer() override;
+
+  // The bound address (port 0 resolved).
+  const SocketAddress& bound() const { return bound_; }
+
+  void OnEvents(uint32_t events) override;  // accepts pending connections
+
+ private:
+  class Connection;
+  TcpDataServer(EventLoop* loop, const NodePool* pool, Fd listener, SocketAddress bound,
+                EngineCounters* counters);
+  // Removes `connection` from the loop and destroys it after the current wake-up.
+  void Drop(Connection* connection);
+
+  EventLoop* loop_;
+  const NodePool* pool_;
+  Fd listener_;
+  SocketAddress bound_;
+  EngineCounters* counters_;
+  std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  std::vector<std::unique_ptr<Connection>> graveyard_;
+  std::vector<uint8_t> discard_;  // sink for the payload of a rejected WRITE
+};
+
+}  // namespace kvagent::transfer

@@ -1,0 +1,113 @@
+#include "tcp_wire.h"
+
+#include <endian.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace kvagent::transfer::wire {
+namespace {
+
+void Put16(uint8_t* out, uint16_t v) {
+  v = htole16(v);
+  std::memcpy(out, &v, sizeof(v));
+}
+void Put32(uint8_t* out, uint32_t v) {
+  v = htole32(v);
+  std::memcpy(out, &v, sizeof(v));
+}
+void Put64(uint8_t* out, uint64_t v) {
+  v = htole64(v);
+  std::memcpy(out, &v, sizeof(v));
+}
+uint16_t Get16(const uint8_t* in) {
+  uint16_t v;
+  std::memcpy(&v, in, sizeof(v));
+  return le16toh(v);
+}
+uint32_t Get32(const uint8_t* in) {
+  uint32_t v;
+  std::memcpy(&v, in, sizeof(v));
+  return le32toh(v);
+}
+uint64_t Get64(const uint8_t* in) {
+  uint64_t v;
+  std::memcpy(&v, in, sizeof(v));
+  return le64toh(v);
+}
+
+Status BadMagic(const char* what, uint32_t got) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "%s has bad magic 0x%08x (not a kvagent data-plane peer)", what,
+                got);
+  return InvalidParams(text);
+}
+
+}  // namespace
+
+void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]) {
+  Put32(out, kHelloMagic);
+  Put16(out + 4, hello.version);
+  Put16(out + 6, 0);
+  Put64(out + 8, hello.pool_size);
+}
+
+void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]) {
+  Put32(out, kRequestMagic);
+  out[4] = static_cast<uint8_t>(request.opcode);
+  out[5] = out[6] = out[7] = 0;
+  Put64(out + 8, request.id);
+  Put64(out + 16, request.offset);
+  Put64(out + 24, request.length);
+}
+
+void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]) {
+  Put32(out, kReplyMagic);
+  Put16(out + 4, reply.status);
+  Put16(out + 6, 0);
+  Put64(out + 8, reply.id);
+  Put64(out + 16, reply.length);
+}
+
+Status DecodeHello(const uint8_t in[kHelloBytes], Hello* hello) {
+  if (Get32(in) != kHelloMagic) return BadMagic("hello", Get32(in));
+  hello->version = Get16(in + 4);
+  if (hello->version != kVersion) {
+    return InvalidParams("peer speaks data-plane version " + std::to_string(hello->version) +
+                         ", this agent speaks " + std::to_string(kVersion) +
+                         "; run the same kvagent version on every node");
+  }
+  hello->pool_size = Get64(in + 8);
+  return Status::Ok();
+}
+
+Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request) {
+  if (Get32(in) != kRequestMagic) return BadMagic("request", Get32(in));
+  const uint8_t opcode = in[4];
+  if (opcode != static_cast<uint8_t>(Opcode::kWrite) &&
+      opcode != static_cast<uint8_t>(Opcode::kRead)) {
+    return InvalidParams("request has unknown opcode " + std::to_string(opcode));
+  }
+  if (in[5] != 0 || in[6] != 0 || in[7] != 0) {
+    return InvalidParams("request has non-zero reserved bytes");
+  }
+  request->opcode = static_cast<Opcode>(opcode);
+  request->id = Get64(in + 8);
+  request->offset = Get64(in + 16);
+  request->length = Get64(in + 24);
+  return Status::Ok();
+}
+
+Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply) {
+  if (Get32(in) != kReplyMagic) return BadMagic("reply", Get32(in));
+  reply->status = Get16(in + 4);
+  reply->id = Get64(in + 8);
+  reply->length = Get64(in + 16);
+  if (reply->status != 0 && reply->length > kMaxErrorMessage) {
+    return InvalidParams("reply carries an error message of " + std::to_string(reply->length) +
+                         " bytes (limit " + std::to_string(kMaxErrorMessage) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvagent::transfer::wire

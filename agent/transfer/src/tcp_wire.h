@@ -1,0 +1,74 @@
+// The TCP data-plane protocol (version 1). One TCP connection per peer pair, requests pipelined
+// and answered strictly in order. All integers little-endian, fixed-size headers:
+//
+//   server -> client, once, on accept      Hello   16 B  magic "KVTH" | version u16 | 0 u16 |
+//                                                        pool_size u64
+//   client -> server                       Request 32 B  magic "KVTQ" | opcode u8 (1 WRITE,
+//                                                        2 READ) | 0 u8[3] | id u64 |
+//                                                        offset u64 | length u64
+//                                          WRITE: followed by `length` payload bytes
+//   server -> client, one per request      Reply   24 B  magic "KVTR" | status u16 (ErrorCode
+//                                                        wire value) | 0 u16 | id u64 |
+//                                                        length u64
+//                                          READ OK: followed by `length` bytes of pool data;
+//                                          error: followed by `length` bytes of message text
+//                                          (at most kMaxErrorMessage); WRITE OK: length 0
+//
+// Payloads are never framed or copied in user space: the client sends WRITE data from the
+// caller's pointer (sendmsg with an iovec) and receives READ data straight into it; the server
+// receives WRITE data straight into the pool and sends READ data from it.
+//
+// A request whose range is outside the pool gets an error reply (a WRITE's payload is read and
+// discarded so the stream stays in step); a header that is not a valid request (bad magic,
+// opcode or reserved bytes) means the stream cannot be trusted: the server drops the connection.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent::transfer::wire {
+
+inline constexpr uint32_t kHelloMagic = 0x4854564B;    // "KVTH" in little-endian byte order
+inline constexpr uint32_t kRequestMagic = 0x5154564B;  // "KVTQ"
+inline constexpr uint32_t kReplyMagic = 0x5254564B;    // "KVTR"
+inline constexpr uint16_t kVersion = 1;
+
+inline constexpr size_t kHelloBytes = 16;
+inline constexpr size_t kRequestBytes = 32;
+inline constexpr size_t kReplyBytes = 24;
+inline constexpr uint64_t kMaxErrorMessage = 4096;
+
+enum class Opcode : uint8_t { kWrite = 1, kRead = 2 };
+
+struct Hello {
+  uint16_t version = kVersion;
+  uint64_t pool_size = 0;
+};
+
+struct Request {
+  Opcode opcode = Opcode::kWrite;
+  uint64_t id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct Reply {
+  uint16_t status = 0;  // ErrorCode wire value
+  uint64_t id = 0;
+  uint64_t length = 0;
+};
+
+void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]);
+void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]);
+void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]);
+
+// Each decoder returns INVALID_PARAMS naming what is wrong ("bad magic 0x...", "unknown opcode
+// 7", "reserved bytes not zero", "unsupported version 3", "error message of N bytes").
+[[nodiscard]] Status DecodeHello(const uint8_t in[kHelloBytes], Hello* hello);
+[[nodiscard]] Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request);
+[[nodiscard]] Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply);
+
+}  // namespace kvagent::transfer::wire
