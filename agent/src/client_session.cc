@@ -18,7 +18,7 @@ void ClientSession::MarkBroken(std::string reason) {
 void ClientSession::PushCompletion(uint64_t tag, std::span<const uint8_t> frame) {
   if (broken()) return;
   if (backlog_.empty()) {
-    switch (completions_.TryPush(tag, frame)) {
+    switch (completions_.TryAppend(tag, frame)) {
       case ipc::PushResult::kOk:
         return;
       case ipc::PushResult::kFull:
@@ -38,7 +38,7 @@ bool ClientSession::FlushBacklog() {
   bool moved = false;
   while (!backlog_.empty() && !broken()) {
     const PendingCompletion& next = backlog_.front();
-    const ipc::PushResult r = completions_.TryPush(next.tag, next.frame);
+    const ipc::PushResult r = completions_.TryAppend(next.tag, next.frame);
     if (r == ipc::PushResult::kFull) break;
     if (r != ipc::PushResult::kOk) {
       MarkBroken("the completion ring's consumer index is corrupt");
@@ -71,7 +71,10 @@ void ClientSession::EndWait() {
   }
 }
 
+void ClientSession::Flush() { completions_.Publish(); }
+
 void ClientSession::SignalShutdown() {
+  Flush();
   segment_->header().agent_shutdown.store(1, std::memory_order_seq_cst);
   ipc::RingRef ring = segment_->completion_ring();
   ring.control->data_seq.fetch_add(1, std::memory_order_seq_cst);

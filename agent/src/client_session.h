@@ -40,6 +40,10 @@ class ClientSession {
   // client's ring index is corrupt.
   void PushCompletion(uint64_t tag, std::span<const uint8_t> frame);
 
+  // Makes every completion queued by PushCompletion/FlushBacklog visible to the client and wakes
+  // it if it sleeps. Completions are appended in bursts and published once per burst.
+  void Flush();
+
   // Moves backlog onto the ring while it fits. Returns true if anything moved.
   bool FlushBacklog();
   bool backlogged() const { return !backlog_.empty(); }

@@ -149,6 +149,13 @@ void RingService::Run() {
 
 bool RingService::Serve(ClientSession& session) {
   if (session.broken()) return false;
+  bool worked = ServeRequests(session);
+  session.requests().PublishHead();  // one fence for the whole burst
+  session.Flush();
+  return worked;
+}
+
+bool RingService::ServeRequests(ClientSession& session) {
   bool worked = false;
   if (session.backlogged()) {
     worked = session.FlushBacklog();
@@ -169,7 +176,7 @@ bool RingService::Serve(ClientSession& session) {
       std::memcpy(scratch_.data(), frame.payload.data(), frame.payload.size());
     }
     const uint64_t tag = frame.tag;
-    session.requests().Pop();
+    session.requests().Consume();
     HandleFrame(session, tag, scratch_);
     worked = true;
   }

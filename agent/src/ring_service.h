@@ -61,7 +61,9 @@ class RingService final : public CompletionSink {
   void Run();
   void Enqueue(Command command);
   bool DrainInbox();  // false once Stop was received
+  // Serves one client and publishes what it consumed and produced. True if it did any work.
   bool Serve(ClientSession& session);
+  bool ServeRequests(ClientSession& session);
   void HandleFrame(ClientSession& session, uint64_t tag, std::span<const uint8_t> frame);
   void Send(ClientSession& session, uint64_t tag, std::span<const uint8_t> completion);
   void Sleep();

@@ -34,6 +34,7 @@ void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& se
 FrameProducer::FrameProducer(RingRef ring)
     : ring_(ring),
       tail_(ring.control->tail.load(std::memory_order_relaxed)),
+      published_(tail_),
       cached_head_(ring.control->head.load(std::memory_order_acquire)) {}
 
 uint64_t FrameProducer::BytesNeeded(uint64_t payload) const {
@@ -61,11 +62,19 @@ bool FrameProducer::HasSpaceFor(uint64_t payload_bytes) {
 }
 
 void FrameProducer::Publish() {
+  if (published_ == tail_) return;
+  published_ = tail_;
   ring_.control->tail.store(tail_, std::memory_order_release);
   NotifyIfSleeping(ring_.control->consumer_sleeping, ring_.control->data_seq);
 }
 
 PushResult FrameProducer::TryPush(uint64_t tag, std::span<const uint8_t> payload) {
+  const PushResult r = TryAppend(tag, payload);
+  if (r == PushResult::kOk) Publish();
+  return r;
+}
+
+PushResult FrameProducer::TryAppend(uint64_t tag, std::span<const uint8_t> payload) {
   const uint64_t cap = ring_.capacity;
   if (payload.size() > MaxFramePayload(cap)) return PushResult::kTooLarge;
   const uint64_t record = RecordBytes(payload.size());
@@ -96,7 +105,6 @@ PushResult FrameProducer::TryPush(uint64_t tag, std::span<const uint8_t> payload
     std::memcpy(ring_.data + pos + sizeof(header), payload.data(), payload.size());
   }
   tail_ += record;
-  Publish();
   return PushResult::kOk;
 }
 
@@ -139,8 +147,7 @@ PeekResult FrameConsumer::Peek(Frame* frame) {
       // Skip the padding and publish at once: a producer waiting for the space it frees must
       // not depend on another frame arriving first. Rare (once per wrap).
       head_ += to_end;
-      ring_.control->head.store(head_, std::memory_order_release);
-      NotifyIfSleeping(ring_.control->producer_waiting, ring_.control->space_seq);
+      PublishHead();
       continue;
     }
     if (header.kind != kRecordFrame) return PeekResult::kCorrupt;
@@ -154,8 +161,18 @@ PeekResult FrameConsumer::Peek(Frame* frame) {
 }
 
 void FrameConsumer::Pop() {
+  Consume();
+  PublishHead();
+}
+
+void FrameConsumer::Consume() {
   head_ += pending_bytes_;
   pending_bytes_ = 0;
+}
+
+void FrameConsumer::PublishHead() {
+  if (published_ == head_) return;
+  published_ = head_;
   ring_.control->head.store(head_, std::memory_order_release);
   NotifyIfSleeping(ring_.control->producer_waiting, ring_.control->space_seq);
 }

@@ -337,14 +337,15 @@ void Connection::Reap() {
   ipc::Frame frame;
   while (true) {
     const ipc::PeekResult r = consumer_.Peek(&frame);
-    if (r == ipc::PeekResult::kEmpty) return;
+    if (r == ipc::PeekResult::kEmpty) break;
     if (r == ipc::PeekResult::kCorrupt) {
       MarkDead(Unavailable("the completion ring is corrupt; reconnect"));
       return;
     }
     Deliver(frame.tag, frame.payload);
-    consumer_.Pop();
+    consumer_.Consume();
   }
+  consumer_.PublishHead();  // one fence for everything reaped
 }
 
 void Connection::Deliver(uint64_t tag, std::span<const uint8_t> frame) {

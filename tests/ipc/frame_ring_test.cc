@@ -178,6 +178,24 @@ TEST(FrameRing, ProducerReportsCorruptWhenTheConsumerIndexIsImpossible) {
   EXPECT_EQ(producer.TryPush(9, payload), PushResult::kCorrupt);
 }
 
+TEST(FrameRing, AppendedFramesStayInvisibleUntilPublished) {
+  TestRing ring(4096);
+  FrameProducer producer(ring.ref());
+  FrameConsumer consumer(ring.ref());
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(producer.TryAppend(i, Bytes(40, 1)), PushResult::kOk);
+  Frame frame;
+  EXPECT_EQ(consumer.Peek(&frame), PeekResult::kEmpty);
+  producer.Publish();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
+    EXPECT_EQ(frame.tag, static_cast<uint64_t>(i));
+    consumer.Consume();
+  }
+  EXPECT_EQ(ring.control().head.load(), 0u);  // consumed, not yet given back
+  consumer.PublishHead();
+  EXPECT_EQ(ring.control().head.load(), ring.control().tail.load());
+}
+
 TEST(FrameRing, WaitForDataReturnsFalseAfterTheTimeoutOnAnEmptyRing) {
   TestRing ring(4096);
   FrameConsumer consumer(ring.ref());

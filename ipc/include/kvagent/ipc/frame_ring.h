@@ -99,6 +99,15 @@ class FrameProducer {
   // Appends one frame and publishes it, waking the consumer if it advertised sleep.
   [[nodiscard]] PushResult TryPush(uint64_t tag, std::span<const uint8_t> payload);
 
+  // Appends one frame without publishing it: a burst of TryAppend calls followed by one
+  // Publish() costs one fence instead of one per frame. Frames stay invisible to the consumer
+  // until Publish().
+  [[nodiscard]] PushResult TryAppend(uint64_t tag, std::span<const uint8_t> payload);
+
+  // Publishes everything appended (release store of tail) and wakes a sleeping consumer. Cheap
+  // when nothing is pending.
+  void Publish();
+
   // True when TryPush of `payload_bytes` would make progress now: the frame fits, or (near the
   // end of the data area) its wrap padding fits. Reloads the consumer's index when needed.
   // Returns false also when the index is corrupt; TryPush then reports kCorrupt.
@@ -126,11 +135,10 @@ class FrameProducer {
   uint64_t BytesNeeded(uint64_t payload) const;
   // Reads the consumer's index; false when it is impossible (corrupt).
   bool ReloadHead();
-  // Stores tail_ (release) and wakes a sleeping consumer.
-  void Publish();
 
   RingRef ring_;
-  uint64_t tail_ = 0;         // private copy of what we published
+  uint64_t tail_ = 0;         // private copy of what we appended
+  uint64_t published_ = 0;    // what the consumer can see
   uint64_t cached_head_ = 0;  // last consumer index we read (validated)
 };
 
@@ -155,6 +163,11 @@ class FrameConsumer {
   // the producer if it is waiting for space.
   void Pop();
 
+  // Consumes the frame returned by the last Peek() without publishing: after a burst, one
+  // PublishHead() returns all the space at once (one fence instead of one per frame).
+  void Consume();
+  void PublishHead();
+
   // True when the producer has published something we have not consumed (one acquire load).
   [[nodiscard]] bool HasData() const;
 
@@ -173,6 +186,7 @@ class FrameConsumer {
  private:
   RingRef ring_;
   uint64_t head_ = 0;           // private copy of what we consumed
+  uint64_t published_ = 0;      // what the producer can see
   uint64_t cached_tail_ = 0;    // last producer index we read (validated)
   uint64_t pending_bytes_ = 0;  // size of the record Peek() returned, consumed by Pop()
 };
