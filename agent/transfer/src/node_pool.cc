@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -203,7 +204,9 @@ Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& option
             << method;
 
   if (options.mlock) {
-    if (mlock(pool->base_, pool->size_) != 0) {
+    // The raw syscall, not mlock(): sanitizer runtimes replace mlock() with a no-op, and the
+    // pool must really be locked (or the failure really reported) in every build.
+    if (syscall(SYS_mlock, pool->base_, pool->size_) != 0) {
       return Internal("cannot mlock the " + FormatBytes(pool->size_) + " node pool (" +
                       ErrnoText(errno) + "): " + MemlockHint(pool->size_));
     }
