@@ -40,6 +40,9 @@ ArenaBuffer::~ArenaBuffer() {
 
 // ---- PendingCall --------------------------------------------------------------------------
 
+PendingCall::PendingCall()
+    : failed_(sdk_detail::FailedReply(Internal("this PendingCall holds no call"), 0)) {}
+
 PendingCall::PendingCall(std::shared_ptr<Connection> connection, uint32_t slot, uint64_t id,
                          Reply failed)
     : connection_(std::move(connection)), slot_(slot), id_(id), failed_(std::move(failed)) {}

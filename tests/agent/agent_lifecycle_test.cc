@@ -147,6 +147,34 @@ TEST(AgentLifecycle, PeerNotInTheAllowListIsRefused) {
   EXPECT_EQ(CountShm(agent.pid()), 0);
 }
 
+// A client running as another user: the agent (root) hands the segment to that uid, so the
+// client can map it; the default allow-list (the agent's uid and root) refuses that uid.
+int ConnectAsNobody(const std::string& run_dir) {
+  ProcessGuard child(fork());
+  if (child.pid() == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    ClientOptions options;
+    options.run_dir = run_dir;
+    options.arena_bytes = 1 << 20;
+    auto client = Client::Connect(options);
+    if (!client.ok()) _exit(client.status().code() == ErrorCode::kAgentUnavailable ? 11 : 12);
+    _exit((*client)->Ping().ok() ? 0 : 13);
+  }
+  const int status = child.Wait();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(AgentLifecycle, SegmentBelongsToTheClientsUidWhenTheAgentIsRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch the client's uid";
+  AgentProcess allowing({"--allow-uid", "0", "--allow-uid", "65534"});
+  ASSERT_TRUE(allowing.started());
+  EXPECT_EQ(ConnectAsNobody(allowing.run_dir()), 0);
+  EXPECT_EQ(CountShm(allowing.pid()), 0);
+  AgentProcess defaults;
+  ASSERT_TRUE(defaults.started());
+  EXPECT_EQ(ConnectAsNobody(defaults.run_dir()), 11);  // refused: not in the allow-list
+}
+
 TEST(AgentLifecycle, SixtyFourClientsAreServedAtOnce) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());

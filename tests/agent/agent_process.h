@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "process_guard.h"
+
 #ifndef KVAGENT_BINARY
 #error "KVAGENT_BINARY must name the kvagent executable"
 #endif
@@ -102,8 +104,8 @@ class AgentProcess {
     run_dir_ = dir_.path() + "/run";
     std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
+    const pid_t pid = fork();
+    if (pid == 0) {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -115,57 +117,28 @@ class AgentProcess {
       execv(argv[0], argv.data());
       _exit(127);
     }
+    process_.Reset(pid);
+    pid_ = pid;
     started_ = WaitUntil([&] { return access(socket_path().c_str(), F_OK) == 0 || !Running(); });
     started_ = started_ && Running();
   }
-  ~AgentProcess() { Kill(); }
-  AgentProcess(const AgentProcess&) = delete;
-  AgentProcess& operator=(const AgentProcess&) = delete;
 
   bool started() const { return started_; }
+  // The agent's pid (kept after it exits, for counting what it left behind).
   pid_t pid() const { return pid_; }
   const std::string& run_dir() const { return run_dir_; }
   std::string socket_path() const { return run_dir_ + "/agent.sock"; }
 
-  bool Running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      exit_status_ = status;
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-
-  void Signal(int sig) {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-
-  // Waits for the process to exit and returns its wait status.
-  int WaitExit() {
-    if (pid_ > 0) {
-      int status = 0;
-      while (waitpid(pid_, &status, 0) < 0) {
-      }
-      exit_status_ = status;
-      pid_ = -1;
-    }
-    return exit_status_;
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    WaitExit();
-  }
+  bool Running() { return process_.Running(); }
+  void Signal(int sig) { process_.Signal(sig); }
+  int WaitExit() { return process_.Wait(); }
+  void Kill() { process_.Kill(); }
 
  private:
-  TempDir dir_;
+  TempDir dir_;  // declared first: removed after the process is gone
   std::string run_dir_;
+  ProcessGuard process_;
   pid_t pid_ = -1;
-  int exit_status_ = -1;
   bool started_ = false;
 };
 

@@ -41,6 +41,15 @@ std::string RandomKey(std::mt19937_64& rng) {
   return key;
 }
 
+// Puts `raw` (copied by the SDK) under every key, tagged with `sessions`.
+kvagent::Reply PutRaw(kvagent::Client& client, const std::vector<std::string>& keys,
+                      const std::vector<std::string>& sessions, const std::string& raw) {
+  std::vector<kvagent::Value> values(keys.size(), kvagent::Value(std::string_view(raw)));
+  kvagent::CallOptions o;
+  o.session_ids = sessions;
+  return client.Put(keys, values, o);
+}
+
 void StressThread(kvagent::Client& client, uint64_t seed, int iterations) {
   std::mt19937_64 rng(seed);
   for (int it = 0; it < iterations; ++it) {
@@ -59,10 +68,7 @@ void StressThread(kvagent::Client& client, uint64_t seed, int iterations) {
         break;
       }
       case 1: {
-        std::vector<kvagent::Value> values(n, kvagent::Value(std::string_view(raw)));
-        kvagent::CallOptions o;
-        o.session_ids = sessions;
-        kvagent::Reply r = client.Put(keys, values, o);
+        kvagent::Reply r = PutRaw(client, keys, sessions, raw);
         Expect(AllKeys(r, n, ErrorCode::kMasterUnavailable), "Put(raw)", r);
         break;
       }
@@ -81,10 +87,7 @@ void StressThread(kvagent::Client& client, uint64_t seed, int iterations) {
       }
       case 3: {
         sessions[rng() % n] = std::string(257, 's');
-        std::vector<kvagent::Value> values(n, kvagent::Value(std::string_view(raw)));
-        kvagent::CallOptions o;
-        o.session_ids = sessions;
-        kvagent::Reply r = client.Put(keys, values, o);
+        kvagent::Reply r = PutRaw(client, keys, sessions, raw);
         Expect(AllKeys(r, n, ErrorCode::kInvalidParams), "Put(257-byte session)", r);
         break;
       }

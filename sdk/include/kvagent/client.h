@@ -154,7 +154,7 @@ struct [[nodiscard]] Reply {
 // abandons the call: its reply is dropped when it arrives.
 class PendingCall {
  public:
-  PendingCall() = default;
+  PendingCall();  // holds no call: Wait() returns INTERNAL
   PendingCall(PendingCall&& other) noexcept;
   PendingCall& operator=(PendingCall&& other) noexcept;
   PendingCall(const PendingCall&) = delete;
