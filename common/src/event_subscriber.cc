@@ -12,6 +12,8 @@
 //    already delivered it.
 //  - A replay that goes silent for replay_timeout is given up and its DEALER replaced, so a
 //    late answer can never be mistaken for the answer to a later request.
+//  - An idle probe is an ordinary replay from expected_ with nothing held: it delivers what
+//    the live socket lost, or just the end marker.
 #include "kvagent/common/event_subscriber.h"
 
 #include <deque>
@@ -71,10 +73,17 @@ class EventSubscriber::Sockets {
         FinishReplay(/*timed_out=*/true);
         continue;
       }
+      const std::optional<Clock::time_point> probe_at = NextProbe();
+      if (probe_at && now >= *probe_at) {
+        StartReplay();
+        continue;
+      }
       if (now >= deadline) {
         return Status(ErrorCode::kTimeout, "no KV event batch within the timeout");
       }
-      const Clock::time_point until = replaying_ ? std::min(deadline, replay_deadline_) : deadline;
+      Clock::time_point until = deadline;
+      if (replaying_) until = std::min(until, replay_deadline_);
+      if (probe_at) until = std::min(until, *probe_at);
       zmq::socket_t& socket = replaying_ ? *dealer_ : sub_;
       if (!WaitReadable(socket, until - now)) continue;
       DrainOne(socket);
@@ -90,6 +99,14 @@ class EventSubscriber::Sockets {
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::rcvhwm, kReplayRcvHwm);
     return ConnectEventSocket(*dealer_, options_.replay_endpoint, "event replay DEALER");
+  }
+
+  // When an idle probe is due: only while live, with a replay socket and a known position.
+  std::optional<Clock::time_point> NextProbe() const {
+    if (replaying_ || !dealer_ || !expected_ || options_.idle_probe_interval.count() <= 0) {
+      return std::nullopt;
+    }
+    return last_activity_ + options_.idle_probe_interval;
   }
 
   static bool WaitReadable(zmq::socket_t& socket, Clock::duration wait) {
@@ -120,6 +137,7 @@ class EventSubscriber::Sockets {
       ++stats_.malformed_messages;  // not [topic, seq(8), payload]
       return;
     }
+    last_activity_ = Clock::now();
     Received batch{*seq, std::string(FrameView(parts_[0])), std::string(FrameView(parts_[2]))};
     if (last_live_ && *seq <= *last_live_) OnReset(*seq);
     last_live_ = *seq;
@@ -182,6 +200,7 @@ class EventSubscriber::Sockets {
 
   void FinishReplay(bool timed_out) {
     replaying_ = false;
+    last_activity_ = Clock::now();
     if (timed_out) {
       // Whatever the old DEALER still receives belongs to this abandoned request.
       if (!NewDealer().ok()) dealer_.reset();  // cannot happen: the endpoint parsed before
@@ -237,6 +256,7 @@ class EventSubscriber::Sockets {
   std::optional<uint64_t> last_live_;
   bool replaying_ = false;
   Clock::time_point replay_deadline_;
+  Clock::time_point last_activity_ = Clock::now();  // last live batch or end of a replay
   std::optional<Received> held_;
   EventSubscriberStats stats_;
 };

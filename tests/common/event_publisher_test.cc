@@ -129,6 +129,7 @@ TEST(EventPublisher, QueueOverflowDropsAndSkipsOneSeq) {
   std::vector<KvEvent> burst;
   for (uint64_t i = 0; i < 10; ++i) burst.push_back(testing::StoredEvent(i));
   publisher->Publish(std::move(burst));  // 4 fit, 6 are dropped
+  publisher->Flush();                    // the queue is empty again
   publisher->Publish(testing::StoredEvent(99));
   publisher->Flush();
   const EventPublisherStats s = publisher->stats();

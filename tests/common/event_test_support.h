@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zmq.hpp>
@@ -103,6 +106,52 @@ inline std::vector<Frames> RequestReplayFrom(const std::string& endpoint, uint64
 }
 
 inline bool IsEndMarker(const Frames& f) { return f == Frames{"", "", std::string(8, '\xff'), ""}; }
+
+// A replay server of our own making, for layouts and behaviours EventPublisher does not have:
+// a ROUTER (bound here, then used only by its thread) that answers each `[b"", start_seq]`
+// with the given batches whose seq >= start_seq, in the 4-frame `[b"", topic, seq, payload]`
+// or the 3-frame `[b"", seq, payload]` (SGLang) layout, then the end marker in the same layout.
+class ReplayServer {
+ public:
+  ReplayServer(zmq::context_t& context, std::map<uint64_t, std::string> batches, bool with_topic)
+      : router_(context, zmq::socket_type::router) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.bind("tcp://127.0.0.1:*");
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this, batches = std::move(batches), with_topic] {
+      while (!stop_.load()) {
+        auto request = ReceiveFrames(router_, std::chrono::milliseconds(20));
+        if (!request || request->size() != 3) continue;
+        ++requests_;
+        const uint64_t start = DecodeSeq((*request)[2]).value_or(0);
+        auto reply = [&](const std::string& seq, const std::string& payload) {
+          Frames f{(*request)[0], ""};
+          if (with_topic) f.push_back("");
+          f.push_back(seq);
+          f.push_back(payload);
+          SendFrames(router_, f);
+        };
+        for (auto it = batches.lower_bound(start); it != batches.end(); ++it) {
+          reply(EncodeSeq(it->first), it->second);
+        }
+        reply(EncodeSeq(kReplayEndSeq), "");
+      }
+    });
+  }
+  ~ReplayServer() {
+    stop_.store(true);
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  int requests() const { return requests_.load(); }
+
+ private:
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
 
 // A BlockStored whose hash is `n`, with 4 tokens of block size 4 and a non-ASCII session.
 inline KvEvent StoredEvent(uint64_t n, size_t tokens = 4) {

@@ -12,7 +12,8 @@
 //  - a publisher restart (the live seq goes back to a value at or below one already seen) is
 //    reported as kReset, after which the new incarnation is followed from its seq 0 (replaying
 //    what was missed of it, when possible);
-//  - `from_seq` replays history from that seq before the live stream (kvctl --from-seq N).
+//  - `from_seq` replays history from that seq before the live stream (kvctl --from-seq N);
+//  - when the live stream is quiet, an occasional replay probe catches a lost last batch.
 //
 // Threading: not thread-safe. Exactly one thread, the one that calls Start and Next, owns both
 // sockets (ARCHITECTURE.md: one thread per ZMQ socket); destroy it on that thread too.
@@ -37,6 +38,10 @@ struct EventSubscriberOptions {
   std::optional<uint64_t> from_seq;
   // How long a replay may stay silent before it is given up (the gap is then reported).
   std::chrono::milliseconds replay_timeout{2000};
+  // When the live socket has been silent this long, ask the replay socket for anything after
+  // the last delivered seq: a batch lost just before a quiet period (or while the SUB was
+  // still joining) is then repaired without waiting for the next live batch. Zero: off.
+  std::chrono::milliseconds idle_probe_interval{1000};
   bool decode = false;  // also decode each payload (EventDelivery::batch / decode_status)
   int rcvhwm = 100000;  // SUB receive high-water mark (messages); overflow shows as a gap
 };
@@ -65,7 +70,7 @@ struct EventSubscriberStats {
   uint64_t gaps_reported = 0;       // kGap deliveries
   uint64_t missing_batches = 0;     // seqs covered by kGap deliveries
   uint64_t resets = 0;
-  uint64_t replay_requests = 0;
+  uint64_t replay_requests = 0;     // gap repairs, from_seq and idle probes
   uint64_t malformed_messages = 0;  // frames that break the layout (skipped)
 };
 
