@@ -13,15 +13,11 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Frames;
 
-std::unique_ptr<EventPublisher> StartPublisher(EventPublisherOptions options) {
-  auto publisher = EventPublisher::Start(std::move(options));
-  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
-  return publisher.ok() ? std::move(*publisher) : nullptr;
-}
+using testing::StartPublisher;
 
+// tcp port 0 and '*' both mean "any free port".
 EventPublisherOptions TcpOptions() {
-  EventPublisherOptions o;
-  o.endpoint = "tcp://127.0.0.1:0";
+  EventPublisherOptions o = testing::TcpPublisherOptions();
   o.replay_endpoint = "tcp://127.0.0.1:*";
   return o;
 }
@@ -60,10 +56,7 @@ TEST(EventPublisher, LiveBatchesAreThreeFramesWithContiguousSeqFromZero) {
   const std::optional<uint64_t> first = testing::WarmUp(*publisher, sub);
   ASSERT_TRUE(first);
   const uint64_t warm = publisher->stats().next_seq;
-  for (uint64_t i = 0; i < 40; ++i) {
-    publisher->Publish(testing::StoredEvent(i));
-    publisher->Flush();  // one batch per event
-  }
+  testing::PublishSingles(*publisher, 0, 40);
   const uint64_t total = publisher->stats().next_seq;
   EXPECT_EQ(total, warm + 40);
   for (uint64_t seq = *first + 1; seq < total; ++seq) {
@@ -87,10 +80,7 @@ TEST(EventPublisher, ReplayFromASeqOlderThanRetainedReturnsWhatIsKept) {
   o.replay_batches = 5;
   auto publisher = StartPublisher(o);
   ASSERT_TRUE(publisher);
-  for (uint64_t i = 0; i < 12; ++i) {
-    publisher->Publish(testing::StoredEvent(i));
-    publisher->Flush();
-  }
+  testing::PublishSingles(*publisher, 0, 12);
   ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 7, 11);
   ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 9), 9, 11);
 }

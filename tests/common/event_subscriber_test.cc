@@ -16,23 +16,13 @@ using namespace std::chrono_literals;
 using Kind = EventDelivery::Kind;
 using testing::Frames;
 
-std::unique_ptr<EventPublisher> StartPublisher(EventPublisherOptions options) {
-  auto publisher = EventPublisher::Start(std::move(options));
-  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
-  return publisher.ok() ? std::move(*publisher) : nullptr;
-}
+using testing::PublishSingles;
+using testing::StartPublisher;
 
 std::unique_ptr<EventSubscriber> StartSubscriber(EventSubscriberOptions options) {
   auto subscriber = EventSubscriber::Start(std::move(options));
   EXPECT_TRUE(subscriber.ok()) << subscriber.status().ToString();
   return subscriber.ok() ? std::move(*subscriber) : nullptr;
-}
-
-EventPublisherOptions TcpPublisher() {
-  EventPublisherOptions o;
-  o.endpoint = "tcp://127.0.0.1:0";
-  o.replay_endpoint = "tcp://127.0.0.1:0";
-  return o;
 }
 
 EventSubscriberOptions SubscriberOf(std::string endpoint, std::string replay_endpoint = "") {
@@ -45,14 +35,6 @@ EventSubscriberOptions SubscriberOf(std::string endpoint, std::string replay_end
 
 EventSubscriberOptions SubscriberFor(const EventPublisher& publisher) {
   return SubscriberOf(publisher.endpoint(), publisher.replay_endpoint());
-}
-
-// Publishes `count` batches of one event each (hashes first, first+1, ...).
-void PublishSingles(EventPublisher& publisher, uint64_t first, uint64_t count, size_t tokens = 4) {
-  for (uint64_t i = first; i < first + count; ++i) {
-    publisher.Publish(testing::StoredEvent(i, tokens));
-    publisher.Flush();
-  }
 }
 
 // Everything the subscriber delivers until `last_seq` has been delivered as a batch (or a
@@ -93,7 +75,7 @@ void ExpectContiguousBatches(const std::vector<EventDelivery>& ds, uint64_t firs
 }
 
 TEST(EventSubscriber, FromSeqReplaysHistoryThenFollowsLive) {
-  auto publisher = StartPublisher(TcpPublisher());
+  auto publisher = StartPublisher(testing::TcpPublisherOptions());
   ASSERT_TRUE(publisher);
   PublishSingles(*publisher, 0, 10);
   EventSubscriberOptions o = SubscriberFor(*publisher);
@@ -115,7 +97,7 @@ TEST(EventSubscriber, FromSeqReplaysHistoryThenFollowsLive) {
 TEST(EventSubscriber, LiveGapIsRepairedThroughReplay) {
   // Tiny high-water marks on both ends and big batches: while the subscriber does not read,
   // ZMQ drops live batches for it, leaving real gaps in what it receives.
-  EventPublisherOptions po = TcpPublisher();
+  EventPublisherOptions po = testing::TcpPublisherOptions();
   po.sndhwm = 1;
   auto publisher = StartPublisher(po);
   ASSERT_TRUE(publisher);
@@ -137,7 +119,7 @@ TEST(EventSubscriber, LiveGapIsRepairedThroughReplay) {
 }
 
 TEST(EventSubscriber, HistoryNoLongerRetainedIsReportedAsAGap) {
-  EventPublisherOptions po = TcpPublisher();
+  EventPublisherOptions po = testing::TcpPublisherOptions();
   po.replay_batches = 2;
   auto publisher = StartPublisher(po);
   ASSERT_TRUE(publisher);
@@ -156,7 +138,7 @@ TEST(EventSubscriber, HistoryNoLongerRetainedIsReportedAsAGap) {
 }
 
 TEST(EventSubscriber, OverflowSeqSkipIsReportedAsAGapReplayCannotFill) {
-  EventPublisherOptions po = TcpPublisher();
+  EventPublisherOptions po = testing::TcpPublisherOptions();
   po.queue_capacity = 4;
   auto publisher = StartPublisher(po);
   ASSERT_TRUE(publisher);
@@ -183,7 +165,7 @@ TEST(EventSubscriber, OverflowSeqSkipIsReportedAsAGapReplayCannotFill) {
 }
 
 TEST(EventSubscriber, GapWithoutReplayEndpointIsReportedImmediately) {
-  EventPublisherOptions po = TcpPublisher();
+  EventPublisherOptions po = testing::TcpPublisherOptions();
   po.replay_endpoint.clear();
   po.queue_capacity = 1;
   auto publisher = StartPublisher(po);

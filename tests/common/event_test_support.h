@@ -163,6 +163,30 @@ inline KvEvent StoredEvent(uint64_t n, size_t tokens = 4) {
   return e;
 }
 
+// A started publisher, or nullptr after a test failure that says why.
+inline std::unique_ptr<EventPublisher> StartPublisher(EventPublisherOptions options) {
+  auto publisher = EventPublisher::Start(std::move(options));
+  EXPECT_TRUE(publisher.ok()) << publisher.status().ToString();
+  return publisher.ok() ? std::move(*publisher) : nullptr;
+}
+
+// PUB and replay ROUTER on loopback ports the OS picks.
+inline EventPublisherOptions TcpPublisherOptions() {
+  EventPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:0";
+  o.replay_endpoint = "tcp://127.0.0.1:0";
+  return o;
+}
+
+// Publishes `count` batches of one event each (hashes first, first+1, ...).
+inline void PublishSingles(EventPublisher& publisher, uint64_t first, uint64_t count,
+                           size_t tokens = 4) {
+  for (uint64_t i = first; i < first + count; ++i) {
+    publisher.Publish(StoredEvent(i, tokens));
+    publisher.Flush();
+  }
+}
+
 // Publishes single-event batches until `sub` receives one (the SUB's subscription has then
 // reached the PUB); returns the seq of that batch. Bounded: fails the test after ~10 s.
 inline std::optional<uint64_t> WarmUp(EventPublisher& publisher, RawSubscriber& sub) {
