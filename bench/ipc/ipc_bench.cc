@@ -114,6 +114,9 @@ struct KvagentFigures {
   double asleep_p50 = 0;
 };
 
+// `ipc_bench pipelined` runs only the pipelined figure (for profiling).
+bool only_pipelined = false;
+
 KvagentFigures BenchKvagent() {
   AgentFixture agent;
   if (!agent.Start()) {
@@ -132,9 +135,10 @@ KvagentFigures BenchKvagent() {
   kvagent::Client& client = **connected;
 
   for (int i = 0; i < 20000; ++i) (void)client.Ping();
+  const int rounds = only_pipelined ? 1 : 200000;
   std::vector<double> polled;
   polled.reserve(200000);
-  for (int i = 0; i < 200000; ++i) {
+  for (int i = 0; i < rounds; ++i) {
     const auto t0 = Clock::now();
     kvagent::Reply r = client.Ping();
     polled.push_back(Micros(Clock::now() - t0));
@@ -144,7 +148,7 @@ KvagentFigures BenchKvagent() {
   Bench("ipc.rtt.polled.p99", Percentile(polled, 0.99), "us");
 
   std::vector<double> asleep;
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < (only_pipelined ? 1 : 2000); ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));  // > the agent's 50 us spin
     const auto t0 = Clock::now();
     kvagent::Reply r = client.Ping();
@@ -284,13 +288,15 @@ double BenchFutex() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  only_pipelined = argc > 1 && std::string(argv[1]) == "pipelined";
   PinTo(0);
   std::printf(
       "# ipc_bench: kvagent pinned to CPU %d, client to CPU 0; shared machine, "
       "expect noise\n",
       LastCpu());
   const KvagentFigures ours = BenchKvagent();
+  if (only_pipelined) return 0;
   const double zmq = BenchZmq();
   Bench("ipc.rtt.zmq_ipc.p50", zmq, "us");
   Bench("ipc.rtt.uds.p50", BenchUnixSocket(), "us");

@@ -11,22 +11,38 @@ constexpr uint64_t RecordBytes(uint64_t payload) {
 
 }  // namespace
 
-// The waiter half of the sleep protocol: read the word to sleep on, then raise the flag; the
-// fence pairs with NotifyIfSleeping's.
+// The waiter half of the sleep protocol: read the word to sleep on, then raise the flag. The
+// seq_cst store and fence pair with either notifier form below (the waiter's path is the slow
+// one, so it pays for both).
 uint32_t AdvertiseSleep(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq) {
   const uint32_t value = seq.load(std::memory_order_acquire);
-  sleeping.store(1, std::memory_order_relaxed);
+  sleeping.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   return value;
 }
 
+namespace {
+
+void Wake(std::atomic<uint32_t>& seq) {
+  seq.fetch_add(1, std::memory_order_release);
+  FutexWake(&seq);
+}
+
+// The ring's notifier: the index store and the flag load are both seq_cst, so they cannot pass
+// each other, nor the waiter's seq_cst flag store and index re-load (all four sit in one total
+// order). On x86 this is one xchg and a plain load: cheaper than store + mfence.
+void PublishIndex(std::atomic<uint64_t>& index, uint64_t value, std::atomic<uint32_t>& sleeping,
+                  std::atomic<uint32_t>& seq) {
+  index.store(value, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) != 0) Wake(seq);
+}
+
+}  // namespace
+
 void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq) {
-  // Pairs with the waiter's fence between "sleeping = 1" and its re-check of our index.
+  // Pairs with the waiter's fence between "sleeping = 1" and its re-check of our state.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping.load(std::memory_order_relaxed) != 0) {
-    seq.fetch_add(1, std::memory_order_release);
-    FutexWake(&seq);
-  }
+  if (sleeping.load(std::memory_order_relaxed) != 0) Wake(seq);
 }
 
 // ---- producer -----------------------------------------------------------------------------
@@ -46,7 +62,8 @@ uint64_t FrameProducer::BytesNeeded(uint64_t payload) const {
 }
 
 bool FrameProducer::ReloadHead() {
-  const uint64_t head = ring_.control->head.load(std::memory_order_acquire);
+  // seq_cst: this is also the re-check of the sleep protocol (see AdvertiseSleep).
+  const uint64_t head = ring_.control->head.load(std::memory_order_seq_cst);
   // An honest consumer's head is behind our tail by at most the capacity, and never ahead of it.
   if (tail_ - head > ring_.capacity || (head & (kRecordAlign - 1)) != 0) return false;
   cached_head_ = head;
@@ -64,8 +81,8 @@ bool FrameProducer::HasSpaceFor(uint64_t payload_bytes) {
 void FrameProducer::Publish() {
   if (published_ == tail_) return;
   published_ = tail_;
-  ring_.control->tail.store(tail_, std::memory_order_release);
-  NotifyIfSleeping(ring_.control->consumer_sleeping, ring_.control->data_seq);
+  PublishIndex(ring_.control->tail, tail_, ring_.control->consumer_sleeping,
+               ring_.control->data_seq);
 }
 
 PushResult FrameProducer::TryPush(uint64_t tag, std::span<const uint8_t> payload) {
@@ -122,7 +139,8 @@ FrameConsumer::FrameConsumer(RingRef ring)
     : ring_(ring), head_(ring.control->head.load(std::memory_order_relaxed)), cached_tail_(head_) {}
 
 bool FrameConsumer::HasData() const {
-  return ring_.control->tail.load(std::memory_order_acquire) != head_;
+  // seq_cst: this is also the re-check of the sleep protocol (see AdvertiseSleep).
+  return ring_.control->tail.load(std::memory_order_seq_cst) != head_;
 }
 
 PeekResult FrameConsumer::Peek(Frame* frame) {
@@ -173,8 +191,8 @@ void FrameConsumer::Consume() {
 void FrameConsumer::PublishHead() {
   if (published_ == head_) return;
   published_ = head_;
-  ring_.control->head.store(head_, std::memory_order_release);
-  NotifyIfSleeping(ring_.control->producer_waiting, ring_.control->space_seq);
+  PublishIndex(ring_.control->head, head_, ring_.control->producer_waiting,
+               ring_.control->space_seq);
 }
 
 uint32_t FrameConsumer::BeginDataWait() {
@@ -183,27 +201,6 @@ uint32_t FrameConsumer::BeginDataWait() {
 
 void FrameConsumer::EndDataWait() {
   ring_.control->consumer_sleeping.store(0, std::memory_order_relaxed);
-}
-
-bool FrameConsumer::WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  if (HasData()) return true;
-  const auto start = Clock::now();
-  while (Clock::now() - start < spin) {
-    for (int i = 0; i < 64; ++i) {
-      if (HasData()) return true;
-      CpuRelax();
-    }
-  }
-  const uint32_t seq = BeginDataWait();
-  if (HasData()) {
-    EndDataWait();
-    return true;
-  }
-  auto left = timeout - (Clock::now() - start);
-  if (left.count() > 0) (void)FutexWait(data_word(), seq, left);
-  EndDataWait();
-  return HasData();
 }
 
 }  // namespace kvagent::ipc

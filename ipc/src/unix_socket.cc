@@ -82,13 +82,25 @@ Result<UniqueFd> ListenUnix(const std::string& path) {
     }
     ::unlink(path.c_str());  // left by an agent that died without cleaning up
   }
+  // Bind and listen under a temporary name, then rename into place: the socket file appears
+  // only once it accepts connections, so a client racing the agent's start never sees a file
+  // that refuses it.
+  const std::string staging = path + ".tmp." + std::to_string(::getpid());
+  auto staging_addr = Address(staging);
+  if (!staging_addr.ok()) return staging_addr.status();
+  ::unlink(staging.c_str());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Internal(Errno("socket"));
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
-    return Internal(Errno(("bind " + path).c_str()));
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*staging_addr), sizeof(*staging_addr)) !=
+      0) {
+    return Internal(Errno(("bind " + staging).c_str()));
   }
-  ::chmod(path.c_str(), 0666);
-  if (::listen(fd.get(), SOMAXCONN) != 0) return Internal(Errno("listen"));
+  ::chmod(staging.c_str(), 0666);
+  if (::listen(fd.get(), SOMAXCONN) != 0 || ::rename(staging.c_str(), path.c_str()) != 0) {
+    const std::string error = Errno(("listen on " + path).c_str());
+    ::unlink(staging.c_str());
+    return Internal(error);
+  }
   return fd;
 }
 

@@ -371,7 +371,7 @@ void Connection::Lead(Slot& slot) {
     const auto now = Clock::now();
     if (now >= slot.deadline) return;
     const auto left = std::min<Clock::duration>(slot.deadline - now, kSlice);
-    (void)consumer_.WaitForData(spin_, left);
+    (void)consumer_.WaitForData(spin_, left, [this] { return !alive() || CheckShutdownWord(); });
   }
 }
 

@@ -23,13 +23,16 @@
 //    ring is empty (consumer) or full (producer): one shared-line miss per batch, not per frame.
 //
 // Sleep protocol (the same for "consumer waits for data" and "producer waits for space"):
-//  waiter:   seq = wake_seq.load(acquire); sleeping.store(1); fence(seq_cst);
-//            re-check the peer's index; if still nothing: FUTEX_WAIT(wake_seq, seq)
-//  notifier: publish its index; fence(seq_cst); if sleeping.load(): wake_seq += 1; FUTEX_WAKE.
-//  The two seq_cst fences make it impossible for the waiter to miss the index and the notifier
-//  to miss the flag at the same time (Dekker); a wake that lands before FUTEX_WAIT changes
-//  wake_seq, so the wait returns at once. The notifier pays one fence and one load per publish
-//  and a syscall only when the peer advertised sleep.
+//  waiter:   seq = wake_seq.load(acquire); sleeping.store(1, seq_cst); fence(seq_cst);
+//            re-check the peer's index with a seq_cst load; if still nothing:
+//            FUTEX_WAIT(wake_seq, seq)
+//  notifier: index.store(seq_cst); if sleeping.load(seq_cst): wake_seq += 1; FUTEX_WAKE.
+//  The waiter's flag store and index load and the notifier's index store and flag load are all
+//  seq_cst, so they sit in one total order: the waiter cannot miss the index while the notifier
+//  misses the flag (Dekker). A wake that lands before FUTEX_WAIT changes wake_seq, so the wait
+//  returns at once. The notifier pays one locked store (xchg on x86) and one load per publish,
+//  and a syscall only when the peer advertised sleep. NotifyIfSleeping() is the fence-based form
+//  for state that is not a ring index (the agent's private control word).
 #pragma once
 
 #include <atomic>
@@ -177,9 +180,15 @@ class FrameConsumer {
   void EndDataWait();
   const std::atomic<uint32_t>* data_word() const { return &ring_.control->data_seq; }
 
-  // Blocks until data arrives: spins `spin`, then sleeps on the futex for at most `timeout`.
-  // Returns true when data is there.
-  [[nodiscard]] bool WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout);
+  // Blocks until data arrives: spins `spin`, then sleeps on the futex, for at most `timeout`
+  // in all. Returns true when data is there; false after the timeout, or when `should_stop()`
+  // returns true after a wake (whoever sets the stop condition bumps data_word() and wakes it).
+  template <typename StopFn>
+  [[nodiscard]] bool WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout,
+                                 StopFn&& should_stop);
+  [[nodiscard]] bool WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout) {
+    return WaitForData(spin, timeout, [] { return false; });
+  }
 
   uint64_t capacity() const { return ring_.capacity; }
 
@@ -228,6 +237,37 @@ bool FrameProducer::WaitForSpace(uint64_t payload_bytes, std::chrono::nanosecond
     auto wait = std::min<std::chrono::nanoseconds>(slice, deadline - now);
     (void)FutexWait(space_word(), seq, wait);
     EndSpaceWait();
+  }
+}
+
+template <typename StopFn>
+bool FrameConsumer::WaitForData(std::chrono::nanoseconds spin, std::chrono::nanoseconds timeout,
+                                StopFn&& should_stop) {
+  using Clock = std::chrono::steady_clock;
+  if (HasData()) return true;
+  const auto start = Clock::now();
+  while (Clock::now() - start < spin) {
+    for (int i = 0; i < 64; ++i) {
+      if (HasData()) return true;
+      CpuRelax();
+    }
+  }
+  // A wake may be stale (meant for an earlier sleep of ours) or spurious: sleep again until data
+  // is really there, the time is up or the caller wants to stop.
+  while (true) {
+    const uint32_t seq = BeginDataWait();
+    if (HasData()) {
+      EndDataWait();
+      return true;
+    }
+    const auto left = timeout - (Clock::now() - start);
+    if (left.count() <= 0 || should_stop()) {
+      EndDataWait();
+      return false;
+    }
+    (void)FutexWait(data_word(), seq, left);
+    EndDataWait();
+    if (HasData()) return true;
   }
 }
 
