@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 
+#include "input_buffer.h"
 #include "socket.h"
 #include "tcp_wire.h"
 
@@ -94,7 +95,9 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       return;
     }
     if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) {
-      for (int i = 0; i < kStepsPerWake; ++i) {
+      // The budget may only end the wake-up when nothing complete is buffered: buffered
+      // replies raise no epoll event.
+      for (int i = 0; i < kStepsPerWake || HasBufferedReply(); ++i) {
         Step step = ReadStep();
         if (step == Step::kClosed) return;
         if (step == Step::kBlocked) break;
@@ -146,6 +149,11 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
 
   void Touch() { last_progress_ = Clock::now(); }
 
+  bool HasBufferedReply() const {
+    if (state_ == State::kHello) return in_.size() >= wire::kHelloBytes;
+    return in_body_ ? in_.size() > 0 : in_.size() >= wire::kReplyBytes;
+  }
+
   bool InRange(PendingOp& op) {
     Status range = CheckPoolRange(op.remote_offset, op.length, pool_size_, "pool of " + key_);
     if (range.ok()) return true;
@@ -167,9 +175,9 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     return Step::kClosed;
   }
 
-  Step Receive(void* dst, size_t len, size_t* got) {
-    IoResult io = ReceiveSome(fd_.get(), dst, len);
-    *got = io.bytes;
+  // Folds an IoResult into a Step; an end of stream fails the connection's ops unless it had
+  // none (an idle pooled connection the peer closed: restart, idle reaping).
+  Step Outcome(const IoResult& io) {
     switch (io.kind) {
       case IoResult::kData:
         if (io.bytes > 0) Touch();
@@ -182,7 +190,6 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
         break;
     }
     if (!has_work()) {
-      // An idle pooled connection the peer closed (restart, idle reaping): forget it.
       owner_->Drop(this, ErrorCode::kTransferFailed, "peer closed an idle connection");
       return Step::kClosed;
     }
@@ -192,44 +199,39 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   }
 
   Step ReadStep() {
-    size_t got = 0;
-    if (state_ == State::kHello) {
-      Step step = Receive(hello_ + hello_got_, wire::kHelloBytes - hello_got_, &got);
-      if (step != Step::kProgress) return step;
-      hello_got_ += got;
-      if (hello_got_ < wire::kHelloBytes) return Step::kProgress;
-      wire::Hello hello;
-      Status decoded = wire::DecodeHello(hello_, &hello);
-      if (!decoded.ok()) return Fail("bad hello: " + decoded.message());
-      pool_size_ = hello.pool_size;
-      state_ = State::kReady;
-      // Ops queued while connecting are checked now that the peer's pool size is known.
-      std::deque<Outgoing> queued = std::move(to_send_);
-      to_send_.clear();
-      for (Outgoing& out : queued) {
-        if (InRange(out.op)) to_send_.push_back(std::move(out));
-      }
-      return Step::kProgress;
+    if (state_ == State::kHello || !in_body_) {
+      const size_t need = state_ == State::kHello ? wire::kHelloBytes : wire::kReplyBytes;
+      if (in_.size() < need) return Outcome(in_.Fill(fd_.get()));
+      Step step = state_ == State::kHello ? StartHello(in_.data()) : StartReply(in_.data());
+      if (step != Step::kClosed) in_.Consume(need);
+      return step;
     }
-    if (!in_body_) {
-      Step step = Receive(reply_bytes_ + reply_got_, wire::kReplyBytes - reply_got_, &got);
-      if (step != Step::kProgress) return step;
-      reply_got_ += got;
-      if (reply_got_ < wire::kReplyBytes) return Step::kProgress;
-      reply_got_ = 0;
-      return StartReply();
-    }
-    Outgoing& head = awaiting_.front();
-    uint8_t* dst = reply_.status == 0 ? head.op.local : reinterpret_cast<uint8_t*>(error_.data());
-    Step step = Receive(dst + body_got_, body_len_ - body_got_, &got);
-    if (step != Step::kProgress) return step;
-    body_got_ += got;
+    uint8_t* dst =
+        reply_.status == 0 ? awaiting_.front().op.local : reinterpret_cast<uint8_t*>(error_.data());
+    uint64_t moved = 0;
+    IoResult io = in_.ReadPayload(fd_.get(), dst + body_got_, body_len_ - body_got_, &moved);
+    body_got_ += moved;
     if (body_got_ == body_len_) FinishHead();
+    return Outcome(io);
+  }
+
+  Step StartHello(const uint8_t* bytes) {
+    wire::Hello hello;
+    Status decoded = wire::DecodeHello(bytes, &hello);
+    if (!decoded.ok()) return Fail("bad hello: " + decoded.message());
+    pool_size_ = hello.pool_size;
+    state_ = State::kReady;
+    // Ops queued while connecting are checked now that the peer's pool size is known.
+    std::deque<Outgoing> queued = std::move(to_send_);
+    to_send_.clear();
+    for (Outgoing& out : queued) {
+      if (InRange(out.op)) to_send_.push_back(std::move(out));
+    }
     return Step::kProgress;
   }
 
-  Step StartReply() {
-    Status decoded = wire::DecodeReply(reply_bytes_, &reply_);
+  Step StartReply(const uint8_t* bytes) {
+    Status decoded = wire::DecodeReply(bytes, &reply_);
     if (!decoded.ok()) return Fail("protocol error: " + decoded.message());
     if (awaiting_.empty() || awaiting_.front().id != reply_.id) {
       return Fail("protocol error: reply for request " + std::to_string(reply_.id) +
@@ -304,15 +306,12 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   Clock::time_point last_progress_;
   uint64_t pool_size_ = 0;
 
-  uint8_t hello_[wire::kHelloBytes];
-  size_t hello_got_ = 0;
+  InputBuffer in_;  // hello, reply headers, small bodies
 
   std::deque<Outgoing> to_send_;
   std::deque<Outgoing> awaiting_;
 
   // The reply being read; its body goes into awaiting_.front().op.local (READ) or error_.
-  uint8_t reply_bytes_[wire::kReplyBytes];
-  size_t reply_got_ = 0;
   wire::Reply reply_;
   bool in_body_ = false;
   uint64_t body_len_ = 0;

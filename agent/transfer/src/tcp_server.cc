@@ -5,25 +5,30 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <string>
 
+#include "input_buffer.h"
 #include "tcp_wire.h"
 
 namespace kvagent::transfer {
 namespace {
 
-constexpr size_t kDiscardBytes = 64 * 1024;
 // Work one connection may do per wake-up before yielding to the others.
-constexpr int kStepsPerWake = 64;
+constexpr int kStepsPerWake = 256;
 
 }  // namespace
 
-// One peer connection. Strictly alternates: read a request (header, then a WRITE's payload
-// straight into the pool), then write its reply (header, then a READ's data straight from the
-// pool or an error message). While a reply is unsent the connection does not read, which is
-// the back-pressure that bounds what a peer can make us buffer: nothing beyond the socket.
+// One peer connection. Requests are parsed from an InputBuffer (many small ones per recv); a
+// WRITE's payload goes into the pool (straight from the socket once it is large). Replies are
+// queued as segments - reply headers and error texts owned here, READ data pointing into the
+// pool - and sent together when input runs dry, so a burst of small requests costs a few
+// syscalls, not three each. While the queue holds more than kMaxQueuedBytes (one large READ is
+// enough) the connection stops reading: that back-pressure bounds what a peer can make us hold
+// to the socket buffers plus pool pointers.
 class TcpDataServer::Connection final : public EventLoop::Handler {
  public:
   Connection(TcpDataServer* server, Fd fd, std::string peer)
@@ -34,10 +39,10 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
 
   // Queues the hello and registers with the loop. False when the connection is already gone.
   bool Start() {
-    wire::EncodeHello({.version = wire::kVersion, .pool_size = server_->pool_->size()}, head_);
-    head_len_ = wire::kHelloBytes;
+    uint8_t* head = NewHead(wire::kHelloBytes);
+    wire::EncodeHello({.version = wire::kVersion, .pool_size = server_->pool_->size()}, head);
     if (Flush() == Step::kClosed) return false;
-    mask_ = OutputPending() ? EPOLLOUT : EPOLLIN;
+    mask_ = WantedMask();
     Status added = server_->loop_->Add(fd_.get(), mask_, this);
     if (!added.ok()) {
       LOG(WARNING) << "data server: cannot watch connection from " << peer_ << ": "
@@ -53,16 +58,52 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       Close("socket error", false);
       return;
     }
-    for (int i = 0; i < kStepsPerWake; ++i) {
-      Step step = OutputPending() ? Flush() : ReadStep();
-      if (step == Step::kClosed) return;
-      if (step == Step::kBlocked) break;
+    // Read while requests flow; send the queued replies when input runs dry or the queue is
+    // full. Stop when both directions would block, or when the step budget (fairness to other
+    // peers) is spent and nothing complete is buffered: buffered requests raise no epoll
+    // event, unread socket data does.
+    for (int i = 0;; ++i) {
+      bool progressed = false;
+      if (!OutputFull()) {
+        Step in = ReadStep();
+        if (in == Step::kClosed) return;
+        progressed = in == Step::kProgress;
+      }
+      if (!progressed && !segments_.empty()) {
+        Step out = Flush();
+        if (out == Step::kClosed) return;
+        progressed = out == Step::kProgress;
+      }
+      if (!progressed) break;
+      if (i >= kStepsPerWake && !HasBufferedWork()) break;
     }
-    Watch(OutputPending() ? EPOLLOUT : EPOLLIN);
+    Watch(WantedMask());
   }
 
  private:
-  bool OutputPending() const { return head_len_ != 0; }
+  static constexpr uint64_t kMaxQueuedBytes = 1 << 20;
+  static constexpr size_t kMaxQueuedSegments = 256;
+  static constexpr int kMaxIov = 64;
+
+  // A piece of output: bytes owned by heads_/messages_ (in queue order) or pool bytes.
+  struct Segment {
+    enum Owner { kHead, kMessage, kPool } owner;
+    const uint8_t* data;
+    uint64_t length;
+  };
+
+  bool HasBufferedWork() const {
+    return phase_ == Phase::kPayload ? in_.size() > 0 : in_.size() >= wire::kRequestBytes;
+  }
+  bool OutputFull() const {
+    return queued_bytes_ >= kMaxQueuedBytes || segments_.size() >= kMaxQueuedSegments;
+  }
+  uint32_t WantedMask() const {
+    uint32_t mask = 0;
+    if (!OutputFull()) mask |= EPOLLIN;
+    if (!segments_.empty()) mask |= EPOLLOUT;
+    return mask;
+  }
 
   void Watch(uint32_t mask) {
     if (mask == mask_) return;
@@ -80,11 +121,9 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     server_->Drop(this);
   }
 
-  // Receives into [dst, dst + len); `eof_what` says what an end of stream means here and
-  // `eof_warns` whether it is worth a warning.
-  Step Receive(void* dst, size_t len, size_t* got, const char* eof_what, bool eof_warns) {
-    IoResult io = ReceiveSome(fd_.get(), dst, len);
-    *got = io.bytes;
+  // Folds an IoResult into a Step; `eof_what` says what an end of stream means here and
+  // `eof_warns` whether it deserves a warning.
+  Step Outcome(const IoResult& io, const char* eof_what, bool eof_warns) {
     switch (io.kind) {
       case IoResult::kData:
         return Step::kProgress;
@@ -100,31 +139,26 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   }
 
   Step ReadStep() {
-    size_t got = 0;
     if (phase_ == Phase::kHeader) {
-      const bool clean = header_got_ == 0;
-      Step step = Receive(header_ + header_got_, wire::kRequestBytes - header_got_, &got,
-                          clean ? "peer closed" : "peer closed in the middle of a request", !clean);
-      if (step != Step::kProgress) return step;
-      header_got_ += got;
-      if (header_got_ < wire::kRequestBytes) return Step::kProgress;
-      header_got_ = 0;
-      return StartRequest();
+      if (in_.size() < wire::kRequestBytes) {
+        const bool clean = in_.size() == 0;
+        return Outcome(in_.Fill(fd_.get()),
+                       clean ? "peer closed" : "peer closed in the middle of a request", !clean);
+      }
+      Step step = StartRequest(in_.data());
+      if (step != Step::kClosed) in_.Consume(wire::kRequestBytes);
+      return step;
     }
-    const uint64_t left = request_.length - payload_got_;
-    uint8_t* dst = payload_dst_ != nullptr ? payload_dst_ + payload_got_ : server_->discard_.data();
-    const size_t want = payload_dst_ != nullptr
-                            ? static_cast<size_t>(std::min<uint64_t>(left, SIZE_MAX))
-                            : static_cast<size_t>(std::min<uint64_t>(left, kDiscardBytes));
-    Step step = Receive(dst, want, &got, "peer closed in the middle of a WRITE payload", true);
-    if (step != Step::kProgress) return step;
-    payload_got_ += got;
+    uint64_t moved = 0;
+    IoResult io = in_.ReadPayload(fd_.get(), payload_dst_ ? payload_dst_ + payload_got_ : nullptr,
+                                  request_.length - payload_got_, &moved);
+    payload_got_ += moved;
     if (payload_got_ == request_.length) QueueReply();
-    return Step::kProgress;
+    return Outcome(io, "peer closed in the middle of a WRITE payload", true);
   }
 
-  Step StartRequest() {
-    Status decoded = wire::DecodeRequest(header_, &request_);
+  Step StartRequest(const uint8_t* header) {
+    Status decoded = wire::DecodeRequest(header, &request_);
     if (!decoded.ok()) {
       EngineCounters::Add(server_->counters_->served_dropped_connections);
       Close("not a data-plane request (" + decoded.message() + "); dropping the connection", true);
@@ -134,6 +168,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
                               "node pool of this agent");
     payload_got_ = 0;
     if (request_.opcode == wire::Opcode::kWrite && request_.length > 0) {
+      // A refused WRITE's payload is read and dropped so the stream stays in step.
       payload_dst_ = verdict_.ok() ? server_->pool_->base() + request_.offset : nullptr;
       phase_ = Phase::kPayload;
     } else {
@@ -142,15 +177,23 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     return Step::kProgress;
   }
 
+  uint8_t* NewHead(size_t length) {
+    heads_.emplace_back();
+    Push({Segment::kHead, heads_.back().data(), length});
+    return heads_.back().data();
+  }
+  void Push(Segment segment) {
+    queued_bytes_ += segment.length;
+    segments_.push_back(segment);
+  }
+
   void QueueReply() {
     phase_ = Phase::kHeader;
     wire::Reply reply{.status = 0, .id = request_.id, .length = 0};
-    body_ = nullptr;
-    body_len_ = 0;
+    Segment body{Segment::kPool, nullptr, 0};
     if (verdict_.ok()) {
       if (request_.opcode == wire::Opcode::kRead) {
-        body_ = server_->pool_->base() + request_.offset;
-        body_len_ = request_.length;
+        body = {Segment::kPool, server_->pool_->base() + request_.offset, request_.length};
         reply.length = request_.length;
         EngineCounters::Add(server_->counters_->served_reads);
       } else {
@@ -160,24 +203,24 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       EngineCounters::Add(server_->counters_->served_rejected);
       LOG_EVERY_N(WARNING, 100) << "data server: refused a request from " << peer_ << ": "
                                 << verdict_.message() << " (every 100th refusal is logged)";
-      message_ = verdict_.message().substr(0, wire::kMaxErrorMessage);
+      messages_.push_back(verdict_.message().substr(0, wire::kMaxErrorMessage));
       reply.status = static_cast<uint16_t>(verdict_.code());
-      reply.length = message_.size();
-      body_ = reinterpret_cast<const uint8_t*>(message_.data());
-      body_len_ = message_.size();
+      reply.length = messages_.back().size();
+      body = {Segment::kMessage, reinterpret_cast<const uint8_t*>(messages_.back().data()),
+              reply.length};
     }
-    wire::EncodeReply(reply, head_);
-    head_len_ = wire::kReplyBytes;
-    sent_ = 0;
+    wire::EncodeReply(reply, NewHead(wire::kReplyBytes));
+    if (body.length > 0) Push(body);
   }
 
   Step Flush() {
-    iovec iov[2];
+    iovec iov[kMaxIov];
     int count = 0;
-    if (sent_ < head_len_) iov[count++] = {head_ + sent_, head_len_ - sent_};
-    const uint64_t body_done = sent_ > head_len_ ? sent_ - head_len_ : 0;
-    if (body_len_ > body_done) {
-      iov[count++] = {const_cast<uint8_t*>(body_ + body_done), body_len_ - body_done};
+    uint64_t skip = first_sent_;
+    for (const Segment& segment : segments_) {
+      if (count == kMaxIov) break;
+      iov[count++] = {const_cast<uint8_t*>(segment.data + skip), segment.length - skip};
+      skip = 0;
     }
     IoResult io = SendSome(fd_.get(), iov, count);
     if (io.kind == IoResult::kBlocked) return Step::kBlocked;
@@ -185,11 +228,18 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       Close(std::string("send failed: ") + std::strerror(io.error), false);
       return Step::kClosed;
     }
-    sent_ += io.bytes;
-    if (sent_ == head_len_ + body_len_) {
-      head_len_ = 0;
-      body_len_ = 0;
-      sent_ = 0;
+    uint64_t sent = io.bytes;
+    queued_bytes_ -= sent;
+    while (sent > 0) {
+      Segment& front = segments_.front();
+      const uint64_t take = std::min(sent, front.length - first_sent_);
+      first_sent_ += take;
+      sent -= take;
+      if (first_sent_ < front.length) break;
+      if (front.owner == Segment::kHead) heads_.pop_front();
+      if (front.owner == Segment::kMessage) messages_.pop_front();
+      segments_.pop_front();
+      first_sent_ = 0;
     }
     return Step::kProgress;
   }
@@ -203,21 +253,20 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   bool closed_ = false;
 
   // Input: the request being read.
+  InputBuffer in_;
   Phase phase_ = Phase::kHeader;
-  uint8_t header_[wire::kRequestBytes];
-  size_t header_got_ = 0;
   wire::Request request_;
   Status verdict_;                  // the request's bounds check
-  uint8_t* payload_dst_ = nullptr;  // in the pool, or nullptr: discard (rejected WRITE)
+  uint8_t* payload_dst_ = nullptr;  // in the pool, or nullptr: discard (refused WRITE)
   uint64_t payload_got_ = 0;
 
-  // Output: hello or reply header, then an optional body (pool bytes or message_).
-  uint8_t head_[std::max(wire::kHelloBytes, wire::kReplyBytes)];
-  size_t head_len_ = 0;  // 0: nothing to send
-  const uint8_t* body_ = nullptr;
-  uint64_t body_len_ = 0;
-  uint64_t sent_ = 0;  // bytes of head + body already sent
-  std::string message_;
+  // Output, in send order. deque: push_back/pop_front keep the other elements in place, so
+  // segments may point into heads_ and messages_.
+  std::deque<Segment> segments_;
+  std::deque<std::array<uint8_t, wire::kReplyBytes>> heads_;
+  std::deque<std::string> messages_;
+  uint64_t first_sent_ = 0;  // bytes of segments_.front() already sent
+  uint64_t queued_bytes_ = 0;
 };
 
 Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, const NodePool* pool,
@@ -241,8 +290,7 @@ TcpDataServer::TcpDataServer(EventLoop* loop, const NodePool* pool, Fd listener,
       pool_(pool),
       listener_(std::move(listener)),
       bound_(bound),
-      counters_(counters),
-      discard_(kDiscardBytes) {}
+      counters_(counters) {}
 
 TcpDataServer::~TcpDataServer() = default;
 

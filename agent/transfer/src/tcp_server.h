@@ -52,7 +52,6 @@ class TcpDataServer final : public EventLoop::Handler {
   EngineCounters* counters_;
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   std::vector<std::unique_ptr<Connection>> graveyard_;
-  std::vector<uint8_t> discard_;  // sink for the payload of a rejected WRITE
 };
 
 }  // namespace kvagent::transfer
