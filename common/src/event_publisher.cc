@@ -13,8 +13,9 @@
 // so every subscriber sees the loss as a gap right where it happened. Consecutive drops share
 // one marker (one skipped seq per run of losses).
 //
-// Retention. The last replay_batches payloads live in a ring owned by the thread; a slot's old
-// string is recycled as the next payload buffer, so steady state allocates nothing per batch.
+// Retention. The last replay_batches payloads (at most replay_max_bytes of them) stay in a
+// deque owned by the thread; an evicted batch's string is recycled as the next payload buffer,
+// so steady state allocates no payload buffers.
 #include "kvagent/common/event_publisher.h"
 
 #include <sys/eventfd.h>
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -210,7 +212,6 @@ class EventPublisher::Thread {
     const bool serve_replay = status.ok() && !options_.replay_endpoint.empty();
     bound->set_value(status);  // `bound` dies with Start(): not touched again
     if (!status.ok()) return;
-    if (serve_replay) ring_.reserve(std::min<size_t>(options_.replay_batches, 1024));
 
     std::vector<QueuedItem> work;
     zmq::pollitem_t items[2] = {{nullptr, wake_.fd(), ZMQ_POLLIN, 0},
@@ -300,16 +301,18 @@ class EventPublisher::Thread {
     payload_.clear();
   }
 
+  // Keeps payload_ for replay, within replay_batches and replay_max_bytes (the newest batch
+  // is kept even when it alone is larger). The buffer of an evicted batch becomes payload_.
   void Retain(uint64_t seq) {
-    if (ring_.size() < options_.replay_batches) {
-      ring_.push_back(RetainedBatch{seq, std::move(payload_)});
-      payload_ = std::string();
-      return;
+    retained_bytes_ += payload_.size();
+    retained_.push_back(RetainedBatch{seq, std::move(payload_)});
+    payload_ = std::string();
+    while (retained_.size() > 1 && (retained_.size() > options_.replay_batches ||
+                                    retained_bytes_ > options_.replay_max_bytes)) {
+      retained_bytes_ -= retained_.front().payload.size();
+      payload_.swap(retained_.front().payload);
+      retained_.pop_front();
     }
-    RetainedBatch& oldest = ring_[ring_head_];
-    oldest.seq = seq;
-    oldest.payload.swap(payload_);  // payload_ now recycles the evicted buffer
-    ring_head_ = (ring_head_ + 1) % ring_.size();
   }
 
   void ServeReplay(zmq::socket_t& router) {
@@ -328,8 +331,7 @@ class EventPublisher::Thread {
       }
       replay_requests_.fetch_add(1, std::memory_order_relaxed);
       const std::string_view identity = FrameView(parts[0]);
-      for (size_t i = 0; i < ring_.size(); ++i) {
-        const RetainedBatch& b = ring_[(ring_head_ + i) % ring_.size()];
+      for (const RetainedBatch& b : retained_) {
         if (b.seq >= *start) SendReplayMessage(router, identity, EncodeSeq(b.seq), b.payload);
       }
       // The end marker: empty topic, seq ff*8, empty payload.
@@ -368,8 +370,8 @@ class EventPublisher::Thread {
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;
   std::string payload_;
-  std::vector<RetainedBatch> ring_;  // oldest at ring_head_ once full
-  size_t ring_head_ = 0;
+  std::deque<RetainedBatch> retained_;  // oldest first, seqs increasing
+  size_t retained_bytes_ = 0;           // payload bytes in retained_
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> published_batches_{0};
   std::atomic<uint64_t> published_events_{0};

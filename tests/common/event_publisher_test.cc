@@ -85,6 +85,21 @@ TEST(EventPublisher, ReplayFromASeqOlderThanRetainedReturnsWhatIsKept) {
   ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 9), 9, 11);
 }
 
+TEST(EventPublisher, RetentionIsAlsoBoundedByBytes) {
+  EventPublisherOptions o = TcpOptions();
+  o.replay_max_bytes = 5000;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  testing::PublishSingles(*publisher, 0, 10, /*tokens=*/512);
+  // Every one of these batches has the same size (one-byte hashes and tokens, float64 ts).
+  const size_t batch_bytes =
+      EncodeEventBatch(EventBatch{0, {testing::StoredEvent(0, 512)}, 0}).size();
+  const uint64_t kept = 5000 / batch_bytes;
+  ASSERT_GE(kept, 2u);
+  ASSERT_LT(kept, 10u);
+  ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 10 - kept, 9);
+}
+
 TEST(EventPublisher, ReplayFromBeyondTheNewestSeqReturnsOnlyTheEndMarker) {
   auto publisher = StartPublisher(TcpOptions());
   ASSERT_TRUE(publisher);

@@ -25,7 +25,10 @@ struct EventPublisherOptions {
   std::string replay_endpoint;  // ROUTER bind endpoint; empty: no replay socket
   std::string topic;            // frame 0 of every batch; default empty
   std::optional<int64_t> dp_rank = 0;
-  size_t replay_batches = 10000;     // batches retained for replay
+  size_t replay_batches = 10000;  // batches retained for replay
+  // ...and at most this many payload bytes of them (the newest batch is always kept): 10 000
+  // full-size batches would otherwise hold gigabytes.
+  size_t replay_max_bytes = size_t{256} << 20;
   size_t queue_capacity = 1 << 20;   // events (or encoded batches) waiting for the thread
   size_t max_batch_events = 512;     // events per published batch
   size_t max_batch_bytes = 1 << 20;  // payload bytes per published batch (well under 32 MiB)
@@ -33,11 +36,11 @@ struct EventPublisherOptions {
 };
 
 struct EventPublisherStats {
-  uint64_t next_seq = 0;            // seq of the next batch to go out
+  uint64_t next_seq = 0;  // seq of the next batch to go out
   uint64_t published_batches = 0;
   uint64_t published_events = 0;
-  uint64_t dropped_events = 0;      // queue overflow
-  uint64_t dropped_batches = 0;     // seq values consumed by overflow (gaps)
+  uint64_t dropped_events = 0;   // queue overflow
+  uint64_t dropped_batches = 0;  // seq values consumed by overflow (gaps)
   uint64_t replay_requests = 0;
   uint64_t bad_replay_requests = 0;
 };
