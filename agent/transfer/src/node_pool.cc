@@ -117,7 +117,10 @@ Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& option
     return InvalidParams("--pool-size is 0; give the pool at least one page (default 1GiB)");
   }
   std::unique_ptr<NodePool> pool;
-  std::string why_not_huge = "huge pages disabled by configuration";
+  // Why the pool did not get the better kind of page, for the one startup line.
+  std::string no_hugetlb;
+  std::string no_thp;
+  const std::string thp = ThpMode();
 
   if (options.huge_pages) {
     const uint64_t size = RoundUp(options.size_bytes, kHugePageBytes);
@@ -127,15 +130,14 @@ Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& option
       pool.reset(new NodePool(static_cast<uint8_t*>(p), size, size, PoolPages::kHugetlb2M,
                               kHugePageBytes));
     } else {
-      why_not_huge = "MAP_HUGETLB failed (" + ErrnoText(errno) +
-                     "; reserve pages with vm.nr_hugepages to use them)";
+      no_hugetlb =
+          "MAP_HUGETLB failed: " + ErrnoText(errno) + "; reserve them with vm.nr_hugepages";
     }
   }
 
   if (!pool) {
     const uint64_t small_page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t size = RoundUp(options.size_bytes, small_page);
-    const std::string thp = options.huge_pages ? ThpMode() : "";
     const bool try_thp = options.huge_pages && (thp == "always" || thp == "madvise");
     // THP backs only 2 MiB-aligned 2 MiB ranges: over-map by one huge page and trim the head and
     // tail so that the pool starts on a huge-page boundary.
@@ -159,24 +161,23 @@ Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& option
     if (try_thp && madvise(base, size, MADV_HUGEPAGE) == 0) {
       pages = PoolPages::kTransparentHuge;
     } else if (options.huge_pages) {
-      why_not_huge += thp.empty() ? "; no transparent huge pages in this kernel"
-                      : try_thp   ? "; MADV_HUGEPAGE failed (" + ErrnoText(errno) + ")"
-                                  : "; transparent huge pages are set to [" + thp + "]";
+      no_thp = thp.empty() ? "not in this kernel"
+               : try_thp   ? "MADV_HUGEPAGE failed: " + ErrnoText(errno)
+                           : "set to [" + thp + "]";
     }
     pool.reset(new NodePool(base, size, size, pages, small_page));
   }
 
-  if (pool->pages_ == PoolPages::kHugetlb2M) {
-    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
-              << PoolPagesName(pool->pages_);
-  } else if (pool->pages_ == PoolPages::kTransparentHuge) {
-    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
-              << PoolPagesName(pool->pages_) << " (" << why_not_huge << "; THP mode [" << ThpMode()
-              << "])";
-  } else {
-    LOG(INFO) << "NodePool: " << FormatBytes(pool->size_) << " backed by "
-              << PoolPagesName(pool->pages_) << " (" << why_not_huge << ")";
+  std::string line = "NodePool: " + FormatBytes(pool->size_) + " backed by " +
+                     std::string(PoolPagesName(pool->pages_));
+  if (pool->pages_ == PoolPages::kTransparentHuge) {
+    line += " (THP mode [" + thp + "]); no hugetlb pages: " + no_hugetlb;
+  } else if (pool->pages_ == PoolPages::kSmall && !options.huge_pages) {
+    line += " (huge pages off by configuration)";
+  } else if (pool->pages_ == PoolPages::kSmall) {
+    line += "; no hugetlb pages: " + no_hugetlb + "; no transparent huge pages: " + no_thp;
   }
+  LOG(INFO) << line;
 
   // Pre-fault every page now so that requests never take a fault. MADV_POPULATE_WRITE does it
   // in the kernel in one call; without it, write one byte per page (a read would only map the
