@@ -142,8 +142,8 @@ TEST(NetnsTransferTest, EnginesInTwoNamespacesWriteAndReadAcrossAVethPair) {
 
   // The server listens on every interface; its advertised host is derived from the only
   // non-loopback address in its namespace.
-  auto server = Spawn({"ip", "netns", "exec", pair.b(), KVAGENT_TRANSFER_PEER, "serve", "--listen",
-                       "0.0.0.0:0", "--pool-size", "64MiB"});
+  auto server = Spawn({"ip", "netns", "exec", pair.b(), KVAGENT_TRANSFER_PEER, "serve",
+                       "--data-listen", "0.0.0.0:0", "--pool-size", "64MiB"});
   ASSERT_TRUE(server);
   const std::string line = ReadLine(server->stdout_fd, 20000);
   const std::string prefix = "ENDPOINT tcp://" + pair.address_b() + ":";
@@ -151,7 +151,7 @@ TEST(NetnsTransferTest, EnginesInTwoNamespacesWriteAndReadAcrossAVethPair) {
   const std::string endpoint = line.substr(9);
 
   auto client = Spawn({"ip", "netns", "exec", pair.a(), KVAGENT_TRANSFER_PEER, "check", "--peer",
-                       endpoint, "--listen", pair.address_a() + ":0"});
+                       endpoint, "--data-listen", pair.address_a() + ":0"});
   ASSERT_TRUE(client);
   close(client->stdin_fd);
   client->stdin_fd = -1;
@@ -169,14 +169,14 @@ TEST(NetnsTransferTest, AServerInAnotherNamespaceIsUnreachableOverLoopback) {
   if (RunCommand({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "`ip netns` is not available";
   NamespacePair pair;
   ASSERT_TRUE(pair.ok());
-  auto server = Spawn({"ip", "netns", "exec", pair.b(), KVAGENT_TRANSFER_PEER, "serve", "--listen",
-                       "127.0.0.1:0", "--pool-size", "1MiB"});
+  auto server = Spawn({"ip", "netns", "exec", pair.b(), KVAGENT_TRANSFER_PEER, "serve",
+                       "--data-listen", "127.0.0.1:0", "--pool-size", "1MiB"});
   ASSERT_TRUE(server);
   const std::string line = ReadLine(server->stdout_fd, 20000);
   ASSERT_EQ(line.rfind("ENDPOINT tcp://127.0.0.1:", 0), 0u) << line;
   // Namespace A has its own loopback: the same endpoint reaches nothing there.
   auto client = Spawn({"ip", "netns", "exec", pair.a(), KVAGENT_TRANSFER_PEER, "check", "--peer",
-                       line.substr(9), "--listen", "127.0.0.1:0"});
+                       line.substr(9), "--data-listen", "127.0.0.1:0"});
   ASSERT_TRUE(client);
   close(client->stdin_fd);
   client->stdin_fd = -1;

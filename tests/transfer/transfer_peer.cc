@@ -1,9 +1,9 @@
 // transfer_peer: a node pool + transfer engine in its own process, for tests that put peers in
 // separate network namespaces.
 //
-//   transfer_peer serve --listen 0.0.0.0:0 [--pool-size 64MiB]
+//   transfer_peer serve --data-listen 0.0.0.0:0 [--pool-size 64MiB]
 //       prints "ENDPOINT <endpoint>" and serves until its stdin reaches end of file
-//   transfer_peer check --peer tcp://10.213.7.2:41234 [--listen 0.0.0.0:0]
+//   transfer_peer check --peer tcp://10.213.7.2:41234 [--data-listen 0.0.0.0:0]
 //       writes values of 1 B, 4 KiB, 1 MiB and 16 MiB to the peer, reads each back, compares
 //       byte for byte; prints "OK <size>" per value; exit status 0 when all match
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "kvagent/common/flags.h"
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/transfer_engine.h"
+#include "kvagent/transfer/transfer_flags.h"
 
 namespace {
 
@@ -53,24 +54,26 @@ int Check(TransferEngine& engine, NodePool& pool, const std::string& peer) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string listen = "0.0.0.0:0";
   std::string peer;
-  uint64_t pool_size = uint64_t{64} << 20;
+  kvagent::transfer::TransferFlags transfer;
+  transfer.pool_size = uint64_t{64} << 20;
+  transfer.pool_huge_pages = false;
+  transfer.data_transport = "tcp";
   kvagent::FlagSet flags("transfer_peer", "serve | check: a data-plane peer for tests");
-  flags.String("listen", &listen, "data server listen address");
+  transfer.Declare(&flags);
   flags.String("peer", &peer, "check: the endpoint to write to and read from");
-  flags.Size("pool-size", &pool_size, "node pool bytes");
   std::vector<std::string> mode;
   kvagent::Status parsed = flags.Parse(argc, argv, &mode);
   if (!parsed.ok() || mode.size() != 1 || (mode[0] != "serve" && mode[0] != "check")) {
     return Fail(parsed.ok() ? "usage: transfer_peer serve|check [flags]" : parsed.ToString());
   }
-  auto pool = NodePool::Create({.size_bytes = pool_size, .huge_pages = false});
+  auto pool_options = transfer.PoolOptions();
+  auto engine_options = transfer.EngineOptions();
+  if (!pool_options.ok()) return Fail(pool_options.status().ToString());
+  if (!engine_options.ok()) return Fail(engine_options.status().ToString());
+  auto pool = NodePool::Create(*pool_options);
   if (!pool.ok()) return Fail(pool.status().ToString());
-  kvagent::transfer::TransferEngineOptions options;
-  options.listen_address = listen;
-  options.transport = kvagent::transfer::TransportMode::kTcp;
-  auto engine = TransferEngine::Create(**pool, options);
+  auto engine = TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return Fail(engine.status().ToString());
 
   if (mode[0] == "check") return Check(**engine, **pool, peer);
