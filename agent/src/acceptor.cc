@@ -43,12 +43,14 @@ Acceptor::Acceptor(const AgentConfig& config, uint64_t epoch, RingService* servi
 Acceptor::~Acceptor() { Stop(); }
 
 Status Acceptor::Start() {
-  auto listener = ipc::ListenUnix(config_.SocketPath());
-  if (!listener.ok()) return listener.status();
-  listen_fd_ = std::move(*listener);
+  // Everything but the socket first: once agent.sock appears the agent's fd set is complete
+  // (tests take it as the baseline).
   epoll_fd_ = ipc::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd_ = ipc::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!epoll_fd_.valid() || !wake_fd_.valid()) return Internal("epoll/eventfd creation failed");
+  auto listener = ipc::ListenUnix(config_.SocketPath());
+  if (!listener.ok()) return listener.status();
+  listen_fd_ = std::move(*listener);
   for (int fd : {listen_fd_.get(), wake_fd_.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
