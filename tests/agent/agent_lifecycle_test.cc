@@ -113,10 +113,13 @@ TEST(AgentLifecycle, AgentSigkilledFailsThePendingCallWithAgentUnavailable) {
   Reply r = pending.Wait();
   const auto elapsed = std::chrono::steady_clock::now() - killed_at;
   EXPECT_EQ(r.status.code(), ErrorCode::kAgentUnavailable) << r.status.ToString();
-  ::testing::Test::RecordProperty(
-      "failed_after_us",
-      std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()));
+  // Recorded, not asserted: the 1 s bound holds by design (EOF wakes the waiter at once, and it
+  // re-checks every 100 ms regardless); the test's timeout catches a hang.
+  std::printf("pending call failed %lld us after the SIGKILL\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()));
   EXPECT_EQ(client->Ping().status.code(), ErrorCode::kAgentUnavailable);
+  EXPECT_EQ(CountShm(agent.pid()), 0);  // a SIGKILLed agent leaves nothing in /dev/shm
 }
 
 TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
