@@ -59,88 +59,134 @@ const char* TypeName(const object& o) {
 
 std::string_view StrOf(const object& o) { return {o.via.str.ptr, o.via.str.size}; }
 
-Status Invalid(const std::string& where, const std::string& what) {
-  return InvalidParams("KV event payload: " + where + ": " + what);
+// Where a value sits in the payload, as a chain of frames on the stack: no allocation while
+// decoding succeeds; rendered ("events[2] (BlockStored).token_ids[5]") only for an error.
+// A Path never outlives the call that made it, and its text points into the payload or into
+// string literals, both alive for the whole decode.
+class Path {
+ public:
+  explicit Path(std::string_view root) : text_(root) {}
+  Path Field(std::string_view name) const { return Path(this, Kind::kField, name, 0); }
+  Path Index(size_t i) const { return Path(this, Kind::kIndex, {}, i); }
+  Path Label(std::string_view label) const { return Path(this, Kind::kLabel, label, 0); }
+
+  std::string str() const {
+    std::string out = parent_ ? parent_->str() : std::string();
+    switch (kind_) {
+      case Kind::kRoot:
+        out.append(text_);
+        break;
+      case Kind::kField:
+        out.append(".").append(text_);
+        break;
+      case Kind::kIndex:
+        out.append("[" + std::to_string(index_) + "]");
+        break;
+      case Kind::kLabel:
+        out.append(" (").append(text_).append(")");
+        break;
+    }
+    return out;
+  }
+
+ private:
+  enum class Kind { kRoot, kField, kIndex, kLabel };
+  Path(const Path* parent, Kind kind, std::string_view text, size_t index)
+      : parent_(parent), kind_(kind), text_(text), index_(index) {}
+
+  const Path* parent_ = nullptr;
+  Kind kind_ = Kind::kRoot;
+  std::string_view text_;
+  size_t index_ = 0;
+};
+
+Status Invalid(const Path& where, const std::string& what) {
+  return InvalidParams("KV event payload: " + where.str() + ": " + what);
 }
 
-Status WrongType(const std::string& where, const char* expected, const object& o) {
+Status WrongType(const Path& where, const char* expected, const object& o) {
   return Invalid(where, std::string("expected ") + expected + ", got " + TypeName(o));
 }
 
 // The checks python-msgpack applies to the whole tree while decoding, whatever the schema:
 // every str is valid UTF-8 (raw=False) and every map key is a str (strict_map_key; we also
-// refuse bin keys, which EVENTS.md never uses). `where` is extended in place for messages.
-Status CheckTree(const object& o, std::string* where) {
+// refuse bin keys, which EVENTS.md never uses).
+Status CheckTree(const object& o, const Path& where) {
   switch (o.type) {
     case mtype::STR:
       if (auto err = FindInvalidUtf8(StrOf(o))) {
-        return Invalid(*where, "invalid UTF-8 at byte " + std::to_string(err->offset) + " (" +
-                                   err->reason + "); text must be msgpack str holding UTF-8");
+        return Invalid(where, "invalid UTF-8 at byte " + std::to_string(err->offset) + " (" +
+                                  err->reason + "); text must be msgpack str holding UTF-8");
       }
       return Status::Ok();
-    case mtype::ARRAY: {
-      const size_t base = where->size();
+    case mtype::ARRAY:
       for (uint32_t i = 0; i < o.via.array.size; ++i) {
-        where->append("[" + std::to_string(i) + "]");
-        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.array.ptr[i], where));
-        where->resize(base);
+        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.array.ptr[i], where.Index(i)));
       }
       return Status::Ok();
-    }
-    case mtype::MAP: {
-      const size_t base = where->size();
+    case mtype::MAP:
       for (uint32_t i = 0; i < o.via.map.size; ++i) {
         const object& key = o.via.map.ptr[i].key;
         if (key.type != mtype::STR) {
-          return Invalid(*where, std::string("map key #") + std::to_string(i) + " is " +
-                                     TypeName(key) + "; map keys must be strings");
+          return Invalid(where, std::string("map key #") + std::to_string(i) + " is " +
+                                    TypeName(key) + "; map keys must be strings");
         }
-        where->append(".<key>");
-        KVAGENT_RETURN_IF_ERROR(CheckTree(key, where));
-        where->resize(base);
-        where->append(".");
-        where->append(StrOf(key));
-        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.map.ptr[i].val, where));
-        where->resize(base);
+        KVAGENT_RETURN_IF_ERROR(CheckTree(key, where.Field("<key>")));
+        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.map.ptr[i].val, where.Field(StrOf(key))));
       }
       return Status::Ok();
-    }
     default:
       return Status::Ok();
   }
 }
 
+// The batch's three elements get their own names in messages ("events[0].medium").
+Status CheckBatchTree(const object& root) {
+  if (root.type != mtype::ARRAY || root.via.array.size != 3) return CheckTree(root, Path("batch"));
+  static constexpr std::string_view kNames[3] = {"ts", "events", "dp_rank"};
+  for (uint32_t i = 0; i < 3; ++i) {
+    KVAGENT_RETURN_IF_ERROR(CheckTree(root.via.array.ptr[i], Path(kNames[i])));
+  }
+  return Status::Ok();
+}
+
 // ---- typed readers -------------------------------------------------------------------------
 
-Result<BlockHash> ReadHash(const object& o, const std::string& where) {
+Result<BlockHash> ReadHash(const object& o, const Path& where) {
   if (o.type == mtype::POSITIVE_INTEGER) return BlockHash::Unsigned(o.via.u64);
   if (o.type == mtype::NEGATIVE_INTEGER) return BlockHash::Signed(o.via.i64);
   return WrongType(where, "an integer hash (int64 or uint64; never bin)", o);
 }
 
-Result<std::vector<BlockHash>> ReadHashes(const object& o, const std::string& where) {
+Result<std::vector<BlockHash>> ReadHashes(const object& o, const Path& where) {
   if (o.type != mtype::ARRAY) return WrongType(where, "an array of integer hashes", o);
   std::vector<BlockHash> hashes;
   hashes.reserve(o.via.array.size);
   for (uint32_t i = 0; i < o.via.array.size; ++i) {
-    auto h = ReadHash(o.via.array.ptr[i], where + "[" + std::to_string(i) + "]");
+    auto h = ReadHash(o.via.array.ptr[i], where.Index(i));
     if (!h.ok()) return h.status();
     hashes.push_back(*h);
   }
   return hashes;
 }
 
-Result<uint32_t> ReadU32(const object& o, const std::string& where) {
-  if (o.type != mtype::POSITIVE_INTEGER || o.via.u64 > std::numeric_limits<uint32_t>::max()) {
-    if (o.type == mtype::POSITIVE_INTEGER || o.type == mtype::NEGATIVE_INTEGER) {
-      return Invalid(where, "integer out of the u32 range");
-    }
-    return WrongType(where, "a u32 integer", o);
+bool IsU32(const object& o) {
+  return o.type == mtype::POSITIVE_INTEGER && o.via.u64 <= std::numeric_limits<uint32_t>::max();
+}
+
+Status NotU32(const object& o, const Path& where) {
+  if (o.type == mtype::POSITIVE_INTEGER || o.type == mtype::NEGATIVE_INTEGER) {
+    return Invalid(where, "integer out of the u32 range");
   }
+  return WrongType(where, "a u32 integer", o);
+}
+
+Result<uint32_t> ReadU32(const object& o, const Path& where) {
+  if (!IsU32(o)) return NotU32(o, where);
   return static_cast<uint32_t>(o.via.u64);
 }
 
-Result<int64_t> ReadI64(const object& o, const std::string& where) {
+Result<int64_t> ReadI64(const object& o, const Path& where) {
   if (o.type == mtype::NEGATIVE_INTEGER) return o.via.i64;
   if (o.type == mtype::POSITIVE_INTEGER) {
     if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -151,19 +197,18 @@ Result<int64_t> ReadI64(const object& o, const std::string& where) {
   return WrongType(where, "an integer", o);
 }
 
-Result<std::string> ReadStr(const object& o, const std::string& where) {
+Result<std::string> ReadStr(const object& o, const Path& where) {
   if (o.type != mtype::STR) return WrongType(where, "a str", o);
   return std::string(StrOf(o));
 }
 
-Result<std::optional<std::string>> ReadStrOrNil(const object& o, const std::string& where) {
+Result<std::optional<std::string>> ReadStrOrNil(const object& o, const Path& where) {
   if (o.type == mtype::NIL) return std::optional<std::string>();
-  auto s = ReadStr(o, where);
-  if (!s.ok()) return WrongType(where, "a str or nil", o);
-  return std::optional<std::string>(std::move(*s));
+  if (o.type != mtype::STR) return WrongType(where, "a str or nil", o);
+  return std::optional<std::string>(std::string(StrOf(o)));
 }
 
-Result<std::string> ReadMedium(const object& o, const std::string& where) {
+Result<std::string> ReadMedium(const object& o, const Path& where) {
   auto medium = ReadStr(o, where);
   if (!medium.ok()) return medium;
   if (medium->empty()) return Invalid(where, "medium is empty; use EXTERNAL or DISK");
@@ -200,7 +245,7 @@ constexpr std::array<std::string_view, kKeyCount> kKeyNames = {
 
 using EventKeys = std::array<const object*, kKeyCount>;
 
-Result<EventKeys> IndexKeys(const object& map, const std::string& where) {
+Result<EventKeys> IndexKeys(const object& map, const Path& where) {
   EventKeys keys{};
   for (uint32_t i = 0; i < map.via.map.size; ++i) {
     const std::string_view name = StrOf(map.via.map.ptr[i].key);  // a str: CheckTree ran
@@ -213,13 +258,13 @@ Result<EventKeys> IndexKeys(const object& map, const std::string& where) {
   return keys;
 }
 
-Status Require(const EventKeys& keys, Key k, const std::string& where, std::string_view type) {
+Status Require(const EventKeys& keys, Key k, const Path& where, std::string_view type) {
   if (keys[k] != nullptr) return Status::Ok();
   return Invalid(where, std::string(type) + " needs key \"" + std::string(kKeyNames[k]) + "\"");
 }
 
 // An optional key of EVENTS.md is omitted when unset; nil in its place is a producer bug.
-Status RejectNil(const object* o, const std::string& where) {
+Status RejectNil(const object* o, const Path& where) {
   if (o != nullptr && o->type == mtype::NIL) {
     return Invalid(where, "is nil; EVENTS.md omits an optional key when it is unset");
   }
@@ -233,79 +278,84 @@ Status RejectNil(const object* o, const std::string& where) {
     lhs = std::move(*kv_result_);                     \
   } while (0)
 
-Result<KvEvent> ReadStored(const EventKeys& keys, const std::string& where) {
+Status ReadTokens(const object& tokens, const Path& where, std::vector<uint32_t>* out) {
+  if (tokens.type != mtype::ARRAY) {
+    return WrongType(where, "an array of u32 (use [] when unknown, never nil)", tokens);
+  }
+  out->reserve(tokens.via.array.size);
+  for (uint32_t i = 0; i < tokens.via.array.size; ++i) {
+    const object& t = tokens.via.array.ptr[i];
+    if (!IsU32(t)) return NotU32(t, where.Index(i));
+    out->push_back(static_cast<uint32_t>(t.via.u64));
+  }
+  return Status::Ok();
+}
+
+Result<KvEvent> ReadStored(const EventKeys& keys, const Path& at) {
   for (Key k :
        {kBlockHashes, kParentBlockHash, kTokenIds, kBlockSize, kLoraId, kMedium, kLoraName}) {
-    KVAGENT_RETURN_IF_ERROR(Require(keys, k, where, "BlockStored"));
+    KVAGENT_RETURN_IF_ERROR(Require(keys, k, at, "BlockStored"));
   }
-  const std::string at = where + ".";
   BlockStored e;
-  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes, ReadHashes(*keys[kBlockHashes], at + "block_hashes"));
+  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes,
+                           ReadHashes(*keys[kBlockHashes], at.Field("block_hashes")));
   if (keys[kParentBlockHash]->type != mtype::NIL) {
     KVAGENT_ASSIGN_OR_RETURN(e.parent_block_hash,
-                             ReadHash(*keys[kParentBlockHash], at + "parent_block_hash"));
+                             ReadHash(*keys[kParentBlockHash], at.Field("parent_block_hash")));
   }
-  const object& tokens = *keys[kTokenIds];
-  if (tokens.type != mtype::ARRAY) {
-    return WrongType(at + "token_ids", "an array of u32 (use [] when unknown, never nil)", tokens);
-  }
-  e.token_ids.reserve(tokens.via.array.size);
-  for (uint32_t i = 0; i < tokens.via.array.size; ++i) {
-    uint32_t t = 0;
-    KVAGENT_ASSIGN_OR_RETURN(
-        t, ReadU32(tokens.via.array.ptr[i], at + "token_ids[" + std::to_string(i) + "]"));
-    e.token_ids.push_back(t);
-  }
-  KVAGENT_ASSIGN_OR_RETURN(e.block_size, ReadU32(*keys[kBlockSize], at + "block_size"));
+  KVAGENT_RETURN_IF_ERROR(ReadTokens(*keys[kTokenIds], at.Field("token_ids"), &e.token_ids));
+  KVAGENT_ASSIGN_OR_RETURN(e.block_size, ReadU32(*keys[kBlockSize], at.Field("block_size")));
   if (!e.token_ids.empty() &&
       e.token_ids.size() != uint64_t{e.block_size} * e.block_hashes.size()) {
-    return Invalid(at + "token_ids",
+    return Invalid(at.Field("token_ids"),
                    std::to_string(e.token_ids.size()) + " token IDs, but block_size " +
                        std::to_string(e.block_size) + " x " +
                        std::to_string(e.block_hashes.size()) +
                        " block_hashes needs exactly their product (or [] when unknown)");
   }
   if (keys[kLoraId]->type != mtype::NIL) {
-    KVAGENT_ASSIGN_OR_RETURN(e.lora_id, ReadI64(*keys[kLoraId], at + "lora_id"));
+    KVAGENT_ASSIGN_OR_RETURN(e.lora_id, ReadI64(*keys[kLoraId], at.Field("lora_id")));
   }
-  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at + "medium"));
-  KVAGENT_ASSIGN_OR_RETURN(e.lora_name, ReadStrOrNil(*keys[kLoraName], at + "lora_name"));
+  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at.Field("medium")));
+  KVAGENT_ASSIGN_OR_RETURN(e.lora_name, ReadStrOrNil(*keys[kLoraName], at.Field("lora_name")));
   for (Key k : {kGroupIdx, kSessionId, kObjectKey}) {
-    KVAGENT_RETURN_IF_ERROR(RejectNil(keys[k], at + std::string(kKeyNames[k])));
+    KVAGENT_RETURN_IF_ERROR(RejectNil(keys[k], at.Field(kKeyNames[k])));
   }
   if (keys[kGroupIdx]) {
-    KVAGENT_ASSIGN_OR_RETURN(e.group_idx, ReadI64(*keys[kGroupIdx], at + "group_idx"));
+    KVAGENT_ASSIGN_OR_RETURN(e.group_idx, ReadI64(*keys[kGroupIdx], at.Field("group_idx")));
   }
   if (keys[kSessionId]) {
+    const Path where = at.Field("session_id");
     std::string id;
-    KVAGENT_ASSIGN_OR_RETURN(id, ReadStr(*keys[kSessionId], at + "session_id"));
-    if (id.empty()) {
-      return Invalid(at + "session_id", "is empty; an untagged object omits the key");
+    KVAGENT_ASSIGN_OR_RETURN(id, ReadStr(*keys[kSessionId], where));
+    if (id.empty()) return Invalid(where, "is empty; an untagged object omits the key");
+    if (id.size() > kMaxSessionIdBytes) {  // UTF-8 was checked with the whole tree
+      return Invalid(where, std::to_string(id.size()) + " bytes; session IDs are at most " +
+                                std::to_string(kMaxSessionIdBytes) + " bytes");
     }
-    KVAGENT_RETURN_IF_ERROR(ValidateSessionId(id, "KV event payload: " + at + "session_id"));
     e.session_id = std::move(id);
   }
   if (keys[kObjectKey]) {
-    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at + "object_key"));
+    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at.Field("object_key")));
   }
   return KvEvent(std::move(e));
 }
 
-Result<KvEvent> ReadRemoved(const EventKeys& keys, const std::string& where) {
-  KVAGENT_RETURN_IF_ERROR(Require(keys, kBlockHashes, where, "BlockRemoved"));
-  KVAGENT_RETURN_IF_ERROR(Require(keys, kMedium, where, "BlockRemoved"));
-  const std::string at = where + ".";
+Result<KvEvent> ReadRemoved(const EventKeys& keys, const Path& at) {
+  KVAGENT_RETURN_IF_ERROR(Require(keys, kBlockHashes, at, "BlockRemoved"));
+  KVAGENT_RETURN_IF_ERROR(Require(keys, kMedium, at, "BlockRemoved"));
   BlockRemoved e;
-  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes, ReadHashes(*keys[kBlockHashes], at + "block_hashes"));
-  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at + "medium"));
-  KVAGENT_RETURN_IF_ERROR(RejectNil(keys[kObjectKey], at + "object_key"));
+  KVAGENT_ASSIGN_OR_RETURN(e.block_hashes,
+                           ReadHashes(*keys[kBlockHashes], at.Field("block_hashes")));
+  KVAGENT_ASSIGN_OR_RETURN(e.medium, ReadMedium(*keys[kMedium], at.Field("medium")));
+  KVAGENT_RETURN_IF_ERROR(RejectNil(keys[kObjectKey], at.Field("object_key")));
   if (keys[kObjectKey]) {
-    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at + "object_key"));
+    KVAGENT_ASSIGN_OR_RETURN(e.object_key, ReadStr(*keys[kObjectKey], at.Field("object_key")));
   }
   return KvEvent(std::move(e));
 }
 
-Result<KvEvent> ReadEvent(const object& o, const std::string& where) {
+Result<KvEvent> ReadEvent(const object& o, const Path& where) {
   if (o.type == mtype::ARRAY) {
     return Invalid(where, "an array (the legacy positional form); events are maps with \"type\"");
   }
@@ -313,17 +363,18 @@ Result<KvEvent> ReadEvent(const object& o, const std::string& where) {
   EventKeys keys;
   KVAGENT_ASSIGN_OR_RETURN(keys, IndexKeys(o, where));
   if (keys[kType] == nullptr) return Invalid(where, "no \"type\" key");
-  std::string type;
-  KVAGENT_ASSIGN_OR_RETURN(type, ReadStr(*keys[kType], where + ".type"));
-  const std::string at = where + " (" + type + ")";
+  const object& type_obj = *keys[kType];
+  if (type_obj.type != mtype::STR) return WrongType(where.Field("type"), "a str", type_obj);
+  const std::string_view type = StrOf(type_obj);
+  const Path at = where.Label(type);
   if (type != "BlockStored" && keys[kSessionId] != nullptr) {
-    return Invalid(at + ".session_id", "sessions appear only on BlockStored (EVENTS.md)");
+    return Invalid(at.Field("session_id"), "sessions appear only on BlockStored (EVENTS.md)");
   }
   if (type == "BlockStored") return ReadStored(keys, at);
   if (type == "BlockRemoved") return ReadRemoved(keys, at);
   if (type == "AllBlocksCleared") return KvEvent(AllBlocksCleared{});
-  return Invalid(where + ".type", "unknown event type \"" + type +
-                                      "\"; known: BlockStored, BlockRemoved, AllBlocksCleared");
+  return Invalid(where.Field("type"), "unknown event type \"" + std::string(type) +
+                                          "\"; known: BlockStored, BlockRemoved, AllBlocksCleared");
 }
 
 Result<EventBatch> ReadBatch(const object& root) {
@@ -331,7 +382,8 @@ Result<EventBatch> ReadBatch(const object& root) {
     const std::string got = root.type == mtype::ARRAY
                                 ? "an array of " + std::to_string(root.via.array.size)
                                 : std::string(TypeName(root));
-    return Invalid("batch", "expected an array of exactly 3 [ts, events, dp_rank], got " + got);
+    return Invalid(Path("batch"),
+                   "expected an array of exactly 3 [ts, events, dp_rank], got " + got);
   }
   const object& ts = root.via.array.ptr[0];
   const object& events = root.via.array.ptr[1];
@@ -344,14 +396,16 @@ Result<EventBatch> ReadBatch(const object& root) {
   } else if (ts.type == mtype::NEGATIVE_INTEGER) {
     batch.ts = static_cast<double>(ts.via.i64);
   } else {
-    return WrongType("ts", "a float (seconds since the epoch)", ts);
+    return WrongType(Path("ts"), "a float (seconds since the epoch)", ts);
   }
-  if (events.type != mtype::ARRAY) return WrongType("events", "an array of event maps", events);
+  const Path events_path("events");
+  if (events.type != mtype::ARRAY) return WrongType(events_path, "an array of event maps", events);
   if (rank.type != mtype::NIL) {
+    const Path rank_path("dp_rank");
     int64_t r = 0;
-    KVAGENT_ASSIGN_OR_RETURN(r, ReadI64(rank, "dp_rank"));
+    KVAGENT_ASSIGN_OR_RETURN(r, ReadI64(rank, rank_path));
     if (r < std::numeric_limits<int32_t>::min() || r > std::numeric_limits<int32_t>::max()) {
-      return Invalid("dp_rank", std::to_string(r) + " does not fit in int32 (Dynamo reads i32)");
+      return Invalid(rank_path, std::to_string(r) + " does not fit in int32 (Dynamo reads i32)");
     }
     batch.dp_rank = r;
   } else {
@@ -359,10 +413,9 @@ Result<EventBatch> ReadBatch(const object& root) {
   }
   batch.events.reserve(events.via.array.size);
   for (uint32_t i = 0; i < events.via.array.size; ++i) {
-    KvEvent e;
-    KVAGENT_ASSIGN_OR_RETURN(
-        e, ReadEvent(events.via.array.ptr[i], "events[" + std::to_string(i) + "]"));
-    batch.events.push_back(std::move(e));
+    Result<KvEvent> e = ReadEvent(events.via.array.ptr[i], events_path.Index(i));
+    if (!e.ok()) return e.status();
+    batch.events.push_back(std::move(*e));
   }
   return batch;
 }
@@ -372,7 +425,8 @@ Result<EventBatch> ReadBatch(const object& root) {
 }  // namespace
 
 Result<EventBatch> DecodeEventBatch(std::string_view payload) {
-  if (payload.empty()) return Invalid("payload", "empty; expected a msgpack [ts, events, dp_rank]");
+  const Path where("payload");
+  if (payload.empty()) return Invalid(where, "empty; expected a msgpack [ts, events, dp_rank]");
   // Limits derived from the payload size, as python-msgpack's unpackb does: no container can
   // declare more elements than there are bytes, so a 5-byte payload claiming 2^32 elements
   // cannot make the parser allocate gigabytes.
@@ -385,15 +439,14 @@ Result<EventBatch> DecodeEventBatch(std::string_view payload) {
   try {
     handle = msgpack::unpack(payload.data(), n, offset, reference, nullptr, limits);
   } catch (const std::exception& e) {
-    return Invalid("payload", std::string("not valid msgpack (") + e.what() + ")");
+    return Invalid(where, std::string("not valid msgpack (") + e.what() + ")");
   }
   if (offset != n) {
-    return Invalid("payload", std::to_string(n - offset) +
-                                  " bytes follow the batch; a payload "
-                                  "is exactly one msgpack array");
+    return Invalid(where, std::to_string(n - offset) +
+                              " bytes follow the batch; a payload "
+                              "is exactly one msgpack array");
   }
-  std::string where = "batch";
-  KVAGENT_RETURN_IF_ERROR(CheckTree(handle.get(), &where));
+  KVAGENT_RETURN_IF_ERROR(CheckBatchTree(handle.get()));
   return ReadBatch(handle.get());
 }
 
