@@ -34,7 +34,6 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
 
   const std::string& key() const { return key_; }
   int fd() const { return fd_.get(); }
-  bool dead() const { return dead_; }
   bool has_work() const {
     return state_ != State::kReady || !to_send_.empty() || !awaiting_.empty();
   }
