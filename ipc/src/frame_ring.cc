@@ -47,11 +47,7 @@ void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& se
 
 // ---- producer -----------------------------------------------------------------------------
 
-FrameProducer::FrameProducer(RingRef ring)
-    : ring_(ring),
-      tail_(ring.control->tail.load(std::memory_order_relaxed)),
-      published_(tail_),
-      cached_head_(ring.control->head.load(std::memory_order_acquire)) {}
+FrameProducer::FrameProducer(RingRef ring) : ring_(ring) {}
 
 uint64_t FrameProducer::BytesNeeded(uint64_t payload) const {
   // From a tail near the end, progress is first the padding (to_end bytes); the frame itself
@@ -135,8 +131,7 @@ void FrameProducer::EndSpaceWait() {
 
 // ---- consumer -----------------------------------------------------------------------------
 
-FrameConsumer::FrameConsumer(RingRef ring)
-    : ring_(ring), head_(ring.control->head.load(std::memory_order_relaxed)), cached_tail_(head_) {}
+FrameConsumer::FrameConsumer(RingRef ring) : ring_(ring) {}
 
 bool FrameConsumer::HasData() const {
   // seq_cst: this is also the re-check of the sleep protocol (see AdvertiseSleep).

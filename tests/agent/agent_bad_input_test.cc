@@ -198,5 +198,21 @@ TEST_F(AgentBadInput, ScribbledRingDisconnectsOnlyThatClient) {
   EXPECT_TRUE(agent_.Running());
 }
 
+TEST_F(AgentBadInput, ScribbledCompletionHeadDisconnectsOnlyThatClient) {
+  RawSession victim(agent_.socket_path(), 1 << 20, 4096);  // small rings fill quickly
+  ASSERT_TRUE(victim.ok()) << victim.error();
+  // A consumer index ahead of everything the agent ever published: impossible.
+  victim.segment().completion_ring().control->head.store(1ULL << 40);
+  const std::vector<uint8_t> ping = Encode(1, RequestFields{});
+  // Never read completions: once the agent's cached view says the completion ring is full it
+  // re-reads the head, finds it impossible and drops the client.
+  bool eof = false;
+  for (int i = 0; i < 1000 && !eof; ++i) {
+    if (!victim.Send(1, ping)) eof = victim.WaitForEof(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(eof || victim.WaitForEof(std::chrono::seconds(20)));
+  ExpectStillServing(2);
+}
+
 }  // namespace
 }  // namespace kvagent::testing

@@ -19,7 +19,8 @@ namespace kvagent::testing {
 class RawSession {
  public:
   // Connects and completes the handshake; ok() says whether it worked, error() why not.
-  explicit RawSession(const std::string& socket_path, uint64_t arena_bytes = 1 << 20) {
+  explicit RawSession(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
+                      uint64_t ring_bytes = 0) {
     auto fd = ipc::ConnectUnix(socket_path);
     if (!fd.ok()) {
       Fail(fd.status().ToString());
@@ -28,7 +29,7 @@ class RawSession {
     socket_ = std::move(*fd);
     flatbuffers::FlatBufferBuilder fbb;
     auto name = fbb.CreateString("raw-session");
-    fbb.Finish(proto::CreateHello(fbb, 1, name, arena_bytes, 0));
+    fbb.Finish(proto::CreateHello(fbb, 1, name, arena_bytes, ring_bytes));
     if (!ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kTimeout).ok()) {
       Fail("send Hello");
       return;

@@ -95,8 +95,9 @@ enum class PushResult {
 class FrameProducer {
  public:
   FrameProducer() = default;
-  // Resumes from the control block's tail (zero for a fresh ring). The producer must be the only
-  // writer of `ring.control->tail`.
+  // Starts at index 0 on a fresh ring, without reading the control block: whatever a peer wrote
+  // there before is never trusted (the first reload of its index checks it). The producer must
+  // be the only writer of `ring.control->tail`.
   explicit FrameProducer(RingRef ring);
 
   // Appends one frame and publishes it, waking the consumer if it advertised sleep.
@@ -155,7 +156,8 @@ enum class PeekResult { kFrame, kEmpty, kCorrupt };
 class FrameConsumer {
  public:
   FrameConsumer() = default;
-  // Resumes from the control block's head. The consumer must be the only writer of `head`.
+  // Starts at index 0 on a fresh ring, without reading the control block (see FrameProducer).
+  // The consumer must be the only writer of `head`.
   explicit FrameConsumer(RingRef ring);
 
   // Looks at the next frame without consuming it (padding records are skipped). On kCorrupt the
