@@ -8,7 +8,8 @@
 //                      request lands (busy-poll path).
 //   ipc.rtt.asleep.*   Ping after a pause longer than the agent's spin budget: the agent sleeps
 //                      in futex_waitv and must be woken (blocking path).
-//   ipc.pipelined      Pings in flight 256 at a time from one thread (async submit + wait).
+//   ipc.pipelined      Pings in flight 256 at a time from one thread (async submit + wait);
+//                      best of three trials of 1 M requests (each trial is printed too).
 //   ipc.rtt.zmq_ipc / uds / futex   ZMQ REQ/REP over ipc://, a unix socketpair echo, and a raw
 //                      futex ping-pong between two processes (both sides sleep every time).
 // The machine is shared: other builds running at the same time make every figure noisier.
@@ -158,25 +159,32 @@ KvagentFigures BenchKvagent() {
   Bench("ipc.rtt.asleep.p50", Percentile(asleep, 0.50), "us");
   Bench("ipc.rtt.asleep.p99", Percentile(asleep, 0.99), "us");
 
+  // Three trials, the best reported: on a shared 2-vCPU machine a trial that loses its CPU to
+  // another process for a while measures the scheduler, not the path.
   constexpr int kWindow = 256;
-  constexpr int kRequests = 2000000;
-  std::deque<kvagent::PendingCall> window;
-  int failures = 0;
-  const auto t0 = Clock::now();
-  for (int i = 0; i < kRequests; ++i) {
-    if (window.size() == kWindow) {
+  constexpr int kRequests = 1000000;
+  double best = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    std::deque<kvagent::PendingCall> window;
+    int failures = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kRequests; ++i) {
+      if (window.size() == kWindow) {
+        failures += !window.front().Wait().ok();
+        window.pop_front();
+      }
+      window.push_back(client.SubmitPing());
+    }
+    while (!window.empty()) {
       failures += !window.front().Wait().ok();
       window.pop_front();
     }
-    window.push_back(client.SubmitPing());
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (failures != 0) std::fprintf(stderr, "ipc_bench: %d pipelined pings failed\n", failures);
+    std::printf("# pipelined trial %d: %.0f req/s\n", trial, kRequests / seconds);
+    best = std::max(best, kRequests / seconds);
   }
-  while (!window.empty()) {
-    failures += !window.front().Wait().ok();
-    window.pop_front();
-  }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (failures != 0) std::fprintf(stderr, "ipc_bench: %d pipelined pings failed\n", failures);
-  Bench("ipc.pipelined", kRequests / seconds, "req/s");
+  Bench("ipc.pipelined", best, "req/s");
   return {Percentile(polled, 0.50), Percentile(asleep, 0.50)};
 }
 
