@@ -126,11 +126,13 @@ Status ServerConnection::Accept(const CmEvent& request) {
   rdma_conn_param param{};
   param.private_data = info;
   param.private_data_len = sizeof(info);
-  // We answer the peer's RDMA READs (responder) and initiate nothing.
-  param.responder_resources =
-      static_cast<uint8_t>(std::min<int>(request.initiator_depth, device->attr().max_qp_rd_atom));
+  // The request event reports both values from our side's perspective (rdma_accept(3)): its
+  // responder_resources is how many RDMA READs the peer wants in flight against us.
+  param.responder_resources = static_cast<uint8_t>(
+      std::min<int>(request.responder_resources, device->attr().max_qp_rd_atom));
+  // We initiate nothing, but the value must not exceed what the peer reported.
   param.initiator_depth = static_cast<uint8_t>(
-      std::min<int>(request.responder_resources, device->attr().max_qp_init_rd_atom));
+      std::min<int>(request.initiator_depth, device->attr().max_qp_init_rd_atom));
   param.rnr_retry_count = 7;
   if (rdma_accept(res_.id, &param) != 0) return Internal(Errno("rdma_accept"));
   return Status::Ok();

@@ -72,7 +72,9 @@ struct TransferEngineOptions {
   std::string listen_address = "0.0.0.0:0";
   // --data-advertise-host: the host peers use to reach this agent. Empty: the listen host when
   // it is specific; for a wildcard listen, the first non-loopback IPv4 address of an interface
-  // that is up (127.0.0.1 when there is none, with a warning).
+  // that is up (127.0.0.1 when there is none, with a warning). With RDMA on a multi-homed node,
+  // set it (or the listen host) to the RDMA interface's address (RoCE netdev or IPoIB): rdma_cm
+  // resolves peers by IP.
   std::string advertise_host;
   TransportMode transport = TransportMode::kAuto;  // --data-transport
   // --data-peer-timeout-ms: an outstanding op fails with TIMEOUT when its peer moves no bytes
