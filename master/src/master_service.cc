@@ -150,8 +150,8 @@ Status MasterService::ValidateWriteStart(const WriteStartRequest& req) const {
 }
 
 void MasterService::AppendPlacements(const Object& o, PlacementBatch* out) const {
-  out->placements.insert(out->placements.end(), o.replicas.get(),
-                         o.replicas.get() + o.replica_total);
+  out->placements.insert(out->placements.end(), o.replica_data(),
+                         o.replica_data() + o.replica_total);
 }
 
 Status MasterService::WriteStart(const WriteStartRequest& req, bool upsert, PlacementBatch* out) {
@@ -177,7 +177,8 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
   const std::string_view session =
       req.session_ids.empty() ? std::string_view() : req.session_ids[i];
   const int64_t now = clock_->NowMs();
-  ObjectEntry* e = store_->Find(key);
+  // One hash lookup: a new key gets its (still empty) entry right away.
+  auto [e, fresh] = store_->FindOrInsert(key);
 
   auto make_pending = [&](TagId tag) {
     auto w = std::make_unique<PendingWrite>();
@@ -193,9 +194,20 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
                   "no room for " + std::to_string(size) + " bytes of key '" + std::string(key) +
                       "' even after eviction; add agents or memory, or remove objects");
   };
-  std::vector<Replica> replicas;  // one small allocation per new placement
+  std::vector<Replica>& replicas = scratch_replicas_;
+  replicas.clear();
 
-  if (e && e->second.readable && upsert) {
+  if (fresh) {
+    if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
+      store_->EraseFresh(e);
+      return no_space();
+    }
+    // Rule 3: the session ID is held by the write, and committed only at End.
+    store_->CreateWrite(e, size, &replicas, make_pending(store_->tags().Acquire(session)));
+    AppendPlacements(e->second, out);
+    return Status::Ok();
+  }
+  if (e->second.readable && upsert) {
     Object& o = e->second;
     if (o.lease_until_ms > now) {
       return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
@@ -205,7 +217,7 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
     // Rule 5: a non-empty tag replaces the object's tag, an empty one keeps it.
     const bool in_place = size == o.size && o.replicas_per_part == req.options.replica_count &&
                           o.replica_total > 0 &&
-                          o.replicas[0].length == std::min(size, store_->part_bytes());
+                          o.replica(0).length == std::min(size, store_->part_bytes());
     if (in_place) {
       TagId tag =
           session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
@@ -225,40 +237,32 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
     AppendPlacements(e->second, out);
     return Status::Ok();
   }
-  if (e && e->second.readable) {
+  if (e->second.readable) {
     // Rule 4: the existing object and its tag stay; nothing is emitted.
     return Status(ErrorCode::kObjectAlreadyExists,
                   "key '" + std::string(key) + "' is already stored (use upsert to replace it)");
   }
-  if (e) {  // a write is in flight
-    const PendingWrite& w = *e->second.pending;
-    if (now - w.started_ms < options_.put_timeout_ms) {
-      if (upsert) {
-        return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
-                                                  "' is being written by agent " +
-                                                  std::to_string(w.writer) + "; retry later");
-      }
-      return Status(ErrorCode::kObjectAlreadyExists,
-                    "key '" + std::string(key) + "' is being written by agent " +
-                        std::to_string(w.writer) + " (treat as stored)");
+  // A write is in flight.
+  const PendingWrite& w = *e->second.pending;
+  if (now - w.started_ms < options_.put_timeout_ms) {
+    if (upsert) {
+      return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
+                                                "' is being written by agent " +
+                                                std::to_string(w.writer) + "; retry later");
     }
-    if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
-      return no_space();
-    }
-    LOG(INFO) << "agent " << req.agent << " takes over the write of key '" << key << "' started "
-              << (now - w.started_ms) << " ms ago by agent " << w.writer;
-    const Object& o = e->second;
-    TagId tag = (upsert && session.empty()) ? (store_->tags().AddRef(o.tag), o.tag)
-                                            : store_->tags().Acquire(session);
-    store_->TakeOverWrite(e, size, &replicas, make_pending(tag));
-    AppendPlacements(e->second, out);
-    return Status::Ok();
+    return Status(ErrorCode::kObjectAlreadyExists,
+                  "key '" + std::string(key) + "' is being written by agent " +
+                      std::to_string(w.writer) + " (treat as stored)");
   }
   if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
     return no_space();
   }
-  // Rule 3: the session ID is held by the write, and committed only at End.
-  e = store_->CreateWrite(key, size, &replicas, make_pending(store_->tags().Acquire(session)));
+  LOG(INFO) << "agent " << req.agent << " takes over the write of key '" << key << "' started "
+            << (now - w.started_ms) << " ms ago by agent " << w.writer;
+  const Object& o = e->second;
+  TagId tag = (upsert && session.empty()) ? (store_->tags().AddRef(o.tag), o.tag)
+                                          : store_->tags().Acquire(session);
+  store_->TakeOverWrite(e, size, &replicas, make_pending(tag));
   AppendPlacements(e->second, out);
   return Status::Ok();
 }
@@ -299,6 +303,7 @@ Status MasterService::FinishWrites(AgentId agent, std::span<const std::string_vi
     return RejectBatch(st, keys.size(), &out->results);
   }
   out->results.reserve(keys.size());
+  if (commit) store_->ReserveEvents(keys.size());
   for (std::string_view key : keys) out->results.push_back(FinishOne(agent, key, commit));
   return store_->FlushLog();
 }

@@ -90,32 +90,20 @@ Result<uint64_t> MasterService::RemoveAll(bool force) {
   return removed;
 }
 
-// Cursor: (bucket count at the scan's start, low 32 bits) << 32 | next bucket. A scan resumed
-// against another bucket count (the table grew) starts over and says so.
+// The cursor is a hash value (ObjectTable::Scan): pages stay correct when the table grows or
+// is rebuilt between them.
 Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) const {
   out->keys.clear();
-  out->next_cursor = 0;
   out->restarted = false;
   if (limit == 0) limit = 1000;
-  const auto& objects = store_->objects();
-  const size_t buckets = objects.bucket_count();
-  size_t bucket = 0;
-  if (cursor != 0) {
-    if ((cursor >> 32) != (buckets & 0xffffffffu)) {
-      out->restarted = true;
-    } else {
-      bucket = cursor & 0xffffffffu;
-    }
+  std::vector<ObjectEntry*> page;
+  out->next_cursor = store_->objects().Scan(cursor, limit, &page);
+  out->keys.reserve(page.size());
+  for (const ObjectEntry* e : page) {
+    const Object& o = e->second;
+    if (!o.readable) continue;
+    out->keys.push_back(ListedKey{e->first, o.size, std::string(store_->tags().Name(o.tag))});
   }
-  while (bucket < buckets && out->keys.size() < limit) {
-    for (auto it = objects.begin(bucket); it != objects.end(bucket); ++it) {
-      const Object& o = it->second;
-      if (!o.readable) continue;
-      out->keys.push_back(ListedKey{it->first, o.size, std::string(store_->tags().Name(o.tag))});
-    }
-    ++bucket;
-  }
-  if (bucket < buckets) out->next_cursor = (uint64_t{buckets & 0xffffffffu} << 32) | bucket;
   return Status::Ok();
 }
 

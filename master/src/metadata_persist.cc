@@ -114,11 +114,11 @@ void MetadataStore::LogObject(const ObjectEntry& e) {
   w.Str(tags_.Name(o.tag));
   w.U8((o.hard_pin ? 1 : 0) | (o.soft_pin ? 2 : 0));
   w.U8(o.replicas_per_part);
-  w.U64(static_cast<uint64_t>(std::max<int64_t>(0, o.soft_pin_until_ms - now())));
+  w.U64(static_cast<uint64_t>(std::max<int64_t>(0, int64_t{o.soft_pin_until_s} * 1000 - now())));
   WriteMeta(w, o.meta.get());
   w.U32(o.replica_total);
   for (uint32_t i = 0; i < o.replica_total; ++i) {
-    const Replica& r = o.replicas[i];
+    const Replica& r = o.replica(i);
     w.U32(r.segment_id);
     w.U32(r.part);
     w.U64(r.offset);
@@ -183,43 +183,47 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
     }
     case kObjectRecord: {
       const std::string_view key = r.Str();
-      Object o;
-      o.size = r.U64();
+      const uint64_t size = r.U64();
       const std::string_view session = r.Str();
       const uint8_t flags = r.U8();
-      o.hard_pin = flags & 1;
-      o.soft_pin = flags & 2;
-      o.replicas_per_part = r.U8();
+      const uint8_t replicas_per_part = r.U8();
       const uint64_t soft_left = r.U64();
-      if (o.soft_pin) o.soft_pin_until_ms = now() + static_cast<int64_t>(soft_left);
-      o.meta = ReadMeta(r);
-      o.replica_total = r.U32();
-      if (!r.ok() || o.replica_total > payload.size()) break;
-      o.replicas = std::make_unique<Replica[]>(o.replica_total);
-      for (uint32_t i = 0; i < o.replica_total; ++i) {
-        Replica& rep = o.replicas[i];
+      std::unique_ptr<StoredBlockMeta> meta = ReadMeta(r);
+      const uint32_t n = r.U32();
+      if (!r.ok() || n > payload.size()) break;
+      std::vector<Replica> replicas(n);
+      for (Replica& rep : replicas) {
         rep.segment_id = r.U32();
         rep.part = r.U32();
         rep.offset = r.U64();
         rep.length = r.U64();
       }
       if (!r.ok() || !IsValidUtf8(session)) break;
-      o.parts = o.replica_total ? o.replicas[o.replica_total - 1].part + 1 : 0;
-      o.readable = true;
-      if (auto it = objects_.find(key); it != objects_.end()) {
-        tags_.Release(it->second.tag);
-        objects_.erase(it);
+      if (ObjectEntry* old = objects_.Find(key)) {
+        tags_.Release(old->second.tag);
+        objects_.Erase(old);
       }
+      Object& o = objects_.FindOrInsert(key).first->second;
+      o.size = size;
+      o.hard_pin = flags & 1;
+      o.soft_pin = (flags & 2) != 0;
+      o.replicas_per_part = replicas_per_part;
+      if (o.soft_pin) {
+        o.soft_pin_until_s =
+            static_cast<uint32_t>((now() + static_cast<int64_t>(soft_left) + 999) / 1000);
+      }
+      o.meta = std::move(meta);
+      o.AssignReplicas(replicas.data(), n);
+      o.readable = true;
       o.tag = tags_.Acquire(session);
-      objects_.emplace(std::string(key), std::move(o));
       return Status::Ok();
     }
     case kRemovedRecord: {
       const std::string_view key = r.Str();
       if (!r.ok()) break;
-      if (auto it = objects_.find(key); it != objects_.end()) {
-        tags_.Release(it->second.tag);
-        objects_.erase(it);
+      if (ObjectEntry* old = objects_.Find(key)) {
+        tags_.Release(old->second.tag);
+        objects_.Erase(old);
       }
       return Status::Ok();
     }
@@ -234,34 +238,35 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
 // overlap, which only a damaged log could produce) are dropped, and objects left without a
 // replica of some part with them.
 void MetadataStore::FinishRestore() {
-  std::vector<std::string> lost;
-  for (auto& [key, o] : objects_) {
+  std::vector<ObjectEntry*> lost;
+  objects_.ForEach([&](ObjectEntry& entry) {
+    Object& o = entry.second;
     uint32_t kept = 0;
-    std::vector<bool> part_alive(o.parts, false);
+    const uint32_t parts = o.parts();
+    std::vector<bool> part_alive(parts, false);
     for (uint32_t i = 0; i < o.replica_total; ++i) {
-      const Replica& rep = o.replicas[i];
+      const Replica rep = o.replica(i);
       auto it = segments_.find(rep.segment_id);
-      if (it == segments_.end() || rep.part >= o.parts) continue;
+      if (it == segments_.end() || rep.part >= parts) continue;
       if (!it->second.allocator.AllocateAt(rep.offset, rep.length)) continue;
       part_alive[rep.part] = true;
-      o.replicas[kept++] = rep;
+      o.replica(kept++) = rep;
     }
-    o.replica_total = kept;
-    if (o.parts == 0 ||
+    o.KeepReplicas(kept);
+    if (parts == 0 ||
         !std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; })) {
-      lost.push_back(key);
+      lost.push_back(&entry);
     }
-  }
-  for (const auto& key : lost) {
-    auto it = objects_.find(key);
-    FreeReplicas(it->second);
-    tags_.Release(it->second.tag);
-    objects_.erase(it);
+  });
+  for (ObjectEntry* e : lost) {
+    FreeReplicas(e->second);
+    tags_.Release(e->second.tag);
+    objects_.Erase(e);
   }
   if (!lost.empty()) LOG(WARNING) << lost.size() << " restored object(s) lost their segments";
-  for (auto& entry : objects_) {
+  objects_.ForEach([&](ObjectEntry& entry) {
     if (!entry.second.hard_pin) lru_.PushBack(&entry);
-  }
+  });
   for (auto& [id, a] : agents_) a.last_seen_ms = now();  // one TTL to come back
   RefreshPartBytes();
 }
@@ -283,7 +288,7 @@ void MetadataStore::WriteSnapshot() {
     LogAgent(a);
     for (SegmentId sid : a.segments) LogSegment(segments_.at(sid));
   }
-  for (const auto& entry : objects_) LogObject(entry);
+  objects_.ForEach([&](const ObjectEntry& entry) { LogObject(entry); });
 }
 
 Status MetadataStore::Open() {
@@ -309,7 +314,7 @@ Status MetadataStore::Open() {
   }
   events_.emplace_back(events::AllBlocksCleared{});
   ++counters_.events_emitted;
-  for (const auto& entry : objects_) EmitStored(entry);
+  objects_.ForEach([&](const ObjectEntry& entry) { EmitStored(entry); });
   return Status::Ok();
 }
 

@@ -18,6 +18,26 @@ std::unique_ptr<StoredBlockMeta> StoredBlockMeta::From(const BlockMetaView& view
   return m;
 }
 
+void Object::AssignReplicas(const Replica* r, uint32_t n) {
+  if (replica_total > 1) delete[] many_replicas;
+  replica_total = n;
+  if (n > 1) {
+    many_replicas = new Replica[n];
+    std::copy(r, r + n, many_replicas);
+  } else {
+    one_replica = n ? r[0] : Replica{};
+  }
+}
+
+void Object::KeepReplicas(uint32_t n) {
+  if (replica_total > 1 && n <= 1) {
+    Replica* heap = many_replicas;
+    one_replica = n ? heap[0] : Replica{};
+    delete[] heap;
+  }
+  replica_total = n;
+}
+
 void ObjectList::PushBack(ObjectEntry* e) {
   Object& o = e->second;
   assert(!o.listed);
@@ -158,14 +178,15 @@ Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index
     }
     s.endpoints = std::move(endpoints);
     uint64_t restored = 0;
-    for (const auto& [key, o] : objects_) {
+    objects_.ForEach([&](const ObjectEntry& entry) {
+      const Object& o = entry.second;
       for (uint32_t r = 0; r < o.replica_total; ++r) {
-        if (o.replicas[r].segment_id == sid) {
+        if (o.replica(r).segment_id == sid) {
           ++restored;
           break;
         }
       }
-    }
+    });
     LogSegment(s);
     return MountResult{sid, restored};
   }
@@ -199,27 +220,27 @@ void MetadataStore::DropAgent(AgentId id) {
   std::erase_if(discarded_, [&](const Discarded& d) { return on_dropped(d.replica.segment_id); });
   std::vector<ObjectEntry*> lost_readable;
   std::vector<ObjectEntry*> lost_writes;
-  for (auto& entry : objects_) {
+  objects_.ForEach([&](ObjectEntry& entry) {
     Object& o = entry.second;
     if (o.pending && o.pending->writer == id) {
       lost_writes.push_back(&entry);
-      continue;
+      return;
     }
     uint32_t kept = 0;
-    std::vector<bool> part_alive(o.parts, false);
+    std::vector<bool> part_alive(o.parts(), false);
     for (uint32_t r = 0; r < o.replica_total; ++r) {
-      if (on_dropped(o.replicas[r].segment_id)) continue;
-      part_alive[o.replicas[r].part] = true;
-      o.replicas[kept++] = o.replicas[r];
+      if (on_dropped(o.replica(r).segment_id)) continue;
+      part_alive[o.replica(r).part] = true;
+      o.replica(kept++) = o.replica(r);
     }
-    if (kept == o.replica_total) continue;
-    o.replica_total = kept;
+    if (kept == o.replica_total) return;
+    o.KeepReplicas(kept);
     bool whole = std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; });
     // The log needs no record for this: replicas in segments of a dropped agent are filtered
     // out when it is replayed.
-    if (whole) continue;
+    if (whole) return;
     (o.readable ? lost_readable : lost_writes).push_back(&entry);
-  }
+  });
   for (SegmentId sid : dropped) segments_.erase(sid);
   agents_.erase(it);
   LogAgentDropped(id);
@@ -303,18 +324,19 @@ uint64_t MetadataStore::bytes_capacity() const {
 
 void MetadataStore::FreeReplicas(const Object& o) {
   for (uint32_t r = 0; r < o.replica_total; ++r) {
-    const Replica& rep = o.replicas[r];
+    const Replica& rep = o.replica(r);
     auto it = segments_.find(rep.segment_id);
     if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
   }
 }
 
-void MetadataStore::SetReplicas(Object& o, uint64_t size, std::vector<Replica>* replicas) {
+void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas) {
   o.size = size;
-  o.replica_total = static_cast<uint32_t>(replicas->size());
-  o.replicas = std::make_unique<Replica[]>(replicas->size());
-  std::copy(replicas->begin(), replicas->end(), o.replicas.get());
-  o.parts = replicas->empty() ? 0 : replicas->back().part + 1;
+  o.AssignReplicas(replicas->data(), static_cast<uint32_t>(replicas->size()));
+}
+
+bool MetadataStore::SoftPinned(const Object& o) const {
+  return o.soft_pin && int64_t{o.soft_pin_until_s} * 1000 > now();
 }
 
 }  // namespace kvagent::master

@@ -29,6 +29,7 @@
 #include "kvagent/master/segment_allocator.h"
 #include "kvagent/master/session_tags.h"
 #include "kvagent/master/types.h"
+#include "object_table.h"
 
 namespace kvagent::master {
 
@@ -54,31 +55,53 @@ struct PendingWrite {
   std::unique_ptr<StoredBlockMeta> meta;
 };
 
-struct Object;
-using ObjectEntry = std::pair<const std::string, Object>;
-
 // One logical object. Its value is split into `parts` parts of at most part_bytes each; every
 // part has its own replicas (replicas[] is ordered by part). The parts are children of the
 // object, not separate map entries, so they share its tag and options by construction
 // (SEMANTICS rule 10). Their internal name, where one is needed (logs), is
 // key + '\xFF' + part index: 0xFF never occurs in valid UTF-8, so it cannot be a user key.
+//
+// Size matters: at 1 M keys every byte here is a megabyte. A single replica (the common case)
+// is stored inline; only objects with more replicas or parts allocate an array. Block metadata
+// and the in-flight write live behind pointers that are null in the steady state.
 struct Object {
+  Object() : one_replica() {}
+  ~Object() {
+    if (replica_total > 1) delete[] many_replicas;
+  }
+  Object(const Object&) = delete;
+  Object& operator=(const Object&) = delete;
+
+  // Invariant: the replicas live in many_replicas exactly when replica_total > 1.
+  Replica* replica_data() { return replica_total > 1 ? many_replicas : &one_replica; }
+  const Replica* replica_data() const { return replica_total > 1 ? many_replicas : &one_replica; }
+  Replica& replica(uint32_t i) { return replica_data()[i]; }
+  const Replica& replica(uint32_t i) const { return replica_data()[i]; }
+  // Replaces the replicas with a copy of [r, r + n).
+  void AssignReplicas(const Replica* r, uint32_t n);
+  // Keeps the first n replicas (the caller compacted the survivors to the front).
+  void KeepReplicas(uint32_t n);
+  // Parts are numbered 0..parts-1 and replicas are ordered by part.
+  uint32_t parts() const { return replica_total ? replica(replica_total - 1).part + 1 : 0; }
+
   uint64_t size = 0;
   int64_t lease_until_ms = 0;
-  int64_t soft_pin_until_ms = 0;  // soft-pinned while now < this
-  ObjectEntry* prev = nullptr;    // links in the LRU list (readable) or the writing list
+  ObjectEntry* prev = nullptr;  // links in the LRU list (readable) or the writing list
   ObjectEntry* next = nullptr;
-  std::unique_ptr<Replica[]> replicas;
+  union {
+    Replica one_replica;
+    Replica* many_replicas;
+  };
   std::unique_ptr<StoredBlockMeta> meta;
   std::unique_ptr<PendingWrite> pending;  // set exactly while the object is being written
   uint32_t replica_total = 0;
-  uint32_t parts = 0;
-  TagId tag = kUntagged;  // committed tag; a reference is held while readable
+  TagId tag = kUntagged;          // committed tag; a reference is held while readable
+  uint32_t soft_pin_until_s = 0;  // soft-pinned while now (in seconds) < this
   uint8_t replicas_per_part = 1;
-  bool readable = false;
-  bool hard_pin = false;
-  bool soft_pin = false;
-  bool listed = false;  // in one of the intrusive lists
+  bool readable : 1 = false;
+  bool hard_pin : 1 = false;
+  bool soft_pin : 1 = false;
+  bool listed : 1 = false;  // in one of the intrusive lists
 };
 
 // Intrusive doubly linked list of objects (head = oldest).
@@ -108,12 +131,6 @@ struct Agent {
 
 class MetadataStore {
  public:
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  using ObjectMap = std::unordered_map<std::string, Object, KeyHash, std::equal_to<>>;
-
   MetadataStore(const MasterOptions& options, const Clock* clock);
   ~MetadataStore();
   MetadataStore(const MetadataStore&) = delete;
@@ -140,16 +157,21 @@ class MetadataStore {
   // false when not even one replica per part fits.
   bool AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,
                         std::vector<Replica>* out);
-  // Creates an object being written (not readable, no event, not persisted).
-  ObjectEntry* CreateWrite(std::string_view key, uint64_t size, std::vector<Replica>* replicas,
-                           std::unique_ptr<PendingWrite> pending);
+  // The entry of `key`; inserts an empty one (second = true) when there is none. An empty
+  // entry must be turned into a write (CreateWrite) or erased (EraseFresh) before the request
+  // ends: nothing else may see it.
+  std::pair<ObjectEntry*, bool> FindOrInsert(std::string_view key);
+  void EraseFresh(ObjectEntry* e);
+  // Turns a fresh entry into an object being written (not readable, no event, not persisted).
+  void CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
+                   std::unique_ptr<PendingWrite> pending);
   // Starts rewriting a readable object (upsert): it becomes unreadable (BlockRemoved; the log
   // records the removal since its bytes are about to change). `replicas` == nullptr: in place.
-  void BeginRewrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+  void BeginRewrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
                     std::unique_ptr<PendingWrite> pending);
   // Takes over a timed-out write: its replicas are released only after the release timeout
   // (the old writer may still be writing), then the new write starts in new replicas.
-  void TakeOverWrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+  void TakeOverWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
                      std::unique_ptr<PendingWrite> pending);
   // Makes a written object readable: commits tag, metadata and options; BlockStored.
   void CommitWrite(ObjectEntry* e);
@@ -174,7 +196,7 @@ class MetadataStore {
   void EvictByWatermark();
 
   // ---- views ----
-  const ObjectMap& objects() const { return objects_; }
+  const ObjectTable& objects() const { return objects_; }
   SessionTags& tags() { return tags_; }
   const std::map<SegmentId, Segment>& segments() const { return segments_; }
   uint64_t bytes_used() const;
@@ -186,6 +208,8 @@ class MetadataStore {
 
   // Events emitted since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
+  // Room for n more events (one allocation per batch instead of regrowth).
+  void ReserveEvents(size_t n) { events_.reserve(events_.size() + n); }
   // Writes buffered log records out (end of every request).
   Status FlushLog();
 
@@ -197,7 +221,8 @@ class MetadataStore {
   void EmitStored(const ObjectEntry& e);
   void EmitRemoved(const ObjectEntry& e);
   void FreeReplicas(const Object& o);
-  void SetReplicas(Object& o, uint64_t size, std::vector<Replica>* replicas);
+  void SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas);
+  bool SoftPinned(const Object& o) const;
   void Erase(ObjectEntry* e);
   void Unlist(ObjectEntry* e);
   void RefreshPartBytes();
@@ -223,7 +248,7 @@ class MetadataStore {
   AgentId next_agent_id_ = 1;
   SegmentId next_segment_id_ = 1;
   uint64_t part_bytes_ = 0;
-  ObjectMap objects_;
+  ObjectTable objects_;
   ObjectList lru_;      // readable, not hard-pinned; head = least recently used
   ObjectList writing_;  // being written; head = oldest start
   SessionTags tags_;

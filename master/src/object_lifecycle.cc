@@ -9,10 +9,7 @@
 
 namespace kvagent::master {
 
-ObjectEntry* MetadataStore::Find(std::string_view key) {
-  auto it = objects_.find(key);
-  return it == objects_.end() ? nullptr : &*it;
-}
+ObjectEntry* MetadataStore::Find(std::string_view key) { return objects_.Find(key); }
 
 void MetadataStore::Unlist(ObjectEntry* e) {
   if (!e->second.listed) return;
@@ -28,22 +25,27 @@ void MetadataStore::Erase(ObjectEntry* e) {
   Object& o = e->second;
   if (o.pending) tags_.Release(o.pending->tag);
   tags_.Release(o.tag);
-  objects_.erase(objects_.find(std::string_view(e->first)));
+  objects_.Erase(e);
 }
 
-ObjectEntry* MetadataStore::CreateWrite(std::string_view key, uint64_t size,
-                                        std::vector<Replica>* replicas,
-                                        std::unique_ptr<PendingWrite> pending) {
-  auto [it, inserted] = objects_.try_emplace(std::string(key));
-  assert(inserted);
-  ObjectEntry* e = &*it;
+std::pair<ObjectEntry*, bool> MetadataStore::FindOrInsert(std::string_view key) {
+  return objects_.FindOrInsert(key);
+}
+
+void MetadataStore::EraseFresh(ObjectEntry* e) {
+  assert(!e->second.readable && !e->second.pending && !e->second.listed);
+  objects_.Erase(e);
+}
+
+void MetadataStore::CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
+                                std::unique_ptr<PendingWrite> pending) {
   SetReplicas(e->second, size, replicas);
   e->second.pending = std::move(pending);
   writing_.PushBack(e);
-  return e;
 }
 
-void MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+void MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
+                                 const std::vector<Replica>* replicas,
                                  std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.readable && !o.pending);
@@ -59,13 +61,14 @@ void MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size, std::vector<Repl
   writing_.PushBack(e);
 }
 
-void MetadataStore::TakeOverWrite(ObjectEntry* e, uint64_t size, std::vector<Replica>* replicas,
+void MetadataStore::TakeOverWrite(ObjectEntry* e, uint64_t size,
+                                  const std::vector<Replica>* replicas,
                                   std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.pending);
   const int64_t release_at = o.pending->started_ms + options_.put_release_timeout_ms;
   for (uint32_t r = 0; r < o.replica_total; ++r) {
-    discarded_.push_back(Discarded{o.replicas[r], release_at});
+    discarded_.push_back(Discarded{o.replica(r), release_at});
   }
   writing_.Remove(e);
   tags_.Release(o.pending->tag);
@@ -86,12 +89,12 @@ void MetadataStore::CommitWrite(ObjectEntry* e) {
   o.replicas_per_part = w.options.replica_count;
   o.hard_pin = w.options.hard_pin;
   o.soft_pin = w.options.soft_pin;
-  o.soft_pin_until_ms = 0;
+  o.soft_pin_until_s = 0;
   if (o.soft_pin) {
-    // A soft pin's lifetime starts when the object becomes readable.
+    // A soft pin's lifetime starts when the object becomes readable (second resolution).
     const int64_t ttl =
         w.options.soft_pin_ttl_ms ? int64_t{w.options.soft_pin_ttl_ms} : options_.soft_pin_ttl_ms;
-    o.soft_pin_until_ms = now() + ttl;
+    o.soft_pin_until_s = static_cast<uint32_t>((now() + ttl + 999) / 1000);
   }
   o.pending.reset();
   o.readable = true;
@@ -106,7 +109,7 @@ void MetadataStore::AbortWrite(ObjectEntry* e, bool writer_may_still_write) {
   if (writer_may_still_write) {
     const int64_t release_at = o.pending->started_ms + options_.put_release_timeout_ms;
     for (uint32_t r = 0; r < o.replica_total; ++r) {
-      discarded_.push_back(Discarded{o.replicas[r], release_at});
+      discarded_.push_back(Discarded{o.replica(r), release_at});
     }
   } else {
     FreeReplicas(o);
@@ -125,10 +128,10 @@ void MetadataStore::RemoveObject(ObjectEntry* e) {
 uint64_t MetadataStore::ClearAll(bool force) {
   const int64_t t = now();
   std::vector<ObjectEntry*> doomed;
-  for (auto& entry : objects_) {
+  objects_.ForEach([&](ObjectEntry& entry) {
     const Object& o = entry.second;
     if (o.readable && (force || o.lease_until_ms <= t)) doomed.push_back(&entry);
-  }
+  });
   for (ObjectEntry* e : doomed) {
     LogRemoved(e->first);
     FreeReplicas(e->second);
@@ -139,9 +142,9 @@ uint64_t MetadataStore::ClearAll(bool force) {
     ++counters_.events_emitted;
   }
   // Whatever is still readable (leased, not forced) must be in the index again.
-  for (const auto& entry : objects_) {
+  objects_.ForEach([&](const ObjectEntry& entry) {
     if (entry.second.readable) EmitStored(entry);
-  }
+  });
   return doomed.size();
 }
 
@@ -204,10 +207,10 @@ uint64_t MetadataStore::EvictTo(uint64_t target_bytes_used) {
     while (e && used > target_bytes_used) {
       ObjectEntry* next = e->second.next;
       const Object& o = e->second;
-      const bool soft_pinned = o.soft_pin && o.soft_pin_until_ms > t;
+      const bool soft_pinned = SoftPinned(o);
       if (o.lease_until_ms <= t && (pass == 1 || !soft_pinned)) {
         for (uint32_t r = 0; r < o.replica_total; ++r) {
-          used -= std::min(used, SegmentAllocator::Rounded(o.replicas[r].length));
+          used -= std::min(used, SegmentAllocator::Rounded(o.replica(r).length));
         }
         RemoveObject(e);
         ++evicted;

@@ -133,6 +133,7 @@ class MasterService {
   const Clock* clock_;
   std::unique_ptr<MetadataStore> store_;
   uint64_t bad_requests_ = 0;
+  std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
 };
 
 }  // namespace kvagent::master

@@ -1,0 +1,377 @@
+// master_bench: BENCH lines for the master (run by `make bench`).
+//
+//   master.put.inproc.b{1,16,128,1024}  keys/s  BatchPutStart + BatchPutEnd on the typed API,
+//                                               session tags on every key, events produced
+//   master.put.zmq.b{1,16,128,1024}     keys/s  the same through a real ROUTER (MasterServer
+//                                               thread + its event publisher) from a DEALER in
+//                                               this process, 8 batches in flight
+//   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
+//                                               the key's own bytes
+//   master.events                       events/s BlockStored events through EventPublisher to a
+//                                               connected subscriber
+// Baselines from the same run: an unordered_map insert of the same keys, a ZMQ echo round trip
+// of the same request sizes, and msgpack encoding alone. The machine is shared: numbers move
+// when other builds run.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "kvagent/common/event_publisher.h"
+#include "kvagent/common/kv_event.h"
+#include "kvagent/master/master_server.h"
+#include "kvagent/master/master_service.h"
+#include "kvagent/schemas/master_generated.h"
+
+namespace {
+
+using namespace kvagent;          // NOLINT
+using namespace kvagent::master;  // NOLINT
+namespace fb = kvagent::master_proto;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+void Bench(const std::string& name, double value, const char* unit) {
+  std::printf("BENCH %s %.0f %s\n", name.c_str(), value, unit);
+  std::fflush(stdout);
+}
+
+std::vector<std::string> MakeKeys(size_t n, const char* prefix) {
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (size_t i = 0; i < n; ++i) keys.push_back(std::string(prefix) + std::to_string(i));
+  return keys;
+}
+
+std::vector<std::string> MakeSessions(size_t n) {
+  std::vector<std::string> s;
+  for (size_t i = 0; i < n; ++i) s.push_back("session-" + std::to_string(i % 997));
+  return s;
+}
+
+MasterOptions BenchOptions() {
+  MasterOptions o;
+  o.high_watermark = 1.0;  // measure puts, not eviction
+  o.low_watermark = 1.0;
+  return o;
+}
+
+// A service with 4 agents of 1 TiB each (the allocator tracks offsets only).
+struct InProcess {
+  ManualClock clock;
+  std::unique_ptr<MasterService> svc;
+  std::vector<AgentId> agents;
+  InProcess() {
+    svc = std::move(MasterService::Open(BenchOptions(), &clock).value());
+    for (int i = 0; i < 4; ++i) {
+      AgentId a = svc->RegisterAgent("bench-" + std::to_string(i), 1).value();
+      std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+      (void)svc->MountSegment(a, 0, uint64_t{1} << 40, eps);
+      agents.push_back(a);
+    }
+    svc->TakeEvents();
+  }
+};
+
+// Puts `keys` in batches of `batch`; returns keys/s.
+double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
+                    const std::vector<std::string>& sessions, size_t batch) {
+  std::vector<std::string_view> kv(keys.begin(), keys.end());
+  std::vector<std::string_view> sv(sessions.begin(), sessions.end());
+  std::vector<uint64_t> sizes(batch, 4096);
+  PlacementBatch placed;
+  KeyResults ended;
+  auto t0 = Clock::now();
+  for (size_t i = 0; i + batch <= kv.size(); i += batch) {
+    WriteStartRequest r;
+    r.agent = p.agents[(i / batch) % p.agents.size()];
+    r.keys = std::span(kv).subspan(i, batch);
+    r.sizes = sizes;
+    r.session_ids = std::span(sv).subspan(i, batch);
+    (void)p.svc->BatchPutStart(r, &placed);
+    (void)p.svc->BatchPutEnd(r.agent, r.keys, &ended);
+    auto events = p.svc->TakeEvents();  // what the owner hands to the publisher
+  }
+  return static_cast<double>(kv.size() / batch * batch) / Seconds(t0, Clock::now());
+}
+
+double MapInsertBaseline(const std::vector<std::string>& keys) {
+  struct Meta {
+    uint64_t size, offset;
+    uint32_t segment, tag;
+  };
+  std::unordered_map<std::string, Meta> m;
+  auto t0 = Clock::now();
+  uint64_t off = 0;
+  for (const auto& k : keys) m.emplace(k, Meta{4096, off += 4096, 1, 1});
+  return static_cast<double>(keys.size()) / Seconds(t0, Clock::now());
+}
+
+// ---- through ZMQ ---------------------------------------------------------------------------
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes Message(flatbuffers::FlatBufferBuilder& b, uint64_t id, fb::Body type,
+              flatbuffers::Offset<void> body) {
+  b.Finish(fb::CreateRequest(b, id, type, body));
+  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+class Dealer {
+ public:
+  explicit Dealer(const std::string& ep) : sock_(ctx_, zmq::socket_type::dealer) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::rcvtimeo, 30000);
+    sock_.connect(ep);
+  }
+  void Send(const Bytes& m) {
+    sock_.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+    sock_.send(zmq::buffer(m.data(), m.size()), zmq::send_flags::none);
+  }
+  // The reply body; aborts the benchmark on timeout.
+  std::string Receive() {
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(sock_, std::back_inserter(frames)) || frames.size() != 2) {
+      std::fprintf(stderr, "master_bench: no reply from the master\n");
+      std::exit(1);
+    }
+    return frames[1].to_string();
+  }
+
+ private:
+  zmq::context_t ctx_{1};
+  zmq::socket_t sock_;
+};
+
+double PutThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& sessions, size_t batch, uint32_t agent) {
+  Dealer d(endpoint);
+  const size_t batches = keys.size() / batch;
+  std::vector<uint64_t> sizes(batch, 4096);
+  // Pre-build every request so the loop measures the master and the transport.
+  std::vector<Bytes> starts, ends;
+  flatbuffers::FlatBufferBuilder b;
+  for (size_t i = 0; i < batches; ++i) {
+    std::vector<std::string> k(keys.begin() + i * batch, keys.begin() + (i + 1) * batch);
+    std::vector<std::string> s(sessions.begin() + i * batch, sessions.begin() + (i + 1) * batch);
+    b.Clear();
+    auto ks = b.CreateVectorOfStrings(k);
+    auto ws = fb::CreateWriteStart(b, agent, ks, b.CreateVector(sizes), b.CreateVectorOfStrings(s),
+                                   0, fb::CreateWriteOptions(b, 1));
+    starts.push_back(Message(b, 2 * i, fb::Body::BatchPutStart, ws.Union()));
+    b.Clear();
+    auto wf = fb::CreateWriteFinish(b, agent, b.CreateVectorOfStrings(k));
+    ends.push_back(Message(b, 2 * i + 1, fb::Body::BatchPutEnd, wf.Union()));
+  }
+  const size_t window = 8;  // batches in flight, as the agent's batcher keeps them
+  size_t next_start = 0, done = 0;
+  auto t0 = Clock::now();
+  while (next_start < batches && next_start < window) d.Send(starts[next_start++]);
+  while (done < batches) {
+    std::string reply = d.Receive();
+    const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(reply.data());
+    const uint64_t id = r->request_id();
+    if (r->status() != 0) {
+      std::fprintf(stderr, "master_bench: request failed: %s\n", r->message()->c_str());
+      std::exit(1);
+    }
+    if (id % 2 == 0) {
+      d.Send(ends[id / 2]);  // the transfer would happen here
+    } else {
+      ++done;
+      if (next_start < batches) d.Send(starts[next_start++]);
+    }
+  }
+  return static_cast<double>(batches * batch) / Seconds(t0, Clock::now());
+}
+
+// A ROUTER echo thread: the transport's floor for the same message sizes and window.
+double EchoBaseline(size_t batch) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:0");
+  const std::string ep = router.get(zmq::sockopt::last_endpoint);
+  std::thread echo([&] {
+    for (;;) {
+      std::vector<zmq::message_t> f;
+      if (!zmq::recv_multipart(router, std::back_inserter(f))) return;
+      if (f.size() == 3 && f[2].size() == 0) return;  // stop
+      zmq::send_multipart(router, f);
+    }
+  });
+  Dealer d(ep);
+  const size_t rounds = std::max<size_t>(2000, 200000 / batch);
+  Bytes msg(batch * 40 + 64, 'x');  // about the size of a start request
+  size_t sent = 0, got = 0;
+  auto t0 = Clock::now();
+  while (sent < 8) d.Send(msg), ++sent;
+  while (got < 2 * rounds) {
+    d.Receive();
+    ++got;
+    if (sent < 2 * rounds) d.Send(msg), ++sent;
+  }
+  const double rate = static_cast<double>(rounds * batch) / Seconds(t0, Clock::now());
+  d.Send(Bytes{});
+  echo.join();
+  return rate;
+}
+
+// ---- memory and events ---------------------------------------------------------------------
+
+double BytesPerKey(size_t n) {
+  auto keys = MakeKeys(n, "mem/layer-3/blk-");
+  auto sessions = MakeSessions(n);
+  malloc_trim(0);
+  const size_t before = mallinfo2().uordblks;
+  double per_key;
+  {
+    InProcess p;
+    PutInProcess(p, keys, sessions, 1024);
+    const size_t after = mallinfo2().uordblks;
+    uint64_t key_bytes = 0;
+    for (const auto& k : keys) key_bytes += k.size();
+    per_key = (static_cast<double>(after - before) - static_cast<double>(key_bytes)) /
+              static_cast<double>(n);
+    std::printf("# %zu keys stored: %zu heap bytes (including %llu key bytes)\n", n, after - before,
+                static_cast<unsigned long long>(key_bytes));
+  }
+  return per_key;
+}
+
+std::vector<events::KvEvent> SampleEvents(size_t n) {
+  std::vector<events::KvEvent> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    events::BlockStored e;
+    e.block_hashes = {events::BlockHash::Unsigned(0x9e3779b97f4a7c15ull * (i + 1))};
+    e.session_id = "session-" + std::to_string(i % 997);
+    e.object_key = "0x" + std::to_string(i);
+    out.emplace_back(std::move(e));
+  }
+  return out;
+}
+
+void EventsBench() {
+  const size_t n = 1'000'000, per_call = 128;
+  {
+    auto evs = SampleEvents(n);
+    std::string out;
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < n; i += 512) {
+      events::EventBatch b{1.0, {}, 0};
+      b.events.assign(evs.begin() + i, evs.begin() + std::min(n, i + 512));
+      out.clear();
+      events::EncodeEventBatch(b, &out);
+    }
+    Bench("master.events.baseline_encode_only", n / Seconds(t0, Clock::now()), "events/s");
+  }
+  events::EventPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:0";
+  o.replay_endpoint = "tcp://127.0.0.1:0";
+  auto pub = std::move(events::EventPublisher::Start(o).value());
+  zmq::context_t ctx(1);
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::rcvhwm, 0);
+  sub.connect(pub->endpoint());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscription settles
+  std::atomic<uint64_t> received{0};
+  std::thread reader([&] {
+    sub.set(zmq::sockopt::rcvtimeo, 2000);
+    for (;;) {
+      std::vector<zmq::message_t> f;
+      if (!zmq::recv_multipart(sub, std::back_inserter(f))) return;
+      received.fetch_add(1);
+    }
+  });
+  auto evs = SampleEvents(n);
+  auto t0 = Clock::now();
+  for (size_t i = 0; i < n; i += per_call) {
+    pub->Publish(std::vector<events::KvEvent>(
+        std::make_move_iterator(evs.begin() + i),
+        std::make_move_iterator(evs.begin() + std::min(n, i + per_call))));
+  }
+  pub->Flush();
+  const double secs = Seconds(t0, Clock::now());
+  auto st = pub->stats();
+  reader.join();
+  std::printf("# events: %llu published, %llu dropped, %llu batches, %llu received\n",
+              static_cast<unsigned long long>(st.published_events),
+              static_cast<unsigned long long>(st.dropped_events),
+              static_cast<unsigned long long>(st.published_batches),
+              static_cast<unsigned long long>(received.load()));
+  Bench("master.events", static_cast<double>(st.published_events) / secs, "events/s");
+}
+
+}  // namespace
+
+// `master_bench [inproc|zmq|memory|events]...` runs only the named parts (default: all).
+int main(int argc, char** argv) {
+  std::vector<std::string> parts(argv + 1, argv + argc);
+  auto wanted = [&](const char* part) {
+    return parts.empty() || std::find(parts.begin(), parts.end(), part) != parts.end();
+  };
+  std::printf("# master_bench: 4 KiB values, session tags on every key; machine shared (noisy)\n");
+  const size_t sizes[] = {1, 16, 128, 1024};
+
+  if (wanted("inproc")) {
+    auto base_keys = MakeKeys(1'000'000, "base/layer-3/blk-");
+    Bench("master.put.inproc.baseline_map_insert", MapInsertBaseline(base_keys), "keys/s");
+  }
+  for (size_t b : sizes) {
+    if (!wanted("inproc")) break;
+    const size_t n = b == 1 ? 200'000 : 1'000'000;
+    auto keys = MakeKeys(n, ("inproc-b" + std::to_string(b) + "/blk-").c_str());
+    auto sessions = MakeSessions(n);
+    InProcess p;
+    Bench("master.put.inproc.b" + std::to_string(b), PutInProcess(p, keys, sessions, b), "keys/s");
+  }
+
+  if (wanted("zmq")) {
+    MasterServerOptions so;
+    so.listen = "tcp://127.0.0.1:0";
+    so.events = "tcp://127.0.0.1:0";
+    so.events_replay = "tcp://127.0.0.1:0";
+    so.master = BenchOptions();
+    kvagent::master::SteadyClock clock;
+    auto server = std::move(MasterServer::Start(so, &clock).value());
+    // Register and mount through the wire like an agent.
+    Dealer d(server->endpoint());
+    flatbuffers::FlatBufferBuilder fbb;
+    d.Send(Message(fbb, 1, fb::Body::RegisterAgent,
+                   fb::CreateRegisterAgent(fbb, fbb.CreateString("bench-zmq"), 1).Union()));
+    const uint32_t agent = flatbuffers::GetRoot<fb::Reply>(d.Receive().data())
+                               ->body_as_RegisterAgentReply()
+                               ->agent_id();
+    fbb.Clear();
+    std::vector<std::string> eps = {"tcp://127.0.0.1:1"};
+    d.Send(Message(
+        fbb, 2, fb::Body::MountSegment,
+        fb::CreateMountSegment(fbb, agent, 0, uint64_t{1} << 42, fbb.CreateVectorOfStrings(eps))
+            .Union()));
+    d.Receive();
+    for (size_t b : sizes) {
+      Bench("master.put.zmq.baseline_echo.b" + std::to_string(b), EchoBaseline(b), "keys/s");
+      const size_t n = b == 1 ? 20'000 : (b == 16 ? 200'000 : 500'000);
+      auto keys = MakeKeys(n, ("zmq-b" + std::to_string(b) + "/blk-").c_str());
+      auto sessions = MakeSessions(n);
+      Bench("master.put.zmq.b" + std::to_string(b),
+            PutThroughZmq(server->endpoint(), keys, sessions, b, agent), "keys/s");
+    }
+  }
+
+  if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
+  if (wanted("events")) EventsBench();
+  return 0;
+}
