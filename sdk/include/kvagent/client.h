@@ -1,10 +1,17 @@
 // The kvagent SDK: what an inference engine links to talk to the node agent.
 //
-//   auto client = kvagent::Client::Connect({.run_dir = "/run/kvagent", .client_name = "vllm-0"});
+//   kvagent::ClientOptions options;
+//   options.client_name = "vllm-0";                                // run_dir: /run/kvagent
+//   auto client = kvagent::Client::Connect(options);
 //   if (!client.ok()) { /* client.status().ToString() says what to do */ }
-//   kvagent::ArenaBuffer value = (*client)->Allocate(block_bytes).value();
-//   FillKvBlock(value.data(), value.size());                      // in place: zero-copy
-//   kvagent::Reply r = (*client)->Put(keys, {kvagent::Value(value)}, {.session_ids = ids});
+//   kvagent::ArenaBuffer block = (*client)->Allocate(block_bytes).value();
+//   FillKvBlock(block.data(), block.size());                       // in place: zero-copy
+//   std::vector<std::string> keys = {"block-0"}, sessions = {"session-42"};
+//   std::vector<kvagent::Value> values = {kvagent::Value(block)};
+//   kvagent::CallOptions call;
+//   call.session_ids = sessions;
+//   kvagent::Reply r = (*client)->Put(keys, values, call);
+//   for (const kvagent::KeyResult& k : r.keys) if (!k.ok()) { /* k.code, k.message */ }
 //
 // Transport: a shared-memory segment per client (a request ring, a completion ring and a data
 // arena) set up over <run_dir>/agent.sock; see ipc/ and schemas/agent.fbs.
@@ -13,6 +20,8 @@
 // lock serializes writing to the request ring, and completions are reaped by the waiting threads
 // themselves (one leads and reaps for all, the others sleep until their answer is there), so the
 // hot path has no thread hop. A full request ring makes the caller wait (never drops).
+// Asynchronous calls return a PendingCall handle to wait on or poll; there are no callbacks, so
+// no SDK thread ever runs user code.
 //
 // Failure: every call has a timeout (TIMEOUT) and every error is a code plus a message. When the
 // agent dies or shuts down, pending and future calls fail with AGENT_UNAVAILABLE: a small
