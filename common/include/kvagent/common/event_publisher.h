@@ -6,6 +6,11 @@
 // through a bounded queue: Publish never blocks and never touches a socket; when the queue is
 // full the events are dropped, counted, and the loss shows as a seq gap. seq starts at 0 and
 // goes up by exactly one per batch.
+//
+// Batching is natural (no timer): the thread takes everything queued, sends it as batches of up
+// to max_batch_events / max_batch_bytes, and repeats, so a lone event goes out at once and a
+// burst becomes full batches. A publisher restarted without its state must publish
+// AllBlocksCleared first (EVENTS.md, "Completeness"); that is the caller's job.
 #pragma once
 
 #include <cstddef>
@@ -24,15 +29,19 @@ struct EventPublisherOptions {
   std::string endpoint;         // PUB bind endpoint, e.g. tcp://0.0.0.0:5557 or ipc:///run/...
   std::string replay_endpoint;  // ROUTER bind endpoint; empty: no replay socket
   std::string topic;            // frame 0 of every batch; default empty
-  std::optional<int64_t> dp_rank = 0;
-  size_t replay_batches = 10000;  // batches retained for replay
+  std::optional<int64_t> dp_rank = 0;  // third element of every payload built here
+  size_t replay_batches = 10000;       // batches retained for replay
   // ...and at most this many payload bytes of them (the newest batch is always kept): 10 000
   // full-size batches would otherwise hold gigabytes.
   size_t replay_max_bytes = size_t{256} << 20;
-  size_t queue_capacity = 1 << 20;   // events (or encoded batches) waiting for the thread
-  size_t max_batch_events = 512;     // events per published batch
-  size_t max_batch_bytes = 1 << 20;  // payload bytes per published batch (well under 32 MiB)
-  int sndhwm = 100000;
+  // Events (or encoded payloads) waiting for the thread; what arrives beyond is dropped. The
+  // thread may additionally hold one taken chunk of up to this size while it sends it.
+  size_t queue_capacity = 1 << 20;
+  size_t max_batch_events = 512;  // events per published batch
+  // Payload bytes per published batch (well under Dynamo's 32 MiB); a single event larger than
+  // this still goes out, alone.
+  size_t max_batch_bytes = 1 << 20;
+  int sndhwm = 100000;  // PUB high-water mark per subscriber (messages); beyond it ZMQ drops
 };
 
 struct EventPublisherStats {
@@ -47,30 +56,39 @@ struct EventPublisherStats {
 
 class EventPublisher {
  public:
-  // Binds the sockets and starts the publisher thread. Fails with a clear message when an
-  // endpoint cannot be bound (in use, bad address, missing directory).
+  // Starts the publisher thread, which creates and binds the sockets (LINGER 0). Returns the
+  // running publisher, owned by the caller, or INVALID_PARAMS with a message that says what to
+  // do when an endpoint cannot be bound (in use, bad address, missing ipc directory).
   static Result<std::unique_ptr<EventPublisher>> Start(EventPublisherOptions options);
 
-  ~EventPublisher();  // stops the thread after publishing what is queued; closes the sockets
+  // Stops the thread after it has sent what was queued, then closes the sockets (with LINGER 0
+  // ZMQ may still discard what it had not yet written to a slow subscriber). Callers must not
+  // call Publish concurrently with destruction.
+  ~EventPublisher();
   EventPublisher(const EventPublisher&) = delete;
   EventPublisher& operator=(const EventPublisher&) = delete;
 
-  // Thread-safe and non-blocking. The publisher thread groups queued events into batches.
+  // Thread-safe and non-blocking; takes ownership of the events. Events of one call stay in
+  // order and ahead of later calls. When the queue is full the events that do not fit are
+  // dropped (stats().dropped_events) and one seq is skipped where they would have been.
+  // Precondition: text is valid UTF-8 (the write boundary validated it).
   void Publish(std::vector<KvEvent> events);
   void Publish(KvEvent event);
 
-  // Thread-safe and non-blocking. Publishes an already encoded payload as one batch with the
-  // next seq (the agent's relay republishes the master's batches this way).
+  // Thread-safe and non-blocking. Publishes an already encoded payload, unchanged, as one batch
+  // with the next seq (the agent's relay republishes the master's batches this way). It is not
+  // decoded here: the caller vouches that it follows EVENTS.md (DecodeEventBatch checks that).
   void PublishEncoded(std::string payload);
 
-  // Blocks until everything queued before the call has been sent (or dropped). For tests and
-  // orderly shutdown.
+  // Blocks until everything queued before the call has been handed to ZMQ (or dropped). For
+  // tests and orderly shutdown; a Flush after each Publish also makes each call its own batch.
   void Flush();
 
   // The endpoints actually bound (a tcp port 0 / '*' resolved to the real port).
   std::string endpoint() const;
   std::string replay_endpoint() const;
 
+  // Counters, readable from any thread at any time (each exact; not one consistent snapshot).
   EventPublisherStats stats() const;
 
  private:

@@ -109,10 +109,13 @@ class EventBatchBuilder {
 // negative one as Signed; re-encoding gives the same bytes.
 Result<EventBatch> DecodeEventBatch(std::string_view payload);
 
-// The block hashes of a stored object without writer-supplied metadata (EVENTS.md): a decimal or
-// 0x-hex u64 key is that value (unsigned); a key that starts with >= 16 hex digits gives its
-// first 64 bits as a signed int64 (SGLang's hash_str_to_int64); anything else gives nullopt and
-// the key travels in object_key.
+// The block hash of a stored object without writer-supplied metadata (EVENTS.md):
+//  1. a key that is exactly a decimal number (digits only) or "0x"/"0X" plus hex digits, whose
+//     value fits in 64 bits, is that value, unsigned (Mooncake's seq-hash keys);
+//  2. else a key whose first 16 characters are hex digits (either case) gives those 64 bits
+//     as a signed int64, like SGLang's hash_str_to_int64 (int(key[:16], 16) folded into int64);
+//  3. else nullopt: the caller sends block_hashes [] and the key in object_key.
+// So a 20-digit decimal above u64 max falls to rule 2, and "0x" + 17 digits to rule 3.
 std::optional<BlockHash> BlockHashFromKey(std::string_view key);
 
 // "BlockStored EXTERNAL session=sess-1 hashes=[123] parent=- tokens=4 block_size=4 key=..." :
