@@ -2,15 +2,19 @@
 // and moves byte ranges between local memory and peers' pools, over TCP always or over RDMA
 // (rdma-core verbs, RC QPs, one-sided WRITE/READ) when the node has an RDMA device.
 //
-// Typical use by the agent:
+// Typical use by the agent (flags from TransferFlags, transfer_flags.h):
 //
-//   auto pool = NodePool::Create({.size_bytes = flags.pool_size});
-//   auto engine = TransferEngine::Create(**pool, {.listen_address = flags.data_listen});
+//   auto pool = NodePool::Create(*transfer_flags.PoolOptions());            // at start
+//   auto engine = TransferEngine::Create(**pool, *transfer_flags.EngineOptions());
 //   master.MountSegment(pool->size(), (*engine)->endpoint());   // "tcp://10.0.0.2:41234"
 //   (*engine)->RegisterMemory(arena_base, arena_size);           // once per client arena
 //   (*engine)->Submit(ops, [queue](std::vector<Status> results) {
 //     queue->Push(std::move(results));                           // back to the pipeline thread
 //   });
+//
+// Copies: a WRITE's bytes leave straight from `local` (sendmsg with the caller's pointer) and a
+// READ's bytes land straight in it; on the receiving side of either, only what arrives in the
+// same segment as the message header (at most 64 KiB per op) passes through a receive buffer.
 //
 // Threading: every public method is thread-safe. Completion callbacks run on the engine's own
 // threads (never inside Submit), one callback per batch. A callback must return quickly and must
@@ -53,7 +57,8 @@ struct TransferOp {
 //   TRANSFER_FAILED  the peer could not be reached, closed the connection, or broke protocol;
 //                    the message names the peer, the op and the reason
 //   TIMEOUT          the peer made no progress for `peer_timeout` while the op was outstanding
-//   BUFFER_OUT_OF_RANGE  the remote range is outside the peer's pool (checked by the peer)
+//   BUFFER_OUT_OF_RANGE  the remote range is outside the peer's pool (checked against the size
+//                    the peer announced when connecting, and again by the peer)
 //   INVALID_PARAMS   the op itself is malformed (zero length, null or unregistered local
 //                    memory, unparsable endpoint); nothing was sent
 using TransferCallback = std::function<void(std::vector<Status> results)>;
