@@ -140,7 +140,7 @@ class EventPublisher::Thread {
   void Flush() {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = submitted_;
-    flushed_.wait(lock, [&] { return completed_ >= target; });
+    flushed_.wait(lock, [&] { return completed_ >= target || exited_; });
   }
 
   std::string endpoint() const { return endpoint_; }
@@ -208,7 +208,12 @@ class EventPublisher::Thread {
     zmq::context_t context(1);
     zmq::socket_t pub(context, zmq::socket_type::pub);
     zmq::socket_t router(context, zmq::socket_type::router);
-    Status status = BindSockets(pub, router);
+    Status status;
+    try {
+      status = BindSockets(pub, router);
+    } catch (const zmq::error_t& e) {  // a socket option refused: a bug, not an operator error
+      status = Internal(std::string("event publisher: cannot set up its sockets: ") + e.what());
+    }
     const bool serve_replay = status.ok() && !options_.replay_endpoint.empty();
     bound->set_value(status);  // `bound` dies with Start(): not touched again
     if (!status.ok()) return;
@@ -249,6 +254,12 @@ class EventPublisher::Thread {
       work.clear();
       flushed_.notify_all();
     }
+    {
+      // However the loop ended, Flush must not wait for a thread that is gone.
+      std::lock_guard<std::mutex> lock(mu_);
+      exited_ = true;
+    }
+    flushed_.notify_all();
   }
 
   // Turns the queued items into batches: events are grouped up to max_batch_events and
@@ -366,6 +377,7 @@ class EventPublisher::Thread {
   uint64_t completed_ = 0;  // items the thread has sent or dropped
   uint64_t dropped_events_ = 0;
   bool stopping_ = false;
+  bool exited_ = false;  // the thread has left its loop
 
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;

@@ -95,9 +95,15 @@ class EventSubscriber::Sockets {
 
  private:
   Status NewDealer() {
-    dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
-    dealer_->set(zmq::sockopt::linger, 0);
-    dealer_->set(zmq::sockopt::rcvhwm, kReplayRcvHwm);
+    try {
+      dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+      dealer_->set(zmq::sockopt::linger, 0);
+      dealer_->set(zmq::sockopt::rcvhwm, kReplayRcvHwm);
+    } catch (const zmq::error_t& e) {  // EMFILE: out of file descriptors
+      dealer_.reset();
+      return Internal(std::string("event subscriber: cannot create the replay DEALER: ") +
+                      e.what());
+    }
     return ConnectEventSocket(*dealer_, options_.replay_endpoint, "event replay DEALER");
   }
 
@@ -203,7 +209,8 @@ class EventSubscriber::Sockets {
     last_activity_ = Clock::now();
     if (timed_out) {
       // Whatever the old DEALER still receives belongs to this abandoned request.
-      if (!NewDealer().ok()) dealer_.reset();  // cannot happen: the endpoint parsed before
+      // Should that fail (out of file descriptors), gaps are reported from now on, not repaired.
+      if (!NewDealer().ok()) dealer_.reset();
     }
     if (!held_) return;
     Received held = std::move(*held_);
@@ -270,7 +277,12 @@ Result<std::unique_ptr<EventSubscriber>> EventSubscriber::Start(EventSubscriberO
         "event subscriber: from_seq needs the publisher's replay endpoint; set replay_endpoint");
   }
   auto sockets = std::make_unique<Sockets>(std::move(options));
-  KVAGENT_RETURN_IF_ERROR(sockets->Connect());
+  try {
+    KVAGENT_RETURN_IF_ERROR(sockets->Connect());
+  } catch (const zmq::error_t& e) {  // a socket option ZMQ refused, e.g. a negative rcvhwm
+    return InvalidParams(std::string("event subscriber: bad socket option: ") + e.what() +
+                         "; check rcvhwm");
+  }
   return std::unique_ptr<EventSubscriber>(new EventSubscriber(std::move(sockets)));
 }
 

@@ -313,6 +313,20 @@ TEST(EventSubscriber, FromSeqWithoutReplayEndpointIsRejected) {
   EXPECT_NE(sub.status().message().find("replay_endpoint"), std::string::npos);
 }
 
+TEST(EventSubscriber, MissingEndpointOrBadOptionIsRejectedWithAReason) {
+  auto none = EventSubscriber::Start(EventSubscriberOptions{});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("endpoint"), std::string::npos);
+  EventSubscriberOptions o = SubscriberOf("tcp://127.0.0.1:1");
+  o.rcvhwm = -1;
+  auto bad = EventSubscriber::Start(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rcvhwm"), std::string::npos) << bad.status().ToString();
+  auto unparsable = EventSubscriber::Start(SubscriberOf("tcp://no-port"));
+  ASSERT_FALSE(unparsable.ok());
+  EXPECT_NE(unparsable.status().message().find("tcp://no-port"), std::string::npos);
+}
+
 TEST(EventSubscriber, NextTimesOutWhenNothingArrives) {
   testing::TempDir dir;
   auto sub = StartSubscriber(SubscriberOf(dir.Ipc("nobody.sock")));
