@@ -27,8 +27,9 @@ struct Spawned {
   }
 };
 
-// Starts `args` (searched in PATH) with pipes on stdin and stdout.
-std::unique_ptr<Spawned> Spawn(const std::vector<std::string>& args) {
+// Starts `args` (searched in PATH) with pipes on stdin and stdout (and stderr into the same
+// pipe when `merge_stderr`).
+std::unique_ptr<Spawned> Spawn(const std::vector<std::string>& args, bool merge_stderr = false) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return nullptr;
   pid_t pid = fork();
@@ -36,6 +37,7 @@ std::unique_ptr<Spawned> Spawn(const std::vector<std::string>& args) {
   if (pid == 0) {
     dup2(in[0], STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
+    if (merge_stderr) dup2(out[1], STDERR_FILENO);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -125,6 +127,8 @@ class NamespacePair {
   const std::string& b() const { return b_; }
   std::string address_a() const { return "10.213." + std::to_string(subnet_) + ".1"; }
   std::string address_b() const { return "10.213." + std::to_string(subnet_) + ".2"; }
+  // An address in the pair's subnet that no interface has.
+  std::string address_nobody() const { return "10.213." + std::to_string(subnet_) + ".9"; }
 
  private:
   int subnet_ = 0;
@@ -182,6 +186,25 @@ TEST(NetnsTransferTest, AServerInAnotherNamespaceIsUnreachableOverLoopback) {
   client->stdin_fd = -1;
   ReadOutput(client->stdout_fd, 60000);
   EXPECT_EQ(client->process.Wait(), 1) << "the write must fail: namespaces are isolated";
+}
+
+TEST(NetnsTransferTest, APeerAddressNobodyAnswersTimesOutWhileConnecting) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  if (RunCommand({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "`ip netns` is not available";
+  NamespacePair pair;
+  ASSERT_TRUE(pair.ok());
+  // ARP for the address goes unanswered for seconds; the 300 ms peer timeout fires first.
+  auto client = Spawn({"ip", "netns", "exec", pair.a(), KVAGENT_TRANSFER_PEER, "check", "--peer",
+                       "tcp://" + pair.address_nobody() + ":7100", "--data-listen",
+                       pair.address_a() + ":0", "--data-peer-timeout-ms", "300"},
+                      /*merge_stderr=*/true);
+  ASSERT_TRUE(client);
+  close(client->stdin_fd);
+  client->stdin_fd = -1;
+  const std::string output = ReadOutput(client->stdout_fd, 60000);
+  EXPECT_EQ(client->process.Wait(), 1) << output;
+  EXPECT_NE(output.find("write: TIMEOUT"), std::string::npos) << output;
+  EXPECT_NE(output.find("(connecting)"), std::string::npos) << output;
 }
 
 }  // namespace
