@@ -121,7 +121,10 @@ Status CheckTree(const object& o, const Path& where) {
       return Status::Ok();
     case mtype::ARRAY:
       for (uint32_t i = 0; i < o.via.array.size; ++i) {
-        KVAGENT_RETURN_IF_ERROR(CheckTree(o.via.array.ptr[i], where.Index(i)));
+        const object& e = o.via.array.ptr[i];
+        // Numbers (token IDs, hashes) cannot fail: only descend where text can hide.
+        if (e.type != mtype::STR && e.type != mtype::ARRAY && e.type != mtype::MAP) continue;
+        KVAGENT_RETURN_IF_ERROR(CheckTree(e, where.Index(i)));
       }
       return Status::Ok();
     case mtype::MAP:
@@ -245,15 +248,47 @@ constexpr std::array<std::string_view, kKeyCount> kKeyNames = {
 
 using EventKeys = std::array<const object*, kKeyCount>;
 
+// The known key `name` is, or kKeyCount. Length and first letter tell the known keys apart,
+// so at most one string comparison confirms the match.
+size_t KnownKey(std::string_view name) {
+  if (name.empty()) return kKeyCount;
+  size_t k = kKeyCount;
+  switch (name.size()) {
+    case 4:
+      k = kType;
+      break;
+    case 6:
+      k = kMedium;
+      break;
+    case 7:
+      k = kLoraId;
+      break;
+    case 9:
+      k = name[0] == 't' ? kTokenIds : name[0] == 'l' ? kLoraName : kGroupIdx;
+      break;
+    case 10:
+      k = name[0] == 'b' ? kBlockSize : name[0] == 's' ? kSessionId : kObjectKey;
+      break;
+    case 12:
+      k = kBlockHashes;
+      break;
+    case 17:
+      k = kParentBlockHash;
+      break;
+    default:
+      return kKeyCount;
+  }
+  return name == kKeyNames[k] ? k : kKeyCount;
+}
+
 Result<EventKeys> IndexKeys(const object& map, const Path& where) {
   EventKeys keys{};
   for (uint32_t i = 0; i < map.via.map.size; ++i) {
     const std::string_view name = StrOf(map.via.map.ptr[i].key);  // a str: CheckTree ran
-    for (size_t k = 0; k < kKeyCount; ++k) {
-      if (name != kKeyNames[k]) continue;
-      if (keys[k] != nullptr) return Invalid(where, "duplicate key \"" + std::string(name) + "\"");
-      keys[k] = &map.via.map.ptr[i].val;
-    }
+    const size_t k = KnownKey(name);
+    if (k == kKeyCount) continue;  // unknown keys are ignored
+    if (keys[k] != nullptr) return Invalid(where, "duplicate key \"" + std::string(name) + "\"");
+    keys[k] = &map.via.map.ptr[i].val;
   }
   return keys;
 }

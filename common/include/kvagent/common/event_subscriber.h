@@ -11,7 +11,9 @@
 //    (from..to), never silently skipped;
 //  - a publisher restart (the live seq goes back to a value at or below one already seen) is
 //    reported as kReset, after which the new incarnation is followed from its seq 0 (replaying
-//    what was missed of it, when possible);
+//    what was missed of it, when possible). Seq alone cannot reveal a restart whose new
+//    incarnation is already past the old seq when we next hear from it (a long disconnect):
+//    that looks like a gap, repaired from the new incarnation's replay;
 //  - `from_seq` replays history from that seq before the live stream (kvctl --from-seq N);
 //  - when the live stream is quiet, an occasional replay probe catches a lost last batch.
 //
