@@ -76,6 +76,26 @@ void Acceptor::Stop() {
   thread_.join();
 }
 
+void Acceptor::StopAccepting() {
+  if (!started_) return;
+  std::unique_lock<std::mutex> lock(commands_mu_);
+  stop_accepting_ = true;
+  uint64_t one = 1;
+  (void)!write(wake_fd_.get(), &one, sizeof(one));
+  commands_cv_.wait(lock, [&] { return listener_closed_; });
+}
+
+void Acceptor::CloseListener() {
+  if (listen_fd_.valid()) {
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+    listen_fd_.Reset();
+    ::unlink(config_.SocketPath().c_str());
+  }
+  std::lock_guard<std::mutex> lock(commands_mu_);
+  listener_closed_ = true;
+  commands_cv_.notify_all();
+}
+
 void Acceptor::Disconnect(ClientId client) {
   {
     std::lock_guard<std::mutex> lock(commands_mu_);
@@ -94,26 +114,27 @@ void Acceptor::Run() {
       break;
     }
     bool stop = false;
+    bool stop_accepting = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == listen_fd_.get()) {
+      if (listen_fd_.valid() && fd == listen_fd_.get()) {
         AcceptAll();
       } else if (fd == wake_fd_.get()) {
         uint64_t count;
         (void)!read(wake_fd_.get(), &count, sizeof(count));
         std::lock_guard<std::mutex> lock(commands_mu_);
         stop = stop_requested_;
+        stop_accepting = stop_accepting_;
       } else if (auto it = connections_.find(fd); it != connections_.end()) {
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnReadable(it->second);
       }
     }
     ProcessCommands();
+    if (stop_accepting) CloseListener();
     if (stop) break;
   }
   // Shutdown: no new clients, then every connection goes.
-  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
-  listen_fd_.Reset();
-  ::unlink(config_.SocketPath().c_str());
+  CloseListener();
   std::vector<int> fds;
   for (const auto& [fd, conn] : connections_) fds.push_back(fd);
   for (int fd : fds) Close(fd, "the agent is shutting down");

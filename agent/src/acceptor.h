@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,6 +37,9 @@ class Acceptor {
   // Closes the listening socket and removes its file, closes every connection (unlinking the
   // names of segments not yet attached) and joins. Idempotent.
   void Stop();
+  // Closes the listening socket and removes its file, and returns once that is done; existing
+  // connections stay. The first step of shutdown.
+  void StopAccepting();
   // Thread-safe: close the connection of `client` (its ring was corrupt).
   void Disconnect(ClientId client);
 
@@ -63,6 +67,7 @@ class Acceptor {
   bool Allowed(const ipc::PeerCredentials& peer) const;
   size_t CountClients() const;
   void ProcessCommands();
+  void CloseListener();  // acceptor thread only
 
   const AgentConfig config_;
   const uint64_t epoch_;
@@ -77,7 +82,10 @@ class Acceptor {
 
   std::mutex commands_mu_;
   std::vector<ClientId> to_disconnect_;
+  std::condition_variable commands_cv_;
   bool stop_requested_ = false;
+  bool stop_accepting_ = false;
+  bool listener_closed_ = false;
 
   // Acceptor-thread state.
   std::unordered_map<int, Connection> connections_;

@@ -101,7 +101,9 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
 void Agent::Stop() {
   if (state_->stopped) return;
   state_->stopped = true;
-  // Shutdown words first, so clients fail with "shutting down" rather than a bare EOF.
+  // No new clients; then the shutdown words, so clients fail with "shutting down" rather than
+  // a bare EOF; then every connection closes.
+  state_->acceptor->StopAccepting();
   state_->service->Stop();
   state_->acceptor->Stop();
   LOG(INFO) << "kvagent stopped; socket removed, segments reclaimed";
