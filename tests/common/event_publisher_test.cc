@@ -260,9 +260,7 @@ TEST(EventPublisher, TcpPortInUseIsAClearError) {
 
 TEST(EventPublisher, IpcEndpointsWork) {
   testing::TempDir dir;
-  EventPublisherOptions o;
-  o.endpoint = dir.Ipc("events.sock");
-  o.replay_endpoint = dir.Ipc("events-replay.sock");
+  const EventPublisherOptions o = testing::IpcPublisherOptions(dir);
   auto publisher = StartPublisher(o);
   ASSERT_TRUE(publisher);
   EXPECT_EQ(publisher->endpoint(), o.endpoint);

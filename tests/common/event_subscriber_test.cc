@@ -187,9 +187,7 @@ TEST(EventSubscriber, GapWithoutReplayEndpointIsReportedImmediately) {
 
 TEST(EventSubscriber, PublisherRestartIsReportedAsResetAndFollowedFromSeqZero) {
   testing::TempDir dir;
-  EventPublisherOptions options;
-  options.endpoint = dir.Ipc("pub.sock");
-  options.replay_endpoint = dir.Ipc("replay.sock");
+  const EventPublisherOptions options = testing::IpcPublisherOptions(dir);
   auto publisher = StartPublisher(options);
   ASSERT_TRUE(publisher);
   auto sub = StartSubscriber(SubscriberFor(*publisher));

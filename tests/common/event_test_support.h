@@ -178,6 +178,14 @@ inline EventPublisherOptions TcpPublisherOptions() {
   return o;
 }
 
+// PUB and replay ROUTER as ipc sockets in `dir`.
+inline EventPublisherOptions IpcPublisherOptions(const TempDir& dir) {
+  EventPublisherOptions o;
+  o.endpoint = dir.Ipc("events.sock");
+  o.replay_endpoint = dir.Ipc("events-replay.sock");
+  return o;
+}
+
 // Publishes `count` batches of one event each (hashes first, first+1, ...).
 inline void PublishSingles(EventPublisher& publisher, uint64_t first, uint64_t count,
                            size_t tokens = 4) {

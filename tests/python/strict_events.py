@@ -19,6 +19,7 @@ Live stream and replay (every socket is closed on exit)::
     history = replay("tcp://127.0.0.1:5558", start_seq=0)   # 4-frame layout + end marker
 
 Other tests (master, agent end to end) import this module: keep the API small and stable.
+From another folder: ``sys.path.insert(0, "<repo>/tests/python"); import strict_events``.
 """
 
 import collections
