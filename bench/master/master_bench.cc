@@ -63,6 +63,7 @@ MasterOptions BenchOptions() {
   MasterOptions o;
   o.high_watermark = 1.0;  // measure puts, not eviction
   o.low_watermark = 1.0;
+  o.agent_ttl_ms = 3'600'000;  // the benchmark sends no heartbeats
   return o;
 }
 

@@ -64,7 +64,6 @@ class MasterServer::Loop {
     if (frames_.size() == 3 && frames_[1].size() == 0) {
       auto body = std::span(static_cast<const uint8_t*>(frames_[2].data()), frames_[2].size());
       Reply(frames_[0], rpc_.Handle(body));
-      PublishEvents();
       return;
     }
     // Not [identity, "", request]: answer with an error when there is someone to answer.
@@ -92,6 +91,9 @@ class MasterServer::Loop {
           if (!got) break;
           HandleFrames();
         }
+        // One hand-off per wake-up rather than per request: fewer publisher wake-ups, same
+        // order (events accumulate in the service in the order requests were handled).
+        PublishEvents();
       }
       if (clock_->NowMs() >= next_tick) {
         service_->Tick();

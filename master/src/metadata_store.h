@@ -14,6 +14,7 @@
 // Private to master/: MasterService applies request policy on top of it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -209,7 +210,11 @@ class MetadataStore {
   // Events emitted since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
   // Room for n more events (one allocation per batch instead of regrowth).
-  void ReserveEvents(size_t n) { events_.reserve(events_.size() + n); }
+  void ReserveEvents(size_t n) {
+    if (events_.capacity() - events_.size() < n) {
+      events_.reserve(std::max(2 * events_.capacity(), events_.size() + n));  // geometric
+    }
+  }
   // Writes buffered log records out (end of every request).
   Status FlushLog();
 

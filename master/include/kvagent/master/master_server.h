@@ -2,8 +2,8 @@
 //
 // One thread owns the ROUTER socket and the service (the service is single-threaded): it
 // receives `[identity, b"", Request]`, answers `[identity, b"", Reply]` through MasterRpc,
-// hands the events each request produced to the publisher (a bounded queue drained by the
-// publisher's own thread, so a slow subscriber never blocks a request), and runs
+// hands the events the requests produced to the publisher after each wake-up (a bounded queue
+// drained by the publisher's own thread, so a slow subscriber never blocks a request), and runs
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
 #pragma once
 
