@@ -3,6 +3,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kvagent/schemas/master_generated.h"
 
@@ -23,6 +24,7 @@ class MasterRpc::Scratch {
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings;
   std::vector<flatbuffers::Offset<fb::SegmentInfo>> segments;
   std::vector<fb::Placement> placements;
+  std::vector<uint64_t> aligned;  // a copy of a misaligned request
   PlacementBatch placement_batch;
   KeyResults key_results;
   ListPage page;
@@ -92,6 +94,13 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
   b.Clear();
+  // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
+  // the message object at any offset. Copy those (they are small).
+  if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
+    s.aligned.assign((request.size() + 7) / 8, 0);
+    std::memcpy(s.aligned.data(), request.data(), request.size());
+    request = std::span(reinterpret_cast<const uint8_t*>(s.aligned.data()), request.size());
+  }
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
   if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {
     service_->CountBadRequest();

@@ -41,7 +41,7 @@ class MasterServer::Loop {
   ~Loop() {
     stop_.store(true, std::memory_order_relaxed);
     if (thread_.joinable()) thread_.join();
-    service_->Tick();  // flushes the log
+    if (Status st = service_->Flush(); !st.ok()) LOG(ERROR) << st.ToString();
     PublishEvents();
     publisher_->Flush();
   }

@@ -139,6 +139,8 @@ void MasterService::Tick() {
   if (Status st = store_->FlushLog(); !st.ok()) LOG(ERROR) << st.ToString();
 }
 
+Status MasterService::Flush() { return store_->FlushLog(); }
+
 std::vector<events::KvEvent> MasterService::TakeEvents() { return store_->TakeEvents(); }
 
 }  // namespace kvagent::master

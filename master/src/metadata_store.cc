@@ -171,9 +171,10 @@ Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index
     if (s.index != index) continue;
     if (s.allocator.size() != size / SegmentAllocator::kAlignment * SegmentAllocator::kAlignment) {
       // A different pool under the same index: its content is unknown, start it empty.
-      DropAgent(agent_id);
+      const std::string name = agent->name;
+      DropAgent(agent_id);  // invalidates `agent`
       return Status(ErrorCode::kAgentUnavailable,
-                    "segment " + std::to_string(index) + " of agent " + agent->name +
+                    "segment " + std::to_string(index) + " of agent " + name +
                         " changed size; the agent was dropped: register again");
     }
     s.endpoints = std::move(endpoints);

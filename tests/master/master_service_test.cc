@@ -282,6 +282,35 @@ TEST(MasterService, AnAgentPastItsTtlIsDroppedWithItsReplicasAndTheirEvents) {
   EXPECT_TRUE(c.End(c.agents[1], {"writing"}).results[0].ok());  // the other writer goes on
 }
 
+TEST(MasterService, RemountingASegmentWithAnotherSizeDropsTheAgentAndItsObjects) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 64);
+  c.Events();
+  std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+  auto m = c.svc->MountSegment(c.agents[0], 0, 2 << 20, eps);
+  EXPECT_EQ(m.status().code(), ErrorCode::kAgentUnavailable);
+  EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));
+  EXPECT_FALSE(c.Exists("k"));
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(AsRemoved(ev[0]).object_key, "k");
+}
+
+TEST(MasterService, ANewIncarnationOfAnAgentDropsWhatItsPredecessorHeld) {
+  Cluster c;
+  c.Put(c.agents[0], {"k"}, 64);
+  c.Events();
+  auto again = c.svc->RegisterAgent("node-0", 1);  // same incarnation: same agent
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.value(), c.agents[0]);
+  EXPECT_TRUE(c.Exists("k"));
+  auto fresh = c.svc->RegisterAgent("node-0", 2);  // restarted: its pool is empty
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh.value(), c.agents[0]);
+  EXPECT_FALSE(c.Exists("k"));
+  EXPECT_EQ(c.Events().size(), 1u);
+}
+
 TEST(MasterService, ReplicasGoToDistinctAgentsWithTheWritersOwnPoolFirst) {
   Cluster c({}, 3);
   WriteOptions three;

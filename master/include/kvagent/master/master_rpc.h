@@ -2,9 +2,9 @@
 //
 // The same handler serves kvmaster's ROUTER and an in-process caller (kvagent --standalone):
 // give it the bytes of a Request, get the bytes of the Reply. Every request goes through the
-// FlatBuffers Verifier first; a buffer that fails, an unknown body, or a batch the service
-// rejects gets a Reply with a non-OK status and a message, is counted in the service's
-// bad_requests, and changes nothing. Never throws, never aborts on input.
+// FlatBuffers Verifier first (a misaligned buffer is copied first); a buffer that fails, an unknown
+// body, or a batch the service rejects gets a Reply with a non-OK status and a message, is counted
+// in the service's bad_requests, and changes nothing. Never throws, never aborts on input.
 //
 // Single-threaded like the service it drives. Keeps its scratch vectors and FlatBufferBuilder
 // across calls so a busy master does not allocate per request once warm.

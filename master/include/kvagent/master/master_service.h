@@ -113,6 +113,9 @@ class MasterService {
   // taken-over replicas whose release time came, evict above the high watermark, flush the log.
   void Tick();
 
+  // Writes buffered operation-log records out (every mutating call already does at its end).
+  Status Flush();
+
   // Events produced since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
 
