@@ -46,6 +46,8 @@ Status ValidateCall(const CallSpec& spec) {
         KVAGENT_RETURN_IF_ERROR(CheckParallel(o.blocks.size(), n, "blocks"));
         for (size_t i = 0; i < n; ++i) {
           const BlockMetadata& b = o.blocks[i];
+          // An empty entry means "no metadata for this key", as the agent reads it (agent.fbs).
+          if (b.block_hashes.empty() && b.token_ids.empty() && b.lora_name.empty()) continue;
           KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(),
                                                     b.block_size, b.lora_name,
                                                     "blocks[" + std::to_string(i) + "]"));

@@ -134,10 +134,12 @@ struct WriteOptions {
 // Optional arguments of a call.
 struct CallOptions {
   std::span<const std::string> session_ids;  // Put/Upsert: one per key (empty = untagged), or none
-  std::span<const BlockMetadata> blocks;     // Put/Upsert: one per key, or none
-  WriteOptions write;                        // Put/Upsert
-  bool force = false;                        // Remove/RemoveAll: even leased objects
-  std::chrono::milliseconds timeout{0};      // 0: ClientOptions::call_timeout
+  // Put/Upsert: one per key, or none. An entry with no hashes, no token IDs and no lora_name
+  // (a default BlockMetadata) means that key carries no block metadata.
+  std::span<const BlockMetadata> blocks;
+  WriteOptions write;                    // Put/Upsert
+  bool force = false;                    // Remove/RemoveAll: even leased objects
+  std::chrono::milliseconds timeout{0};  // 0: ClientOptions::call_timeout
 };
 
 // The outcome for one key.
