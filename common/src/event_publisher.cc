@@ -145,6 +145,7 @@ class EventPublisher::Thread {
 
   std::string endpoint() const { return endpoint_; }
   std::string replay_endpoint() const { return replay_endpoint_; }
+  std::vector<std::string> extra_endpoints() const { return extra_endpoints_; }
 
   EventPublisherStats stats() const {
     EventPublisherStats s;
@@ -191,6 +192,10 @@ class EventPublisher::Thread {
     pub.set(zmq::sockopt::linger, 0);
     KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, options_.endpoint, "event PUB"));
     endpoint_ = pub.get(zmq::sockopt::last_endpoint);
+    for (const std::string& extra : options_.extra_endpoints) {
+      KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, extra, "event PUB"));
+      extra_endpoints_.push_back(pub.get(zmq::sockopt::last_endpoint));
+    }
     if (options_.replay_endpoint.empty()) return Status::Ok();
     // A replay answers with up to replay_batches messages at once; below that high-water mark
     // the ROUTER would silently drop the tail of a long replay.
@@ -365,8 +370,9 @@ class EventPublisher::Thread {
   EventPublisherOptions options_;
   WakeFd wake_;
   std::thread thread_;
-  std::string endpoint_;         // written by the thread before Start() returns
-  std::string replay_endpoint_;  // idem
+  std::string endpoint_;                      // written by the thread before Start() returns
+  std::string replay_endpoint_;               // idem
+  std::vector<std::string> extra_endpoints_;  // idem
 
   // Shared between callers and the thread, guarded by mu_.
   mutable std::mutex mu_;
@@ -412,6 +418,9 @@ void EventPublisher::PublishEncoded(std::string payload) {
 void EventPublisher::Flush() { thread_->Flush(); }
 std::string EventPublisher::endpoint() const { return thread_->endpoint(); }
 std::string EventPublisher::replay_endpoint() const { return thread_->replay_endpoint(); }
+std::vector<std::string> EventPublisher::extra_endpoints() const {
+  return thread_->extra_endpoints();
+}
 EventPublisherStats EventPublisher::stats() const { return thread_->stats(); }
 
 }  // namespace kvagent::events

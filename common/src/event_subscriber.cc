@@ -55,6 +55,7 @@ class EventSubscriber::Sockets {
     if (!options_.replay_endpoint.empty()) KVAGENT_RETURN_IF_ERROR(NewDealer());
     if (options_.from_seq) {
       expected_ = *options_.from_seq;
+      history_replay_ = true;
       StartReplay();
     }
     return Status::Ok();
@@ -174,6 +175,7 @@ class EventSubscriber::Sockets {
     const std::string request = EncodeSeq(*expected_);
     const bool sent = SendFrame(*dealer_, "", true) && SendFrame(*dealer_, request, false);
     ++stats_.replay_requests;
+    replay_supplied_ = false;
     replaying_ = true;
     replay_deadline_ = Clock::now() + options_.replay_timeout;
     if (!sent) FinishReplay(/*timed_out=*/true);  // DEALER queue full: treat as unanswered
@@ -212,14 +214,16 @@ class EventSubscriber::Sockets {
       // Should that fail (out of file descriptors), gaps are reported from now on, not repaired.
       if (!NewDealer().ok()) dealer_.reset();
     }
-    if (!held_) return;
-    Received held = std::move(*held_);
-    held_.reset();
-    if (held.seq < *expected_) {
-      ++stats_.duplicates_dropped;  // replay delivered it
-      return;
+    if (held_) {
+      Received held = std::move(*held_);
+      held_.reset();
+      if (held.seq < *expected_) {
+        ++stats_.duplicates_dropped;  // replay delivered it
+      } else {
+        Deliver(std::move(held), /*replayed=*/false);
+      }
     }
-    Deliver(std::move(held), /*replayed=*/false);
+    history_replay_ = false;
   }
 
   // Delivers `batch` (seq >= expected_), reporting first what is missing below it.
@@ -250,7 +254,13 @@ class EventSubscriber::Sockets {
     ready_.push_back(std::move(d));
     expected_ = batch.seq + 1;
     ++stats_.delivered_batches;
-    if (replayed) ++stats_.replayed_batches;
+    if (replayed) {
+      ++stats_.replayed_batches;
+      // A gap repair or idle probe that supplies lost batches repairs one gap (the from_seq
+      // history is not one).
+      if (!history_replay_ && !replay_supplied_) ++stats_.gaps_repaired;
+      replay_supplied_ = true;
+    }
   }
 
   EventSubscriberOptions options_;
@@ -265,6 +275,8 @@ class EventSubscriber::Sockets {
   Clock::time_point replay_deadline_;
   Clock::time_point last_activity_ = Clock::now();  // last live batch or end of a replay
   std::optional<Received> held_;
+  bool history_replay_ = false;   // the current replay is the from_seq history
+  bool replay_supplied_ = false;  // the current replay has delivered a batch
   EventSubscriberStats stats_;
 };
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "event_test_support.h"
@@ -267,6 +268,48 @@ TEST(EventPublisher, IpcEndpointsWork) {
   publisher->Publish(AllBlocksCleared{});
   publisher->Flush();
   ExpectReplay(testing::RequestReplayFrom(publisher->replay_endpoint(), 0), 0, 0);
+}
+
+TEST(EventPublisher, ExtraEndpointsCarryTheSameBatchesWithTheSameSeq) {
+  testing::TempDir dir;
+  EventPublisherOptions o = testing::IpcPublisherOptions(dir);
+  o.extra_endpoints = {"tcp://127.0.0.1:0"};
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  ASSERT_EQ(publisher->extra_endpoints().size(), 1u);
+  EXPECT_EQ(publisher->extra_endpoints()[0].rfind("tcp://127.0.0.1:", 0), 0u);
+  EXPECT_NE(publisher->extra_endpoints()[0], "tcp://127.0.0.1:0");
+  testing::RawSubscriber ipc(publisher->endpoint());
+  testing::RawSubscriber tcp(publisher->extra_endpoints()[0]);
+  ASSERT_TRUE(testing::WarmUp(*publisher, ipc));
+  ASSERT_TRUE(testing::WarmUp(*publisher, tcp));
+  testing::PublishSingles(*publisher, 0, 5);
+  const uint64_t last = publisher->stats().next_seq - 1;
+  // Each SUB joined at its own time; from the later join on, both see identical messages.
+  std::map<uint64_t, Frames> seen_ipc;
+  std::map<uint64_t, Frames> seen_tcp;
+  for (auto* seen : {&seen_ipc, &seen_tcp}) {
+    testing::RawSubscriber& sub = seen == &seen_ipc ? ipc : tcp;
+    while (seen->empty() || seen->rbegin()->first < last) {
+      auto frames = sub.Receive(10s);
+      ASSERT_TRUE(frames && frames->size() == 3);
+      (*seen)[*DecodeSeq((*frames)[1])] = *frames;
+    }
+  }
+  for (uint64_t seq = last - 4; seq <= last; ++seq) {
+    ASSERT_TRUE(seen_ipc.count(seq) && seen_tcp.count(seq)) << seq;
+    EXPECT_EQ(seen_ipc[seq], seen_tcp[seq]);
+  }
+}
+
+TEST(EventPublisher, AnExtraEndpointThatCannotBeBoundFailsTheStart) {
+  testing::TempDir dir;
+  EventPublisherOptions o = testing::IpcPublisherOptions(dir);
+  o.extra_endpoints = {"ipc:///nonexistent-kvagent-dir/events.sock"};
+  auto publisher = EventPublisher::Start(o);
+  ASSERT_FALSE(publisher.ok());
+  EXPECT_NE(publisher.status().message().find("/nonexistent-kvagent-dir"), std::string::npos)
+      << publisher.status().ToString();
 }
 
 }  // namespace

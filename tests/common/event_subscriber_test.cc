@@ -114,6 +114,7 @@ TEST(EventSubscriber, LiveGapIsRepairedThroughReplay) {
   const EventSubscriberStats s = sub->stats();
   EXPECT_GT(s.replayed_batches, 0u) << "no live batch was lost: the test made no gap";
   EXPECT_GT(s.replay_requests, 0u);
+  EXPECT_GT(s.gaps_repaired, 0u);
   EXPECT_EQ(s.gaps_reported, 0u);
   EXPECT_EQ(s.delivered_batches, last - *first + 1);
 }
@@ -366,6 +367,7 @@ TEST(EventSubscriber, SilentReplayServerIsGivenUpAndTheGapReported) {
   EXPECT_EQ(ds.back().seq, far);
   EXPECT_FALSE(ds.back().replayed);
   EXPECT_EQ(sub->stats().replay_requests, 1u);
+  EXPECT_EQ(sub->stats().gaps_repaired, 0u);
   auto request = testing::ReceiveFrames(router, 1s);
   ASSERT_TRUE(request) << "the replay request never reached the server";
   EXPECT_EQ(request->size(), 3u);

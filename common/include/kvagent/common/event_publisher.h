@@ -26,9 +26,12 @@
 namespace kvagent::events {
 
 struct EventPublisherOptions {
-  std::string endpoint;         // PUB bind endpoint, e.g. tcp://0.0.0.0:5557 or ipc:///run/...
-  std::string replay_endpoint;  // ROUTER bind endpoint; empty: no replay socket
-  std::string topic;            // frame 0 of every batch; default empty
+  std::string endpoint;  // PUB bind endpoint, e.g. tcp://0.0.0.0:5557 or ipc:///run/...
+  // More endpoints the same PUB socket binds (e.g. tcp next to ipc): every subscriber, on
+  // whichever endpoint, sees the same batches with the same seq.
+  std::vector<std::string> extra_endpoints;
+  std::string replay_endpoint;         // ROUTER bind endpoint; empty: no replay socket
+  std::string topic;                   // frame 0 of every batch; default empty
   std::optional<int64_t> dp_rank = 0;  // third element of every payload built here
   size_t replay_batches = 10000;       // batches retained for replay
   // ...and at most this many payload bytes of them (the newest batch is always kept): 10 000
@@ -87,6 +90,7 @@ class EventPublisher {
   // The endpoints actually bound (a tcp port 0 / '*' resolved to the real port).
   std::string endpoint() const;
   std::string replay_endpoint() const;
+  std::vector<std::string> extra_endpoints() const;  // in the order of the options
 
   // Counters, readable from any thread at any time (each exact; not one consistent snapshot).
   EventPublisherStats stats() const;

@@ -69,6 +69,7 @@ struct EventSubscriberStats {
   uint64_t delivered_batches = 0;
   uint64_t replayed_batches = 0;    // delivered batches that came through replay
   uint64_t duplicates_dropped = 0;  // batches both live and replay delivered (kept once)
+  uint64_t gaps_repaired = 0;       // replays (gap repairs, idle probes) that supplied lost batches
   uint64_t gaps_reported = 0;       // kGap deliveries
   uint64_t missing_batches = 0;     // seqs covered by kGap deliveries
   uint64_t resets = 0;
