@@ -9,6 +9,7 @@ msgpack raw=False + strict_map_key=True into [ts, events, dp_rank], map-form eve
 AllBlocksCleared first; and the replay ROUTER answering [b"", start_seq] with the 4-frame layout
 and the end marker.
 
+Decoding and frame checks are those of strict_events.py (the project's EVENTS.md oracle).
 Environment: KVMASTER (path to kvmaster), MASTER_TEST_CLIENT (path to master_test_client).
 """
 import os
@@ -19,50 +20,12 @@ import tempfile
 import time
 import unittest
 
-import msgpack
 import zmq
 
-END_SEQ = b"\xff" * 8
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import strict_events  # noqa: E402  (the project's conformance oracle for EVENTS.md)
+
 TIMEOUT_S = 20
-
-
-def strict_decode(payload):
-    """Decodes one payload the way Dynamo/msgspec do; raises AssertionError on any deviation."""
-    batch = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-    assert isinstance(batch, list) and len(batch) == 3, batch
-    ts, events, dp_rank = batch
-    assert isinstance(ts, float), ts
-    assert dp_rank is None or isinstance(dp_rank, int), dp_rank
-    assert isinstance(events, list)
-    for ev in events:
-        assert isinstance(ev, dict), ev
-        keys = list(ev.keys())
-        assert keys[0] == "type", keys
-        kind = ev["type"]
-        if kind == "BlockStored":
-            for k in ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                      "medium", "lora_name"):
-                assert k in ev, (k, ev)
-            assert isinstance(ev["token_ids"], list), ev
-            assert all(isinstance(t, int) and 0 <= t < 2**32 for t in ev["token_ids"])
-            assert isinstance(ev["block_size"], int)
-            if ev["token_ids"]:
-                assert len(ev["token_ids"]) == ev["block_size"] * len(ev["block_hashes"])
-            assert ev["medium"] == "EXTERNAL", ev
-            assert "session_id" not in ev or isinstance(ev["session_id"], str)
-            allowed = {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
-                       "lora_id", "medium", "lora_name", "session_id", "object_key", "group_idx"}
-        elif kind == "BlockRemoved":
-            assert "block_hashes" in ev and ev["medium"] == "EXTERNAL", ev
-            allowed = {"type", "block_hashes", "medium", "object_key"}
-        elif kind == "AllBlocksCleared":
-            allowed = {"type"}
-        else:
-            raise AssertionError("unknown event type %r" % kind)
-        assert set(ev) <= allowed, (kind, set(ev) - allowed)
-        for h in ev.get("block_hashes", []):
-            assert isinstance(h, int) and -2**63 <= h < 2**64, h
-    return events
 
 
 def summary(ev):
@@ -136,34 +99,22 @@ class KvmasterEvents(unittest.TestCase):
         live, seqs = [], []
         while not live or live[-1] != expected[-1] or len(live) < 2:
             frames = sub.recv_multipart()
-            self.assertEqual(len(frames), 3, "PUB messages are exactly [topic, seq, payload]")
-            self.assertEqual(frames[0], b"")
-            self.assertEqual(len(frames[1]), 8)
-            seqs.append(int.from_bytes(frames[1], "big"))
-            live.extend(summary(e) for e in strict_decode(frames[2]))
-        self.assertEqual(seqs, list(range(seqs[0], seqs[0] + len(seqs))), "contiguous seq")
+            msg = strict_events.parse_live_frames(frames)  # exactly 3 frames, strict payload
+            strict_events.assert_canonical(msg.payload)
+            self.assertEqual(msg.topic, b"")
+            seqs.append(msg.seq)
+            live.extend(summary(e) for e in msg.batch.events)
+        strict_events.check_contiguous(seqs)
         self.assertEqual(live, expected[len(expected) - len(live):])
 
         # Replay from 0: the 4-frame layout, every batch since the start, then the end marker.
-        dealer = self.ctx.socket(zmq.DEALER)
-        self.addCleanup(dealer.close, 0)
-        dealer.setsockopt(zmq.RCVTIMEO, TIMEOUT_S * 1000)
-        dealer.connect(self.ep["replay"])
-        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
-        replayed, rseqs = [], []
-        while True:
-            frames = dealer.recv_multipart()
-            self.assertEqual(len(frames), 4, frames)
-            self.assertEqual(frames[0], b"")
-            if frames[2] == END_SEQ:
-                self.assertEqual(frames[1:], [b"", END_SEQ, b""])
-                break
-            self.assertEqual(frames[1], b"")
-            rseqs.append(int.from_bytes(frames[2], "big"))
-            replayed.extend(summary(e) for e in strict_decode(frames[3]))
-        self.assertEqual(rseqs, list(range(len(rseqs))), "replay starts at seq 0, contiguous")
+        history = strict_events.replay(self.ep["replay"], 0, timeout_ms=TIMEOUT_S * 1000,
+                                       context=self.ctx)
+        strict_events.check_contiguous([m.seq for m in history], start=0)
+        replayed = [summary(e) for m in history for e in m.batch.events]
         self.assertEqual(replayed, expected)
         self.assertEqual(replayed[0][0], "AllBlocksCleared", "a new master clears first")
+        self.assertEqual(seqs[-1], history[-1].seq, "live and replay agree on the last seq")
 
 
 if __name__ == "__main__":
