@@ -129,6 +129,10 @@ Status MasterService::ValidateWriteStart(const WriteStartRequest& req) const {
     if (req.sizes[i] == 0) {
       return InvalidParams("sizes[" + std::to_string(i) + "] is 0; a value has at least 1 byte");
     }
+    if (req.sizes[i] > kMaxValueBytes) {
+      return InvalidParams("sizes[" + std::to_string(i) + "] is " + std::to_string(req.sizes[i]) +
+                           " bytes; the limit is " + std::to_string(kMaxValueBytes));
+    }
   }
   for (size_t i = 0; i < req.blocks.size(); ++i) {
     const BlockMetaView& b = req.blocks[i];

@@ -257,7 +257,7 @@ void MetadataStore::DropAgent(AgentId id) {
 bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
                                 std::vector<Replica>* out) {
   const size_t mark = out->size();
-  const uint64_t parts = size == 0 ? 1 : (size + part_bytes_ - 1) / part_bytes_;
+  const uint64_t parts = size == 0 ? 1 : size / part_bytes_ + (size % part_bytes_ != 0);
   AgentId used[256];
   for (uint64_t p = 0; p < parts; ++p) {
     const uint64_t len = std::min(part_bytes_, size - p * part_bytes_);
@@ -303,8 +303,8 @@ bool MetadataStore::AllocateReplicas(AgentId writer, uint64_t size, uint8_t repl
   // No room: evict down to the low watermark (and at least the bytes needed), retry once.
   const uint64_t capacity = bytes_capacity();
   const uint64_t used = bytes_used();
+  if (size > capacity) return false;  // would not fit in an empty pool: evict nothing
   const uint64_t need = SegmentAllocator::Rounded(size);
-  if (need > capacity) return false;  // would not fit in an empty pool: evict nothing
   uint64_t target = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
   target = std::min(target, used > need ? used - need : 0);
   if (EvictTo(target) == 0) return false;

@@ -131,7 +131,9 @@ TEST_F(MasterRpcTest, ABatchWhoseArraysDisagreeIsRejectedWhole) {
     EXPECT_EQ(code, static_cast<uint16_t>(ErrorCode::kInvalidParams));
   r = Call(WriteStartMsg(agent, {"a", "b"}, {100, 100}, {"only-one"}));
   EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
-  EXPECT_EQ(c.svc->Stats().bad_requests, 2u);
+  r = Call(WriteStartMsg(agent, {"a", "b"}, {100, ~uint64_t{0}}));  // absurd size
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_EQ(c.svc->Stats().bad_requests, 3u);
   ExpectNothingChanged();
 }
 

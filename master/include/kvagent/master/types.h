@@ -61,6 +61,10 @@ struct MasterOptions {
 // below the put timeout, watermarks outside 0 < low <= high <= 1, parts below 4 KiB).
 Status ValidateMasterOptions(const MasterOptions& options);
 
+// Largest value a write may announce (256 TiB): far beyond any pool, and small enough that
+// size arithmetic (rounding, parts) cannot overflow.
+inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
+
 struct WriteOptions {
   uint8_t replica_count = 1;  // per part, on distinct agents (best effort, at least one)
   bool soft_pin = false;
