@@ -1,0 +1,44 @@
+// The relay's command-line flags / config keys, declared once so kvagent (and test tools)
+// expose the same names, defaults and help text.
+//
+//   EventRelayFlags relay_flags;
+//   relay_flags.Declare(&flags);                                   // before flags.Parse(...)
+//   auto options = relay_flags.Options(run_dir, master_endpoint);  // after Parse
+//   options->list_content = ...;                                   // the agent's ListKeys pager
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kvagent/common/flags.h"
+#include "kvagent/common/status.h"
+#include "kvagent/relay/event_relay.h"
+
+namespace kvagent::relay {
+
+inline constexpr int kDefaultMasterEventsPort = 5557;  // EVENTS.md defaults
+inline constexpr int kDefaultMasterReplayPort = 5558;
+
+struct EventRelayFlags {
+  std::string master_events;         // --master-events
+  std::string master_events_replay;  // --master-events-replay
+  std::string events_tcp;            // --events-tcp
+
+  // Declares the flags above on `flags`. `this` must outlive flags->Parse().
+  void Declare(FlagSet* flags);
+
+  // Options for a relay serving ipc://<run_dir>/events.sock and events-replay.sock (plus
+  // --events-tcp), following the master whose RPC endpoint is `master_endpoint`: unset master
+  // event endpoints are that host with ports 5557 and 5558. INVALID_PARAMS naming the flag to
+  // set when they cannot be derived (the master endpoint is not tcp://HOST:PORT) or run_dir is
+  // empty. list_content is left for the caller.
+  [[nodiscard]] Result<EventRelayOptions> Options(std::string_view run_dir,
+                                                  std::string_view master_endpoint) const;
+};
+
+// "tcp://10.0.0.5:50051", 5557 -> "tcp://10.0.0.5:5557" (IPv6 "[::1]" hosts too); nullopt
+// unless `endpoint` is tcp://HOST:PORT.
+std::optional<std::string> WithPort(std::string_view endpoint, int port);
+
+}  // namespace kvagent::relay

@@ -1,0 +1,396 @@
+// EventRelay: one thread follows the master (EventSubscriber) and feeds our EventPublisher.
+//
+// The thread runs three phases (RelayPhase): join (learn our position in the master's
+// stream), sync (AllBlocksCleared + content + held-back batches; see event_relay.h for why
+// this converges) and live (PublishEncoded per delivered batch). A kGap or kReset while live,
+// or a resync request, goes back to sync; anything that spoils a sync starts it over.
+//
+// Invariants:
+//  - sub_ is created, used and destroyed on the relay thread only (one thread per socket).
+//  - held_ is empty outside a sync; during a sync it holds, in seq order, every master batch
+//    delivered since the current scan started.
+//  - counters_ belongs to the relay thread; stats() reads the copy in shared_, refreshed by
+//    the thread after every step, so a counter in stats() never runs ahead of the work.
+#include "kvagent/relay/event_relay.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <glog/logging.h>
+
+#include "announcement.h"
+#include "kvagent/common/event_publisher.h"
+#include "kvagent/common/event_subscriber.h"
+
+namespace kvagent::relay {
+namespace {
+
+using namespace std::chrono_literals;
+using events::EventDelivery;
+using Clock = std::chrono::steady_clock;
+
+// Longest wait in one Next() call, so a stop request is seen within this.
+constexpr auto kPoll = 100ms;
+// Waiting deliveries dropped before a scan starts are bounded by this time, so a busy master
+// cannot hold the scan off forever (dropping them only saves work; nothing depends on it).
+constexpr auto kDropWindow = 200ms;
+
+// Removes the socket file of an ipc:// endpoint (ZMQ removes it too when it closes cleanly;
+// this covers the rest). Other transports: nothing to do.
+void RemoveIpcFile(const std::string& endpoint) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (endpoint.rfind(kIpc, 0) != 0 || endpoint.size() == kIpc.size()) return;
+  const std::string path = endpoint.substr(kIpc.size());
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+}
+
+}  // namespace
+
+std::string_view RelayPhaseName(RelayPhase phase) {
+  switch (phase) {
+    case RelayPhase::kJoining:
+      return "joining";
+    case RelayPhase::kSyncing:
+      return "syncing";
+    case RelayPhase::kLive:
+      return "live";
+  }
+  return "unknown";
+}
+
+class EventRelay::Thread {
+ public:
+  Thread(EventRelayOptions options, std::unique_ptr<events::EventPublisher> publisher)
+      : options_(std::move(options)), publisher_(std::move(publisher)) {}
+
+  ~Thread() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+    std::vector<std::string> bound = publisher_->extra_endpoints();
+    bound.push_back(publisher_->endpoint());
+    bound.push_back(publisher_->replay_endpoint());
+    publisher_.reset();  // sends what is queued, closes our sockets
+    for (const std::string& endpoint : bound) RemoveIpcFile(endpoint);
+  }
+
+  // Starts the relay thread; returns once it has connected to the master (or failed to).
+  Status Start() {
+    std::promise<Status> connected;
+    std::future<Status> result = connected.get_future();
+    thread_ = std::thread([this, &connected] { Run(&connected); });
+    Status status = result.get();
+    if (!status.ok()) thread_.join();
+    return status;
+  }
+
+  void RequestResync() { resync_.store(true, std::memory_order_relaxed); }
+  void Flush() { publisher_->Flush(); }
+  const events::EventPublisher& publisher() const { return *publisher_; }
+
+  EventRelayStats stats() const {
+    EventRelayStats s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = shared_;
+    }
+    const events::EventPublisherStats p = publisher_->stats();
+    s.next_seq = p.next_seq;
+    s.dropped_events = p.dropped_events;
+    return s;
+  }
+
+ private:
+  bool stopping() const { return stop_.load(std::memory_order_relaxed); }
+
+  Result<std::unique_ptr<events::EventSubscriber>> Subscribe(std::optional<uint64_t> from_seq) {
+    events::EventSubscriberOptions o;
+    o.endpoint = options_.master_events;
+    o.replay_endpoint = options_.master_events_replay;
+    o.from_seq = from_seq;
+    o.replay_timeout = options_.replay_timeout;
+    o.idle_probe_interval = options_.idle_probe_interval;
+    return events::EventSubscriber::Start(std::move(o));
+  }
+
+  void Run(std::promise<Status>* connected) {
+    auto sub = Subscribe(std::nullopt);
+    connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
+    if (!sub.ok()) return;
+    sub_ = std::move(*sub);
+    if (Join()) {
+      while (!stopping()) {
+        if (Sync()) Live();
+      }
+    }
+    RetireSubscriber();
+  }
+
+  // ---- join ----------------------------------------------------------------------------------
+
+  // Waits for a first delivery: from then on every master batch reaches us or is reported.
+  // Returns false when stopped first.
+  bool Join() {
+    SetPhase(RelayPhase::kJoining);
+    const Clock::time_point give_up_live = Clock::now() + options_.join_timeout;
+    bool asked_history = false;
+    while (!stopping()) {
+      Result<EventDelivery> d = sub_->Next(kPoll);
+      RefreshStats();
+      if (d.ok()) {
+        Count(*d);
+        return true;  // older than the scan to come: dropped
+      }
+      if (asked_history || options_.master_events_replay.empty() || Clock::now() < give_up_live) {
+        continue;
+      }
+      // Nothing live: a quiet (or unreachable) master. Its retained history tells where its
+      // stream stands; the subscriber keeps asking until the master answers.
+      LOG(INFO) << "event relay: no live batch from " << options_.master_events << " within "
+                << options_.join_timeout.count() << " ms; asking " << options_.master_events_replay
+                << " for its retained history";
+      auto history = Subscribe(uint64_t{0});
+      if (!history.ok()) {  // cannot happen: the same endpoints connected before
+        LOG(ERROR) << "event relay: " << history.status().ToString();
+        continue;
+      }
+      RetireSubscriber();
+      sub_ = std::move(*history);
+      asked_history = true;
+    }
+    return false;
+  }
+
+  // ---- sync (re-announce) --------------------------------------------------------------------
+
+  // One re-announce. Returns true when it completed; false when it must start over (or stop).
+  bool Sync() {
+    SetPhase(RelayPhase::kSyncing);
+    resync_.store(false, std::memory_order_relaxed);
+    DropWaiting();
+    publisher_->Publish(events::AllBlocksCleared{});
+    held_.clear();
+    held_bytes_ = 0;
+    uint64_t objects = 0;
+    uint64_t cursor = 0;
+    while (true) {
+      if (stopping()) return false;
+      Result<ContentPage> page = options_.list_content(cursor);
+      if (!page.ok()) {
+        ++counters_.content_failures;
+        LOG_EVERY_N(WARNING, 10) << "event relay: cannot list the store's content (cursor "
+                                 << cursor << "): " << page.status().ToString() << "; retrying in "
+                                 << options_.retry_interval.count() << " ms";
+        return StartOver(/*wait=*/true);
+      }
+      if (page->restarted) {
+        LOG(INFO) << "event relay: the content scan restarted; re-announcing from the start";
+        return StartOver(/*wait=*/false);
+      }
+      objects += Announce(std::move(page->objects));
+      // Backpressure: the content must not overflow our publisher's queue (a drop would be
+      // a gap nobody can repair).
+      publisher_->Flush();
+      if (!HoldBack() || resync_.load(std::memory_order_relaxed)) {
+        return StartOver(/*wait=*/false);
+      }
+      if (page->next_cursor == 0) break;
+      cursor = page->next_cursor;
+    }
+    const size_t held = held_.size();
+    for (std::string& payload : held_) publisher_->PublishEncoded(std::move(payload));
+    held_.clear();
+    held_bytes_ = 0;
+    counters_.relayed_batches += held;
+    ++counters_.reannounces;
+    counters_.objects_reannounced += objects;
+    LOG(INFO) << "event relay: re-announced " << objects << " objects (+" << held
+              << " master batches held back); now live";
+    RefreshStats();
+    return true;
+  }
+
+  // Publishes the valid objects of one page; returns how many.
+  uint64_t Announce(std::vector<events::BlockStored> objects) {
+    std::vector<events::KvEvent> out;
+    out.reserve(objects.size());
+    for (events::BlockStored& e : objects) {
+      Status valid = CheckAnnouncement(e);
+      if (!valid.ok()) {
+        ++counters_.invalid_objects;
+        LOG_EVERY_N(WARNING, 100) << "event relay: not re-announcing object \""
+                                  << e.object_key.value_or("") << "\": " << valid.ToString();
+        continue;
+      }
+      out.emplace_back(std::move(e));
+    }
+    const uint64_t n = out.size();
+    if (n > 0) publisher_->Publish(std::move(out));
+    return n;
+  }
+
+  // Moves the deliveries ready now into held_ (up to max_held_bytes). Returns false when a gap
+  // or reset among them spoils the scan.
+  bool HoldBack() {
+    while (held_bytes_ < options_.max_held_bytes) {
+      Result<EventDelivery> d = sub_->Next(1ms);
+      if (!d.ok()) break;  // nothing more ready
+      if (!Count(*d)) return false;
+      held_bytes_ += d->payload.size();
+      held_.push_back(std::move(d->payload));
+    }
+    RefreshStats();
+    return true;
+  }
+
+  // Drops the deliveries waiting before a scan starts: the scan will reflect them.
+  void DropWaiting() {
+    const Clock::time_point until = Clock::now() + kDropWindow;
+    while (Clock::now() < until) {
+      Result<EventDelivery> d = sub_->Next(1ms);
+      if (!d.ok()) break;
+      Count(*d);
+    }
+  }
+
+  bool StartOver(bool wait) {
+    ++counters_.reannounce_restarts;
+    held_.clear();
+    held_bytes_ = 0;
+    if (wait) {
+      // Keep reading the master meanwhile (dropping: the next scan reflects it), so our
+      // position holds and ZMQ does not queue up.
+      const Clock::time_point until = Clock::now() + options_.retry_interval;
+      while (!stopping() && Clock::now() < until) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+        Result<EventDelivery> d = sub_->Next(std::min<std::chrono::milliseconds>(kPoll, left));
+        if (d.ok()) Count(*d);
+      }
+    }
+    RefreshStats();
+    return false;
+  }
+
+  // ---- live ----------------------------------------------------------------------------------
+
+  void Live() {
+    SetPhase(RelayPhase::kLive);
+    while (!stopping() && !resync_.load(std::memory_order_relaxed)) {
+      Result<EventDelivery> d = sub_->Next(kPoll);
+      if (d.ok()) {
+        if (!Count(*d)) return;  // re-announce
+        publisher_->PublishEncoded(std::move(d->payload));
+        ++counters_.relayed_batches;
+      }
+      RefreshStats();
+    }
+  }
+
+  // Counts a gap or reset (logging why a re-announce follows). Returns true for a batch.
+  bool Count(const EventDelivery& d) {
+    switch (d.kind) {
+      case EventDelivery::Kind::kBatch:
+        counters_.master_next_seq = d.seq + 1;
+        return true;
+      case EventDelivery::Kind::kGap:
+        counters_.master_next_seq = d.gap_to + 1;
+        ++counters_.unrepaired_gaps;
+        counters_.missing_batches += d.gap_to - d.seq + 1;
+        LOG(WARNING) << "event relay: master batches " << d.seq << ".." << d.gap_to
+                     << " are lost (not in the master's replay ring); re-announcing the store";
+        return false;
+      case EventDelivery::Kind::kReset:
+        counters_.master_next_seq = 0;  // the new incarnation is followed from its start
+        ++counters_.resets;
+        LOG(WARNING) << "event relay: the master's event stream restarted (seq " << d.previous_seq
+                     << " -> " << d.seq << "); re-announcing the store";
+        return false;
+    }
+    return false;
+  }
+
+  // ---- stats ---------------------------------------------------------------------------------
+
+  void SetPhase(RelayPhase phase) {
+    counters_.phase = phase;
+    RefreshStats();
+  }
+
+  // Folds the stats of a subscriber about to be replaced into retired_.
+  void RetireSubscriber() {
+    if (!sub_) return;
+    const events::EventSubscriberStats s = sub_->stats();
+    retired_.gaps_repaired += s.gaps_repaired;
+    retired_.replayed_batches += s.replayed_batches;
+    retired_.malformed_messages += s.malformed_messages;
+    sub_.reset();
+  }
+
+  void RefreshStats() {
+    EventRelayStats s = counters_;
+    if (sub_) {
+      const events::EventSubscriberStats sub = sub_->stats();
+      s.repaired_gaps = retired_.gaps_repaired + sub.gaps_repaired;
+      s.replayed_batches = retired_.replayed_batches + sub.replayed_batches;
+      s.malformed_messages = retired_.malformed_messages + sub.malformed_messages;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    shared_ = s;
+  }
+
+  EventRelayOptions options_;
+  std::unique_ptr<events::EventPublisher> publisher_;  // thread-safe; outlives thread_
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> resync_{false};
+
+  // Relay thread only.
+  std::unique_ptr<events::EventSubscriber> sub_;
+  std::vector<std::string> held_;  // master payloads held back during a sync
+  size_t held_bytes_ = 0;
+  EventRelayStats counters_;
+  events::EventSubscriberStats retired_;  // of subscribers replaced by Join
+
+  mutable std::mutex mu_;
+  EventRelayStats shared_;  // guarded by mu_
+};
+
+Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
+  if (options.master_events.empty()) {
+    return InvalidParams("event relay: no master event endpoint; set --master-events");
+  }
+  if (!options.list_content) {
+    return InvalidParams("event relay: no content source; the agent must supply list_content");
+  }
+  events::EventPublisherOptions p;
+  p.endpoint = options.endpoint;
+  p.replay_endpoint = options.replay_endpoint;
+  p.extra_endpoints = options.extra_endpoints;
+  p.topic = options.topic;
+  p.replay_batches = options.replay_batches;
+  p.replay_max_bytes = options.replay_max_bytes;
+  auto publisher = events::EventPublisher::Start(std::move(p));
+  if (!publisher.ok()) return publisher.status();
+  auto thread = std::make_unique<Thread>(std::move(options), std::move(*publisher));
+  KVAGENT_RETURN_IF_ERROR(thread->Start());
+  return std::unique_ptr<EventRelay>(new EventRelay(std::move(thread)));
+}
+
+EventRelay::EventRelay(std::unique_ptr<Thread> thread) : thread_(std::move(thread)) {}
+EventRelay::~EventRelay() = default;
+
+void EventRelay::RequestResync() { thread_->RequestResync(); }
+void EventRelay::Flush() { thread_->Flush(); }
+EventRelayStats EventRelay::stats() const { return thread_->stats(); }
+std::string EventRelay::endpoint() const { return thread_->publisher().endpoint(); }
+std::string EventRelay::replay_endpoint() const { return thread_->publisher().replay_endpoint(); }
+std::vector<std::string> EventRelay::extra_endpoints() const {
+  return thread_->publisher().extra_endpoints();
+}
+
+}  // namespace kvagent::relay
