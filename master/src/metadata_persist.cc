@@ -13,6 +13,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <random>
 
 #include "kvagent/common/validate.h"
 #include "metadata_store.h"
@@ -311,6 +312,14 @@ Status MetadataStore::Open() {
     LOG(INFO) << "restored " << objects_.size() << " object(s), " << agents_.size() << " agent(s), "
               << segments_.size() << " segment(s) from " << oplog_->path() << " (" << count.value()
               << " records)";
+  }
+  if (agents_.empty()) {
+    // A master without state numbers agents and segments from a random base, so an id held by
+    // an agent of a previous master is not taken for a new agent's (its Heartbeat answers
+    // known=false and it registers again).
+    std::random_device rd;
+    next_agent_id_ = std::max(next_agent_id_, 1 + rd() % (1u << 30));
+    next_segment_id_ = std::max(next_segment_id_, 1 + rd() % (1u << 30));
   }
   events_.emplace_back(events::AllBlocksCleared{});
   ++counters_.events_emitted;

@@ -311,6 +311,15 @@ TEST(MasterService, ANewIncarnationOfAnAgentDropsWhatItsPredecessorHeld) {
   EXPECT_EQ(c.Events().size(), 1u);
 }
 
+TEST(MasterService, AnAgentIdFromAPreviousMasterIsUnknownToANewOne) {
+  Cluster before({}, 1);
+  Cluster after({}, 1);  // a master restarted without state, with an agent of its own
+  const AgentId stale = before.agents[0];
+  ASSERT_NE(stale, after.agents[0]);  // random bases: equal with probability ~1e-9
+  EXPECT_FALSE(after.svc->Heartbeat(stale));
+  EXPECT_TRUE(after.svc->Heartbeat(after.agents[0]));
+}
+
 TEST(MasterService, ReplicasGoToDistinctAgentsWithTheWritersOwnPoolFirst) {
   Cluster c({}, 3);
   WriteOptions three;
