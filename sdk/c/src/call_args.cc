@@ -1,0 +1,256 @@
+#include "call_args.h"
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "boundary.h"
+#include "kvagent/common/validate.h"
+
+namespace kvagent::c_abi {
+namespace {
+
+std::string Indexed(const char* array, size_t i) {
+  return std::string(array) + "[" + std::to_string(i) + "]";
+}
+
+Status NullArray(const char* array, size_t count, const char* what_to_do) {
+  return InvalidParams(std::string(array) + " is NULL but count is " + std::to_string(count) +
+                       "; " + what_to_do);
+}
+
+// Bytes a C caller passed; a NULL pointer is an error unless the size is 0.
+Status ReadBytes(const kv_bytes_t& bytes, const std::string& what, std::string_view* out) {
+  if (bytes.size == 0) {
+    *out = {};
+    return Status::Ok();
+  }
+  if (bytes.data == nullptr) {
+    return InvalidParams(what + ".data is NULL but its size is " + std::to_string(bytes.size) +
+                         "; pass the bytes or size 0");
+  }
+  *out = std::string_view(static_cast<const char*>(bytes.data), bytes.size);
+  return Status::Ok();
+}
+
+template <typename T>
+Status ReadArray(const T* data, size_t count, const std::string& what, std::vector<T>* out) {
+  if (count > 0 && data == nullptr) {
+    return InvalidParams(what + " is NULL but its count is " + std::to_string(count));
+  }
+  out->assign(data, data + count);
+  return Status::Ok();
+}
+
+// The C++ form of one call, built from a Request. Owns copies of the keys, session IDs and
+// block metadata; raw values still point at the caller's bytes (Submit copies them).
+struct CallArgs {
+  std::vector<std::string> keys;
+  std::vector<std::string> session_ids;
+  std::vector<BlockMetadata> blocks;
+  std::vector<Value> values;
+  std::vector<const ArenaBuffer*> targets;
+  CallOptions options;
+
+  Status Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+
+ private:
+  Status ReadKeys(const Request& r);
+  Status ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+  Status ReadBlock(const kv_block_t& c, size_t i, BlockMetadata* out);
+  Status ReadTargets(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+  Status ReadCallOptions(const Request& r);
+};
+
+Status CallArgs::Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
+  switch (r.op) {
+    case Op::kPing:
+      options.timeout = std::chrono::milliseconds(r.ping_timeout_ms);
+      return Status::Ok();
+    case Op::kPut:
+    case Op::kUpsert:
+      KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
+      return ReadWrite(r, held);
+    case Op::kGet:
+      KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
+      KVAGENT_RETURN_IF_ERROR(ReadTargets(r, held));
+      return ReadCallOptions(r);
+    case Op::kExist:
+    case Op::kRemove:
+      KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
+      return ReadCallOptions(r);
+    case Op::kRemoveAll:
+      return ReadCallOptions(r);
+  }
+  return Internal("libkvclient: unknown operation; report this bug");
+}
+
+Status CallArgs::ReadKeys(const Request& r) {
+  if (r.count > kMaxBatchKeys) {  // before anything is sized by it
+    return InvalidParams("count is " + std::to_string(r.count) + "; a call takes at most " +
+                         std::to_string(kMaxBatchKeys) + " keys: split the batch");
+  }
+  if (r.count > 0 && r.keys == nullptr) {
+    return NullArray("keys", r.count, "pass one kv_bytes_t per key");
+  }
+  keys.reserve(r.count);
+  for (size_t i = 0; i < r.count; ++i) {
+    std::string_view key;
+    KVAGENT_RETURN_IF_ERROR(ReadBytes(r.keys[i], Indexed("keys", i), &key));
+    keys.emplace_back(key);
+  }
+  return Status::Ok();
+}
+
+Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
+  if (r.count > 0 && r.values == nullptr) {
+    return NullArray("values", r.count, "pass one kv_value_t per key");
+  }
+  values.reserve(r.count);
+  for (size_t i = 0; i < r.count; ++i) {
+    const kv_value_t& v = r.values[i];
+    if (v.buffer != nullptr) {
+      held->push_back(v.buffer->arena);
+      values.emplace_back(*v.buffer->arena, v.size);
+    } else if (v.bytes == nullptr && v.size > 0) {
+      return InvalidParams(Indexed("values", i) + " has neither a buffer nor bytes; set one");
+    } else {
+      values.emplace_back(std::span<const uint8_t>(static_cast<const uint8_t*>(v.bytes), v.size));
+    }
+  }
+  if (r.session_ids != nullptr) {
+    session_ids.reserve(r.count);
+    for (size_t i = 0; i < r.count; ++i) {
+      std::string_view id;
+      KVAGENT_RETURN_IF_ERROR(ReadBytes(r.session_ids[i], Indexed("session_ids", i), &id));
+      session_ids.emplace_back(id);
+    }
+    options.session_ids = session_ids;
+  }
+  if (r.blocks != nullptr) {
+    blocks.resize(r.count);
+    for (size_t i = 0; i < r.count; ++i) {
+      KVAGENT_RETURN_IF_ERROR(ReadBlock(r.blocks[i], i, &blocks[i]));
+    }
+    options.blocks = blocks;
+  }
+  kv_write_options_t write;
+  kv_write_options_init(&write);
+  KVAGENT_RETURN_IF_ERROR(ReadOptions(r.write, &write, "options", "kv_write_options_init"));
+  options.timeout = std::chrono::milliseconds(write.timeout_ms);
+  options.write.replica_count = write.replica_count;
+  options.write.soft_pin = write.soft_pin != 0;
+  options.write.soft_pin_ttl_ms = write.soft_pin_ttl_ms;
+  options.write.hard_pin = write.hard_pin != 0;
+  return Status::Ok();
+}
+
+Status CallArgs::ReadBlock(const kv_block_t& c, size_t i, BlockMetadata* out) {
+  const std::string what = Indexed("blocks", i);
+  KVAGENT_RETURN_IF_ERROR(ReadArray(c.hashes, c.hash_count, what + ".hashes", &out->block_hashes));
+  KVAGENT_RETURN_IF_ERROR(
+      ReadArray(c.token_ids, c.token_count, what + ".token_ids", &out->token_ids));
+  std::string_view lora;
+  KVAGENT_RETURN_IF_ERROR(ReadBytes(c.lora_name, what + ".lora_name", &lora));
+  out->lora_name.assign(lora);
+  out->hashes_signed = c.hashes_signed != 0;
+  out->has_parent = c.has_parent != 0;
+  out->parent_block_hash = c.parent_hash;
+  out->block_size = c.block_size;
+  return Status::Ok();
+}
+
+Status CallArgs::ReadTargets(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
+  if (r.count > 0 && r.buffers == nullptr) {
+    return NullArray("buffers", r.count, "pass one kv_buffer_t per key");
+  }
+  targets.reserve(r.count);
+  for (size_t i = 0; i < r.count; ++i) {
+    const kv_buffer_t* b = r.buffers[i];
+    if (b == nullptr) {
+      return InvalidParams(Indexed("buffers", i) + " is NULL; allocate it with kv_allocate");
+    }
+    held->push_back(b->arena);
+    targets.push_back(b->arena.get());
+  }
+  return Status::Ok();
+}
+
+Status CallArgs::ReadCallOptions(const Request& r) {
+  kv_call_options_t call;
+  kv_call_options_init(&call);
+  KVAGENT_RETURN_IF_ERROR(ReadOptions(r.call, &call, "options", "kv_call_options_init"));
+  options.timeout = std::chrono::milliseconds(call.timeout_ms);
+  options.force = call.force != 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Reply FailedReply(const Status& status, size_t key_count) {
+  Reply reply;
+  reply.status = status;
+  reply.keys.assign(key_count, KeyResult{status.code(), status.message(), 0, false});
+  return reply;
+}
+
+void Submit(Client& client, const Request& r, kv_pending& pending) {
+  CallArgs a;
+  if (Status read = a.Read(r, &pending.held); !read.ok()) {
+    pending.held.clear();
+    // An over-limit count gets no per-key entries: it may be any number a caller passed.
+    pending.refused = FailedReply(read, r.count <= kMaxBatchKeys ? r.count : 0);
+    return;
+  }
+  switch (r.op) {
+    case Op::kPing:
+      pending.call = client.SubmitPing(a.options.timeout);
+      return;
+    case Op::kPut:
+      pending.call = client.SubmitPut(a.keys, a.values, a.options);
+      return;
+    case Op::kUpsert:
+      pending.call = client.SubmitUpsert(a.keys, a.values, a.options);
+      return;
+    case Op::kGet:
+      pending.call = client.SubmitGet(a.keys, a.targets, a.options);
+      return;
+    case Op::kExist:
+      pending.call = client.SubmitExist(a.keys, a.options);
+      return;
+    case Op::kRemove:
+      pending.call = client.SubmitRemove(a.keys, a.options);
+      return;
+    case Op::kRemoveAll:
+      pending.call = client.SubmitRemoveAll(a.options);
+      return;
+  }
+}
+
+Reply Collect(kv_pending& pending) {
+  if (pending.collected) {
+    return FailedReply(InvalidParams("this call was already waited for; wait once per call"), 0);
+  }
+  pending.collected = true;
+  Reply reply = pending.refused ? std::move(*pending.refused) : pending.call.Wait();
+  if (reply.status.code() == ErrorCode::kTimeout && !pending.held.empty()) {
+    // The agent may still be working on the call and touch these ranges later: they stay
+    // reserved until the client is freed (a visible cost in arena space, never corruption).
+    if (auto parking = pending.parking.lock()) {
+      std::lock_guard<std::mutex> lock(parking->mu);
+      if (!parking->closed) {
+        for (auto& b : pending.held) parking->timed_out.push_back(std::move(b));
+      }
+    }
+  }
+  pending.held.clear();  // otherwise the call is over: the agent no longer touches these ranges
+  return reply;
+}
+
+bool IsReady(kv_pending& pending) {
+  return pending.collected || pending.refused.has_value() || pending.call.Ready();
+}
+
+}  // namespace kvagent::c_abi

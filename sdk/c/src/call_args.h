@@ -1,0 +1,45 @@
+// Turning a call made through the C ABI into a kvagent::Client call, and back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "handles.h"
+#include "kvagent/client.h"
+#include "kvagent/client_c.h"
+
+namespace kvagent::c_abi {
+
+enum class Op { kPing, kPut, kUpsert, kGet, kExist, kRemove, kRemoveAll };
+
+// One call as a C caller gave it. Every pointer is borrowed until Submit returns; Submit copies
+// what the call needs (keys, session IDs, raw values, block metadata) and takes a reference on
+// every buffer named.
+struct Request {
+  Op op = Op::kPing;
+  size_t count = 0;
+  const kv_bytes_t* keys = nullptr;
+  const kv_value_t* values = nullptr;       // Put/Upsert: count entries
+  const kv_bytes_t* session_ids = nullptr;  // Put/Upsert: count entries or NULL
+  const kv_block_t* blocks = nullptr;       // Put/Upsert: count entries or NULL
+  kv_buffer_t* const* buffers = nullptr;    // Get: count entries
+  const kv_write_options_t* write = nullptr;
+  const kv_call_options_t* call = nullptr;
+  uint32_t ping_timeout_ms = 0;
+};
+
+// Submits `request` on `client`; the call (or, when the C arguments are malformed, the refusal
+// as a reply) lands in `pending`, which must be fresh.
+void Submit(Client& client, const Request& request, kv_pending& pending);
+
+// Waits for the call in `pending` and returns its reply, then releases the buffers it held.
+// A second collection answers INVALID_PARAMS.
+Reply Collect(kv_pending& pending);
+
+// True when Collect would not block.
+bool IsReady(kv_pending& pending);
+
+// A reply in which the request and each of its `key_count` keys failed with `status`.
+Reply FailedReply(const Status& status, size_t key_count);
+
+}  // namespace kvagent::c_abi
