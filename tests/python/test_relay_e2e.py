@@ -14,7 +14,6 @@ a master restart.
 Environment: KVMASTER, MASTER_TEST_CLIENT, RELAY_DRIVER (paths to the binaries).
 """
 import os
-import select
 import signal
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ import unittest
 import zmq
 
 import strict_events as se
+from test_strict_events import LineProcess
 
 TIMEOUT_S = 30
 # Writers' sessions: ASCII, accented, CJK, emoji, exactly 256 bytes of 2-byte characters.
@@ -79,44 +79,6 @@ class Link(threading.Thread):
         self.join(TIMEOUT_S)
 
 
-class Process:
-    """A child process answering one stdin command per line; killed and reaped on close()."""
-
-    def __init__(self, argv):
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     bufsize=0)
-        self.pending = b""
-
-    def readline(self, timeout_s=TIMEOUT_S):
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"{self.proc.args[0]} said nothing for {timeout_s} s")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise AssertionError(f"{self.proc.args[0]} exited with {self.proc.wait()}")
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line.decode("utf-8").split()
-
-    def command(self, cmd):
-        self.proc.stdin.write(cmd.encode() + b"\n")
-        return self.readline()
-
-    def stop(self):
-        self.proc.stdin.write(b"stop\n")
-        return self.proc.wait(timeout=TIMEOUT_S)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-
-
 class RelayEndToEnd(unittest.TestCase):
     replay_batches = 10000  # the master's replay ring
 
@@ -138,15 +100,13 @@ class RelayEndToEnd(unittest.TestCase):
         self.link = Link(self.ctx, self.master_events)
         self.link.start()
         self.addCleanup(self.link.stop)
-        self.relay = Process([os.environ["RELAY_DRIVER"], "--master-rpc", self.rpc,
+        self.relay = LineProcess([os.environ["RELAY_DRIVER"], "--master-rpc", self.rpc,
                               "--master-events", self.link.endpoint,
                               "--master-events-replay", self.master_replay,
                               "--run-dir", self.run_dir, "--events-tcp", "tcp://127.0.0.1:0",
                               "--page-limit", "16"])
-        self.addCleanup(self.relay.close)
-        ready = self.relay.readline()
-        self.assertEqual(ready[0], "READY", ready)
-        self.events, self.replay_ep, self.events_tcp = ready[1:4]
+        self.addCleanup(self.relay.kill)
+        self.events, self.replay_ep, self.events_tcp = self.relay.expect("READY")[:3]
         self.assertEqual(self.events, f"ipc://{self.run_dir}/events.sock")
 
     # ---- the master -----------------------------------------------------------------------
@@ -189,10 +149,10 @@ class RelayEndToEnd(unittest.TestCase):
 
     def master_keys(self):
         """The master's key set (ListKeys through the driver): key -> session ('' untagged)."""
-        self.relay.proc.stdin.write(b"keys\n")
+        self.relay.send("keys")
         keys = {}
         while True:
-            line = self.relay.readline()
+            line = self.relay.readline(TIMEOUT_S)
             if line[0] == "END":
                 return keys
             self.assertEqual(line[0], "KEY", line)
@@ -202,9 +162,8 @@ class RelayEndToEnd(unittest.TestCase):
     # ---- the relay ------------------------------------------------------------------------
 
     def stats(self):
-        line = self.relay.command("stats")
-        self.assertEqual(line[0], "STATS", line)
-        return dict(kv.split("=", 1) for kv in line[1:])
+        self.relay.send("stats")
+        return dict(kv.split("=", 1) for kv in self.relay.expect("STATS"))
 
     def settle(self):
         """A quiet point: the relay is live, has taken every master batch and sent it on.
@@ -213,11 +172,11 @@ class RelayEndToEnd(unittest.TestCase):
             s = self.stats()
             return s["phase"] == "live" and s["master_next_seq"] == str(self.master_next_seq())
         wait_for(caught_up, "the relay to catch up with the master")
-        flushed = self.relay.command("flush")
-        self.assertEqual(flushed[0], "FLUSHED")
+        self.relay.send("flush")
+        flushed = int(self.relay.expect("FLUSHED")[0])
         history = se.replay(self.replay_ep, 0, context=self.ctx)
         se.check_contiguous([m.seq for m in history], start=0)
-        self.assertEqual(history[-1].seq, int(flushed[1]) - 1)
+        self.assertEqual(history[-1].seq, flushed - 1)
         for m in history:
             se.assert_canonical(m.payload)
         return history

@@ -134,48 +134,41 @@ class StrictDecoderTest(unittest.TestCase):
             se.check_contiguous([1, 2], start=0)
 
 
-class Driver:
-    """event_publisher_driver as a child process; killed and reaped whatever happens."""
+class LineProcess:
+    """A child process that answers commands on stdin with lines on stdout; killed and reaped
+    by kill() whatever happens. Other tests (test_relay_e2e.py) use it too."""
 
-    def __init__(self, topic=""):
-        exe = os.environ["KVAGENT_EVENT_DRIVER"]
-        self.proc = subprocess.Popen(
-            [exe, "--endpoint", "tcp://127.0.0.1:0", "--replay-endpoint", "tcp://127.0.0.1:*",
-             "--topic", topic], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     bufsize=0)
         self.pending = b""  # bytes read from stdout, not yet split into lines
-        try:
-            self.endpoint = self._expect("ENDPOINT")[0]
-            self.replay_endpoint = self._expect("REPLAY")[0]
-        except BaseException:
-            self.kill()
-            raise
 
-    def _readline(self, timeout_s):
+    def readline(self, timeout_s=20):
+        """The next stdout line, split into words."""
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self.pending:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"driver said nothing for {timeout_s} s")
-            chunk = os.read(fd, 4096)
+                raise AssertionError(f"{self.proc.args[0]} said nothing for {timeout_s} s")
+            chunk = os.read(fd, 65536)
             if not chunk:
-                raise AssertionError(f"driver exited with {self.proc.wait()}")
+                raise AssertionError(f"{self.proc.args[0]} exited with {self.proc.wait()}")
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
         return line.decode("utf-8").split()
 
-    def _expect(self, word, timeout_s=20):
-        line = self._readline(timeout_s)
+    def expect(self, word, timeout_s=20):
+        line = self.readline(timeout_s)
         if not line or line[0] != word:
-            raise AssertionError(f"driver answered {line!r}, expected {word}")
+            raise AssertionError(f"{self.proc.args[0]} answered {line!r}, expected {word}")
         return line[1:]
 
-    def command(self, cmd, answer="PUBLISHED"):
+    def send(self, cmd):
         self.proc.stdin.write(cmd.encode() + b"\n")
-        return [int(x) for x in self._expect(answer)]
 
     def stop(self):
-        self.proc.stdin.write(b"stop\n")
+        self.send("stop")
         return self.proc.wait(timeout=20)
 
     def kill(self):
@@ -184,6 +177,24 @@ class Driver:
         self.proc.wait()
         self.proc.stdin.close()
         self.proc.stdout.close()
+
+
+class Driver(LineProcess):
+    """event_publisher_driver as a child process."""
+
+    def __init__(self, topic=""):
+        super().__init__([os.environ["KVAGENT_EVENT_DRIVER"], "--endpoint", "tcp://127.0.0.1:0",
+                          "--replay-endpoint", "tcp://127.0.0.1:*", "--topic", topic])
+        try:
+            self.endpoint = self.expect("ENDPOINT")[0]
+            self.replay_endpoint = self.expect("REPLAY")[0]
+        except BaseException:
+            self.kill()
+            raise
+
+    def command(self, cmd, answer="PUBLISHED"):
+        self.send(cmd)
+        return [int(x) for x in self.expect(answer)]
 
 
 class PublisherConformanceTest(unittest.TestCase):
