@@ -92,6 +92,7 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
   std::vector<uint64_t> sizes(batch, 4096);
   PlacementBatch placed;
   KeyResults ended;
+  std::vector<events::KvEvent> events;
   auto t0 = Clock::now();
   for (size_t i = 0; i + batch <= kv.size(); i += batch) {
     WriteStartRequest r;
@@ -101,7 +102,7 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
     r.session_ids = std::span(sv).subspan(i, batch);
     (void)p.svc->BatchPutStart(r, &placed);
     (void)p.svc->BatchPutEnd(r.agent, r.keys, &ended);
-    auto events = p.svc->TakeEvents();  // what the owner hands to the publisher
+    p.svc->TakeEvents(&events);  // what the owner hands to the publisher
   }
   return static_cast<double>(kv.size() / batch * batch) / Seconds(t0, Clock::now());
 }
@@ -332,7 +333,7 @@ int main(int argc, char** argv) {
   }
   for (size_t b : sizes) {
     if (!wanted("inproc")) break;
-    const size_t n = b == 1 ? 200'000 : 1'000'000;
+    const size_t n = 1'000'000;  // same table size for every batch size
     auto keys = MakeKeys(n, ("inproc-b" + std::to_string(b) + "/blk-").c_str());
     auto sessions = MakeSessions(n);
     InProcess p;

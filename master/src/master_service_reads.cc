@@ -143,4 +143,6 @@ Status MasterService::Flush() { return store_->FlushLog(); }
 
 std::vector<events::KvEvent> MasterService::TakeEvents() { return store_->TakeEvents(); }
 
+void MasterService::TakeEvents(std::vector<events::KvEvent>* out) { store_->TakeEvents(out); }
+
 }  // namespace kvagent::master

@@ -209,6 +209,10 @@ class MetadataStore {
 
   // Events emitted since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
+  void TakeEvents(std::vector<events::KvEvent>* out) {
+    out->clear();
+    out->swap(events_);
+  }
   // Room for n more events (one allocation per batch instead of regrowth).
   void ReserveEvents(size_t n) {
     if (events_.capacity() - events_.size() < n) {

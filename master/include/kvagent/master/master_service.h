@@ -118,6 +118,9 @@ class MasterService {
 
   // Events produced since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
+  // The same into `*out` (cleared first); the service keeps out's old buffer for the next
+  // events, so a caller that consumes them in place allocates no event buffer per batch.
+  void TakeEvents(std::vector<events::KvEvent>* out);
 
   const MasterOptions& options() const { return options_; }
 
