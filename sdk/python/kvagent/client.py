@@ -8,6 +8,7 @@ from . import _native as native
 from .errors import ErrorCode, InvalidParams, error_for
 
 _U64_MASK = (1 << 64) - 1
+_FIRST_GET_BYTES = 256 << 10  # get_bytes' first buffer when no capacity is given
 
 
 class Block:
@@ -393,15 +394,20 @@ class Client:
 
     def get_bytes(self, key, capacity=None, timeout=None):
         """Convenience for one key: allocates a buffer, gets into it and returns a copy of the
-        value as bytes. ``capacity``: the largest value expected (default: the whole arena).
-        Raises the KvError of the key's code when the key could not be read (there is no
-        Result to carry it)."""
-        size = capacity if capacity is not None else self.arena_bytes
-        with self.allocate(size) as buffer:
-            k = self.get([key], [buffer], timeout).keys[0]
-            if k.code != ErrorCode.OK:
+        value as bytes. ``capacity``: the largest value expected; without it a first try uses
+        256 KiB (or the arena, if smaller) and a larger value is fetched again at its exact
+        length. Raises the KvError of the key's code when the key could not be read (there is
+        no Result to carry it)."""
+        size = capacity if capacity is not None else min(_FIRST_GET_BYTES, self.arena_bytes)
+        while True:
+            with self.allocate(size) as buffer:
+                k = self.get([key], [buffer], timeout).keys[0]
+                if k.code == ErrorCode.OK:
+                    return buffer.tobytes(k.length)
+            if (k.code != ErrorCode.BUFFER_OUT_OF_RANGE or capacity is not None
+                    or k.length <= size):
                 raise error_for(k.code, k.message)
-            return buffer.tobytes(k.length)
+            size = k.length  # the value is larger than the first try: once more, exactly
 
     def exist(self, keys, timeout=None):
         """``result.keys[i].exists`` tells whether each object is readable."""
