@@ -36,19 +36,6 @@ uint64_t NewEpoch() {
   return (random ^ now) & 0x7FFFFFFFFFFFFFFFULL;
 }
 
-Status MakeRunDir(const std::string& dir) {
-  if (dir.empty()) return InvalidParams("--run-dir is empty");
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Internal("cannot create run dir " + prefix + ": " + std::strerror(errno) +
-                      "; pick a writable --run-dir");
-    }
-  }
-  return Status::Ok();
-}
-
 Status CheckConfig(const AgentConfig& c) {
   if (c.max_clients < 1 || c.max_clients > kMaxClientsLimit) {
     return InvalidParams("--max-clients " + std::to_string(c.max_clients) +
@@ -64,6 +51,19 @@ Status CheckConfig(const AgentConfig& c) {
 }
 
 }  // namespace
+
+Status MakeRunDir(const std::string& dir) {
+  if (dir.empty()) return InvalidParams("--run-dir is empty");
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return Internal("cannot create run dir " + prefix + ": " + std::strerror(errno) +
+                      "; pick a writable --run-dir");
+    }
+  }
+  return Status::Ok();
+}
 
 Agent::Agent(std::unique_ptr<State> state) : state_(std::move(state)) {}
 

@@ -11,6 +11,32 @@ std::span<const uint8_t> Finish(flatbuffers::FlatBufferBuilder& fbb,
   return {fbb.GetBufferPointer(), fbb.GetSize()};
 }
 
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<proto::ListedKey>>> EncodeListed(
+    flatbuffers::FlatBufferBuilder& fbb, const std::vector<ListedKey>& listed) {
+  if (listed.empty()) return 0;
+  std::vector<flatbuffers::Offset<proto::ListedKey>> out;
+  out.reserve(listed.size());
+  for (const ListedKey& k : listed) {
+    const auto key = fbb.CreateString(k.key);
+    const auto session = k.session_id.empty() ? 0 : fbb.CreateString(k.session_id);
+    out.push_back(proto::CreateListedKey(fbb, key, k.size, session));
+  }
+  return fbb.CreateVector(out);
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<proto::Counter>>> EncodeCounters(
+    flatbuffers::FlatBufferBuilder& fbb, const std::vector<Counter>& counters) {
+  if (counters.empty()) return 0;
+  std::vector<flatbuffers::Offset<proto::Counter>> out;
+  out.reserve(counters.size());
+  for (const Counter& c : counters) {
+    const auto name = fbb.CreateString(c.name);
+    const auto text = c.text.empty() ? 0 : fbb.CreateString(c.text);
+    out.push_back(proto::CreateCounter(fbb, name, c.value, text));
+  }
+  return fbb.CreateVector(out);
+}
+
 }  // namespace
 
 std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
@@ -29,6 +55,8 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
     std::vector<uint8_t> flags(data.exists.begin(), data.exists.end());
     exists = fbb.CreateVector(flags);
   }
+  const auto listed = EncodeListed(fbb, data.listed);
+  const auto counters = EncodeCounters(fbb, data.counters);
   proto::CompletionBuilder b(fbb);
   b.add_request_id(request_id);
   b.add_status(static_cast<uint16_t>(data.status.code()));
@@ -38,6 +66,9 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
   if (!lengths.IsNull()) b.add_lengths(lengths);
   if (!exists.IsNull()) b.add_exists(exists);
   b.add_removed_count(data.removed_count);
+  if (!listed.IsNull()) b.add_listed(listed);
+  b.add_next_cursor(data.next_cursor);
+  if (!counters.IsNull()) b.add_counters(counters);
   return Finish(fbb, b.Finish());
 }
 

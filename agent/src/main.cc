@@ -1,21 +1,95 @@
-// kvagent: the node agent. In this issue: serves SDK clients over shared memory, answers Ping,
-// and answers every other op MASTER_UNAVAILABLE (no master link yet).
+// kvagent: the node agent. Serves SDK clients over shared memory, batches their requests to a
+// master — the embedded one (standalone, the default) or kvmaster (--master tcp://HOST:PORT) —
+// and moves the bytes between client arenas and the node pools.
+//
+// Start-up order: flags; the node pool (allocated and pre-faulted); the data plane; the master
+// (embedded: registered and mounted at once; remote: registered in the background — ready when
+// the link is, or explicitly degraded); the event stream (embedded master's publisher, or the
+// relay); then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come last. SIGTERM or
+// SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad flag.
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
 
 #include <cstdio>
 #include <iostream>
+#include <random>
 
+#include "embedded_master.h"
 #include "kvagent/agent/agent.h"
-#include "kvagent/agent/no_master_handler.h"
 #include "kvagent/common/flags.h"
+#include "kvagent/master_link/remote_master.h"
+#include "kvagent/relay/event_relay.h"
+#include "kvagent/relay/relay_flags.h"
+#include "kvagent/transfer/transfer_flags.h"
+#include "request_pipeline.h"
 
 namespace {
 
-kvagent::Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts,
-                                                const char* flag) {
+using kvagent::Result;
+using kvagent::Status;
+
+struct Flags {
+  kvagent::agent::AgentConfig agent;
+  int64_t max_clients = agent.max_clients;
+  int64_t spin_us = agent.spin.count();
+  std::vector<std::string> allow_uids;
+  std::vector<std::string> allow_gids;
+  std::string master;
+  bool standalone = false;
+  std::string agent_name;
+  int64_t heartbeat_ms = 1000;
+  int64_t master_timeout_ms = 5000;
+  int64_t ready_wait_ms = -1;  // -1: --master-timeout-ms
+  kvagent::transfer::TransferFlags transfer;
+  kvagent::relay::EventRelayFlags relay;
+  kvagent::master::MasterOptions embedded;  // the standalone master's options
+};
+
+void Declare(kvagent::FlagSet& f, Flags& v) {
+  f.String("run-dir", &v.agent.run_dir,
+           "directory for agent.sock and events.sock (created 0755 if missing)");
+  f.String("master", &v.master,
+           "kvmaster's address, tcp://HOST:PORT; without it the agent runs standalone");
+  f.Bool("standalone", &v.standalone,
+         "run the master inside the agent (the default when --master is not given)");
+  f.String("agent-name", &v.agent_name,
+           "this agent's stable name at the master (default: <hostname>:<run-dir>)");
+  f.Int("heartbeat-ms", &v.heartbeat_ms, "heartbeat period towards kvmaster");
+  f.Int("master-timeout-ms", &v.master_timeout_ms,
+        "a kvmaster request unanswered this long fails with MASTER_UNAVAILABLE and the link "
+        "reconnects");
+  f.Int("master-ready-wait-ms", &v.ready_wait_ms,
+        "how long start-up waits for kvmaster before serving degraded (default: "
+        "--master-timeout-ms)");
+  f.Size("max-arena-bytes", &v.agent.max_arena_bytes, "cap on a client's data arena");
+  f.Size("ring-bytes", &v.agent.ring_bytes, "default size of each client ring (power of two)");
+  f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");
+  f.Int("max-clients", &v.max_clients, "clients served at once (1..127)");
+  f.StringList("allow-uid", &v.allow_uids,
+               "uid allowed to attach (repeatable; default: the agent's uid and root)");
+  f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
+  f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
+  v.transfer.Declare(&f);
+  v.relay.Declare(&f);
+  f.String("state-dir", &v.embedded.state_dir,
+           "standalone: keep the embedded master's operation log here (empty: memory only)");
+  f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
+  f.Int("put-timeout-ms", &v.embedded.put_timeout_ms,
+        "standalone: an unfinished put older than this may be taken over");
+  f.Int("put-release-timeout-ms", &v.embedded.put_release_timeout_ms,
+        "standalone: replicas of a taken-over put are freed this long after it started");
+  f.Size("max-part-bytes", &v.embedded.max_part_bytes,
+         "standalone: values larger than this are stored as several parts");
+  f.Double("high-watermark", &v.embedded.high_watermark,
+           "standalone: pool use that starts eviction (0..1)");
+  f.Double("low-watermark", &v.embedded.low_watermark,
+           "standalone: pool use eviction brings it down to (0..1)");
+}
+
+Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {
   std::vector<uint32_t> ids;
   for (const std::string& t : texts) {
     char* end = nullptr;
@@ -28,47 +102,80 @@ kvagent::Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& 
   return ids;
 }
 
+Status Check(Flags& v) {
+  auto uids = ParseIds(v.allow_uids, "--allow-uid");
+  if (!uids.ok()) return uids.status();
+  auto gids = ParseIds(v.allow_gids, "--allow-gid");
+  if (!gids.ok()) return gids.status();
+  if (v.spin_us < 0) return kvagent::InvalidParams("--spin-us must be >= 0");
+  if (v.standalone && !v.master.empty()) {
+    return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
+  }
+  if (v.heartbeat_ms <= 0 || v.master_timeout_ms <= 0) {
+    return kvagent::InvalidParams("--heartbeat-ms and --master-timeout-ms must be positive");
+  }
+  if (v.master.empty()) {
+    if (Status st = kvagent::master::ValidateMasterOptions(v.embedded); !st.ok()) return st;
+  }
+  v.agent.allow_uids = *uids;
+  v.agent.allow_gids = *gids;
+  v.agent.max_clients = static_cast<int>(v.max_clients);
+  v.agent.spin = std::chrono::microseconds(v.spin_us);
+  if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
+  if (v.agent_name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    v.agent_name = std::string(host) + ":" + v.agent.run_dir;
+  }
+  return Status::Ok();
+}
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return ((uint64_t{rd()} << 32) | rd()) | 1;  // never 0
+}
+
+// The event relay's content source: the master's ListKeys through the link, as the BlockStored
+// events a master publishes for objects stored without block metadata.
+kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster* link) {
+  return [link](uint64_t cursor) -> Result<kvagent::relay::ContentPage> {
+    auto page = link->ListKeys(cursor, 1000);
+    if (!page.ok()) return page.status();
+    kvagent::relay::ContentPage out;
+    out.next_cursor = page->next_cursor;
+    out.restarted = page->restarted;
+    out.objects.reserve(page->keys.size());
+    for (const auto& k : page->keys) {
+      out.objects.push_back(kvagent::relay::AnnouncementFromKey(k.key, k.session_id));
+    }
+    return out;
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  kvagent::agent::AgentConfig config;
-  int64_t max_clients = config.max_clients;
-  int64_t spin_us = config.spin.count();
-  std::vector<std::string> allow_uids;
-  std::vector<std::string> allow_gids;
+  Flags v;
   kvagent::FlagSet flags("kvagent",
                          "the kvagent node agent: serves SDK clients on <run-dir>/agent.sock");
-  flags.String("run-dir", &config.run_dir, "directory for agent.sock (created 0755 if missing)");
-  flags.Size("max-arena-bytes", &config.max_arena_bytes, "cap on a client's data arena");
-  flags.Size("ring-bytes", &config.ring_bytes, "default size of each client ring (power of two)");
-  flags.Size("max-ring-bytes", &config.max_ring_bytes, "cap on a client's requested ring size");
-  flags.Int("max-clients", &max_clients, "clients served at once (1..127)");
-  flags.StringList("allow-uid", &allow_uids,
-                   "uid allowed to attach (repeatable; default: the agent's uid and root)");
-  flags.StringList("allow-gid", &allow_gids, "gid allowed to attach (repeatable)");
-  flags.Int("spin-us", &spin_us, "microseconds the ring service spins after the last request");
-  kvagent::Status parsed = flags.Parse(argc, argv);
+  Declare(flags, v);
+  Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Usage();
     return 0;
   }
-  auto uids = ParseIds(allow_uids, "--allow-uid");
-  auto gids = ParseIds(allow_gids, "--allow-gid");
-  if (parsed.ok() && !uids.ok()) parsed = uids.status();
-  if (parsed.ok() && !gids.ok()) parsed = gids.status();
-  if (parsed.ok() && spin_us < 0) parsed = kvagent::InvalidParams("--spin-us must be >= 0");
+  if (parsed.ok()) parsed = Check(v);
+  auto pool_options = v.transfer.PoolOptions();
+  auto engine_options = v.transfer.EngineOptions();
+  if (parsed.ok() && !pool_options.ok()) parsed = pool_options.status();
+  if (parsed.ok() && !engine_options.ok()) parsed = engine_options.status();
   if (!parsed.ok()) {
     std::cerr << "kvagent: " << parsed.message() << "\n";
     return 2;
   }
-  config.max_clients = static_cast<int>(max_clients);
-  config.spin = std::chrono::microseconds(spin_us);
-  config.allow_uids = *uids;
-  config.allow_gids = *gids;
 
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-
   // Every thread inherits this mask, so SIGTERM/SIGINT reach only the sigwait below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -76,16 +183,101 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-
-  auto agent =
-      kvagent::agent::Agent::Start(config, std::make_unique<kvagent::agent::NoMasterHandler>());
-  if (!agent.ok()) {
-    LOG(ERROR) << "kvagent cannot start: " << agent.status().ToString();
+  auto fail = [](const std::string& what, const Status& st) {
+    LOG(ERROR) << "kvagent cannot start: " << what << ": " << st.ToString();
     return 1;
+  };
+
+  auto pool = kvagent::transfer::NodePool::Create(*pool_options);
+  if (!pool.ok()) return fail("node pool", pool.status());
+  auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
+  if (!engine.ok()) return fail("data plane", engine.status());
+  const uint64_t incarnation = NewIncarnation();
+
+  std::unique_ptr<kvagent::agent::MasterPort> port;
+  kvagent::master_link::RemoteMaster* link = nullptr;
+  std::unique_ptr<kvagent::relay::EventRelay> relay;
+  // The relay, for the link's re-registration hook; cleared before the relay goes.
+  auto relay_slot = std::make_shared<std::atomic<kvagent::relay::EventRelay*>>(nullptr);
+  std::string mode;
+  std::string events;
+  if (v.master.empty()) {
+    kvagent::agent::EmbeddedMasterOptions o;
+    o.master = v.embedded;
+    o.agent_name = v.agent_name;
+    o.incarnation = incarnation;
+    o.pool_bytes = (*pool)->size();
+    o.data_endpoint = (*engine)->endpoint();
+    o.events.endpoint = "ipc://" + v.agent.run_dir + "/events.sock";
+    o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
+    if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
+    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
+      return fail("run dir", st);
+    }
+    auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
+    if (!embedded.ok()) return fail("embedded master", embedded.status());
+    events = (*embedded)->events_endpoint();
+    mode = "standalone";
+    port = std::move(*embedded);
+  } else {
+    kvagent::master_link::RemoteMasterOptions o;
+    o.endpoint = v.master;
+    o.agent_name = v.agent_name;
+    o.incarnation = incarnation;
+    o.pool_bytes = (*pool)->size();
+    o.data_endpoint = (*engine)->endpoint();
+    o.heartbeat = std::chrono::milliseconds(v.heartbeat_ms);
+    o.timeout = std::chrono::milliseconds(v.master_timeout_ms);
+    // The link only calls it after a re-registration (a master that restarted or forgot us).
+    o.on_reregistered = [relay_slot] {
+      if (auto* r = relay_slot->load()) r->RequestResync();
+    };
+    auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
+    if (!remote.ok()) return fail("master link", remote.status());
+    link = remote->get();
+    auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
+    if (!relay_options.ok()) return fail("event relay", relay_options.status());
+    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
+      return fail("run dir", st);
+    }
+    relay_options->list_content = ContentThrough(link);
+    auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
+    if (!started.ok()) return fail("event relay", started.status());
+    relay = std::move(*started);
+    relay_slot->store(relay.get());
+    events = relay->endpoint();
+    mode = "kvmaster " + v.master;
+    if (!link->WaitReady(std::chrono::milliseconds(v.ready_wait_ms))) {
+      LOG(WARNING) << "kvagent: kvmaster " << v.master << " is not reachable yet ("
+                   << link->Describe()
+                   << "); serving degraded: requests fail with MASTER_UNAVAILABLE until the "
+                      "link is up (it keeps retrying)";
+      mode += " (degraded: not reachable yet)";
+    }
+    port = std::move(*remote);
   }
+
+  auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(std::move(port), pool->get(),
+                                                                    engine->get());
+  auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
+  if (!agent.ok()) return fail("agent", agent.status());
+
+  const std::string status =
+      "kvagent ready: " + mode + ", pool " + kvagent::transfer::FormatBytes((*pool)->size()) +
+      " (" + std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
+      (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath();
+  LOG(INFO) << status;
+  sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  sd_notify(0, "STOPPING=1");
   LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "; shutting down";
-  (*agent)->Stop();
+  (*agent)->Stop();  // the service thread stops the master link too
+  relay_slot->store(nullptr);
+  relay.reset();   // before the link its content source reads through
+  agent->reset();  // the pipeline and its master port
+  engine->reset();
+  pool->reset();
   return 0;
 }

@@ -83,6 +83,19 @@ Status CheckWrite(const proto::Request& req, size_t key_count, uint64_t arena_by
   return Status::Ok();
 }
 
+Status CheckListArguments(const proto::Request& req) {
+  const std::string_view prefix = View(req.prefix());
+  if (prefix.size() > kMaxKeyBytes || !IsValidUtf8(prefix)) {
+    return InvalidParams("prefix must be valid UTF-8 of at most " + std::to_string(kMaxKeyBytes) +
+                         " bytes (a key prefix)");
+  }
+  if (req.limit() > kMaxListLimit) {
+    return InvalidParams("limit " + std::to_string(req.limit()) + " is above " +
+                         std::to_string(kMaxListLimit) + "; page with next_cursor instead");
+  }
+  return Status::Ok();
+}
+
 Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
   const Op op = req.op();
   const auto* keys = req.keys();
@@ -102,6 +115,13 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
     case Op::Remove:
       KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
       KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.session_ids()), "session_ids", op));
+      return MustBeAbsent(Count(req.buffers()), "buffers", op);
+    case Op::List:
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.buffers()), "buffers", op));
+      return CheckListArguments(req);
+    case Op::Stat:
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
       return MustBeAbsent(Count(req.buffers()), "buffers", op);
   }
   return InvalidParams("unknown op " + std::to_string(static_cast<int>(op)) +

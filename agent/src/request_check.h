@@ -9,6 +9,9 @@
 
 namespace kvagent::agent {
 
+// Largest page a List request may ask for (keys).
+inline constexpr uint32_t kMaxListLimit = 10000;
+
 struct CheckedRequest {
   // The verified request, or null when the frame is not a valid Request FlatBuffer.
   const proto::Request* request = nullptr;
@@ -21,7 +24,8 @@ struct CheckedRequest {
 // Runs the FlatBuffers Verifier over `frame` (a private copy: the client cannot change it
 // underneath), checks that its request_id equals the ring record's `tag`, and checks the request
 // against the shared validation boundary (common/validate.h) for its op: keys, session IDs,
-// counts, buffer references inside an arena of `arena_bytes`, block metadata, write options.
+// counts, buffer references inside an arena of `arena_bytes`, block metadata, write options,
+// List's prefix and limit.
 CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes);
 
 }  // namespace kvagent::agent

@@ -1,6 +1,5 @@
 #include "kvagent/agent/request_handler.h"
 
-#include "kvagent/agent/no_master_handler.h"
 #include "kvagent/ipc/segment.h"
 
 namespace kvagent::agent {
@@ -24,14 +23,6 @@ CompletionData CompletionData::FailAll(const Status& status, size_t key_count) {
   data.codes.assign(key_count, status.code());
   data.messages.assign(key_count, status.message());
   return data;
-}
-
-void NoMasterHandler::Handle(ClientRequest request, CompletionSink& sink) {
-  sink.Complete(request.client_id, request.request_id,
-                CompletionData::FailAll(Status(ErrorCode::kMasterUnavailable,
-                                               "no master configured; start kvagent with a "
-                                               "master address (coming with the master link)"),
-                                        request.key_count()));
 }
 
 }  // namespace kvagent::agent

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "completion_encoder.h"
@@ -78,6 +79,7 @@ bool RingService::DrainInbox() {
         break;
       case Command::kTask:
         c.task();
+        handler_busy_ = true;
         break;
       case Command::kStop:
         keep_running = false;
@@ -117,6 +119,7 @@ void RingService::RemoveBroken() {
 
 void RingService::Run() {
   using Clock = std::chrono::steady_clock;
+  handler_->OnStart(*this);
   auto last_work = Clock::now();
   while (true) {
     if (inbox_pending_.load(std::memory_order_acquire) && !DrainInbox()) break;
@@ -126,12 +129,21 @@ void RingService::Run() {
       worked |= Serve(*client);
       any_broken |= client->broken();
     }
+    if (handler_busy_) {
+      // The natural-batching point: everything ready in every ring has been handed over.
+      handler_busy_ = false;
+      handler_->OnPassEnd();
+      FlushAll();
+      worked = true;
+    }
     if (any_broken) RemoveBroken();
+    const auto now = Clock::now();
+    worked |= RunTimer(now);
     if (worked) {
-      last_work = Clock::now();
+      last_work = now;
       continue;
     }
-    if (Clock::now() - last_work < spin_) {
+    if (now - last_work < spin_) {
       ipc::CpuRelax();
       continue;
     }
@@ -145,6 +157,22 @@ void RingService::Run() {
   clients_.clear();
   by_id_.clear();
   client_count_.store(0, std::memory_order_relaxed);
+  handler_->OnServiceStop();
+}
+
+void RingService::FlushAll() {
+  for (const auto& client : clients_) client->Flush();
+}
+
+bool RingService::RunTimer(std::chrono::steady_clock::time_point now) {
+  if (now < handler_->NextDeadline()) return false;
+  handler_->OnTimer(now);
+  if (handler_busy_) {  // the timer may have produced work of its own (e.g. a retry)
+    handler_busy_ = false;
+    handler_->OnPassEnd();
+  }
+  FlushAll();
+  return true;
 }
 
 bool RingService::Serve(ClientSession& session) {
@@ -200,6 +228,7 @@ void RingService::HandleFrame(ClientSession& session, uint64_t tag,
   request.request_id = tag;
   request.frame.assign(frame.begin(), frame.end());
   request.segment = session.segment();
+  handler_busy_ = true;
   handler_->Handle(std::move(request), *this);
 }
 
@@ -227,8 +256,15 @@ void RingService::Sleep() {
   waiters.push_back({&control_seq_, control, ipc::FutexScope::kShared});
   bool has_work = inbox_pending_.load(std::memory_order_acquire);
   for (const auto& client : clients_) waiters.push_back(client->BeginWait(&has_work));
+  // Sleep at most until the handler's timer is due (negative: no limit).
+  std::chrono::nanoseconds timeout(-1);
+  if (const auto deadline = handler_->NextDeadline();
+      deadline != std::chrono::steady_clock::time_point::max()) {
+    timeout = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+    has_work |= timeout.count() == 0;
+  }
   if (!has_work) {
-    const ipc::WaitResult r = ipc::FutexWaitMany(waiters, std::chrono::nanoseconds(-1));
+    const ipc::WaitResult r = ipc::FutexWaitMany(waiters, timeout);
     if (r == ipc::WaitResult::kUnsupported) {
       if (!waitv_unsupported_logged_) {
         LOG(WARNING) << "futex_waitv is not available (Linux < 5.16): the idle agent polls "

@@ -2,9 +2,11 @@
 //
 // Loop: take commands from the inbox (add/drop a client, run a posted task, stop); serve each
 // client (flush its completion backlog, then read up to a burst of request frames: copy out of
-// shared memory, verify, validate, answer Ping, hand the rest to the RequestHandler); spin while
-// work arrives and for `spin` after the last work; then sleep in one futex_waitv on every
-// client's wake word plus the private control word that posters bump.
+// shared memory, verify, validate, answer Ping, hand the rest to the RequestHandler); if the
+// handler got anything in this pass, call its OnPassEnd (it sends its batches) and publish the
+// completions that produced; run the handler's timer when due; spin while work arrives and for
+// `spin` after the last work; then sleep in one futex_waitv on every client's wake word plus
+// the private control word that posters bump, at most until the handler's next deadline.
 //
 // A client whose completion ring is full is not read from until its backlog drains: back-pressure
 // reaches its request ring, and the service waits on that client's completion-ring space word
@@ -49,6 +51,7 @@ class RingService final : public CompletionSink {
   // CompletionSink.
   void Complete(ClientId client, uint64_t request_id, const CompletionData& data) override;
   void Post(std::function<void()> task) override;
+  size_t ClientCount() const override { return client_count(); }
 
  private:
   struct Command {
@@ -66,6 +69,10 @@ class RingService final : public CompletionSink {
   bool ServeRequests(ClientSession& session);
   void HandleFrame(ClientSession& session, uint64_t tag, std::span<const uint8_t> frame);
   void Send(ClientSession& session, uint64_t tag, std::span<const uint8_t> completion);
+  // Publishes every client's queued completions (after the handler produced some).
+  void FlushAll();
+  // Runs the handler's timer when due. True if it ran.
+  bool RunTimer(std::chrono::steady_clock::time_point now);
   void Sleep();
   void Remove(ClientId client, bool disconnect, const std::string& reason);
   void RemoveBroken();
@@ -90,6 +97,8 @@ class RingService final : public CompletionSink {
   flatbuffers::FlatBufferBuilder fbb_{1024};
   std::vector<uint8_t> scratch_;
   bool waitv_unsupported_logged_ = false;
+  // Set when the handler received a request or ran a posted task in the current pass.
+  bool handler_busy_ = false;
 };
 
 }  // namespace kvagent::agent

@@ -13,6 +13,25 @@ Status CheckParallel(size_t count, size_t key_count, const char* what) {
                        std::to_string(key_count) + " keys; give one per key");
 }
 
+// List's page and Stat's counters, when present.
+void DecodeListAndCounters(const proto::Completion& c, Reply* reply) {
+  reply->next_cursor = c.next_cursor();
+  if (const auto* listed = c.listed()) {
+    reply->listed.reserve(listed->size());
+    for (const proto::ListedKey* k : *listed) {
+      reply->listed.push_back(ListedKey{k->key() ? k->key()->str() : std::string(), k->size(),
+                                        k->session_id() ? k->session_id()->str() : std::string()});
+    }
+  }
+  if (const auto* counters = c.counters()) {
+    reply->counters.reserve(counters->size());
+    for (const proto::Counter* k : *counters) {
+      reply->counters.push_back(Counter{k->name() ? k->name()->str() : std::string(), k->value(),
+                                        k->text() ? k->text()->str() : std::string()});
+    }
+  }
+}
+
 }  // namespace
 
 Status ValidateCall(const CallSpec& spec) {
@@ -70,6 +89,18 @@ Status ValidateCall(const CallSpec& spec) {
     case proto::Op::Exist:
     case proto::Op::Remove:
       return ValidateKeys(n, key_at);
+    case proto::Op::List:
+      if (spec.list->prefix.size() > kMaxKeyBytes || !IsValidUtf8(spec.list->prefix)) {
+        return InvalidParams("the prefix must be valid UTF-8 of at most " +
+                             std::to_string(kMaxKeyBytes) + " bytes");
+      }
+      if (spec.list->limit > 10000) {
+        return InvalidParams("limit " + std::to_string(spec.list->limit) +
+                             " is above 10000; page with next_cursor instead");
+      }
+      return Status::Ok();
+    case proto::Op::Stat:
+      return Status::Ok();
   }
   return InvalidParams("unknown op");
 }
@@ -111,8 +142,17 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
     options = proto::CreateWriteOptions(fbb, o.write.replica_count, o.write.soft_pin,
                                         o.write.soft_pin_ttl_ms, o.write.hard_pin);
   }
+  flatbuffers::Offset<flatbuffers::String> prefix;
+  if (spec.list != nullptr && !spec.list->prefix.empty()) {
+    prefix = fbb.CreateString(spec.list->prefix);
+  }
   proto::RequestBuilder b(fbb);
   b.add_request_id(request_id);
+  if (spec.list != nullptr) {
+    if (!prefix.IsNull()) b.add_prefix(prefix);
+    b.add_cursor(spec.list->cursor);
+    b.add_limit(spec.list->limit);
+  }
   b.add_op(spec.op);
   if (!keys.IsNull()) b.add_keys(keys);
   if (!sessions.IsNull()) b.add_session_ids(sessions);
@@ -148,6 +188,7 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
   if (codes == nullptr || codes->size() == 0) {
     // No per-key answer: the request-level status applies to every key.
     if (key_count > 0) reply.keys.assign(key_count, KeyResult{code, reply.status.message()});
+    DecodeListAndCounters(*c, &reply);
     return reply;
   }
   if (codes->size() != key_count) {
@@ -155,6 +196,7 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
                                 " keys for a request of " + std::to_string(key_count)),
                        key_count);
   }
+  DecodeListAndCounters(*c, &reply);
   const auto* messages = c->messages();
   const auto* lengths = c->lengths();
   const auto* exists = c->exists();

@@ -19,6 +19,7 @@ struct CallSpec {
   std::span<const Value> values;                // Put/Upsert
   std::span<const ArenaBuffer* const> targets;  // Get
   const CallOptions* options = nullptr;
+  const ListOptions* list = nullptr;  // List
 };
 
 // The shared validation boundary applied before anything is sent (the agent checks again):

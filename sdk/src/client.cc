@@ -150,6 +150,24 @@ PendingCall Client::SubmitRemoveAll(const CallOptions& options) {
   return Submit(Spec(proto::Op::RemoveAll, {}, options));
 }
 
+PendingCall Client::SubmitList(const ListOptions& list) {
+  CallOptions options;
+  options.timeout = list.timeout;
+  CallSpec spec = Spec(proto::Op::List, {}, options);
+  spec.list = &list;
+  return Submit(spec);
+}
+
+PendingCall Client::SubmitStat(std::chrono::milliseconds timeout) {
+  CallOptions options;
+  options.timeout = timeout;
+  return Submit(Spec(proto::Op::Stat, {}, options));
+}
+
+Reply Client::List(const ListOptions& options) { return SubmitList(options).Wait(); }
+
+Reply Client::Stat(std::chrono::milliseconds timeout) { return SubmitStat(timeout).Wait(); }
+
 Reply Client::Ping(std::chrono::milliseconds timeout) { return SubmitPing(timeout).Wait(); }
 
 Reply Client::Put(std::span<const std::string> keys, std::span<const Value> values,

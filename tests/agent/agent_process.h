@@ -97,12 +97,27 @@ class TempDir {
   std::string path_;
 };
 
+// Arguments that make an agent serve degraded: its master is an address nobody listens on, so
+// every request other than Ping reaches the request pipeline and fails there with
+// MASTER_UNAVAILABLE (for tests of the ring service and the SDK, not of the store).
+inline std::vector<std::string> DegradedAgentArgs() {
+  return {"--master",
+          "tcp://127.0.0.1:1",
+          "--master-events",
+          "tcp://127.0.0.1:1",
+          "--master-events-replay",
+          "tcp://127.0.0.1:1",
+          "--master-ready-wait-ms",
+          "0"};
+}
+
 class AgentProcess {
  public:
-  // Starts kvagent with --run-dir <fresh dir> plus `extra_args`, and waits for its socket.
+  // Starts kvagent with --run-dir <fresh dir>, a 64 MiB pool (tests run side by side; the
+  // default is 1 GiB) plus `extra_args` (later flags win), and waits for its socket.
   explicit AgentProcess(std::vector<std::string> extra_args = {}) {
     run_dir_ = dir_.path() + "/run";
-    std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_};
+    std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_, "--pool-size", "64MiB"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     const pid_t pid = fork();
     if (pid == 0) {
@@ -122,6 +137,8 @@ class AgentProcess {
     started_ = WaitUntil([&] { return access(socket_path().c_str(), F_OK) == 0 || !Running(); });
     started_ = started_ && Running();
   }
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
 
   bool started() const { return started_; }
   // The agent's pid (kept after it exits, for counting what it left behind).

@@ -152,13 +152,39 @@ struct KeyResult {
   bool ok() const { return code == ErrorCode::kOk || code == ErrorCode::kObjectAlreadyExists; }
 };
 
+// List: one stored object.
+struct ListedKey {
+  std::string key;
+  uint64_t size = 0;       // value bytes
+  std::string session_id;  // "" when untagged
+};
+
+// Stat: one counter, e.g. "agent.requests.put" or "master.keys"; `text` for the few values that
+// are words (e.g. "agent.master_link").
+struct Counter {
+  std::string name;
+  uint64_t value = 0;
+  std::string text;
+};
+
 // The outcome of a call. `status` is the request-level result: OK when every key was attempted
 // (look at `keys`), otherwise why none was — then every key carries the same code and message.
 struct [[nodiscard]] Reply {
   Status status;
-  std::vector<KeyResult> keys;  // one per key of the request, in order
-  uint64_t removed_count = 0;   // RemoveAll
+  std::vector<KeyResult> keys;    // one per key of the request, in order
+  uint64_t removed_count = 0;     // RemoveAll
+  std::vector<ListedKey> listed;  // List: this page
+  uint64_t next_cursor = 0;       // List: pass it to the next List; 0 when the scan is complete
+  std::vector<Counter> counters;  // Stat
   bool ok() const { return status.ok(); }
+};
+
+// Arguments of List.
+struct ListOptions {
+  std::string prefix;                    // only keys that start with it ("" for every key)
+  uint64_t cursor = 0;                   // 0 to start, then Reply::next_cursor
+  uint32_t limit = 1000;                 // about this many keys per page (at most 10000)
+  std::chrono::milliseconds timeout{0};  // 0: ClientOptions::call_timeout
 };
 
 // A submitted call whose reply has not been collected. Move-only. Destroying it without Wait()
@@ -218,6 +244,13 @@ class Client {
   Reply Exist(std::span<const std::string> keys, const CallOptions& options = {});
   Reply Remove(std::span<const std::string> keys, const CallOptions& options = {});
   Reply RemoveAll(const CallOptions& options = {});
+  // One page of the stored keys (with size and session) in Reply::listed. Every key present
+  // during a whole scan (cursor 0 to next_cursor 0) is listed exactly once; a page may be
+  // shorter or somewhat longer than `limit`, and may be empty before the scan ends.
+  Reply List(const ListOptions& options = {});
+  // The agent's counters ("agent.*": clients, requests, batches, keys and bytes per op,
+  // failures, master link) and the master's ("master.*") in Reply::counters.
+  Reply Stat(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Asynchronous forms: submit now, collect with PendingCall::Wait() or poll Ready(). Local
   // validation errors and agent failures come back through the PendingCall as well.
@@ -232,6 +265,8 @@ class Client {
   PendingCall SubmitExist(std::span<const std::string> keys, const CallOptions& options = {});
   PendingCall SubmitRemove(std::span<const std::string> keys, const CallOptions& options = {});
   PendingCall SubmitRemoveAll(const CallOptions& options = {});
+  PendingCall SubmitList(const ListOptions& options = {});
+  PendingCall SubmitStat(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   uint64_t client_id() const;
   uint64_t agent_epoch() const;

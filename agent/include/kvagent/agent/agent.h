@@ -40,6 +40,10 @@ struct AgentConfig {
   std::string SocketPath() const { return run_dir + "/agent.sock"; }
 };
 
+// Creates `dir` and its missing parents (0755). INVALID_PARAMS for an empty path, INTERNAL
+// naming the component that could not be created.
+Status MakeRunDir(const std::string& dir);
+
 class Agent {
  public:
   // Creates the run dir, removes segments left by dead agents, listens on the socket and starts

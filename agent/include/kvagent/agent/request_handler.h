@@ -2,15 +2,22 @@
 //
 // The ring service (one thread for every client) reads each request frame, verifies it, checks
 // it against the shared validation boundary (common/validate.h), answers Ping itself, and hands
-// every other valid request to a RequestHandler. In this issue the only handler answers
-// MASTER_UNAVAILABLE (no_master_handler.h); the request pipeline (batcher, master link,
-// transfers) replaces it without touching the ring service.
+// every other valid request to a RequestHandler: the request pipeline (batcher, master link,
+// transfers; agent/src/request_pipeline.h).
 //
-// Threading: Handle() and OnClientGone() run on the ring-service thread and must not block.
+// Threading: every RequestHandler method runs on the ring-service thread and must not block.
 // Work that finishes elsewhere comes back with CompletionSink::Post(), whose task runs on the
 // ring-service thread, where it may call Complete().
+//
+// Natural batching: the service reads every ring in one pass (a burst per client), handing each
+// request to Handle(); at the end of a pass in which the handler received a request or ran a
+// posted task it calls OnPassEnd(), where the handler sends what it collected, one batch per op
+// kind. No timer is involved: a lone request goes out at the end of its pass, a burst from many
+// clients becomes one batch. Periodic work (an embedded master's Tick) uses NextDeadline() /
+// OnTimer(): the service sleeps at most until the deadline.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +51,20 @@ struct ClientRequest {
   std::span<uint8_t> arena() const;
 };
 
+// List: one stored object.
+struct ListedKey {
+  std::string key;
+  uint64_t size = 0;
+  std::string session_id;  // "" when untagged
+};
+
+// Stat: one counter; `text` for the few values that are words.
+struct Counter {
+  std::string name;
+  uint64_t value = 0;
+  std::string text;
+};
+
 // What the agent tells the client about one request. Per-key vectors are parallel to the
 // request's keys (or empty when not applicable: `messages` may be empty when every key is OK).
 struct CompletionData {
@@ -53,6 +74,9 @@ struct CompletionData {
   std::vector<uint64_t> lengths;  // Get
   std::vector<bool> exists;       // Exist
   uint64_t removed_count = 0;     // RemoveAll
+  std::vector<ListedKey> listed;  // List
+  uint64_t next_cursor = 0;       // List
+  std::vector<Counter> counters;  // Stat
 
   // Every one of `key_count` keys fails with `status` (request-level status too).
   static CompletionData FailAll(const Status& status, size_t key_count);
@@ -66,18 +90,37 @@ class CompletionSink {
   // Silently dropped when the client is gone.
   virtual void Complete(ClientId client, uint64_t request_id, const CompletionData& data) = 0;
   // Runs `task` on the service thread soon (thread-safe; wakes the service if it sleeps).
+  // Tasks posted after the service stopped never run (they are destroyed with the service).
   virtual void Post(std::function<void()> task) = 0;
+  // Clients attached right now (any thread).
+  virtual size_t ClientCount() const = 0;
 };
 
 class RequestHandler {
  public:
+  using Clock = std::chrono::steady_clock;
+
   virtual ~RequestHandler() = default;
+  // Called once, first, on the service thread: `sink` is where results go until
+  // OnServiceStop() (it outlives the handler's use of it).
+  virtual void OnStart(CompletionSink& /*sink*/) {}
   // Takes ownership of a valid request other than Ping. Must complete it exactly once through
-  // `sink`, now or later (CompletionSink outlives the handler's use of it).
+  // `sink`, now or later.
   virtual void Handle(ClientRequest request, CompletionSink& sink) = 0;
+  // End of a pass over every ring in which this handler received at least one request or ran
+  // a posted task: send what was collected (the natural-batching point).
+  virtual void OnPassEnd() {}
   // The client disconnected: abandon its in-flight work (revoke puts, drop leases). Completions
   // for it are dropped from now on.
   virtual void OnClientGone(ClientId client) = 0;
+  // When OnTimer() is next due; Clock::time_point::max() for never. Read after every pass and
+  // before the service sleeps, so keep it cheap.
+  virtual Clock::time_point NextDeadline() const { return Clock::time_point::max(); }
+  // Called on the first pass at or after NextDeadline().
+  virtual void OnTimer(Clock::time_point /*now*/) {}
+  // The service thread is about to exit (every client is already gone): stop whatever posts
+  // tasks. Nothing runs on the service thread afterwards.
+  virtual void OnServiceStop() {}
 };
 
 }  // namespace kvagent::agent

@@ -1,0 +1,93 @@
+// RemoteMaster: the agent's link to kvmaster (`kvagent --master tcp://HOST:PORT`), a MasterPort.
+//
+// One link thread owns one ZMQ DEALER to the master's ROUTER (master.fbs framing:
+// `[b"", Request]` out, `[b"", Reply]` back) and a monitor socket that reports the TCP
+// connection's fate. The link:
+//  - registers (stable name, random incarnation per process), mounts the node pool, and is
+//    ready; heartbeats every `heartbeat`; a heartbeat answered `known=false` (the master
+//    dropped or forgot us) re-registers and re-mounts;
+//  - goes down when the connection drops, when registration fails, or when any request goes
+//    unanswered for `timeout`: every request in flight fails at once with MASTER_UNAVAILABLE,
+//    the socket is discarded (so no stale reply can arrive later), and the link reconnects with
+//    exponential backoff (backoff_min doubling up to backoff_max);
+//  - while not ready, Call fails at once with MASTER_UNAVAILABLE: nothing ever waits for a
+//    master that is not there.
+// Requests from the service thread reach the link thread through a queue and an eventfd; replies
+// go back through the PostFn given to Bind. Never hangs: every request has a deadline.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvagent/agent/master_port.h"
+#include "kvagent/common/status.h"
+
+namespace kvagent::master_link {
+
+struct RemoteMasterOptions {
+  std::string endpoint;       // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051
+  std::string agent_name;     // stable across restarts of this agent (host name + run dir)
+  uint64_t incarnation = 0;   // new for every process start (random)
+  uint64_t pool_bytes = 0;    // the node pool, mounted as segment index 0
+  std::string data_endpoint;  // where peers reach the pool (TransferEngine::endpoint())
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds timeout{5000};  // a request unanswered this long: link down
+  std::chrono::milliseconds backoff_min{100};
+  std::chrono::milliseconds backoff_max{5000};
+  // Runs on the link thread after every registration that follows a previous one (the master
+  // restarted or forgot us): e.g. ask the event relay to re-announce. Must not block.
+  std::function<void()> on_reregistered;
+};
+
+// One page of the master's ListKeys, for callers off the service thread (the event relay).
+struct KeyPage {
+  struct Key {
+    std::string key;
+    uint64_t size = 0;
+    std::string session_id;  // "" when untagged
+  };
+  std::vector<Key> keys;
+  uint64_t next_cursor = 0;
+  bool restarted = false;
+};
+
+class RemoteMaster final : public agent::MasterPort {
+ public:
+  // Checks the options and starts the link thread, which connects and registers in the
+  // background. INVALID_PARAMS when the endpoint is not tcp://HOST:PORT or ipc://PATH or an
+  // option is out of range.
+  static Result<std::unique_ptr<RemoteMaster>> Start(RemoteMasterOptions options);
+  ~RemoteMaster() override;  // Stop()
+  RemoteMaster(const RemoteMaster&) = delete;
+  RemoteMaster& operator=(const RemoteMaster&) = delete;
+
+  // Blocks until the link is ready or `limit` passes; true when ready. Any thread.
+  bool WaitReady(std::chrono::milliseconds limit);
+
+  // ListKeys through the link, blocking until the reply or the link's timeout. For threads other
+  // than the service thread and the link thread (the event relay's content source).
+  // MASTER_UNAVAILABLE when the link is down or the master does not answer.
+  Result<KeyPage> ListKeys(uint64_t cursor, uint32_t limit);
+
+  // MasterPort (service thread, except ready/identity/Describe/AppendStats: any thread).
+  void Bind(agent::PostFn post) override;
+  void Call(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done) override;
+  bool ready() const override;
+  agent::MasterIdentity identity() const override;
+  std::string Describe() const override;
+  void AppendStats(std::vector<std::pair<std::string, uint64_t>>* out) const override;
+  void Stop() override;
+
+  class Shared;  // state shared with the link thread; private to the library
+
+ private:
+  explicit RemoteMaster(std::shared_ptr<Shared> shared);
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace kvagent::master_link

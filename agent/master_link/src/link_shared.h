@@ -1,0 +1,81 @@
+// The state RemoteMaster's callers (service thread, relay thread) share with the link thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvagent/ipc/unix_socket.h"
+#include "kvagent/master_link/remote_master.h"
+
+namespace kvagent::master_link {
+
+enum class LinkState : int { kConnecting, kReady, kDown };
+
+// Request ids of blocking calls from other threads (ListKeys) are in [2^62, 2^63): apart from the
+// pipeline's (below 2^62) and the link's own (from 2^63).
+inline constexpr uint64_t kBlockingIds = uint64_t{1} << 62;
+
+// A request on its way to the link thread.
+struct Outgoing {
+  flatbuffers::DetachedBuffer request;
+  agent::MasterReplyFn done;
+  // `done` runs on the link thread itself (blocking callers that wait on it) instead of being
+  // posted to the service thread.
+  bool on_link_thread = false;
+};
+
+class RemoteMaster::Shared {
+ public:
+  explicit Shared(RemoteMasterOptions o) : options(std::move(o)) {}
+
+  const RemoteMasterOptions options;
+
+  // ---- queue: any thread -> link thread
+  // Queues `o` and wakes the link thread (one eventfd write per burst: only when the queue was
+  // empty).
+  void Push(Outgoing o);
+  std::vector<Outgoing> Take();
+  ipc::UniqueFd wake;  // eventfd, in the link thread's poll set
+  std::atomic<bool> stop{false};
+  void Wake();
+
+  // Set by Bind before the first Call; read by the link thread after it took that Call from the
+  // queue (the queue's mutex orders the two).
+  agent::PostFn post;
+
+  // ---- state: written by the link thread, read anywhere
+  std::atomic<LinkState> state{LinkState::kConnecting};
+  std::atomic<uint32_t> agent_id{0};
+  std::atomic<uint32_t> segment_id{0};
+  void SetState(LinkState s, std::string detail);  // also wakes WaitReady
+  std::string detail() const;
+  std::mutex state_mu;
+  std::condition_variable ready_cv;
+
+  // ---- counters
+  std::atomic<uint64_t> registrations{0};
+  std::atomic<uint64_t> link_downs{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> heartbeats{0};
+  std::atomic<uint64_t> failed_fast{0};       // calls refused while not ready
+  std::atomic<uint64_t> failed_in_flight{0};  // calls failed when the link went down
+  std::atomic<uint64_t> in_flight{0};
+  std::atomic<uint64_t> blocking_calls{0};  // numbers the blocking calls' request ids
+
+  std::thread thread;
+
+ private:
+  std::mutex queue_mu_;
+  std::vector<Outgoing> queue_;
+  std::string detail_;  // guarded by state_mu
+};
+
+// The link thread's loop (master_link.cc): runs until shared->stop.
+void RunLink(RemoteMaster::Shared* shared);
+
+}  // namespace kvagent::master_link

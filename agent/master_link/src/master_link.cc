@@ -1,0 +1,395 @@
+// The link thread: one DEALER to kvmaster, its connection monitor, registration, heartbeats,
+// deadlines and reconnection (remote_master.h describes the behaviour).
+#include <glog/logging.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <zmq.hpp>
+
+#include "kvagent/schemas/master_generated.h"
+#include "link_shared.h"
+
+namespace kvagent::master_link {
+namespace {
+
+namespace mfb = kvagent::master_proto;
+using Clock = std::chrono::steady_clock;
+
+// Request ids from here up are the link's own (registration, heartbeats); the pipeline's are
+// below (master_port.h).
+constexpr uint64_t kOwnIds = uint64_t{1} << 63;
+
+std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+// Reply bytes that stay valid (and 8-byte aligned, as FlatBuffers needs) while a posted task
+// holds them.
+struct ReplyBytes {
+  zmq::message_t message;
+  std::vector<uint64_t> aligned;
+  std::span<const uint8_t> view;
+  explicit ReplyBytes(zmq::message_t m) : message(std::move(m)) {
+    const auto* data = static_cast<const uint8_t*>(message.data());
+    if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) == 0) {
+      view = {data, message.size()};
+      return;
+    }
+    aligned.resize((message.size() + 7) / 8);
+    std::memcpy(aligned.data(), data, message.size());
+    view = {reinterpret_cast<const uint8_t*>(aligned.data()), message.size()};
+  }
+};
+
+class Link {
+ public:
+  explicit Link(RemoteMaster::Shared* shared)
+      : s_(*shared), o_(shared->options), backoff_(o_.backoff_min) {}
+
+  void Run() {
+    retry_at_ = Clock::now();  // connect at once
+    while (!s_.stop.load(std::memory_order_acquire)) {
+      PollOnce();
+      const auto now = Clock::now();
+      if (phase_ == Phase::kDown && now >= retry_at_) Connect(now);
+      CheckDeadlines(now);
+      if (phase_ == Phase::kReady && now >= next_heartbeat_) Heartbeat(now);
+    }
+    // Stopping: callbacks on the service thread are dropped (MasterPort::Stop); blocking callers
+    // on other threads are told, so none waits for its timeout.
+    const Status stopping(ErrorCode::kMasterUnavailable, "the agent is shutting down");
+    for (Outgoing& o : s_.Take()) {
+      if (o.on_link_thread) o.done(stopping);
+    }
+    for (auto& [id, call] : calls_) {
+      if (call.on_link_thread) call.done(stopping);
+    }
+    calls_.clear();
+    CloseSocket();
+  }
+
+ private:
+  enum class Phase { kDown, kRegistering, kMounting, kReady };
+  enum class Own { kRegister, kMount, kHeartbeat };
+  struct Call {
+    agent::MasterReplyFn done;  // empty for the link's own requests
+    bool on_link_thread = false;
+    Own own = Own::kHeartbeat;
+  };
+
+  // ---- sockets ------------------------------------------------------------------------------
+
+  void Connect(Clock::time_point now) {
+    CloseSocket();
+    dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    dealer_->set(zmq::sockopt::linger, 0);
+    dealer_->set(zmq::sockopt::sndhwm, 100000);
+    dealer_->set(zmq::sockopt::rcvhwm, 100000);
+    const std::string monitor = "inproc://kvagent-master-link-" + std::to_string(++sockets_);
+    zmq_socket_monitor(dealer_->handle(), monitor.c_str(),
+                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED);
+    monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(monitor);
+    try {
+      dealer_->connect(o_.endpoint);
+    } catch (const zmq::error_t& e) {
+      return Down("cannot connect to " + o_.endpoint + ": " + e.what(), now);
+    }
+    connected_ = false;
+    ++attempt_;
+    s_.SetState(LinkState::kConnecting,
+                attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
+    Register(now);
+  }
+
+  void CloseSocket() {
+    if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
+    monitor_.reset();
+    dealer_.reset();
+  }
+
+  bool Send(const uint8_t* data, size_t size) {
+    try {
+      if (!dealer_->send(zmq::const_buffer(nullptr, 0),
+                         zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return false;
+      }
+      return dealer_->send(zmq::const_buffer(data, size), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t&) {
+      return false;
+    }
+  }
+
+  // ---- the link's own requests --------------------------------------------------------------
+
+  void SendOwn(Own kind, mfb::Body type, flatbuffers::Offset<void> body, Clock::time_point now) {
+    const uint64_t id = next_own_id_++;
+    fbb_.Clear();
+    fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
+    if (!Send(fbb_.GetBufferPointer(), fbb_.GetSize())) {
+      return Down("cannot queue a message to " + o_.endpoint, now);
+    }
+    calls_[id] = Call{{}, false, kind};
+    deadlines_.emplace_back(now + o_.timeout, id);
+  }
+
+  void Register(Clock::time_point now) {
+    phase_ = Phase::kRegistering;
+    fbb_.Clear();
+    const auto body = mfb::CreateRegisterAgentDirect(fbb_, o_.agent_name.c_str(), o_.incarnation);
+    SendOwn(Own::kRegister, mfb::Body::RegisterAgent, body.Union(), now);
+  }
+
+  void Heartbeat(Clock::time_point now) {
+    next_heartbeat_ = now + o_.heartbeat;
+    ++s_.heartbeats;
+    fbb_.Clear();
+    const auto body = mfb::CreateHeartbeat(fbb_, agent_id_);
+    SendOwn(Own::kHeartbeat, mfb::Body::Heartbeat, body.Union(), now);
+  }
+
+  void OnOwnReply(Own kind, const mfb::Reply& reply, Clock::time_point now) {
+    const std::string refused =
+        reply.status() == 0 ? "" : (reply.message() ? reply.message()->str() : "no reason");
+    switch (kind) {
+      case Own::kRegister: {
+        const auto* r = reply.body_as_RegisterAgentReply();
+        if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
+        agent_id_ = r->agent_id();
+        phase_ = Phase::kMounting;
+        fbb_.Clear();
+        std::vector<flatbuffers::Offset<flatbuffers::String>> eps = {
+            fbb_.CreateString(o_.data_endpoint)};
+        const auto body =
+            mfb::CreateMountSegment(fbb_, agent_id_, 0, o_.pool_bytes, fbb_.CreateVector(eps));
+        return SendOwn(Own::kMount, mfb::Body::MountSegment, body.Union(), now);
+      }
+      case Own::kMount: {
+        const auto* r = reply.body_as_MountSegmentReply();
+        if (r == nullptr) return Down("kvmaster refused to mount the node pool: " + refused, now);
+        s_.agent_id.store(agent_id_, std::memory_order_release);
+        s_.segment_id.store(r->segment_id(), std::memory_order_release);
+        phase_ = Phase::kReady;
+        backoff_ = o_.backoff_min;
+        attempt_ = 0;
+        next_heartbeat_ = now + o_.heartbeat;
+        ++s_.registrations;
+        LOG(INFO) << "master link: registered with kvmaster " << o_.endpoint << " as agent "
+                  << agent_id_ << " (segment " << r->segment_id() << ", " << r->restored_objects()
+                  << " restored object(s))";
+        s_.SetState(LinkState::kReady, "ready");
+        if (registered_before_ && o_.on_reregistered) o_.on_reregistered();
+        registered_before_ = true;
+        return;
+      }
+      case Own::kHeartbeat: {
+        const auto* r = reply.body_as_HeartbeatReply();
+        if (r == nullptr || r->known() || phase_ != Phase::kReady) return;
+        LOG(WARNING) << "master link: kvmaster " << o_.endpoint
+                     << " no longer knows this agent (it restarted or expired us); "
+                        "registering again";
+        s_.SetState(LinkState::kConnecting, "registering again");
+        return Register(now);
+      }
+    }
+  }
+
+  // ---- the loop -----------------------------------------------------------------------------
+
+  void PollOnce() {
+    zmq_pollitem_t items[3] = {};
+    items[0].fd = s_.wake.get();
+    items[0].events = ZMQ_POLLIN;
+    int n = 1;
+    if (dealer_) {
+      items[1].socket = dealer_->handle();
+      items[1].events = ZMQ_POLLIN;
+      items[2].socket = monitor_->handle();
+      items[2].events = ZMQ_POLLIN;
+      n = 3;
+    }
+    zmq_poll(items, n, PollTimeoutMs());
+    const auto now = Clock::now();
+    if (items[0].revents & ZMQ_POLLIN) {
+      uint64_t count = 0;
+      (void)!::read(s_.wake.get(), &count, sizeof(count));
+      SendQueued(now);
+    }
+    if (n == 3 && (items[2].revents & ZMQ_POLLIN)) OnMonitorEvents(now);
+    if (dealer_ && n == 3 && (items[1].revents & ZMQ_POLLIN)) ReceiveReplies(now);
+  }
+
+  long PollTimeoutMs() const {
+    const auto now = Clock::now();
+    auto until = now + std::chrono::seconds(1);
+    if (phase_ == Phase::kDown) until = std::min(until, retry_at_);
+    if (phase_ == Phase::kReady) until = std::min(until, next_heartbeat_);
+    if (!deadlines_.empty()) until = std::min(until, deadlines_.front().first);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
+    return std::max<long>(0, ms + 1);
+  }
+
+  void SendQueued(Clock::time_point now) {
+    for (Outgoing& o : s_.Take()) {
+      if (phase_ != Phase::kReady) {
+        ++s_.failed_fast;
+        Fail(o.done, o.on_link_thread, NotReady());
+        continue;
+      }
+      const uint64_t id = flatbuffers::GetRoot<mfb::Request>(o.request.data())->request_id();
+      if (calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
+        Fail(o.done, o.on_link_thread,
+             Internal("master request id " + std::to_string(id) + " is reused or reserved"));
+        continue;
+      }
+      if (!Send(o.request.data(), o.request.size())) {
+        Fail(o.done, o.on_link_thread,
+             Status(ErrorCode::kMasterUnavailable,
+                    "the queue to kvmaster at " + o_.endpoint + " is full; retry shortly"));
+        continue;
+      }
+      calls_[id] = Call{std::move(o.done), o.on_link_thread, Own::kHeartbeat};
+      deadlines_.emplace_back(now + o_.timeout, id);
+      s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
+    }
+  }
+
+  void ReceiveReplies(Clock::time_point now) {
+    for (int budget = 0; budget < 4096 && dealer_; ++budget) {
+      zmq::message_t delimiter;
+      if (!dealer_->recv(delimiter, zmq::recv_flags::dontwait)) return;
+      if (!delimiter.more()) continue;  // not [b"", Reply]: ignore
+      zmq::message_t body;
+      if (!dealer_->recv(body, zmq::recv_flags::dontwait)) return;
+      while (body.more()) {  // drain anything beyond the two frames
+        zmq::message_t extra;
+        if (!dealer_->recv(extra, zmq::recv_flags::dontwait)) break;
+        if (!extra.more()) break;
+      }
+      OnReply(std::make_shared<ReplyBytes>(std::move(body)), now);
+    }
+  }
+
+  void OnReply(std::shared_ptr<ReplyBytes> bytes, Clock::time_point now) {
+    flatbuffers::Verifier verifier(bytes->view.data(), bytes->view.size());
+    if (bytes->view.empty() || !verifier.VerifyBuffer<mfb::Reply>(nullptr)) {
+      LOG_EVERY_N(WARNING, 100) << "master link: a reply from " << o_.endpoint
+                                << " failed verification; ignored";
+      return;
+    }
+    const mfb::Reply* reply = flatbuffers::GetRoot<mfb::Reply>(bytes->view.data());
+    auto found = calls_.find(reply->request_id());
+    if (found == calls_.end()) return;  // already failed by a deadline (cannot happen: new socket)
+    Call call = std::move(found->second);
+    calls_.erase(found);
+    s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
+    if (!call.done) return OnOwnReply(call.own, *reply, now);
+    if (call.on_link_thread) return call.done(bytes->view);
+    s_.post([done = std::move(call.done), bytes]() { done(bytes->view); });
+  }
+
+  void OnMonitorEvents(Clock::time_point now) {
+    while (monitor_) {
+      zmq::message_t event;
+      if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+      uint16_t id = 0;
+      if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+      while (event.more()) {
+        zmq::message_t address;
+        if (!monitor_->recv(address, zmq::recv_flags::dontwait) || !address.more()) break;
+      }
+      if (id == ZMQ_EVENT_CONNECTED) {
+        connected_ = true;
+      } else if (id == ZMQ_EVENT_DISCONNECTED) {
+        return Down("the connection to kvmaster " + o_.endpoint + " was lost", now);
+      } else if (id == ZMQ_EVENT_CONNECT_RETRIED && !connected_) {
+        return Down("kvmaster " + o_.endpoint + " refuses connections", now);
+      }
+    }
+  }
+
+  void CheckDeadlines(Clock::time_point now) {
+    while (!deadlines_.empty()) {
+      const auto [deadline, id] = deadlines_.front();
+      if (calls_.find(id) == calls_.end()) {
+        deadlines_.pop_front();  // answered
+        continue;
+      }
+      if (now < deadline) return;
+      ++s_.timeouts;
+      return Down("kvmaster " + o_.endpoint + " did not answer within " + Ms(o_.timeout), now);
+    }
+  }
+
+  // The link is down: fail every call in flight, drop the socket (no stale reply can arrive on
+  // a new one), and schedule the next attempt.
+  void Down(const std::string& why, Clock::time_point now) {
+    const bool was_ready = phase_ == Phase::kReady;
+    CloseSocket();
+    phase_ = Phase::kDown;
+    const Status failed(ErrorCode::kMasterUnavailable,
+                        why + "; the agent reconnects by itself: retry in a moment");
+    size_t failed_calls = 0;
+    for (auto& [id, call] : calls_) {
+      if (!call.done) continue;
+      ++failed_calls;
+      Fail(call.done, call.on_link_thread, failed);
+    }
+    s_.failed_in_flight += failed_calls;
+    calls_.clear();
+    deadlines_.clear();
+    s_.in_flight.store(0, std::memory_order_relaxed);
+    retry_at_ = now + backoff_;
+    if (was_ready) {
+      ++s_.link_downs;
+      LOG(WARNING) << "master link: " << why << "; " << failed_calls
+                   << " request(s) in flight failed; reconnecting in " << Ms(backoff_);
+    } else {
+      LOG_EVERY_N(WARNING, 10) << "master link: " << why << "; retrying in " << Ms(backoff_);
+    }
+    s_.SetState(LinkState::kDown, why);
+    backoff_ = std::min(o_.backoff_max, backoff_ * 2);
+  }
+
+  Status NotReady() const {
+    return Status(ErrorCode::kMasterUnavailable,
+                  "kvmaster at " + o_.endpoint + " is not reachable (" + s_.detail() +
+                      "); the agent keeps reconnecting by itself: check that kvmaster runs, "
+                      "then retry");
+  }
+
+  void Fail(agent::MasterReplyFn& done, bool on_link_thread, const Status& status) {
+    if (on_link_thread) return done(status);
+    s_.post([done = std::move(done), status]() { done(status); });
+  }
+
+  RemoteMaster::Shared& s_;
+  const RemoteMasterOptions& o_;
+  zmq::context_t context_{1};
+  std::unique_ptr<zmq::socket_t> dealer_;
+  std::unique_ptr<zmq::socket_t> monitor_;
+  uint64_t sockets_ = 0;
+  bool connected_ = false;
+  Phase phase_ = Phase::kDown;
+  uint32_t agent_id_ = 0;
+  uint32_t attempt_ = 0;
+  bool registered_before_ = false;
+  std::chrono::milliseconds backoff_;
+  Clock::time_point retry_at_;
+  Clock::time_point next_heartbeat_;
+  uint64_t next_own_id_ = kOwnIds;
+  std::unordered_map<uint64_t, Call> calls_;
+  // (deadline, id) in send order: every call has the same timeout, so the front is the earliest.
+  std::deque<std::pair<Clock::time_point, uint64_t>> deadlines_;
+  flatbuffers::FlatBufferBuilder fbb_{1024};
+};
+
+}  // namespace
+
+void RunLink(RemoteMaster::Shared* shared) { Link(shared).Run(); }
+
+}  // namespace kvagent::master_link

@@ -1,0 +1,202 @@
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+
+#include "kvagent/schemas/master_generated.h"
+#include "link_shared.h"
+
+namespace kvagent::master_link {
+
+namespace mfb = kvagent::master_proto;
+
+// ---- Shared -------------------------------------------------------------------------------
+
+void RemoteMaster::Shared::Push(Outgoing o) {
+  bool was_empty = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    was_empty = queue_.empty();
+    queue_.push_back(std::move(o));
+  }
+  if (was_empty) Wake();
+}
+
+std::vector<Outgoing> RemoteMaster::Shared::Take() {
+  std::vector<Outgoing> out;
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  out.swap(queue_);
+  return out;
+}
+
+void RemoteMaster::Shared::Wake() {
+  const uint64_t one = 1;
+  // A full counter (never in practice) still leaves the fd readable: the wake is not lost.
+  (void)!::write(wake.get(), &one, sizeof(one));
+}
+
+void RemoteMaster::Shared::SetState(LinkState s, std::string text) {
+  {
+    std::lock_guard<std::mutex> lock(state_mu);
+    detail_ = std::move(text);
+    state.store(s, std::memory_order_release);
+  }
+  ready_cv.notify_all();
+}
+
+std::string RemoteMaster::Shared::detail() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(state_mu));
+  return detail_;
+}
+
+// ---- RemoteMaster -------------------------------------------------------------------------
+
+namespace {
+
+Status CheckOptions(const RemoteMasterOptions& o) {
+  const bool tcp = o.endpoint.rfind("tcp://", 0) == 0 && o.endpoint.rfind(':') > 6;
+  const bool ipc = o.endpoint.rfind("ipc://", 0) == 0 && o.endpoint.size() > 6;
+  if (!tcp && !ipc) {
+    return InvalidParams("--master \"" + o.endpoint +
+                         "\" is not a kvmaster address; use tcp://HOST:PORT (e.g. "
+                         "tcp://10.0.0.1:50051)");
+  }
+  if (o.heartbeat.count() <= 0) return InvalidParams("--heartbeat-ms must be positive");
+  if (o.timeout.count() <= 0) return InvalidParams("--master-timeout-ms must be positive");
+  if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min) {
+    return InvalidParams("the reconnect backoff must be positive and its maximum >= its minimum");
+  }
+  if (o.agent_name.empty()) return InvalidParams("--agent-name is empty");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions options) {
+  KVAGENT_RETURN_IF_ERROR(CheckOptions(options));
+  auto shared = std::make_shared<Shared>(std::move(options));
+  shared->wake = ipc::UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!shared->wake.valid()) {
+    return Internal(std::string("eventfd: ") + std::strerror(errno) +
+                    "; raise the process's file descriptor limit");
+  }
+  shared->SetState(LinkState::kConnecting, "connecting");
+  shared->thread = std::thread([s = shared.get()] { RunLink(s); });
+  return std::unique_ptr<RemoteMaster>(new RemoteMaster(std::move(shared)));
+}
+
+RemoteMaster::RemoteMaster(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+RemoteMaster::~RemoteMaster() { Stop(); }
+
+void RemoteMaster::Stop() {
+  if (!shared_->thread.joinable()) return;
+  shared_->stop.store(true, std::memory_order_release);
+  shared_->Wake();
+  shared_->thread.join();
+  shared_->SetState(LinkState::kDown, "stopped");
+}
+
+bool RemoteMaster::WaitReady(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(shared_->state_mu);
+  return shared_->ready_cv.wait_for(lock, limit, [&] {
+    return shared_->state.load(std::memory_order_acquire) == LinkState::kReady;
+  });
+}
+
+void RemoteMaster::Bind(agent::PostFn post) { shared_->post = std::move(post); }
+
+void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done) {
+  if (!ready() || shared_->stop.load(std::memory_order_acquire)) {
+    // Fail at once rather than queue behind a master that is not there.
+    ++shared_->failed_fast;
+    done(Status(ErrorCode::kMasterUnavailable,
+                "kvmaster at " + shared_->options.endpoint + " is not reachable (" +
+                    shared_->detail() +
+                    "); the agent keeps reconnecting by itself: check that kvmaster runs, then "
+                    "retry"));
+    return;
+  }
+  shared_->Push(Outgoing{std::move(request), std::move(done), false});
+}
+
+bool RemoteMaster::ready() const {
+  return shared_->state.load(std::memory_order_acquire) == LinkState::kReady;
+}
+
+agent::MasterIdentity RemoteMaster::identity() const {
+  return {shared_->agent_id.load(std::memory_order_acquire),
+          shared_->segment_id.load(std::memory_order_acquire)};
+}
+
+std::string RemoteMaster::Describe() const {
+  std::string out = "kvmaster " + shared_->options.endpoint + ": " + shared_->detail();
+  if (ready()) {
+    out += ", agent " + std::to_string(identity().agent_id) + ", segment " +
+           std::to_string(identity().segment_id);
+  }
+  return out;
+}
+
+void RemoteMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* out) const {
+  out->emplace_back("ready", ready() ? 1 : 0);
+  out->emplace_back("registrations", shared_->registrations.load());
+  out->emplace_back("link_downs", shared_->link_downs.load());
+  out->emplace_back("timeouts", shared_->timeouts.load());
+  out->emplace_back("heartbeats", shared_->heartbeats.load());
+  out->emplace_back("failed_fast", shared_->failed_fast.load());
+  out->emplace_back("failed_in_flight", shared_->failed_in_flight.load());
+  out->emplace_back("in_flight", shared_->in_flight.load());
+}
+
+Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
+  if (!ready() || shared_->stop.load(std::memory_order_acquire)) {
+    return Status(ErrorCode::kMasterUnavailable, "kvmaster at " + shared_->options.endpoint +
+                                                     " is not reachable (" + shared_->detail() +
+                                                     ")");
+  }
+  flatbuffers::FlatBufferBuilder fbb(256);
+  const uint64_t id = kBlockingIds + shared_->blocking_calls.fetch_add(1) % kBlockingIds;
+  fbb.Finish(mfb::CreateRequest(fbb, id, mfb::Body::ListKeys,
+                                mfb::CreateListKeys(fbb, cursor, limit).Union()));
+  auto promise = std::make_shared<std::promise<Result<KeyPage>>>();
+  std::future<Result<KeyPage>> future = promise->get_future();
+  shared_->Push(Outgoing{
+      fbb.Release(),
+      [promise](Result<std::span<const uint8_t>> reply) {
+        if (!reply.ok()) return promise->set_value(reply.status());
+        const auto* root = flatbuffers::GetRoot<mfb::Reply>(reply->data());
+        if (root->status() != 0) {
+          return promise->set_value(Status(ErrorCodeFromWire(root->status()),
+                                           root->message() ? root->message()->str() : ""));
+        }
+        const mfb::ListKeysReply* page = root->body_as_ListKeysReply();
+        if (page == nullptr) {
+          return promise->set_value(Internal("kvmaster answered ListKeys with another body"));
+        }
+        KeyPage out;
+        out.next_cursor = page->next_cursor();
+        out.restarted = page->restarted();
+        if (page->keys() != nullptr) {
+          for (const mfb::ListedKey* k : *page->keys()) {
+            if (k->key() == nullptr) continue;
+            out.keys.push_back({k->key()->str(), k->size(),
+                                k->session_id() ? k->session_id()->str() : std::string()});
+          }
+        }
+        promise->set_value(std::move(out));
+      },
+      true});
+  // The link answers every request within its timeout (or fails it when stopping); the margin
+  // only guards against a bug turning into a hang.
+  if (future.wait_for(shared_->options.timeout * 2 + std::chrono::seconds(1)) !=
+      std::future_status::ready) {
+    return Status(ErrorCode::kMasterUnavailable,
+                  "kvmaster at " + shared_->options.endpoint + " did not answer ListKeys in time");
+  }
+  return future.get();
+}
+
+}  // namespace kvagent::master_link

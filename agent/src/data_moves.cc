@@ -1,0 +1,121 @@
+#include "data_moves.h"
+
+#include <cstring>
+#include <memory>
+
+#include "kvagent/ipc/segment.h"
+
+namespace kvagent::agent {
+
+void SegmentTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ctx) {
+  entries_.clear();
+  if (reply.segments() == nullptr) return;
+  const uint32_t own = ctx.master->identity().segment_id;
+  for (const mfb::SegmentInfo* s : *reply.segments()) {
+    if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
+    Entry e;
+    e.id = s->segment_id();
+    e.endpoint = s->endpoints()->Get(0)->string_view();
+    // The id is the fast answer; the endpoint check also holds across a master restart that
+    // renumbered our segment while this batch was in flight.
+    e.local = e.id == own || ctx.engine->IsLocal(e.endpoint);
+    entries_.push_back(e);
+  }
+}
+
+const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
+  for (const Entry& e : entries_) {
+    if (e.id == segment_id) return e;
+  }
+  static const Entry kNone;  // unreachable after ReadPlacements
+  return kNone;
+}
+
+Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
+                  uint64_t length) {
+  KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
+  std::memcpy(ctx.pool->base() + offset, src, length);
+  return Status::Ok();
+}
+
+Status CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst, uint64_t length) {
+  KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
+  std::memcpy(dst, ctx.pool->base() + offset, length);
+  return Status::Ok();
+}
+
+void RemoteMoves::Add(uint32_t key, uint32_t request, transfer::TransferKind kind,
+                      std::string_view peer, uint64_t remote_offset, uint8_t* local,
+                      uint64_t length) {
+  ops_.push_back(transfer::TransferOp{kind, std::string(peer), remote_offset, local, length});
+  keys_.push_back(key);
+  requests_.push_back(request);
+}
+
+namespace {
+
+// What the service thread needs once the data plane answered.
+struct Pending {
+  std::vector<uint32_t> keys;
+  std::vector<Status> results;
+  std::vector<size_t> submitted;  // positions in `results` of the ops handed to the engine
+  std::vector<uint64_t> lengths;  // of the submitted ops
+  uint64_t* moved = nullptr;
+  std::vector<ClientId> arenas;  // arenas acquired for this batch
+  RemoteMoves::DoneFn done;
+};
+
+}  // namespace
+
+void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requests,
+                         uint64_t* moved, DoneFn done) {
+  auto pending = std::make_shared<Pending>();
+  pending->moved = moved;
+  pending->keys = std::move(keys_);
+  pending->results.resize(ops_.size());
+  pending->done = std::move(done);
+  std::vector<std::shared_ptr<ipc::Segment>> keep_mapped;
+  std::vector<transfer::TransferOp> submit;
+  // Per request: 0 not seen, 1 arena registered, 2 registration failed (its ops fail).
+  std::vector<uint8_t> arena_state(requests.size(), 0);
+  std::vector<Status> arena_error(requests.size());
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const uint32_t r = requests_[i];
+    if (arena_state[r] == 0) {
+      const ClientRequest& request = requests[r].request;
+      arena_error[r] = ctx.arenas->Acquire(request);
+      arena_state[r] = arena_error[r].ok() ? 1 : 2;
+      if (arena_state[r] == 1) {
+        pending->arenas.push_back(request.client_id);
+        keep_mapped.push_back(request.segment);
+      }
+    }
+    if (arena_state[r] == 2) {
+      pending->results[i] = Status(ErrorCode::kTransferFailed, arena_error[r].message());
+      continue;
+    }
+    pending->lengths.push_back(ops_[i].length);
+    submit.push_back(std::move(ops_[i]));
+    pending->submitted.push_back(i);
+  }
+  ops_.clear();
+  requests_.clear();
+  auto gate = ctx.gate;
+  ArenaRegistry* arenas = ctx.arenas.get();
+  ctx.engine->Submit(
+      std::move(submit), [gate, arenas, pending, keep_mapped = std::move(keep_mapped)](
+                             std::vector<Status> results) mutable {
+        // Engine thread: only hand over. `keep_mapped` dies with this callback, after the
+        // engine is done with every arena range it names.
+        gate->Post([arenas, pending, results = std::move(results)]() {
+          for (size_t i = 0; i < results.size() && i < pending->submitted.size(); ++i) {
+            pending->results[pending->submitted[i]] = results[i];
+            if (results[i].ok()) *pending->moved += pending->lengths[i];
+          }
+          for (ClientId c : pending->arenas) arenas->Release(c);
+          pending->done(pending->keys, pending->results);
+        });
+      });
+}
+
+}  // namespace kvagent::agent

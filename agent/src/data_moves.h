@@ -1,0 +1,69 @@
+// The data-plane half of a batch. Ranges in this node's pool are copied at once with one memcpy
+// each (arena -> pool on put, pool -> arena on get); ranges in peers' pools are collected and
+// handed to the TransferEngine as one Submit per batch, whose results come back on the service
+// thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "master_messages.h"
+#include "pipeline_context.h"
+
+namespace kvagent::agent {
+
+// The segments a PlacementReply names: which one is this node's pool, and where the others are.
+class SegmentTable {
+ public:
+  struct Entry {
+    uint32_t id = 0;
+    bool local = false;         // this agent's node pool: bytes move with memcpy
+    std::string_view endpoint;  // a peer's data endpoint (valid while the reply is)
+  };
+  // Reads reply.segments(); a segment is local when the data plane says its endpoint is ours.
+  void Load(const mfb::PlacementReply& reply, const PipelineContext& ctx);
+  // The entry of `segment_id`; ReadPlacements guarantees every placement's segment is listed.
+  const Entry& Find(uint32_t segment_id) const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// Copies [src, src + length) into the node pool at `offset` (a put's local replica), or the
+// reverse for a get. BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
+[[nodiscard]] Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
+                                uint64_t length);
+[[nodiscard]] Status CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
+                                  uint64_t length);
+
+// The remote transfers of one batch.
+class RemoteMoves {
+ public:
+  // Called on the service thread with, for every op added, its key (the batch's key position)
+  // and its result, in the order of Add.
+  using DoneFn =
+      std::function<void(std::span<const uint32_t> keys, std::span<const Status> results)>;
+
+  // One range between the arena of `requests[request]` and a peer's pool.
+  void Add(uint32_t key, uint32_t request, transfer::TransferKind kind, std::string_view peer,
+           uint64_t remote_offset, uint8_t* local, uint64_t length);
+  bool empty() const { return ops_.empty(); }
+
+  // Registers the client arenas involved (once per client), submits every op in one batch and
+  // arranges for `done` to run on the service thread. The arenas stay mapped until the data
+  // plane is done with them, even if the clients leave or the pipeline goes away meanwhile.
+  // The bytes of the ops that succeeded are added to `*moved` (a counter) before `done` runs.
+  void Submit(PipelineContext& ctx, std::span<const HeldRequest> requests, uint64_t* moved,
+              DoneFn done);
+
+ private:
+  std::vector<transfer::TransferOp> ops_;
+  std::vector<uint32_t> keys_;
+  std::vector<uint32_t> requests_;
+};
+
+}  // namespace kvagent::agent

@@ -1,0 +1,228 @@
+#include "master_messages.h"
+
+#include <string_view>
+
+namespace kvagent::agent {
+namespace {
+
+using flatbuffers::Offset;
+using flatbuffers::uoffset_t;
+using StringVector = flatbuffers::Vector<Offset<flatbuffers::String>>;
+
+std::string_view View(const flatbuffers::String* s) {
+  return s == nullptr ? std::string_view() : std::string_view(s->c_str(), s->size());
+}
+
+template <typename T>
+size_t Count(const flatbuffers::Vector<T>* v) {
+  return v == nullptr ? 0 : v->size();
+}
+
+Status Malformed(const std::string& what) {
+  return Internal("the master's reply is malformed (" + what +
+                  "); check that kvmaster and kvagent are the same version");
+}
+
+bool EmptyMeta(const proto::BlockMeta* b) {
+  return Count(b->block_hashes()) == 0 && Count(b->token_ids()) == 0 && b->lora_name() == nullptr;
+}
+
+}  // namespace
+
+std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref) {
+  return View(requests[ref.request].request.request().keys()->Get(ref.index));
+}
+
+Offset<StringVector> MasterMessages::Keys(std::span<const HeldRequest> requests,
+                                          std::span<const KeyRef> keys) {
+  strings_.clear();
+  for (const KeyRef& k : keys) strings_.push_back(fbb_.CreateString(KeyAt(requests, k)));
+  return fbb_.CreateVector(strings_);
+}
+
+Offset<flatbuffers::Vector<Offset<mfb::BlockMeta>>> MasterMessages::Blocks(
+    std::span<const HeldRequest> requests, std::span<const KeyRef> keys) {
+  bool any = false;
+  for (const KeyRef& k : keys) any |= Count(requests[k.request].request.request().blocks()) != 0;
+  if (!any) return 0;
+  blocks_.clear();
+  Offset<mfb::BlockMeta> empty;  // shared by every key without metadata
+  for (const KeyRef& k : keys) {
+    const auto* metas = requests[k.request].request.request().blocks();
+    const proto::BlockMeta* b = metas == nullptr ? nullptr : metas->Get(k.index);
+    if (b == nullptr || EmptyMeta(b)) {
+      if (empty.IsNull()) empty = mfb::CreateBlockMeta(fbb_);
+      blocks_.push_back(empty);
+      continue;
+    }
+    hashes_.clear();
+    for (const proto::BlockHash* h : *b->block_hashes()) {
+      hashes_.emplace_back(h->bits(), h->is_signed());
+    }
+    const auto hashes = fbb_.CreateVectorOfStructs(hashes_);
+    Offset<flatbuffers::Vector<const mfb::BlockHash*>> parent;
+    if (const proto::BlockHash* p = b->parent_block_hash()) {
+      const mfb::BlockHash one(p->bits(), p->is_signed());
+      parent = fbb_.CreateVectorOfStructs(&one, 1);
+    }
+    Offset<flatbuffers::Vector<uint32_t>> tokens;
+    if (b->token_ids() != nullptr) {
+      tokens = fbb_.CreateVector(b->token_ids()->data(), b->token_ids()->size());
+    }
+    Offset<flatbuffers::String> lora;
+    if (b->lora_name() != nullptr) lora = fbb_.CreateString(View(b->lora_name()));
+    blocks_.push_back(mfb::CreateBlockMeta(fbb_, hashes, parent, tokens, b->block_size(), lora));
+  }
+  return fbb_.CreateVector(blocks_);
+}
+
+flatbuffers::DetachedBuffer MasterMessages::Finish(uint64_t id, mfb::Body type, Offset<void> body) {
+  fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
+  return fbb_.Release();
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t agent, bool upsert,
+                                                       std::span<const HeldRequest> requests,
+                                                       std::span<const KeyRef> keys) {
+  const auto key_vec = Keys(requests, keys);
+  sizes_.clear();
+  bool any_session = false;
+  for (const KeyRef& k : keys) {
+    const proto::Request& r = requests[k.request].request.request();
+    sizes_.push_back(r.buffers()->Get(k.index)->length());
+    any_session |= Count(r.session_ids()) != 0;
+  }
+  const auto size_vec = fbb_.CreateVector(sizes_);
+  Offset<StringVector> session_vec;
+  if (any_session) {
+    strings_.clear();
+    Offset<flatbuffers::String> untagged;  // one "" for every key of a request without IDs
+    for (const KeyRef& k : keys) {
+      const auto* ids = requests[k.request].request.request().session_ids();
+      if (ids == nullptr) {
+        if (untagged.IsNull()) untagged = fbb_.CreateString("");
+        strings_.push_back(untagged);
+      } else {
+        strings_.push_back(fbb_.CreateString(View(ids->Get(k.index))));
+      }
+    }
+    session_vec = fbb_.CreateVector(strings_);
+  }
+  const auto block_vec = Blocks(requests, keys);
+  const proto::WriteOptions* o = requests[keys.front().request].request.request().options();
+  const auto options = o == nullptr
+                           ? mfb::CreateWriteOptions(fbb_)
+                           : mfb::CreateWriteOptions(fbb_, o->replica_count(), o->soft_pin(),
+                                                     o->soft_pin_ttl_ms(), o->hard_pin());
+  const auto body =
+      mfb::CreateWriteStart(fbb_, agent, key_vec, size_vec, session_vec, block_vec, options);
+  return Finish(id, upsert ? mfb::Body::BatchUpsertStart : mfb::Body::BatchPutStart, body.Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t agent, mfb::Body type,
+                                                        std::span<const HeldRequest> requests,
+                                                        std::span<const KeyRef> keys) {
+  const auto key_vec = Keys(requests, keys);
+  return Finish(id, type, mfb::CreateWriteFinish(fbb_, agent, key_vec).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::KeyList(uint64_t id, mfb::Body type,
+                                                    std::span<const HeldRequest> requests,
+                                                    std::span<const KeyRef> keys, bool force) {
+  const auto key_vec = Keys(requests, keys);
+  switch (type) {
+    case mfb::Body::BatchGet:
+      return Finish(id, type, mfb::CreateBatchGet(fbb_, key_vec).Union());
+    case mfb::Body::BatchExist:
+      return Finish(id, type, mfb::CreateBatchExist(fbb_, key_vec).Union());
+    default:
+      return Finish(id, mfb::Body::BatchRemove,
+                    mfb::CreateBatchRemove(fbb_, key_vec, force).Union());
+  }
+}
+
+flatbuffers::DetachedBuffer MasterMessages::RemoveAll(uint64_t id, bool force) {
+  return Finish(id, mfb::Body::RemoveAll, mfb::CreateRemoveAll(fbb_, force).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t cursor, uint32_t limit) {
+  return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::Stats(uint64_t id) {
+  return Finish(id, mfb::Body::Stats, mfb::CreateStats(fbb_).Union());
+}
+
+Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected) {
+  if (reply.status() != 0) {
+    return Status(ErrorCodeFromWire(reply.status()), std::string(View(reply.message())));
+  }
+  if (reply.body_type() != expected) {
+    return Malformed(std::string("expected ") + mfb::EnumNameReplyBody(expected) + ", got " +
+                     mfb::EnumNameReplyBody(reply.body_type()));
+  }
+  return Status::Ok();
+}
+
+Status KeyStatus(const flatbuffers::Vector<uint16_t>* codes, const StringVector* messages,
+                 size_t i) {
+  const auto at = static_cast<uoffset_t>(i);
+  const ErrorCode code = ErrorCodeFromWire(codes->Get(at));
+  if (code == ErrorCode::kOk) return Status::Ok();
+  std::string message(messages != nullptr && at < messages->size() ? View(messages->Get(at))
+                                                                   : std::string_view());
+  if (message.empty()) message = std::string(ErrorCodeName(code)) + " (the master gave no reason)";
+  return Status(code, std::move(message));
+}
+
+const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id) {
+  if (reply.segments() == nullptr) return nullptr;
+  for (const mfb::SegmentInfo* s : *reply.segments()) {
+    if (s->segment_id() == segment_id && Count(s->endpoints()) > 0) return s;
+  }
+  return nullptr;
+}
+
+Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
+                                                  bool with_sizes) {
+  const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
+  KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::PlacementReply));
+  const mfb::PlacementReply* p = reply->body_as_PlacementReply();
+  if (Count(p->codes()) != key_count) return Malformed("codes do not match the keys");
+  if (p->messages() != nullptr && p->messages()->size() != key_count) {
+    return Malformed("messages do not match the keys");
+  }
+  if (with_sizes && Count(p->sizes()) != key_count) return Malformed("sizes do not match the keys");
+  if (Count(p->first()) != key_count + 1) return Malformed("first has the wrong length");
+  const size_t placements = Count(p->placements());
+  uint32_t previous = 0;
+  for (uint32_t f : *p->first()) {
+    if (f < previous || f > placements) return Malformed("first is not a valid index");
+    previous = f;
+  }
+  for (size_t i = 0; i < placements; ++i) {
+    const mfb::Placement* pl = p->placements()->Get(static_cast<uoffset_t>(i));
+    if (FindSegment(*p, pl->segment_id()) == nullptr) {
+      return Malformed("a placement names a segment without endpoints");
+    }
+    if (pl->length() == 0) return Malformed("a placement has length 0");
+  }
+  return p;
+}
+
+Result<const mfb::KeyCodesReply*> ReadKeyCodes(std::span<const uint8_t> bytes, size_t key_count,
+                                               bool with_exists) {
+  const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
+  KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::KeyCodesReply));
+  const mfb::KeyCodesReply* k = reply->body_as_KeyCodesReply();
+  if (Count(k->codes()) != key_count) return Malformed("codes do not match the keys");
+  if (k->messages() != nullptr && k->messages()->size() != key_count) {
+    return Malformed("messages do not match the keys");
+  }
+  if (with_exists && Count(k->exists()) != key_count) {
+    return Malformed("exists does not match the keys");
+  }
+  return k;
+}
+
+}  // namespace kvagent::agent

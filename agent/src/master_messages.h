@@ -1,0 +1,84 @@
+// master.fbs messages built from client requests, and the replies read back.
+//
+// Builders take the batch's requests and its keys by original position (KeyRef), so per-key
+// arrays (sizes, session IDs, block metadata) are always taken from the key's own request at
+// the key's own index (SEMANTICS rule 9), and nothing per key is copied more than once: each
+// key string goes straight from the client's (private copy of the) frame into the message.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvagent/common/status.h"
+#include "kvagent/schemas/master_generated.h"
+#include "pipeline_context.h"
+
+namespace kvagent::agent {
+
+namespace mfb = kvagent::master_proto;
+
+// Builds master requests. Keeps scratch vectors across calls (service thread only).
+class MasterMessages {
+ public:
+  // BatchPutStart / BatchUpsertStart for `keys` of `requests`, all with the same write options
+  // (those of the first key's request).
+  flatbuffers::DetachedBuffer WriteStart(uint64_t id, uint32_t agent, bool upsert,
+                                         std::span<const HeldRequest> requests,
+                                         std::span<const KeyRef> keys);
+  // BatchPutEnd / BatchPutRevoke / BatchUpsertEnd / BatchUpsertRevoke.
+  flatbuffers::DetachedBuffer WriteFinish(uint64_t id, uint32_t agent, mfb::Body type,
+                                          std::span<const HeldRequest> requests,
+                                          std::span<const KeyRef> keys);
+  // BatchGet / BatchExist / BatchRemove (with `force`).
+  flatbuffers::DetachedBuffer KeyList(uint64_t id, mfb::Body type,
+                                      std::span<const HeldRequest> requests,
+                                      std::span<const KeyRef> keys, bool force = false);
+  flatbuffers::DetachedBuffer RemoveAll(uint64_t id, bool force);
+  flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit);
+  flatbuffers::DetachedBuffer Stats(uint64_t id);
+
+ private:
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Keys(
+      std::span<const HeldRequest> requests, std::span<const KeyRef> keys);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<mfb::BlockMeta>>> Blocks(
+      std::span<const HeldRequest> requests, std::span<const KeyRef> keys);
+  flatbuffers::DetachedBuffer Finish(uint64_t id, mfb::Body type, flatbuffers::Offset<void> body);
+
+  flatbuffers::FlatBufferBuilder fbb_{4096};
+  std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
+  std::vector<flatbuffers::Offset<mfb::BlockMeta>> blocks_;
+  std::vector<mfb::BlockHash> hashes_;
+  std::vector<uint64_t> sizes_;
+};
+
+// The key at `ref` as it appears in the client's request.
+std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref);
+
+// A reply's request-level outcome: the master's status when it is not OK, else OK. INTERNAL when
+// the body is not of the expected type (a master speaking another protocol version).
+Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
+
+// The PlacementReply of a WriteStart or BatchGet for `key_count` keys, checked for internal
+// consistency (codes, first, sizes and segment references agree) so the pipeline can index it
+// freely. Errors: the master's own request-level status, or INTERNAL for a malformed reply.
+Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
+                                                  bool with_sizes);
+
+// The segment `segment_id` of a PlacementReply with at least one endpoint, or null.
+const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id);
+
+// The KeyCodesReply of a finish, exist or remove call for `key_count` keys (exists checked when
+// `with_exists`).
+Result<const mfb::KeyCodesReply*> ReadKeyCodes(std::span<const uint8_t> bytes, size_t key_count,
+                                               bool with_exists);
+
+// Per-key status `i` of a reply: its code and (when present) its message.
+Status KeyStatus(const flatbuffers::Vector<uint16_t>* codes,
+                 const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* messages,
+                 size_t i);
+
+}  // namespace kvagent::agent

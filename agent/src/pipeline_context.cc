@@ -1,0 +1,80 @@
+#include "pipeline_context.h"
+
+#include <glog/logging.h>
+
+#include "kvagent/ipc/segment.h"
+
+namespace kvagent::agent {
+
+void ServiceGate::Open(CompletionSink* sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sink_ = sink;
+}
+
+void ServiceGate::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  sink_ = nullptr;
+}
+
+void ServiceGate::Post(std::function<void()> task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sink_ != nullptr) sink_->Post(std::move(task));
+}
+
+void HeldRequest::SetKey(size_t index, ErrorCode code, const std::string& message) {
+  result.codes[index] = code;
+  if (code == ErrorCode::kOk) return;
+  if (result.messages.empty()) result.messages.resize(result.codes.size());
+  result.messages[index] = message;
+}
+
+void HeldRequest::FailAll(const Status& status) {
+  const size_t keys = result.codes.size();
+  result.status = status;
+  result.codes.assign(keys, status.code());
+  result.messages.assign(keys, status.message());
+}
+
+Status ArenaRegistry::Acquire(const ClientRequest& request) {
+  auto [it, inserted] = entries_.try_emplace(request.client_id);
+  Entry& e = it->second;
+  if (inserted) {
+    const std::span<uint8_t> arena = request.arena();
+    Status registered = engine_->RegisterMemory(arena.data(), arena.size());
+    if (!registered.ok()) {
+      entries_.erase(it);
+      return Status(ErrorCode::kTransferFailed,
+                    "the data plane cannot use this client's arena: " + registered.message());
+    }
+    e.base = arena.data();
+  }
+  ++e.users;
+  return Status::Ok();
+}
+
+void ArenaRegistry::Release(ClientId client) {
+  auto it = entries_.find(client);
+  if (it == entries_.end()) return;
+  if (--it->second.users == 0 && it->second.gone) Unregister(client, it->second);
+}
+
+void ArenaRegistry::ClientGone(ClientId client) {
+  auto it = entries_.find(client);
+  if (it == entries_.end()) return;
+  it->second.gone = true;
+  if (it->second.users == 0) Unregister(client, it->second);
+}
+
+void ArenaRegistry::Unregister(ClientId client, Entry& entry) {
+  if (Status st = engine_->UnregisterMemory(entry.base); !st.ok()) {
+    LOG(WARNING) << "client " << client << ": " << st.message();
+  }
+  entries_.erase(client);
+}
+
+void PipelineContext::Complete(HeldRequest& held) {
+  if (held.gone) return;
+  sink->Complete(held.request.client_id, held.request.request_id, held.result);
+}
+
+}  // namespace kvagent::agent

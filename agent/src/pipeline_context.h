@@ -1,0 +1,111 @@
+// What every batch of the request pipeline shares: the master port, the node pool, the data
+// plane, the way back to the service thread, the counters, and the client arenas registered
+// with the data plane. Owned by RequestPipeline; used on the service thread only (except
+// ServiceGate::Post, which any thread may call).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvagent/agent/master_port.h"
+#include "kvagent/agent/request_handler.h"
+#include "kvagent/transfer/node_pool.h"
+#include "kvagent/transfer/transfer_engine.h"
+
+namespace kvagent::agent {
+
+// Posts tasks to the service thread while it runs and drops them once it stopped, so threads
+// that finish work late (the data plane's callbacks, the master link) never touch a destroyed
+// service. Shared by everything that posts.
+class ServiceGate {
+ public:
+  void Open(CompletionSink* sink);
+  void Close();  // after it returns, Post does nothing
+  void Post(std::function<void()> task);
+
+ private:
+  std::mutex mu_;
+  CompletionSink* sink_ = nullptr;
+};
+
+// Counters behind `kvctl stat` (service thread only). Indexed by proto::Op.
+struct PipelineCounters {
+  static constexpr size_t kOps = 9;
+  std::array<uint64_t, kOps> requests{};  // requests handed in
+  std::array<uint64_t, kOps> batches{};   // master calls carrying them
+  std::array<uint64_t, kOps> keys{};      // keys in those calls
+  uint64_t bytes_to_pool = 0;             // put bytes copied into this node's pool
+  uint64_t bytes_to_peers = 0;            // put bytes written to peers' pools
+  uint64_t bytes_from_pool = 0;           // get bytes copied out of this node's pool
+  uint64_t bytes_from_peers = 0;          // get bytes read from peers' pools
+  uint64_t transfer_failures = 0;         // keys that failed in the data plane
+  uint64_t revoked_keys = 0;              // writes revoked (failed transfer or client gone)
+  uint64_t lease_expired = 0;             // gets that outlived their read lease
+  uint64_t master_failures = 0;           // master calls that failed (unreachable, timeout)
+  uint64_t abandoned_requests = 0;        // requests of clients that left before completion
+};
+
+// A request held by a batch, with the answer under construction.
+struct HeldRequest {
+  ClientRequest request;
+  CompletionData result;
+  bool gone = false;  // the client left: no copies into its arena, writes revoked, no answer
+
+  // Sets key `index` to `code` with `message` (messages are allocated on the first error).
+  void SetKey(size_t index, ErrorCode code, const std::string& message);
+  // Every key (and the request) fails with `status`.
+  void FailAll(const Status& status);
+};
+
+// One key of a batch by its original position: SEMANTICS rule 9 (results, session IDs and
+// block metadata always map back through this, never through a subset's index).
+struct KeyRef {
+  uint32_t request;  // index into the batch's requests
+  uint32_t index;    // the key's index in that request
+};
+
+// Client arenas registered with the data plane (TransferEngine::RegisterMemory, once per
+// client, at its first remote transfer). An arena is unregistered once its client is gone and
+// no transfer uses it any more.
+class ArenaRegistry {
+ public:
+  explicit ArenaRegistry(transfer::TransferEngine* engine) : engine_(engine) {}
+  // Registers the client's arena if needed and counts one more transfer batch using it.
+  [[nodiscard]] Status Acquire(const ClientRequest& request);
+  void Release(ClientId client);
+  void ClientGone(ClientId client);
+
+ private:
+  struct Entry {
+    void* base = nullptr;
+    uint32_t users = 0;
+    bool gone = false;
+  };
+  void Unregister(ClientId client, Entry& entry);
+  transfer::TransferEngine* engine_;
+  std::unordered_map<ClientId, Entry> entries_;
+};
+
+struct PipelineContext {
+  MasterPort* master = nullptr;
+  transfer::NodePool* pool = nullptr;
+  transfer::TransferEngine* engine = nullptr;
+  CompletionSink* sink = nullptr;
+  std::shared_ptr<ServiceGate> gate;
+  PipelineCounters counters;
+  std::unique_ptr<ArenaRegistry> arenas;
+  uint64_t next_master_request = 1;
+
+  uint64_t NextMasterRequestId() { return next_master_request++; }
+  // Answers the request unless its client is gone.
+  void Complete(HeldRequest& held);
+};
+
+}  // namespace kvagent::agent

@@ -1,0 +1,44 @@
+#include "pipeline_stats.h"
+
+#include <string>
+#include <utility>
+
+namespace kvagent::agent {
+namespace {
+
+// Counter names of the ops, indexed by proto::Op.
+constexpr const char* kOpNames[PipelineCounters::kOps] = {
+    "ping", "put", "upsert", "get", "exist", "remove", "remove_all", "list", "stat"};
+
+}  // namespace
+
+std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
+  const PipelineCounters& c = ctx.counters;
+  std::vector<Counter> out;
+  out.push_back({"agent.clients", ctx.sink->ClientCount(), ""});
+  for (size_t op = 1; op < PipelineCounters::kOps; ++op) {
+    const std::string name = kOpNames[op];
+    out.push_back({"agent.requests." + name, c.requests[op], ""});
+    out.push_back({"agent.batches." + name, c.batches[op], ""});
+    out.push_back({"agent.keys." + name, c.keys[op], ""});
+  }
+  out.push_back({"agent.bytes_to_pool", c.bytes_to_pool, ""});
+  out.push_back({"agent.bytes_to_peers", c.bytes_to_peers, ""});
+  out.push_back({"agent.bytes_from_pool", c.bytes_from_pool, ""});
+  out.push_back({"agent.bytes_from_peers", c.bytes_from_peers, ""});
+  out.push_back({"agent.transfer_failures", c.transfer_failures, ""});
+  out.push_back({"agent.revoked_keys", c.revoked_keys, ""});
+  out.push_back({"agent.lease_expired", c.lease_expired, ""});
+  out.push_back({"agent.master_failures", c.master_failures, ""});
+  out.push_back({"agent.abandoned_requests", c.abandoned_requests, ""});
+  out.push_back({"agent.pool_bytes", ctx.pool->size(),
+                 std::string(transfer::PoolPagesName(ctx.pool->pages()))});
+  out.push_back({"agent.data_endpoint", 0, ctx.engine->endpoint()});
+  out.push_back({"agent.master_link", ctx.master->ready() ? 1u : 0u, ctx.master->Describe()});
+  std::vector<std::pair<std::string, uint64_t>> link;
+  ctx.master->AppendStats(&link);
+  for (auto& [name, value] : link) out.push_back({"agent.master_link." + name, value, ""});
+  return out;
+}
+
+}  // namespace kvagent::agent

@@ -1,0 +1,153 @@
+#include "request_pipeline.h"
+
+#include <algorithm>
+
+#include "kvagent/common/validate.h"
+
+namespace kvagent::agent {
+namespace {
+
+bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
+  const proto::WriteOptions* x = a.options();
+  const proto::WriteOptions* y = b.options();
+  auto replicas = [](const proto::WriteOptions* o) { return o ? o->replica_count() : 1; };
+  auto soft = [](const proto::WriteOptions* o) { return o ? o->soft_pin() : false; };
+  auto ttl = [](const proto::WriteOptions* o) { return o ? o->soft_pin_ttl_ms() : 0u; };
+  auto hard = [](const proto::WriteOptions* o) { return o ? o->hard_pin() : false; };
+  return replicas(x) == replicas(y) && soft(x) == soft(y) && ttl(x) == ttl(y) && hard(x) == hard(y);
+}
+
+// Requests that may share one master batch.
+bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) {
+  switch (op) {
+    case proto::Op::Put:
+    case proto::Op::Upsert:
+      return SameWriteOptions(a, b);
+    case proto::Op::Remove:
+      return a.force() == b.force();
+    default:
+      return true;
+  }
+}
+
+// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys, in
+// queue order.
+std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
+  std::vector<std::vector<HeldRequest>> groups;
+  std::vector<size_t> keys;
+  for (HeldRequest& h : queue) {
+    const size_t n = h.result.codes.size();
+    size_t g = 0;
+    while (g < groups.size() &&
+           !(keys[g] + n <= kMaxBatchKeys &&
+             Compatible(op, groups[g].front().request.request(), h.request.request()))) {
+      ++g;
+    }
+    if (g == groups.size()) {
+      groups.emplace_back();
+      keys.push_back(0);
+    }
+    keys[g] += n;
+    groups[g].push_back(std::move(h));
+  }
+  queue.clear();
+  return groups;
+}
+
+}  // namespace
+
+RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
+                                 transfer::TransferEngine* engine)
+    : master_(std::move(master)) {
+  ctx_.master = master_.get();
+  ctx_.pool = pool;
+  ctx_.engine = engine;
+  ctx_.gate = std::make_shared<ServiceGate>();
+  ctx_.arenas = std::make_unique<ArenaRegistry>(engine);
+}
+
+RequestPipeline::~RequestPipeline() {
+  ctx_.gate->Close();
+  master_->Stop();
+}
+
+void RequestPipeline::OnStart(CompletionSink& sink) {
+  ctx_.sink = &sink;
+  ctx_.gate->Open(&sink);
+  master_->Bind([gate = ctx_.gate](std::function<void()> task) { gate->Post(std::move(task)); });
+}
+
+void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
+  const proto::Op op = request.request().op();
+  ++ctx_.counters.requests[static_cast<size_t>(op)];
+  HeldRequest held;
+  held.result.codes.assign(request.key_count(), ErrorCode::kOk);
+  held.request = std::move(request);
+  queue(op).push_back(std::move(held));
+}
+
+void RequestPipeline::OnPassEnd() {
+  Sweep();
+  // Writes first, so that in standalone mode (where a batch completes within this call) a read
+  // queued in the same pass sees them; requests in flight together are otherwise unordered.
+  FlushWrites(proto::Op::Put);
+  FlushWrites(proto::Op::Upsert);
+  FlushKeys(proto::Op::Remove);
+  FlushSingles(proto::Op::RemoveAll);
+  FlushKeys(proto::Op::Get);
+  FlushKeys(proto::Op::Exist);
+  FlushSingles(proto::Op::List);
+  FlushSingles(proto::Op::Stat);
+  Sweep();
+}
+
+void RequestPipeline::FlushWrites(proto::Op op) {
+  if (queue(op).empty()) return;
+  for (auto& group : Group(op, queue(op))) {
+    StartBatch(
+        std::make_unique<WriteBatch>(ctx_, messages_, op == proto::Op::Upsert, std::move(group)));
+  }
+}
+
+void RequestPipeline::FlushKeys(proto::Op op) {
+  if (queue(op).empty()) return;
+  for (auto& group : Group(op, queue(op))) {
+    if (op == proto::Op::Get) {
+      StartBatch(std::make_unique<ReadBatch>(ctx_, messages_, std::move(group)));
+    } else {
+      StartBatch(std::make_unique<KeyBatch>(ctx_, messages_, op, std::move(group)));
+    }
+  }
+}
+
+void RequestPipeline::FlushSingles(proto::Op op) {
+  for (HeldRequest& h : queue(op)) {
+    StartBatch(std::make_unique<SingleCall>(ctx_, messages_, std::move(h)));
+  }
+  queue(op).clear();
+}
+
+void RequestPipeline::StartBatch(std::unique_ptr<Batch> batch) {
+  active_.push_back(std::move(batch));
+  active_.back()->Start();
+}
+
+void RequestPipeline::Sweep() {
+  std::erase_if(active_, [](const std::unique_ptr<Batch>& b) { return b->finished(); });
+}
+
+void RequestPipeline::OnClientGone(ClientId client) {
+  for (auto& q : queued_) {
+    ctx_.counters.abandoned_requests +=
+        std::erase_if(q, [client](const HeldRequest& h) { return h.request.client_id == client; });
+  }
+  for (auto& batch : active_) batch->ClientGone(client);
+  ctx_.arenas->ClientGone(client);
+}
+
+void RequestPipeline::OnServiceStop() {
+  ctx_.gate->Close();
+  master_->Stop();
+}
+
+}  // namespace kvagent::agent

@@ -1,0 +1,65 @@
+// RequestPipeline: the agent's RequestHandler. Batches every client's requests to the master,
+// moves the bytes between client arenas and the stores' pools, and answers per key.
+//
+// Natural batching: Handle() only queues (per op kind); OnPassEnd() — the end of a pass of the
+// ring service over every client's ring — sends what was queued as one master batch per op kind
+// (Put and Upsert also split by write options, Remove by `force`; each batch at most
+// kMaxBatchKeys keys). No timer: a lone request goes out at the end of its pass, a burst from
+// many clients becomes one batch. Batches then run concurrently (batch.h); requests in flight at
+// the same time are not ordered with respect to each other.
+//
+// Every key's result maps back by its original position (request, index) — SEMANTICS rule 9 —
+// and failures are per key where the master or the data plane reports them per key; a master
+// that cannot be reached fails every key of the affected requests with MASTER_UNAVAILABLE.
+//
+// A client that goes away: its queued requests are dropped, its keys between WriteStart and End
+// are revoked instead of ended (nothing partial becomes readable), no more bytes go into its
+// arena, and its completions are dropped. Its arena stays mapped (ClientRequest::segment) until
+// the last transfer using it is done.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "batch.h"
+#include "kvagent/agent/master_port.h"
+#include "kvagent/agent/request_handler.h"
+#include "master_messages.h"
+#include "pipeline_context.h"
+
+namespace kvagent::agent {
+
+class RequestPipeline final : public RequestHandler {
+ public:
+  // Takes the master port; `pool` and `engine` must outlive the pipeline.
+  RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
+                  transfer::TransferEngine* engine);
+  ~RequestPipeline() override;
+  RequestPipeline(const RequestPipeline&) = delete;
+  RequestPipeline& operator=(const RequestPipeline&) = delete;
+
+  void OnStart(CompletionSink& sink) override;
+  void Handle(ClientRequest request, CompletionSink& sink) override;
+  void OnPassEnd() override;
+  void OnClientGone(ClientId client) override;
+  Clock::time_point NextDeadline() const override { return master_->NextDeadline(); }
+  void OnTimer(Clock::time_point now) override { master_->OnTimer(now); }
+  void OnServiceStop() override;
+
+ private:
+  std::vector<HeldRequest>& queue(proto::Op op) { return queued_[static_cast<size_t>(op)]; }
+  void FlushWrites(proto::Op op);
+  void FlushKeys(proto::Op op);
+  void FlushSingles(proto::Op op);
+  void StartBatch(std::unique_ptr<Batch> batch);
+  void Sweep();
+
+  std::unique_ptr<MasterPort> master_;
+  PipelineContext ctx_;
+  MasterMessages messages_;
+  std::array<std::vector<HeldRequest>, PipelineCounters::kOps> queued_;
+  std::vector<std::unique_ptr<Batch>> active_;
+};
+
+}  // namespace kvagent::agent

@@ -1,0 +1,140 @@
+// Test support for the request pipeline: a real kvmaster process (restartable on the same
+// endpoints), SDK clients, deterministic value bytes, and the agent's counters. Every process
+// started here is stopped (SIGKILL + waitpid) when its guard goes, pass or fail.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent_process.h"
+#include "kvagent/client.h"
+#include "process_guard.h"
+
+#ifndef KVMASTER_BINARY
+#error "KVMASTER_BINARY must name the kvmaster executable"
+#endif
+
+namespace kvagent::testing {
+
+// A kvmaster child on 127.0.0.1 with OS-picked ports (kept across Restart).
+class KvmasterProcess {
+ public:
+  explicit KvmasterProcess(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+    Launch("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+  }
+
+  bool started() const { return !rpc_.empty(); }
+  const std::string& rpc() const { return rpc_; }
+  const std::string& events() const { return events_; }
+  const std::string& replay() const { return replay_; }
+  pid_t pid() const { return process_.pid(); }
+
+  // Arguments for an agent that uses this master (and its event endpoints).
+  std::vector<std::string> AgentArgs() const {
+    return {"--master", rpc_, "--master-events", events_, "--master-events-replay", replay_};
+  }
+
+  void Kill() { process_.Kill(); }
+  void Signal(int sig) { process_.Signal(sig); }
+  // Starts a new kvmaster on the same endpoints (after Kill). False when it did not come up.
+  bool Restart() {
+    process_.Kill();
+    const std::string rpc = rpc_, events = events_, replay = replay_;
+    rpc_.clear();
+    // The old process's ports are free again once it is reaped; retry briefly in case the
+    // kernel has not released them yet.
+    for (int attempt = 0; attempt < 50 && rpc_.empty(); ++attempt) {
+      Launch(rpc, events, replay);
+      if (rpc_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return started();
+  }
+
+ private:
+  void Launch(const std::string& rpc, const std::string& events, const std::string& replay) {
+    const std::string ready = dir_.path() + "/ready";
+    unlink(ready.c_str());
+    std::vector<std::string> args = {KVMASTER_BINARY, "--listen",     rpc,
+                                     "--events",      events,         "--events-replay",
+                                     replay,          "--ready-file", ready};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    process_.Reset(pid);
+    if (!WaitUntil([&] { return access(ready.c_str(), F_OK) == 0 || !process_.Running(); })) {
+      return;
+    }
+    std::ifstream in(ready);
+    std::string line;
+    std::map<std::string, std::string> values;
+    while (std::getline(in, line)) {
+      const size_t eq = line.find('=');
+      if (eq != std::string::npos) values[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    if (!process_.Running()) return;
+    events_ = values["events"];
+    replay_ = values["replay"];
+    rpc_ = values["rpc"];
+  }
+
+  TempDir dir_;
+  std::vector<std::string> extra_;
+  ProcessGuard process_;
+  std::string rpc_, events_, replay_;
+};
+
+inline std::unique_ptr<Client> Connect(const AgentProcess& agent, uint64_t arena = 32 << 20,
+                                       const std::string& name = "pipeline-test") {
+  ClientOptions options;
+  options.run_dir = agent.run_dir();
+  options.arena_bytes = arena;
+  options.client_name = name;
+  options.call_timeout = std::chrono::milliseconds(60000);
+  auto client = Client::Connect(options);
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+// `size` bytes that depend on `key` and on every position, so a value read back under the
+// wrong key, shifted, or cut short never compares equal.
+inline std::string Pattern(const std::string& key, size_t size) {
+  uint64_t x = std::hash<std::string>{}(key) | 1;
+  std::string out(size, '\0');
+  for (size_t i = 0; i < size; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<char>(x);
+  }
+  return out;
+}
+
+// The counter `name` of a Stat reply (0 when absent); `text` receives its text when given.
+inline uint64_t CounterOf(const Reply& stat, const std::string& name, std::string* text = nullptr) {
+  for (const auto& c : stat.counters) {
+    if (c.name != name) continue;
+    if (text != nullptr) *text = c.text;
+    return c.value;
+  }
+  return 0;
+}
+
+}  // namespace kvagent::testing
