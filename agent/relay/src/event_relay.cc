@@ -39,6 +39,8 @@ constexpr auto kPoll = 100ms;
 // Waiting deliveries dropped before a scan starts are bounded by this time, so a busy master
 // cannot hold the scan off forever (dropping them only saves work; nothing depends on it).
 constexpr auto kDropWindow = 200ms;
+// Held-back batches handed to our publisher between two Flushes (its queue holds 1 << 20).
+constexpr size_t kHeldPerFlush = 4096;
 
 // Removes the socket file of an ipc:// endpoint (ZMQ removes it too when it closes cleanly;
 // this covers the rest). Other transports: nothing to do.
@@ -203,7 +205,11 @@ class EventRelay::Thread {
       cursor = page->next_cursor;
     }
     const size_t held = held_.size();
-    for (std::string& payload : held_) publisher_->PublishEncoded(std::move(payload));
+    for (size_t i = 0; i < held; ++i) {
+      publisher_->PublishEncoded(std::move(held_[i]));
+      // Many small held batches must not overflow our publisher's queue either.
+      if (i % kHeldPerFlush == kHeldPerFlush - 1) publisher_->Flush();
+    }
     held_.clear();
     held_bytes_ = 0;
     counters_.relayed_batches += held;
