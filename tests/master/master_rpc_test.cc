@@ -137,6 +137,52 @@ TEST_F(MasterRpcTest, ABatchWhoseArraysDisagreeIsRejectedWhole) {
   ExpectNothingChanged();
 }
 
+// A WriteStart whose keys carry block metadata: `tokens_per_block` token IDs per hash.
+Bytes WriteStartWithBlocks(uint32_t agent, const std::vector<std::string>& keys,
+                           size_t block_entries, uint32_t block_size, size_t tokens) {
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<flatbuffers::Offset<fb::BlockMeta>> blocks;
+  for (size_t i = 0; i < block_entries; ++i) {
+    std::vector<fb::BlockHash> hashes = {fb::BlockHash(1000 + i, false),
+                                         fb::BlockHash(2000 + i, true)};
+    std::vector<fb::BlockHash> parent = {fb::BlockHash(7, false)};
+    std::vector<uint32_t> token_ids(tokens);
+    for (size_t t = 0; t < tokens; ++t) token_ids[t] = static_cast<uint32_t>(t);
+    blocks.push_back(fb::CreateBlockMeta(b, b.CreateVectorOfStructs(hashes),
+                                         b.CreateVectorOfStructs(parent), b.CreateVector(token_ids),
+                                         block_size, b.CreateString("lora-a")));
+  }
+  std::vector<uint64_t> sizes(keys.size(), 64);
+  auto m = fb::CreateWriteStart(b, agent, b.CreateVectorOfStrings(keys), b.CreateVector(sizes), 0,
+                                b.CreateVector(blocks), fb::CreateWriteOptions(b, 1));
+  return Finish(b, fb::Body::BatchPutStart, m.Union());
+}
+
+TEST_F(MasterRpcTest, BlockMetadataTravelsFromTheRequestToTheStoredEvent) {
+  auto* r = Call(WriteStartWithBlocks(agent, {"a"}, 1, 2, 4));
+  ASSERT_EQ(r->status(), 0);
+  r = Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a"}));
+  ASSERT_EQ(r->status(), 0);
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  const auto& s = AsStored(ev[0]);
+  EXPECT_EQ(s.block_hashes, (std::vector<events::BlockHash>{events::BlockHash::Unsigned(1000),
+                                                            events::BlockHash::Signed(2000)}));
+  EXPECT_EQ(s.parent_block_hash, events::BlockHash::Unsigned(7));
+  EXPECT_EQ(s.token_ids, (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(s.block_size, 2u);
+  EXPECT_EQ(s.lora_name, "lora-a");
+}
+
+TEST_F(MasterRpcTest, BlockMetadataThatDisagreesIsRejectedWhole) {
+  auto* r = Call(WriteStartWithBlocks(agent, {"a", "b"}, 1, 2, 4));  // one entry, two keys
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  r = Call(WriteStartWithBlocks(agent, {"a"}, 1, 2, 3));  // 3 tokens for 2 blocks of 2
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_NE(r->message()->str().find("blocks[0]"), std::string::npos);
+  ExpectNothingChanged();
+}
+
 TEST_F(MasterRpcTest, InvalidUtf8AndOverlongSessionIdsAreRejectedWhole) {
   auto* r = Call(WriteStartMsg(agent, {"ok", "bad-\xff-key"}, {100, 100}));
   EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
