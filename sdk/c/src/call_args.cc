@@ -1,5 +1,6 @@
 #include "call_args.h"
 
+#include <algorithm>
 #include <chrono>
 #include <span>
 #include <string>
@@ -44,11 +45,56 @@ Status ReadArray(const T* data, size_t count, const std::string& what, std::vect
   return Status::Ok();
 }
 
-// The C++ form of one call, built from a Request. Owns copies of the keys, session IDs and
-// block metadata; raw values still point at the caller's bytes (Submit copies them).
+// Per-thread strings for the keys and session IDs of calls (the C++ API takes std::string):
+// they keep their capacity from call to call, so steady traffic copies bytes without
+// allocating. What stays between calls is bounded: kKeptStrings strings of at most kKeptBytes
+// capacity each, 256 KiB per pool and thread.
+class StringPool {
+ public:
+  static constexpr size_t kKeptStrings = 1024;
+  static constexpr size_t kKeptBytes = 256;
+
+  // The first `count` strings, for one call at a time on this thread.
+  std::span<std::string> Take(size_t count) {
+    if (strings_.size() < count) strings_.resize(count);
+    used_ = count;
+    return {strings_.data(), count};
+  }
+
+  // Ends the call: drops what exceeds the bounds. O(strings used by the call).
+  void Release() {
+    for (size_t i = 0; i < std::min(used_, kKeptStrings); ++i) {
+      if (strings_[i].capacity() > kKeptBytes) std::string().swap(strings_[i]);
+    }
+    if (strings_.size() > kKeptStrings) {
+      strings_.resize(kKeptStrings);
+      strings_.shrink_to_fit();
+    }
+    used_ = 0;
+  }
+
+ private:
+  std::vector<std::string> strings_;
+  size_t used_ = 0;
+};
+
+thread_local StringPool t_key_pool;
+thread_local StringPool t_session_pool;
+
+// The C++ form of one call, built from a Request. Holds copies of the keys and session IDs (in
+// this thread's pools, until destroyed) and of the block metadata; raw values still point at
+// the caller's bytes (Submit copies them).
 struct CallArgs {
-  std::vector<std::string> keys;
-  std::vector<std::string> session_ids;
+  CallArgs() = default;
+  CallArgs(const CallArgs&) = delete;
+  CallArgs& operator=(const CallArgs&) = delete;
+  ~CallArgs() {
+    t_key_pool.Release();
+    t_session_pool.Release();
+  }
+
+  std::span<const std::string> keys;
+  std::span<const std::string> session_ids;
   std::vector<BlockMetadata> blocks;
   std::vector<Value> values;
   std::vector<const ArenaBuffer*> targets;
@@ -95,12 +141,13 @@ Status CallArgs::ReadKeys(const Request& r) {
   if (r.count > 0 && r.keys == nullptr) {
     return NullArray("keys", r.count, "pass one kv_bytes_t per key");
   }
-  keys.reserve(r.count);
+  std::span<std::string> copies = t_key_pool.Take(r.count);
   for (size_t i = 0; i < r.count; ++i) {
     std::string_view key;
     KVAGENT_RETURN_IF_ERROR(ReadBytes(r.keys[i], Indexed("keys", i), &key));
-    keys.emplace_back(key);
+    copies[i].assign(key);
   }
+  keys = copies;
   return Status::Ok();
 }
 
@@ -121,12 +168,13 @@ Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBu
     }
   }
   if (r.session_ids != nullptr) {
-    session_ids.reserve(r.count);
+    std::span<std::string> copies = t_session_pool.Take(r.count);
     for (size_t i = 0; i < r.count; ++i) {
       std::string_view id;
       KVAGENT_RETURN_IF_ERROR(ReadBytes(r.session_ids[i], Indexed("session_ids", i), &id));
-      session_ids.emplace_back(id);
+      copies[i].assign(id);
     }
+    session_ids = copies;
     options.session_ids = session_ids;
   }
   if (r.blocks != nullptr) {

@@ -4,11 +4,13 @@ import math
 import os
 import weakref
 
+from . import _marshal as marshal
 from . import _native as native
-from .errors import ErrorCode, InvalidParams, error_for
+from .errors import ErrorCode, error_for
 
-_U64_MASK = (1 << 64) - 1
 _FIRST_GET_BYTES = 256 << 10  # get_bytes' first buffer when no capacity is given
+_OK = int(ErrorCode.OK)
+_SUCCESS = (int(ErrorCode.OK), int(ErrorCode.OBJECT_ALREADY_EXISTS))
 
 
 class Block:
@@ -43,7 +45,7 @@ class KeyResult:
     __slots__ = ("code", "message", "length", "exists")
 
     def __init__(self, code, message, length=0, exists=False):
-        self.code = ErrorCode(code)
+        self.code = code
         self.message = message
         self.length = length
         self.exists = exists
@@ -59,21 +61,39 @@ class KeyResult:
 
 class Result:
     """The outcome of a call that was attempted: ``keys`` has one KeyResult per key of the
-    request, in order; ``removed_count`` is set by remove_all."""
+    request, in order; ``removed_count`` is set by remove_all. ``ok`` and ``codes`` read the
+    per-key codes without building the KeyResult objects (built on first access to ``keys``).
+    """
 
-    __slots__ = ("keys", "removed_count")
+    __slots__ = ("_rows", "_messages", "_keys", "removed_count")
 
-    def __init__(self, keys, removed_count=0):
-        self.keys = keys
+    def __init__(self, rows, messages, removed_count=0):
+        self._rows = rows  # (code, exists, length, -, -) per key, as kv_key_result_t reads
+        self._messages = messages  # {index: message} for the keys that have one
+        self._keys = None
         self.removed_count = removed_count
+
+    @property
+    def keys(self):
+        """One KeyResult per key of the request, in order."""
+        if self._keys is None:
+            get = self._messages.get
+            self._keys = [KeyResult(marshal.code_of(r[0]), get(i, ""), r[2], r[1] != 0)
+                          for i, r in enumerate(self._rows)]
+        return self._keys
+
+    @property
+    def codes(self):
+        """The ErrorCode of every key, in order."""
+        return [marshal.code_of(r[0]) for r in self._rows]
 
     @property
     def ok(self):
         """True when every key succeeded (see KeyResult.ok)."""
-        return all(k.ok for k in self.keys)
+        return all(r[0] in _SUCCESS for r in self._rows)
 
     def __len__(self):
-        return len(self.keys)
+        return len(self._rows)
 
     def __repr__(self):
         return "Result(%r)" % (self.keys,)
@@ -124,7 +144,7 @@ class ArenaBuffer:
 
     def _live(self):
         if self._array is None:
-            raise InvalidParams(ErrorCode.INVALID_PARAMS, "this ArenaBuffer is closed")
+            raise marshal.invalid("this ArenaBuffer is closed")
         return self._array
 
     def _c_handle(self):
@@ -134,14 +154,15 @@ class ArenaBuffer:
 
 class PendingCall:
     """A submitted call: ``ready()`` polls, ``wait()`` collects (once) its Result, raising
-    KvError when the call failed as a whole. Dropping it without wait() abandons the call."""
+    KvError when the call failed as a whole. Dropping it without wait() abandons the call (the
+    buffers it names stay reserved until its reply arrives)."""
 
-    def __init__(self, client, lib, handle, convert):
+    def __init__(self, client, handle, convert):
         self._client = client  # keeps the client open while the call is pending
-        self._lib = lib
+        self._lib = client._lib
         self._handle = handle
         self._convert = convert
-        self._free = weakref.finalize(self, lib.kv_pending_free, handle)
+        self._free = weakref.finalize(self, self._lib.kv_pending_free, handle)
 
     def ready(self):
         """True when wait() would return at once. Never blocks."""
@@ -151,7 +172,7 @@ class PendingCall:
         """Blocks until the reply arrives or the call's timeout passes; returns what the
         synchronous call returns."""
         if not self._free.alive:
-            raise InvalidParams(ErrorCode.INVALID_PARAMS, "wait() was already called; wait once")
+            raise marshal.invalid("wait() was already called; wait once")
         out = ctypes.POINTER(native.Result)()
         code = self._lib.kv_pending_wait(self._handle, ctypes.byref(out))
         self._free()
@@ -163,123 +184,28 @@ def _ms(seconds):
     if seconds is None:
         return 0
     if seconds < 0:
-        raise InvalidParams(ErrorCode.INVALID_PARAMS, "timeout is negative; give seconds >= 0")
+        raise marshal.invalid("timeout is negative; give seconds >= 0")
     return min(max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0, 0xFFFFFFFF)
 
 
-def _encode(text, what):
-    """A key or session ID as bytes: str is UTF-8 encoded, bytes-like passes unchanged (so
-    invalid bytes reach the library's own validation)."""
-    if isinstance(text, str):
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidParams(ErrorCode.INVALID_PARAMS,
-                                "%s is not encodable as UTF-8 (%s)" % (what, e.reason)) from None
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text)
-    raise InvalidParams(ErrorCode.INVALID_PARAMS,
-                        "%s is a %s; give str or bytes" % (what, type(text).__name__))
-
-
-def _one_per_key(items, key_count, what, each):
-    """``items`` as a list, checked to hold one entry per key."""
-    items = list(items)
-    if len(items) != key_count:
-        raise InvalidParams(ErrorCode.INVALID_PARAMS, "%d %s for %d keys; give %s per key"
-                            % (len(items), what, key_count, each))
-    return items
-
-
-def _bytes_array(items, what, keep):
-    """A kv_bytes_t array for ``items`` (str or bytes each; None reads as empty)."""
-    array = (native.Bytes * len(items))()
-    for i, item in enumerate(items):
-        data = b"" if item is None else _encode(item, "%s[%d]" % (what, i))
-        keep.append(data)
-        array[i].data = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p)
-        array[i].size = len(data)
-    return array
-
-
-def _value_array(values, keep):
-    """A kv_value_t array: ArenaBuffer, (ArenaBuffer, length) or bytes-like each."""
-    array = (native.Value * len(values))()
-    for i, v in enumerate(values):
-        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], ArenaBuffer):
-            array[i].buffer = v[0]._c_handle()
-            array[i].size = v[1]
-        elif isinstance(v, ArenaBuffer):
-            array[i].buffer = v._c_handle()
-            array[i].size = v.size
-        else:
-            try:
-                view = memoryview(v)
-            except TypeError:
-                raise InvalidParams(
-                    ErrorCode.INVALID_PARAMS,
-                    "values[%d] is a %s; give an ArenaBuffer, (ArenaBuffer, length) or bytes"
-                    % (i, type(v).__name__)) from None
-            if view.c_contiguous and not view.readonly:  # bytearray, numpy, ...: no copy
-                source = (ctypes.c_char * view.nbytes).from_buffer(view)
-                array[i].bytes = ctypes.addressof(source)
-            else:
-                source = view.tobytes()
-                array[i].bytes = ctypes.cast(ctypes.c_char_p(source), ctypes.c_void_p)
-            keep.append(source)  # alive until the call is submitted (the library copies it)
-            array[i].size = view.nbytes
-    return array
-
-
-def _block_array(blocks, keep):
-    """A kv_block_t array; None entries mean "no metadata for this key"."""
-    array = (native.Block * len(blocks))()
-    for i, b in enumerate(blocks):
-        if b is None:
-            continue
-        hashes = (ctypes.c_uint64 * len(b.hashes))(*[h & _U64_MASK for h in b.hashes])
-        tokens = (ctypes.c_uint32 * len(b.token_ids))(*b.token_ids)
-        lora = _encode(b.lora_name, "blocks[%d].lora_name" % i) if b.lora_name else b""
-        keep.extend((hashes, tokens, lora))
-        c = array[i]
-        c.hashes, c.hash_count = hashes, len(b.hashes)
-        c.token_ids, c.token_count = tokens, len(b.token_ids)
-        c.block_size = b.block_size
-        c.hashes_signed = 1 if b.signed else 0
-        if b.parent_hash is not None:
-            c.has_parent, c.parent_hash = 1, b.parent_hash & _U64_MASK
-        c.lora_name.data = ctypes.cast(ctypes.c_char_p(lora), ctypes.c_void_p)
-        c.lora_name.size = len(lora)
-    return array
-
-
 def _take_result(lib, code, out):
-    """Converts and frees a kv_result_t; raises KvError when the call failed as a whole."""
-    if not out:
-        raise error_for(code, (lib.kv_last_error_message() or b"").decode("utf-8", "replace"))
-    try:
-        r = out.contents
-        keys = [KeyResult(k.code, _text(k.message, k.message_size), k.length, bool(k.exists))
-                for k in (r.keys[i] for i in range(r.key_count))]
-        result = Result(keys, r.removed_count)
-        status, message = r.status, _text(r.message, r.message_size)
-    finally:
-        lib.kv_result_free(out)
-    if status != ErrorCode.OK:
-        raise error_for(status, message, result)
-    return result
+    return marshal.take_result(lib, code, out, Result)
 
 
-def _text(pointer, size):
-    return ctypes.string_at(pointer, size).decode("utf-8", "replace") if size else ""
-
-
-def _keep_result(result):
+def _same(result):
     return result
 
 
 def _nothing(result):
     return None
+
+
+def _call_options(timeout, force):
+    """A kv_call_options_t, or None (NULL: the library's defaults) when nothing is set."""
+    if timeout is None and not force:
+        return None
+    return ctypes.byref(native.CallOptions(struct_size=ctypes.sizeof(native.CallOptions),
+                                           timeout_ms=_ms(timeout), force=1 if force else 0))
 
 
 class Client:
@@ -300,14 +226,14 @@ class Client:
         options = native.ConnectOptions(
             struct_size=ctypes.sizeof(native.ConnectOptions),
             run_dir=os.fsencode(run_dir),
-            client_name=_encode(name, "name") if name else None,
+            client_name=marshal.encode(name, "name") if name else None,
             arena_bytes=arena_bytes, ring_bytes=ring_bytes,
             connect_timeout_ms=_ms(connect_timeout), call_timeout_ms=_ms(call_timeout),
             spin_us=spin_us, max_in_flight=max_in_flight)
         handle = ctypes.c_void_p()
         code = lib.kv_connect(ctypes.byref(options), ctypes.byref(handle))
         if code != ErrorCode.OK:
-            raise error_for(code, lib.kv_last_error_message().decode("utf-8", "replace"))
+            raise marshal.last_error(lib, code)
         self._lib = lib
         self._handle = handle.value
         self._free = weakref.finalize(self, lib.kv_client_free, self._handle)
@@ -317,6 +243,7 @@ class Client:
     def close(self):
         """Disconnects (pending calls fail with AGENT_UNAVAILABLE). ArenaBuffers stay usable
         as memory until closed. Idempotent; no other call may run on this client meanwhile."""
+        self._handle = None
         self._free()
 
     def __enter__(self):
@@ -326,9 +253,10 @@ class Client:
         self.close()
 
     def _h(self):
-        if not self._free.alive:
-            raise InvalidParams(ErrorCode.INVALID_PARAMS, "this Client is closed")
-        return self._handle
+        handle = self._handle
+        if handle is None:
+            raise marshal.invalid("this Client is closed")
+        return handle
 
     # ---- facts ---------------------------------------------------------------------------
 
@@ -351,7 +279,7 @@ class Client:
     def connected(self):
         """False once the agent is known to be gone (every call then raises
         AgentUnavailable)."""
-        return self._free.alive and bool(self._lib.kv_client_connected(self._handle))
+        return self._handle is not None and bool(self._lib.kv_client_connected(self._handle))
 
     # ---- buffers ---------------------------------------------------------------------------
 
@@ -361,14 +289,16 @@ class Client:
         handle = ctypes.c_void_p()
         code = self._lib.kv_allocate(self._h(), size, ctypes.byref(handle))
         if code != ErrorCode.OK:
-            raise error_for(code, self._lib.kv_last_error_message().decode("utf-8", "replace"))
+            raise marshal.last_error(self._lib, code)
         return ArenaBuffer(self._lib, handle.value)
 
     # ---- calls -----------------------------------------------------------------------------
 
     def ping(self, timeout=None):
         """A round trip to the agent. Returns None; raises KvError on failure."""
-        self._sync(self._submit_ping(timeout), _nothing)
+        code = self._lib.kv_ping(self._h(), _ms(timeout) if timeout is not None else 0)
+        if code != _OK:
+            raise marshal.last_error(self._lib, code)
 
     def put(self, keys, values, session_ids=None, blocks=None, **write):
         """Stores new objects; a key already stored answers OBJECT_ALREADY_EXISTS (ok).
@@ -379,18 +309,18 @@ class Client:
         None. ``write``: replica_count=1, soft_pin=False, soft_pin_ttl_ms=0, hard_pin=False,
         timeout=None. Returns a Result; raises KvError when the call failed as a whole.
         """
-        return self._sync(self._submit_write("kv_submit_put", keys, values, session_ids, blocks,
-                                             **write), _keep_result)
+        return self._call(self._lib.kv_put,
+                          *self._write_args(keys, values, session_ids, blocks, **write))
 
     def upsert(self, keys, values, session_ids=None, blocks=None, **write):
         """Stores or replaces objects; arguments as for put()."""
-        return self._sync(self._submit_write("kv_submit_upsert", keys, values, session_ids,
-                                             blocks, **write), _keep_result)
+        return self._call(self._lib.kv_upsert,
+                          *self._write_args(keys, values, session_ids, blocks, **write))
 
     def get(self, keys, buffers, timeout=None):
         """Reads each key's value into the matching ArenaBuffer (zero-copy); the value's length
-        is ``result.keys[i].length``."""
-        return self._sync(self._submit_get(keys, buffers, timeout), _keep_result)
+        is ``result.keys[i].length`` (with BUFFER_OUT_OF_RANGE when the buffer is smaller)."""
+        return self._call(self._lib.kv_get, *self._get_args(keys, buffers, timeout))
 
     def get_bytes(self, key, capacity=None, timeout=None):
         """Convenience for one key: allocates a buffer, gets into it and returns a copy of the
@@ -411,126 +341,107 @@ class Client:
 
     def exist(self, keys, timeout=None):
         """``result.keys[i].exists`` tells whether each object is readable."""
-        return self._sync(self._submit_keyed("kv_submit_exist", keys, timeout, False),
-                          _keep_result)
+        return self._call(self._lib.kv_exist, *self._keyed_args(keys, timeout, False))
 
     def remove(self, keys, force=False, timeout=None):
         """Removes the objects; leased ones only with ``force=True``."""
-        return self._sync(self._submit_keyed("kv_submit_remove", keys, timeout, force),
-                          _keep_result)
+        return self._call(self._lib.kv_remove, *self._keyed_args(keys, timeout, force))
 
     def remove_all(self, force=False, timeout=None):
         """Removes every object in the store; ``result.removed_count`` says how many."""
-        return self._sync(self._submit_keyed("kv_submit_remove_all", None, timeout, force),
-                          _keep_result)
+        return self._call(self._lib.kv_remove_all, (_call_options(timeout, force),))
 
     # ---- asynchronous forms -----------------------------------------------------------------
 
     def submit_ping(self, timeout=None):
-        """ping(), submitted now; collect with PendingCall.wait()."""
-        return self._submit_ping(timeout)
+        """ping(), submitted now; collect with PendingCall.wait() (returns None)."""
+        return self._submit(self._lib.kv_submit_ping, (_ms(timeout),), convert=_nothing)
 
     def submit_put(self, keys, values, session_ids=None, blocks=None, **write):
         """put(), submitted now; collect with PendingCall.wait()."""
-        return self._submit_write("kv_submit_put", keys, values, session_ids, blocks, **write)
+        return self._submit(self._lib.kv_submit_put,
+                            *self._write_args(keys, values, session_ids, blocks, **write))
 
     def submit_upsert(self, keys, values, session_ids=None, blocks=None, **write):
         """upsert(), submitted now; collect with PendingCall.wait()."""
-        return self._submit_write("kv_submit_upsert", keys, values, session_ids, blocks, **write)
+        return self._submit(self._lib.kv_submit_upsert,
+                            *self._write_args(keys, values, session_ids, blocks, **write))
 
     def submit_get(self, keys, buffers, timeout=None):
         """get(), submitted now; the buffers are held until the call completes."""
-        return self._submit_get(keys, buffers, timeout)
+        return self._submit(self._lib.kv_submit_get, *self._get_args(keys, buffers, timeout))
 
     def submit_exist(self, keys, timeout=None):
         """exist(), submitted now."""
-        return self._submit_keyed("kv_submit_exist", keys, timeout, False)
+        return self._submit(self._lib.kv_submit_exist, *self._keyed_args(keys, timeout, False))
 
     def submit_remove(self, keys, force=False, timeout=None):
         """remove(), submitted now."""
-        return self._submit_keyed("kv_submit_remove", keys, timeout, force)
+        return self._submit(self._lib.kv_submit_remove, *self._keyed_args(keys, timeout, force))
 
     def submit_remove_all(self, force=False, timeout=None):
         """remove_all(), submitted now."""
-        return self._submit_keyed("kv_submit_remove_all", None, timeout, force)
+        return self._submit(self._lib.kv_submit_remove_all, (_call_options(timeout, force),))
 
     # ---- plumbing ------------------------------------------------------------------------------
+    # The *_args methods return (the C arguments after the client handle, what they point
+    # into); the second must live until the C function returns, which is all it needs: the
+    # library copies what a call uses before kv_submit_* or a synchronous call returns.
 
-    @staticmethod
-    def _sync(pending, convert):
-        pending._convert = convert
-        return pending.wait()
+    def _call(self, function, args, keep=()):
+        out = ctypes.POINTER(native.Result)()
+        code = function(self._h(), *args, ctypes.byref(out))
+        del keep
+        return _take_result(self._lib, code, out)
 
-    def _pending(self, code, handle):
-        if code != ErrorCode.OK:  # only a NULL argument or out of memory: nothing was submitted
-            raise error_for(code, self._lib.kv_last_error_message().decode("utf-8", "replace"))
-        return PendingCall(self, self._lib, handle.value, _keep_result)
-
-    def _submit_ping(self, timeout):
+    def _submit(self, function, args, keep=(), convert=_same):
         handle = ctypes.c_void_p()
-        code = self._lib.kv_submit_ping(self._h(), _ms(timeout), ctypes.byref(handle))
-        pending = self._pending(code, handle)
-        pending._convert = _nothing
-        return pending
+        code = function(self._h(), *args, ctypes.byref(handle))
+        del keep
+        if code != _OK:  # only a NULL argument or out of memory: nothing was submitted
+            raise marshal.last_error(self._lib, code)
+        return PendingCall(self, handle.value, convert)
 
-    def _submit_write(self, function, keys, values, session_ids, blocks, replica_count=1,
-                      soft_pin=False, soft_pin_ttl_ms=0, hard_pin=False, timeout=None):
-        keys = list(keys)
-        values = _one_per_key(values, len(keys), "values", "one value")
+    def _keyed_args(self, keys, timeout, force):
         keep = []
-        c_keys = _bytes_array(keys, "keys", keep)
-        c_values = _value_array(values, keep)
-        c_sessions = None
-        if session_ids is not None:
-            session_ids = _one_per_key(session_ids, len(keys), "session_ids",
-                                       "one session ID (None or \"\" for untagged)")
-            c_sessions = _bytes_array(session_ids, "session_ids", keep)
-        c_blocks = None
-        if blocks is not None:
-            blocks = _one_per_key(blocks, len(keys), "blocks", "one Block or None")
-            c_blocks = _block_array(blocks, keep)
-        options = native.WriteOptions(
-            struct_size=ctypes.sizeof(native.WriteOptions), timeout_ms=_ms(timeout),
-            soft_pin_ttl_ms=soft_pin_ttl_ms, replica_count=replica_count,
-            soft_pin=1 if soft_pin else 0, hard_pin=1 if hard_pin else 0)
-        handle = ctypes.c_void_p()
-        code = getattr(self._lib, function)(self._h(), len(keys), c_keys, c_values, c_sessions,
-                                            c_blocks, ctypes.byref(options), ctypes.byref(handle))
-        return self._pending(code, handle)
+        encoded = marshal.encode_all(keys, "keys")
+        return (len(encoded), marshal.bytes_array(encoded, keep),
+                _call_options(timeout, force)), keep
 
-    def _submit_get(self, keys, buffers, timeout):
-        keys = list(keys)
-        buffers = _one_per_key(buffers, len(keys), "buffers", "one ArenaBuffer")
+    def _get_args(self, keys, buffers, timeout):
         keep = []
-        c_keys = _bytes_array(keys, "keys", keep)
-        c_buffers = (ctypes.c_void_p * len(buffers))()
+        encoded = marshal.encode_all(keys, "keys")
+        buffers = marshal.one_per_key(buffers, len(encoded), "buffers", "one ArenaBuffer")
+        handles = []
         for i, b in enumerate(buffers):
             if not isinstance(b, ArenaBuffer):
-                raise InvalidParams(ErrorCode.INVALID_PARAMS,
-                                    "buffers[%d] is a %s; allocate one with Client.allocate"
-                                    % (i, type(b).__name__))
-            c_buffers[i] = b._c_handle()
-        options = self._call_options(timeout, False)
-        handle = ctypes.c_void_p()
-        code = self._lib.kv_submit_get(self._h(), len(keys), c_keys, c_buffers,
-                                       ctypes.byref(options), ctypes.byref(handle))
-        return self._pending(code, handle)
+                raise marshal.invalid("buffers[%d] is a %s; allocate one with Client.allocate"
+                                      % (i, type(b).__name__))
+            handles.append(b._c_handle())
+        c_buffers = (ctypes.c_void_p * len(handles))(*handles)
+        return (len(encoded), marshal.bytes_array(encoded, keep), c_buffers,
+                _call_options(timeout, False)), keep
 
-    def _submit_keyed(self, function, keys, timeout, force):
-        options = self._call_options(timeout, force)
-        handle = ctypes.c_void_p()
-        if keys is None:  # remove_all
-            code = getattr(self._lib, function)(self._h(), ctypes.byref(options),
-                                                ctypes.byref(handle))
-        else:
-            keys = list(keys)
-            keep = []
-            c_keys = _bytes_array(keys, "keys", keep)
-            code = getattr(self._lib, function)(self._h(), len(keys), c_keys,
-                                                ctypes.byref(options), ctypes.byref(handle))
-        return self._pending(code, handle)
-
-    @staticmethod
-    def _call_options(timeout, force):
-        return native.CallOptions(struct_size=ctypes.sizeof(native.CallOptions),
-                                  timeout_ms=_ms(timeout), force=1 if force else 0)
+    def _write_args(self, keys, values, session_ids, blocks, replica_count=1, soft_pin=False,
+                    soft_pin_ttl_ms=0, hard_pin=False, timeout=None):
+        keep = []
+        encoded = marshal.encode_all(keys, "keys")
+        n = len(encoded)
+        values = marshal.one_per_key(values, n, "values", "one value")
+        c_sessions = c_blocks = options = None
+        if session_ids is not None:
+            sessions = marshal.one_per_key(session_ids, n, "session_ids",
+                                           "one session ID (None or \"\" for untagged)")
+            c_sessions = marshal.bytes_array(marshal.encode_all(sessions, "session_ids"), keep)
+        if blocks is not None:
+            blocks = marshal.one_per_key(blocks, n, "blocks", "one Block or None")
+            c_blocks = marshal.block_array(blocks, keep)
+        if (replica_count, soft_pin, soft_pin_ttl_ms, hard_pin, timeout) != (1, False, 0, False,
+                                                                             None):
+            options = ctypes.byref(native.WriteOptions(
+                struct_size=ctypes.sizeof(native.WriteOptions), timeout_ms=_ms(timeout),
+                soft_pin_ttl_ms=soft_pin_ttl_ms, replica_count=replica_count,
+                soft_pin=1 if soft_pin else 0, hard_pin=1 if hard_pin else 0))
+        return (n, marshal.bytes_array(encoded, keep),
+                marshal.value_array(values, ArenaBuffer, keep), c_sessions, c_blocks,
+                options), keep
