@@ -15,6 +15,7 @@
 #include "agent_process.h"
 #include "kvagent/client.h"
 #include "process_guard.h"
+#include "test_client_process.h"
 
 namespace kvagent::testing {
 namespace {
@@ -27,32 +28,6 @@ std::unique_ptr<Client> ConnectTo(const AgentProcess& agent, uint64_t arena = 1 
   auto client = Client::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? std::move(*client) : nullptr;
-}
-
-// Starts kvagent_test_client with `args`; its stdout is readable from *out_fd.
-pid_t SpawnTestClient(std::vector<std::string> args, int* out_fd) {
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
-  args.insert(args.begin(), KVAGENT_TEST_CLIENT);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipe_fds[1], 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(pipe_fds[1]);
-  *out_fd = pipe_fds[0];
-  return pid;
-}
-
-std::string ReadLine(int fd) {
-  std::string line;
-  char c;
-  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
-  return line;
 }
 
 TEST(AgentLifecycle, ClientSigkilledMidStreamIsReclaimedAndOthersAreUnaffected) {

@@ -1,8 +1,16 @@
-// kvagent_test_client: an SDK client process for the agent tests.
+// kvagent_test_client: an SDK client process for the agent and pipeline tests.
 //   ping-loop RUN_DIR               connect, print "ready", ping until killed (exit 3 on failure)
 //   stress RUN_DIR SEED ITERATIONS THREADS
-//                                   randomized valid and invalid calls from several threads;
-//                                   exit 0 when every reply was the expected one
+//                                   randomized valid and invalid calls from several threads
+//                                   against a degraded agent (no reachable master); exit 0 when
+//                                   every reply was the expected one
+//   put-loop RUN_DIR PREFIX SIZE    puts PREFIX-0, PREFIX-1, ... (Pattern bytes of SIZE) four at
+//                                   a time, printing "ready" after the first; until killed
+//   put-async RUN_DIR PREFIX SIZE COUNT REPLICAS
+//                                   submits COUNT puts of PREFIX-i at once, prints "submitted"
+//                                   and waits to be killed without collecting the replies
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +20,7 @@
 #include <vector>
 
 #include "kvagent/client.h"
+#include "value_pattern.h"
 
 namespace {
 
@@ -118,10 +127,65 @@ void StressThread(kvagent::Client& client, uint64_t seed, int iterations) {
   }
 }
 
+// Writes values as fast as the agent takes them, several in flight, until the process dies.
+int PutLoop(kvagent::Client& client, const std::string& prefix, size_t size) {
+  constexpr int kInFlight = 4;
+  std::vector<std::string> keys(kInFlight);
+  std::vector<kvagent::ArenaBuffer> buffers;
+  for (int i = 0; i < kInFlight; ++i) {
+    auto b = client.Allocate(size);
+    if (!b.ok()) return 5;
+    buffers.push_back(std::move(*b));
+  }
+  for (uint64_t round = 0;; ++round) {
+    std::vector<kvagent::PendingCall> calls;
+    std::vector<std::vector<std::string>> call_keys(kInFlight);
+    std::vector<std::vector<kvagent::Value>> values(kInFlight);
+    for (int i = 0; i < kInFlight; ++i) {
+      call_keys[i] = {prefix + "-" + std::to_string(round * kInFlight + i)};
+      const std::string bytes = kvagent::testing::Pattern(call_keys[i][0], size);
+      std::memcpy(buffers[i].data(), bytes.data(), size);
+      values[i] = {kvagent::Value(buffers[i])};
+      calls.push_back(client.SubmitPut(call_keys[i], values[i]));
+    }
+    for (auto& c : calls) {
+      if (!c.Wait().ok()) return 3;
+    }
+    if (round == 0) {
+      std::printf("ready\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
+// Submits `count` puts and leaves them in flight.
+int PutAsync(kvagent::Client& client, const std::string& prefix, size_t size, int count,
+             int replicas) {
+  std::vector<std::vector<std::string>> keys(count);
+  std::vector<std::vector<kvagent::Value>> values(count);
+  std::vector<kvagent::ArenaBuffer> buffers;
+  std::vector<kvagent::PendingCall> calls;
+  kvagent::CallOptions options;
+  options.write.replica_count = static_cast<uint8_t>(replicas);
+  for (int i = 0; i < count; ++i) {
+    keys[i] = {prefix + "-" + std::to_string(i)};
+    auto b = client.Allocate(size);
+    if (!b.ok()) return 5;
+    const std::string bytes = kvagent::testing::Pattern(keys[i][0], size);
+    std::memcpy(b->data(), bytes.data(), size);
+    buffers.push_back(std::move(*b));
+    values[i] = {kvagent::Value(buffers.back())};
+    calls.push_back(client.SubmitPut(keys[i], values[i], options));
+  }
+  std::printf("submitted\n");
+  std::fflush(stdout);
+  while (true) pause();
+}
+
 kvagent::Result<std::unique_ptr<kvagent::Client>> Connect(const char* run_dir) {
   kvagent::ClientOptions options;
   options.run_dir = run_dir;
-  options.arena_bytes = 8 << 20;
+  options.arena_bytes = 64 << 20;
   options.call_timeout = std::chrono::milliseconds(30000);
   return kvagent::Client::Connect(options);
 }
@@ -130,7 +194,8 @@ kvagent::Result<std::unique_ptr<kvagent::Client>> Connect(const char* run_dir) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: kvagent_test_client ping-loop|stress RUN_DIR ...\n");
+    std::fprintf(stderr,
+                 "usage: kvagent_test_client ping-loop|stress|put-loop|put-async RUN_DIR ...\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -157,6 +222,11 @@ int main(int argc, char** argv) {
     }
     for (auto& w : workers) w.join();
     return failures.load() == 0 ? 0 : 4;
+  }
+  if (mode == "put-loop" && argc == 5) return PutLoop(**client, argv[3], std::stoull(argv[4]));
+  if (mode == "put-async" && argc == 7) {
+    return PutAsync(**client, argv[3], std::stoull(argv[4]), std::stoi(argv[5]),
+                    std::stoi(argv[6]));
   }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

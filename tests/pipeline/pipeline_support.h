@@ -18,12 +18,20 @@
 #include "agent_process.h"
 #include "kvagent/client.h"
 #include "process_guard.h"
+#include "value_pattern.h"
 
 #ifndef KVMASTER_BINARY
 #error "KVMASTER_BINARY must name the kvmaster executable"
 #endif
 
 namespace kvagent::testing {
+
+using Args = std::vector<std::string>;
+
+inline Args Concat(Args a, const Args& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 // A kvmaster child on 127.0.0.1 with OS-picked ports (kept across Restart).
 class KvmasterProcess {
@@ -111,20 +119,6 @@ inline std::unique_ptr<Client> Connect(const AgentProcess& agent, uint64_t arena
   options.call_timeout = std::chrono::milliseconds(60000);
   auto client = Client::Connect(options);
   return client.ok() ? std::move(*client) : nullptr;
-}
-
-// `size` bytes that depend on `key` and on every position, so a value read back under the
-// wrong key, shifted, or cut short never compares equal.
-inline std::string Pattern(const std::string& key, size_t size) {
-  uint64_t x = std::hash<std::string>{}(key) | 1;
-  std::string out(size, '\0');
-  for (size_t i = 0; i < size; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    out[i] = static_cast<char>(x);
-  }
-  return out;
 }
 
 // The counter `name` of a Stat reply (0 when absent); `text` receives its text when given.

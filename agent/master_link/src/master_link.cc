@@ -126,9 +126,9 @@ class Link {
 
   // ---- the link's own requests --------------------------------------------------------------
 
+  // Finishes the request whose body the caller built in fbb_ (after clearing it) and sends it.
   void SendOwn(Own kind, mfb::Body type, flatbuffers::Offset<void> body, Clock::time_point now) {
     const uint64_t id = next_own_id_++;
-    fbb_.Clear();
     fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
     if (!Send(fbb_.GetBufferPointer(), fbb_.GetSize())) {
       return Down("cannot queue a message to " + o_.endpoint, now);

@@ -1,0 +1,198 @@
+// The request pipeline of a kvagent linked to a real kvmaster process: the round trip, a
+// master that dies with calls in flight and comes back, a master that is not there at start,
+// and a peer whose data port dies while it holds replicas.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipeline_support.h"
+
+namespace kvagent::testing {
+namespace {
+
+// An agent of `master`, its data plane on loopback (what peers reach it on in these tests).
+Args RemoteAgentArgs(const KvmasterProcess& master, Args extra = {}) {
+  return Concat(Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:0"}), extra);
+}
+
+Reply PutOne(Client& c, const std::string& key, const std::string& value,
+             const std::string& session = "", uint8_t replicas = 1) {
+  std::vector<std::string> keys = {key}, sessions = {session};
+  std::vector<Value> values = {Value(std::string_view(value))};
+  CallOptions o;
+  if (!session.empty()) o.session_ids = sessions;
+  o.write.replica_count = replicas;
+  return c.Put(keys, values, o);
+}
+
+std::string GetOne(Client& c, const std::string& key, size_t capacity, ErrorCode* code = nullptr) {
+  auto buffer = c.Allocate(capacity);
+  if (!buffer.ok()) return "";
+  std::vector<std::string> keys = {key};
+  std::vector<const ArenaBuffer*> targets = {&*buffer};
+  Reply r = c.Get(keys, targets);
+  if (code != nullptr) *code = r.keys.empty() ? r.status.code() : r.keys[0].code;
+  if (r.keys.empty() || r.keys[0].code != ErrorCode::kOk) return "";
+  return std::string(reinterpret_cast<const char*>(buffer->data()), r.keys[0].length);
+}
+
+bool Exists(Client& c, const std::string& key) {
+  std::vector<std::string> keys = {key};
+  Reply r = c.Exist(keys);
+  return r.ok() && r.keys.size() == 1 && r.keys[0].exists;
+}
+
+TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
+  KvmasterProcess master;
+  ASSERT_TRUE(master.started());
+  AgentProcess agent(RemoteAgentArgs(master));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  const std::string big = Pattern("big", 1 << 20);
+  ASSERT_EQ(PutOne(*c, "big", big, "sess-α").keys.at(0).code, ErrorCode::kOk);
+  ASSERT_EQ(PutOne(*c, "small", "bytes").keys.at(0).code, ErrorCode::kOk);
+  EXPECT_EQ(PutOne(*c, "small", "other").keys.at(0).code, ErrorCode::kObjectAlreadyExists);
+  EXPECT_TRUE(GetOne(*c, "big", 1 << 20) == big);
+  EXPECT_EQ(GetOne(*c, "small", 64), "bytes");
+  EXPECT_TRUE(Exists(*c, "big"));
+  ListOptions lo;
+  lo.prefix = "b";
+  Reply listed = c->List(lo);
+  ASSERT_TRUE(listed.ok()) << listed.status.ToString();
+  ASSERT_EQ(listed.listed.size(), 1u);
+  EXPECT_EQ(listed.listed[0].key, "big");
+  EXPECT_EQ(listed.listed[0].session_id, "sess-α");
+  std::vector<std::string> keys = {"small"};
+  CallOptions force;
+  force.force = true;  // the get above holds a read lease
+  EXPECT_EQ(c->Remove(keys).keys.at(0).code, ErrorCode::kObjectHasLease);
+  EXPECT_EQ(c->Remove(keys, force).keys.at(0).code, ErrorCode::kOk);
+  EXPECT_FALSE(Exists(*c, "small"));
+  Reply st = c->Stat();
+  std::string link;
+  EXPECT_EQ(CounterOf(st, "agent.master_link", &link), 1u);
+  EXPECT_NE(link.find(master.rpc()), std::string::npos) << link;
+  EXPECT_EQ(CounterOf(st, "master.keys"), 1u);
+  EXPECT_EQ(c->RemoveAll(force).removed_count, 1u);
+}
+
+TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt) {
+  TempDir state;
+  KvmasterProcess master({"--state-dir", state.path()});
+  ASSERT_TRUE(master.started());
+  AgentProcess agent(
+      RemoteAgentArgs(master, {"--heartbeat-ms", "100", "--master-timeout-ms", "3000"}));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  const std::string before = Pattern("before", 100000);
+  ASSERT_EQ(PutOne(*c, "before", before).keys.at(0).code, ErrorCode::kOk);
+
+  // Calls in flight at the master when it dies: it is stopped, so they wait there.
+  master.Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(master.pid()); }));
+  std::vector<std::vector<std::string>> keys = {{"during-0"}, {"during-1"}, {"during-2"}};
+  const std::string value = "v";
+  std::vector<Value> values = {Value(std::string_view(value))};
+  std::vector<PendingCall> calls;
+  for (auto& k : keys) calls.push_back(c->SubmitPut(k, values));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let them reach the master
+  const auto killed_at = std::chrono::steady_clock::now();
+  master.Kill();
+  for (auto& call : calls) {
+    Reply r = call.Wait();
+    EXPECT_EQ(r.status.code(), ErrorCode::kMasterUnavailable) << r.status.ToString();
+    ASSERT_EQ(r.keys.size(), 1u);
+    EXPECT_EQ(r.keys[0].code, ErrorCode::kMasterUnavailable);
+    EXPECT_NE(r.keys[0].message.find("retry"), std::string::npos) << r.keys[0].message;
+  }
+  std::printf("in-flight calls failed %lld ms after the SIGKILL\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::steady_clock::now() - killed_at)
+                                         .count()));
+  // While it is down, calls fail at once instead of waiting.
+  EXPECT_EQ(PutOne(*c, "while-down", "v").status.code(), ErrorCode::kMasterUnavailable);
+
+  ASSERT_TRUE(master.Restart());
+  // The link reconnects with backoff; each attempt below fails fast until it is back.
+  EXPECT_TRUE(WaitUntil([&] { return PutOne(*c, "after", "v").keys.at(0).code == ErrorCode::kOk; },
+                        std::chrono::seconds(60)));
+  // Re-registered with the same name and incarnation: the restored replica in our pool is ours
+  // again and readable.
+  EXPECT_TRUE(GetOne(*c, "before", 100000) == before);
+  Reply st = c->Stat();
+  EXPECT_GE(CounterOf(st, "agent.master_link.registrations"), 2u);
+  EXPECT_GE(CounterOf(st, "agent.master_link.failed_in_flight"), 1u);  // batched: calls <= requests
+}
+
+TEST(Remote, AgentStartedBeforeItsKvmasterServesDegradedUntilTheMasterComes) {
+  KvmasterProcess master;
+  ASSERT_TRUE(master.started());
+  master.Kill();  // its address is now known and nobody listens there
+  AgentProcess agent(RemoteAgentArgs(master, {"--master-ready-wait-ms", "0"}));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  Reply down = PutOne(*c, "k", "v");
+  EXPECT_EQ(down.status.code(), ErrorCode::kMasterUnavailable);
+  EXPECT_NE(down.status.message().find("not reachable"), std::string::npos)
+      << down.status.message();
+  ASSERT_TRUE(master.Restart());
+  EXPECT_TRUE(WaitUntil([&] { return PutOne(*c, "k", "v").keys.at(0).code == ErrorCode::kOk; },
+                        std::chrono::seconds(60)));
+  EXPECT_EQ(GetOne(*c, "k", 8), "v");
+}
+
+TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreRevokedAndTheRestKeepTheirSessions) {
+  KvmasterProcess master({"--agent-ttl-ms", "60000"});
+  ASSERT_TRUE(master.started());
+  AgentProcess writer(RemoteAgentArgs(master, {"--data-peer-timeout-ms", "2000"}));
+  ASSERT_TRUE(writer.started());
+  // The peer's pool is 64 KiB, which also caps the master's part size at 64 KiB. A 64 KiB value
+  // is one part that needs the whole pool: once a small value took some of it, large values get
+  // their second replica nowhere (best effort) and small ones get it on the peer.
+  AgentProcess peer(RemoteAgentArgs(master, {"--pool-size", "64KiB", "--pool-huge-pages=false"}));
+  ASSERT_TRUE(peer.started());
+  auto c = Connect(writer);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.segments") == 2; }));
+  peer.Kill();  // its data port is gone; the master still lists its segment
+
+  const std::vector<std::string> keys = {"small-0", "large-1", "small-2", "large-3"};
+  const std::vector<std::string> sessions = {"s0", "s1", "s2", "s3"};
+  std::vector<std::string> bytes;
+  std::vector<Value> values;
+  for (const auto& k : keys) bytes.push_back(Pattern(k, k[0] == 's' ? 4096 : 65536));
+  for (const auto& b : bytes) values.emplace_back(std::string_view(b));
+  CallOptions o;
+  o.session_ids = sessions;
+  o.write.replica_count = 2;
+  Reply r = c->Put(keys, values, o);
+  ASSERT_TRUE(r.ok()) << r.status.ToString();
+  ASSERT_EQ(r.keys.size(), 4u);
+  EXPECT_EQ(r.keys[0].code, ErrorCode::kTransferFailed) << r.keys[0].message;
+  EXPECT_EQ(r.keys[1].code, ErrorCode::kOk) << r.keys[1].message;
+  EXPECT_EQ(r.keys[2].code, ErrorCode::kTransferFailed) << r.keys[2].message;
+  EXPECT_EQ(r.keys[3].code, ErrorCode::kOk) << r.keys[3].message;
+  EXPECT_FALSE(Exists(*c, "small-0"));  // revoked: nothing half-written is readable
+  EXPECT_FALSE(Exists(*c, "small-2"));
+  EXPECT_TRUE(GetOne(*c, "large-1", 65536) == bytes[1]);
+  EXPECT_TRUE(GetOne(*c, "large-3", 65536) == bytes[3]);
+  ListOptions lo;
+  lo.prefix = "large";
+  std::map<std::string, std::string> tags;
+  for (const auto& k : c->List(lo).listed) tags[k.key] = k.session_id;
+  EXPECT_EQ(tags, (std::map<std::string, std::string>{{"large-1", "s1"}, {"large-3", "s3"}}));
+  Reply st = c->Stat();
+  EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 2u);
+  EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 2u);
+  EXPECT_EQ(CounterOf(st, "master.writes_in_flight"), 0u);
+}
+
+}  // namespace
+}  // namespace kvagent::testing
