@@ -270,6 +270,118 @@ class AsyncAndFailureTest(SdkTest):
             c.ping(timeout=60)
 
 
+class RoundTripTest(SdkTest):
+    """Data through a standalone kvagent (its embedded master and node pool)."""
+
+    def setUp(self):
+        super().setUp()
+        self.client = self.connect(arena_bytes=4 << 20)
+
+    def test_the_readme_example_round_trips_zero_copy_and_raw_values(self):
+        c = self.client
+        buf = c.allocate(4096)
+        buf.view()[:5] = b"hello"
+        r = c.put(["k1", "k2"], [buf, b"raw bytes"], session_ids=["s1", "会话"],
+                  blocks=[kvagent.Block(hashes=[1], token_ids=list(range(16)), block_size=16),
+                          None])
+        self.assertTrue(r.ok)
+        self.assertEqual(r.codes, [kvagent.ErrorCode.OK] * 2)
+        self.assertEqual([k.code for k in r.keys], [kvagent.ErrorCode.OK] * 2)
+        self.assertEqual(c.get_bytes("k1")[:5], b"hello")
+        self.assertEqual(len(c.get_bytes("k1")), 4096)
+        self.assertEqual(c.get_bytes("k2"), b"raw bytes")
+        target = c.allocate(64)
+        g = c.get(["k2"], [target])
+        self.assertEqual(g.keys[0].length, 9)
+        self.assertEqual(target.tobytes(9), b"raw bytes")
+
+    def test_keys_are_bytes_with_nul_and_non_ascii_and_values_any_buffer(self):
+        c = self.client
+        key = "ключ\x00键"
+        r = c.put([key, b"bytes-key"], [bytearray(b"\x00\x01\x02"), memoryview(b"mv")])
+        self.assertTrue(r.ok, r)
+        self.assertEqual(c.get_bytes(key), b"\x00\x01\x02")
+        self.assertEqual(c.get_bytes(b"bytes-key"), b"mv")
+        self.assertEqual([k.exists for k in c.exist(["ключ", key]).keys], [False, True])
+
+    def test_a_second_put_is_object_already_exists_and_still_ok(self):
+        c = self.client
+        c.put(["k"], [b"first"])
+        r = c.put(["k"], [b"second"])
+        self.assertEqual(r.keys[0].code, kvagent.ErrorCode.OBJECT_ALREADY_EXISTS)
+        self.assertTrue(r.ok)
+        self.assertEqual(c.get_bytes("k"), b"first")
+
+    def test_upsert_replaces_a_value_unless_a_read_lease_holds_it(self):
+        c = self.client
+        c.put(["free", "read"], [b"aaa", b"bbb"])
+        c.get_bytes("read")  # grants a read lease (SEMANTICS.md: 10 s by default)
+        r = c.upsert(["free", "read"], [b"AAAAAA", b"BBBBBB"])
+        self.assertEqual(r.codes, [kvagent.ErrorCode.OK, kvagent.ErrorCode.OBJECT_BUSY])
+        self.assertIn("retry", r.keys[1].message)
+        self.assertEqual(c.get_bytes("free"), b"AAAAAA")
+        self.assertEqual(c.get_bytes("read"), b"bbb")
+
+    def test_exist_remove_and_remove_all_see_what_was_stored(self):
+        c = self.client
+        c.put(["a", "b", "c"], [b"1", b"2", b"3"])
+        self.assertEqual([k.exists for k in c.exist(["a", "x", "c"]).keys], [True, False, True])
+        r = c.remove(["a", "x"])
+        self.assertFalse(r.ok)  # per-key failure: in the result, not raised
+        self.assertEqual(r.codes, [kvagent.ErrorCode.OK, kvagent.ErrorCode.OBJECT_NOT_FOUND])
+        self.assertTrue(r.keys[1].message)
+        with self.assertRaises(kvagent.ObjectNotFound):
+            c.get_bytes("a")
+        self.assertEqual(c.remove_all().removed_count, 2)
+        self.assertEqual([k.exists for k in c.exist(["b", "c"]).keys], [False, False])
+
+    def test_get_bytes_fetches_a_value_larger_than_its_first_buffer(self):
+        c = self.client
+        big = bytes(range(256)) * 2048  # 512 KiB: above get_bytes' 256 KiB first try
+        c.put(["big"], [big])
+        self.assertEqual(c.get_bytes("big"), big)
+        with self.assertRaises(kvagent.BufferOutOfRange):
+            c.get_bytes("big", capacity=1024)
+
+    def test_async_puts_and_gets_round_trip(self):
+        c = self.client
+        puts = [c.submit_put(["async-%d" % i], [bytes([i]) * (10 + i)]) for i in range(16)]
+        self.assertTrue(all(p.wait().ok for p in puts))
+        buffers = [c.allocate(64) for _ in range(16)]
+        gets = [c.submit_get(["async-%d" % i], [buffers[i]]) for i in range(16)]
+        for i, p in enumerate(gets):
+            k = p.wait().keys[0]
+            self.assertEqual(k.code, kvagent.ErrorCode.OK)
+            self.assertEqual(buffers[i].tobytes(k.length), bytes([i]) * (10 + i))
+
+    def test_list_pages_through_the_prefix_once_with_sizes_and_sessions(self):
+        c = self.client
+        keys = ["p/%d" % i for i in range(25)]
+        sessions = ["会话-%d" % i if i % 2 else None for i in range(25)]
+        c.put(keys, [b"v" * (10 + i) for i in range(25)], session_ids=sessions)
+        c.put(["q/outside"], [b"x"])
+        listed = list(c.iter_keys(prefix="p/", limit=10))
+        self.assertEqual(sorted(k.key for k in listed), sorted(keys))
+        by_key = {k.key: k for k in listed}
+        for i, key in enumerate(keys):
+            self.assertEqual(by_key[key].size, 10 + i)
+            self.assertEqual(by_key[key].session_id, sessions[i] or "")
+        page = c.submit_list(prefix="p/", limit=10).wait()
+        self.assertIsInstance(page, kvagent.ListPage)
+        self.assertNotEqual(page.next_cursor, 0)
+        with self.assertRaises(kvagent.InvalidParams):
+            c.list(limit=20000)
+
+    def test_stat_counts_our_puts(self):
+        c = self.client
+        before = c.stat()["agent.keys.put"]
+        c.put(["s1", "s2"], [b"1", b"2"])
+        counters = c.submit_stat().wait()
+        self.assertEqual(counters["agent.keys.put"], before + 2)
+        self.assertIsInstance(counters["agent.master_link"], str)
+        self.assertTrue(any(name.startswith("master.") for name in counters))
+
+
 class ErrorCodeTest(unittest.TestCase):
     def test_codes_are_named_and_numbered_as_semantics_md_and_the_wire(self):
         names = ["OK", "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS",

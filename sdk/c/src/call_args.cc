@@ -99,6 +99,7 @@ struct CallArgs {
   std::vector<Value> values;
   std::vector<const ArenaBuffer*> targets;
   CallOptions options;
+  ListOptions list;
 
   Status Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
 
@@ -108,13 +109,17 @@ struct CallArgs {
   Status ReadBlock(const kv_block_t& c, size_t i, BlockMetadata* out);
   Status ReadTargets(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
   Status ReadCallOptions(const Request& r);
+  Status ReadList(const Request& r);
 };
 
 Status CallArgs::Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
   switch (r.op) {
     case Op::kPing:
-      options.timeout = std::chrono::milliseconds(r.ping_timeout_ms);
+    case Op::kStat:
+      options.timeout = std::chrono::milliseconds(r.timeout_ms);
       return Status::Ok();
+    case Op::kList:
+      return ReadList(r);
     case Op::kPut:
     case Op::kUpsert:
       KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
@@ -235,6 +240,19 @@ Status CallArgs::ReadCallOptions(const Request& r) {
   return Status::Ok();
 }
 
+Status CallArgs::ReadList(const Request& r) {
+  kv_list_options_t c;
+  kv_list_options_init(&c);
+  KVAGENT_RETURN_IF_ERROR(ReadOptions(r.list, &c, "options", "kv_list_options_init"));
+  std::string_view prefix;
+  KVAGENT_RETURN_IF_ERROR(ReadBytes(c.prefix, "options.prefix", &prefix));
+  list.prefix.assign(prefix);
+  list.cursor = c.cursor;
+  if (c.limit != 0) list.limit = c.limit;
+  list.timeout = std::chrono::milliseconds(c.timeout_ms);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Reply FailedReply(const Status& status, size_t key_count) {
@@ -273,6 +291,12 @@ void Submit(Client& client, const Request& r, kv_pending& pending) {
       return;
     case Op::kRemoveAll:
       pending.call = client.SubmitRemoveAll(a.options);
+      return;
+    case Op::kList:
+      pending.call = client.SubmitList(a.list);
+      return;
+    case Op::kStat:
+      pending.call = client.SubmitStat(a.options.timeout);
       return;
   }
 }

@@ -10,7 +10,7 @@
 
 namespace kvagent::c_abi {
 
-enum class Op { kPing, kPut, kUpsert, kGet, kExist, kRemove, kRemoveAll };
+enum class Op { kPing, kPut, kUpsert, kGet, kExist, kRemove, kRemoveAll, kList, kStat };
 
 // One call as a C caller gave it. Every pointer is borrowed until Submit returns; Submit copies
 // what the call needs (keys, session IDs, raw values, block metadata) and takes a reference on
@@ -25,7 +25,8 @@ struct Request {
   kv_buffer_t* const* buffers = nullptr;    // Get: count entries
   const kv_write_options_t* write = nullptr;
   const kv_call_options_t* call = nullptr;
-  uint32_t ping_timeout_ms = 0;
+  const kv_list_options_t* list = nullptr;  // List
+  uint32_t timeout_ms = 0;                  // Ping and Stat
 };
 
 // Submits `request` on `client`; the call (or, when the C arguments are malformed, the refusal

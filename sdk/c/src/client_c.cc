@@ -13,6 +13,7 @@
 #include "call_args.h"
 #include "handles.h"
 #include "kvagent/common/validate.h"
+#include "result.h"
 
 #ifndef KVCLIENT_VERSION
 #error "KVCLIENT_VERSION must be defined by the build"
@@ -39,41 +40,6 @@ KV_SAME_CODE(KV_INTERNAL, kInternal);
 static_assert(kMaxErrorCode == KV_INTERNAL, "a new ErrorCode needs its KV_ constant");
 static_assert(KV_MAX_BATCH_KEYS == kMaxBatchKeys);
 #undef KV_SAME_CODE
-
-kv_status_t ToC(ErrorCode code) { return static_cast<kv_status_t>(code); }
-
-// What a kv_result_t points into; reached through kv_result_t::internal. The per-key messages
-// are the reply's own strings (no copy), so `reply` is never modified after MakeResult.
-struct ResultStorage {
-  kv_result_t result{};
-  Reply reply;
-  std::vector<kv_key_result_t> keys;
-};
-
-kv_result_t* MakeResult(Reply reply) {
-  auto storage = std::make_unique<ResultStorage>();
-  storage->reply = std::move(reply);
-  const Reply& r = storage->reply;
-  storage->keys.resize(r.keys.size());
-  for (size_t i = 0; i < r.keys.size(); ++i) {
-    const KeyResult& from = r.keys[i];
-    kv_key_result_t& to = storage->keys[i];
-    to.code = ToC(from.code);
-    to.exists = from.exists ? 1 : 0;
-    to.length = from.length;
-    to.message = from.message.c_str();
-    to.message_size = from.message.size();
-  }
-  kv_result_t& out = storage->result;
-  out.status = ToC(r.status.code());
-  out.message = r.status.message().c_str();
-  out.message_size = r.status.message().size();
-  out.keys = storage->keys.data();
-  out.key_count = storage->keys.size();
-  out.removed_count = r.removed_count;
-  out.internal = storage.get();
-  return &storage.release()->result;
-}
 
 kv_status_t Finish(Reply reply, kv_result_t** result) {
   const kv_status_t code = SetLastError(reply.status);
@@ -167,9 +133,17 @@ Request Read(size_t count, const kv_bytes_t* keys, kv_buffer_t* const* buffers,
   return r;
 }
 
-Request Ping(uint32_t timeout_ms) {
+Request Timed(Op op, uint32_t timeout_ms) {
   Request r;
-  r.ping_timeout_ms = timeout_ms;
+  r.op = op;
+  r.timeout_ms = timeout_ms;
+  return r;
+}
+
+Request Listing(const kv_list_options_t* options) {
+  Request r;
+  r.op = Op::kList;
+  r.list = options;
   return r;
 }
 
@@ -194,11 +168,6 @@ const char* kv_status_name(kv_status_t status) {
 const char* kv_last_error_message(void) { return kvagent::c_abi::LastErrorMessage(); }
 
 const char* kv_version(void) { return KVCLIENT_VERSION; }
-
-void kv_result_free(kv_result_t* result) {
-  if (result == nullptr) return;
-  delete static_cast<kvagent::c_abi::ResultStorage*>(result->internal);
-}
 
 kv_status_t kv_connect(const kv_connect_options_t* options, kv_client_t** client) {
   if (client == nullptr) {
@@ -287,7 +256,7 @@ size_t kv_buffer_size(const kv_buffer_t* buffer) { return buffer ? buffer->arena
 // ---- synchronous calls ---------------------------------------------------------------------
 
 kv_status_t kv_ping(kv_client_t* client, uint32_t timeout_ms) {
-  return Call(client, kvagent::c_abi::Ping(timeout_ms), nullptr);
+  return Call(client, kvagent::c_abi::Timed(Op::kPing, timeout_ms), nullptr);
 }
 
 kv_status_t kv_put(kv_client_t* client, size_t count, const kv_bytes_t* keys,
@@ -326,10 +295,18 @@ kv_status_t kv_remove_all(kv_client_t* client, const kv_call_options_t* options,
   return Call(client, Keyed(Op::kRemoveAll, 0, nullptr, options), result);
 }
 
+kv_status_t kv_list(kv_client_t* client, const kv_list_options_t* options, kv_result_t** result) {
+  return Call(client, kvagent::c_abi::Listing(options), result);
+}
+
+kv_status_t kv_stat(kv_client_t* client, uint32_t timeout_ms, kv_result_t** result) {
+  return Call(client, kvagent::c_abi::Timed(Op::kStat, timeout_ms), result);
+}
+
 // ---- asynchronous calls --------------------------------------------------------------------
 
 kv_status_t kv_submit_ping(kv_client_t* client, uint32_t timeout_ms, kv_pending_t** pending) {
-  return SubmitCall(client, kvagent::c_abi::Ping(timeout_ms), pending);
+  return SubmitCall(client, kvagent::c_abi::Timed(Op::kPing, timeout_ms), pending);
 }
 
 kv_status_t kv_submit_put(kv_client_t* client, size_t count, const kv_bytes_t* keys,
@@ -367,6 +344,15 @@ kv_status_t kv_submit_remove(kv_client_t* client, size_t count, const kv_bytes_t
 kv_status_t kv_submit_remove_all(kv_client_t* client, const kv_call_options_t* options,
                                  kv_pending_t** pending) {
   return SubmitCall(client, Keyed(Op::kRemoveAll, 0, nullptr, options), pending);
+}
+
+kv_status_t kv_submit_list(kv_client_t* client, const kv_list_options_t* options,
+                           kv_pending_t** pending) {
+  return SubmitCall(client, kvagent::c_abi::Listing(options), pending);
+}
+
+kv_status_t kv_submit_stat(kv_client_t* client, uint32_t timeout_ms, kv_pending_t** pending) {
+  return SubmitCall(client, kvagent::c_abi::Timed(Op::kStat, timeout_ms), pending);
 }
 
 int kv_pending_ready(kv_pending_t* pending) {

@@ -11,6 +11,8 @@
     data = c.get_bytes("k1")               # allocate, get, copy out
     c.get(["k1"], [buf])                   # zero-copy into an arena buffer; r.keys[0].length
     c.exist(["k1"]); c.remove(["k1"], force=False); c.remove_all()
+    for k in c.iter_keys(prefix="k"): k.key, k.size, k.session_id   # List, paged
+    c.stat()["agent.keys.put"]             # the agent's and the master's counters
     p = c.submit_put(["k3"], [b"v"]); p.wait()   # asynchronous: submit now, collect later
 
 The error rule:
@@ -29,7 +31,8 @@ library's own validation judges them). Timeouts are in seconds. The package uses
 libkvclient.so (the SDK's C ABI, <kvagent/client_c.h>); where it is looked up is described in
 ``kvagent._native`` (set ``KVAGENT_LIBKVCLIENT`` to its path to choose).
 """
-from .client import ArenaBuffer, Block, Client, KeyResult, PendingCall, Result
+from .client import ArenaBuffer, Client, PendingCall
+from .records import Block, KeyResult, ListedKey, ListPage, Result
 from .errors import (AgentUnavailable, BufferOutOfRange, ErrorCode, InternalError,
                      InvalidParams, KvError, MasterUnavailable, NoSpace, ObjectAlreadyExists,
                      ObjectBusy, ObjectHasLease, ObjectNotFound, ReplicaNotReady, Timeout,
@@ -44,7 +47,8 @@ def library_version():
 
 __all__ = [
     "AgentUnavailable", "ArenaBuffer", "Block", "BufferOutOfRange", "Client", "ErrorCode",
-    "InternalError", "InvalidParams", "KeyResult", "KvError", "MasterUnavailable", "NoSpace",
+    "InternalError", "InvalidParams", "KeyResult", "KvError", "ListedKey", "ListPage",
+    "MasterUnavailable", "NoSpace",
     "ObjectAlreadyExists", "ObjectBusy", "ObjectHasLease", "ObjectNotFound", "PendingCall",
     "ReplicaNotReady", "Result", "Timeout", "TransferFailed", "library_version",
 ]

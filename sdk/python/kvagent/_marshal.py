@@ -140,23 +140,43 @@ def last_error(lib, code):
     return error_for(code, (lib.kv_last_error_message() or b"").decode("utf-8", "replace"))
 
 
-def take_result(lib, code, out, make_result):
+def key_rows(r):
+    """The per-key outcomes of a kv_result_t ``r``: (rows, messages), where rows are the
+    unpacked kv_key_result_t (code, exists, length, -, -) and messages maps the index of each
+    key that has a message to it. Plain Python values: valid after the result is freed."""
+    if not r.key_count:
+        return (), {}
+    rows = list(_KEY_RESULT.iter_unpack(ctypes.string_at(r.keys, r.key_count * _KEY_RESULT.size)))
+    return rows, {i: text(row[3], row[4]) for i, row in enumerate(rows) if row[4]}
+
+
+def listed(r):
+    """List's page of a kv_result_t: (key, size, session_id) per key. Keys and session IDs are
+    UTF-8 (the store validates them) and come back as str."""
+    return [(ctypes.string_at(e.key.data, e.key.size).decode("utf-8", "replace"), e.size,
+             ctypes.string_at(e.session_id.data, e.session_id.size).decode("utf-8", "replace"))
+            for e in (r.listed[i] for i in range(r.listed_count))]
+
+
+def counters(r):
+    """Stat's counters of a kv_result_t: {name: value}, or {name: text} for the counters whose
+    value is a word."""
+    out = {}
+    for i in range(r.counter_count):
+        c = r.counters[i]
+        out[text(c.name, c.name_size)] = text(c.text, c.text_size) if c.text_size else c.value
+    return out
+
+
+def take_result(lib, code, out, make):
     """Converts and frees a kv_result_t (``out``, a POINTER(Result)); raises KvError when the
-    call failed as a whole. ``make_result(rows, messages, removed_count)`` builds the Python
-    object from the unpacked kv_key_result_t rows and {index: message} of the keys that have
-    one (the message bytes must be copied before the result is freed; the rest is plain ints).
-    """
+    call failed as a whole. ``make(result_struct)`` builds the Python object; it runs before
+    the result is freed and must copy what it keeps."""
     if not out:
         raise last_error(lib, code)
     try:
         r = out.contents
-        rows = ()
-        messages = {}
-        if r.key_count:
-            rows = list(_KEY_RESULT.iter_unpack(
-                ctypes.string_at(r.keys, r.key_count * _KEY_RESULT.size)))
-            messages = {i: text(row[3], row[4]) for i, row in enumerate(rows) if row[4]}
-        result = make_result(rows, messages, r.removed_count)
+        result = make(r)
         status, message = r.status, text(r.message, r.message_size)
     finally:
         lib.kv_result_free(out)

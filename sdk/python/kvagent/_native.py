@@ -63,6 +63,18 @@ class CallOptions(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("timeout_ms", c_uint32), ("force", c_uint8)]
 
 
+class ListOptions(ctypes.Structure):
+    """kv_list_options_t."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("prefix", Bytes),
+        ("cursor", c_uint64),
+        ("limit", c_uint32),
+        ("timeout_ms", c_uint32),
+    ]
+
+
 class Value(ctypes.Structure):
     """kv_value_t: an arena buffer (zero-copy) or bytes to copy."""
 
@@ -97,6 +109,24 @@ class KeyResult(ctypes.Structure):
     ]
 
 
+class ListedKey(ctypes.Structure):
+    """kv_listed_key_t."""
+
+    _fields_ = [("key", Bytes), ("size", c_uint64), ("session_id", Bytes)]
+
+
+class Counter(ctypes.Structure):
+    """kv_counter_t."""
+
+    _fields_ = [
+        ("name", c_void_p),
+        ("name_size", c_size_t),
+        ("value", c_uint64),
+        ("text", c_void_p),
+        ("text_size", c_size_t),
+    ]
+
+
 class Result(ctypes.Structure):
     """kv_result_t."""
 
@@ -107,6 +137,11 @@ class Result(ctypes.Structure):
         ("keys", ctypes.POINTER(KeyResult)),
         ("key_count", c_size_t),
         ("removed_count", c_uint64),
+        ("listed", ctypes.POINTER(ListedKey)),
+        ("listed_count", c_size_t),
+        ("next_cursor", c_uint64),
+        ("counters", ctypes.POINTER(Counter)),
+        ("counter_count", c_size_t),
         ("internal", c_void_p),
     ]
 
@@ -149,6 +184,8 @@ _CALL_ARGS = {
     "exist": _KEYED_ARGS,
     "remove": _KEYED_ARGS,
     "remove_all": [c_void_p, _P(CallOptions)],
+    "list": [c_void_p, _P(ListOptions)],
+    "stat": [c_void_p, c_uint32],
 }
 for _op, _args in _CALL_ARGS.items():
     _FUNCTIONS["kv_" + _op] = (c_status, _args + [_RESULT_OUT])

@@ -7,96 +7,10 @@ import weakref
 from . import _marshal as marshal
 from . import _native as native
 from .errors import ErrorCode, error_for
+from .records import ListedKey, ListPage, Result
 
 _FIRST_GET_BYTES = 256 << 10  # get_bytes' first buffer when no capacity is given
 _OK = int(ErrorCode.OK)
-_SUCCESS = (int(ErrorCode.OK), int(ErrorCode.OBJECT_ALREADY_EXISTS))
-
-
-class Block:
-    """Metadata of the KV block(s) one key holds; becomes the key's BlockStored event.
-
-    ``hashes``: at least one block hash, first block first (negative values are allowed with
-    ``signed=True``, SGLang-style). ``token_ids``: none, or ``block_size * len(hashes)``.
-    ``parent_hash``: the hash of the block before the first, or None. ``lora_name``: str or
-    None.
-    """
-
-    __slots__ = ("hashes", "token_ids", "block_size", "parent_hash", "lora_name", "signed")
-
-    def __init__(self, hashes, token_ids=(), block_size=0, parent_hash=None, lora_name=None,
-                 signed=False):
-        self.hashes = list(hashes)
-        self.token_ids = list(token_ids)
-        self.block_size = block_size
-        self.parent_hash = parent_hash
-        self.lora_name = lora_name
-        self.signed = signed
-
-    def __repr__(self):
-        return "Block(hashes=%r, block_size=%r, tokens=%d)" % (
-            self.hashes, self.block_size, len(self.token_ids))
-
-
-class KeyResult:
-    """The outcome for one key: ``code`` (ErrorCode), ``message`` (what went wrong and what to
-    do; "" when OK), ``length`` (get: the value's length) and ``exists`` (exist: readable)."""
-
-    __slots__ = ("code", "message", "length", "exists")
-
-    def __init__(self, code, message, length=0, exists=False):
-        self.code = code
-        self.message = message
-        self.length = length
-        self.exists = exists
-
-    @property
-    def ok(self):
-        """True for OK, and for OBJECT_ALREADY_EXISTS (a put of a stored key succeeds)."""
-        return self.code in (ErrorCode.OK, ErrorCode.OBJECT_ALREADY_EXISTS)
-
-    def __repr__(self):
-        return "KeyResult(%s%s)" % (self.code.name, ", %r" % self.message if self.message else "")
-
-
-class Result:
-    """The outcome of a call that was attempted: ``keys`` has one KeyResult per key of the
-    request, in order; ``removed_count`` is set by remove_all. ``ok`` and ``codes`` read the
-    per-key codes without building the KeyResult objects (built on first access to ``keys``).
-    """
-
-    __slots__ = ("_rows", "_messages", "_keys", "removed_count")
-
-    def __init__(self, rows, messages, removed_count=0):
-        self._rows = rows  # (code, exists, length, -, -) per key, as kv_key_result_t reads
-        self._messages = messages  # {index: message} for the keys that have one
-        self._keys = None
-        self.removed_count = removed_count
-
-    @property
-    def keys(self):
-        """One KeyResult per key of the request, in order."""
-        if self._keys is None:
-            get = self._messages.get
-            self._keys = [KeyResult(marshal.code_of(r[0]), get(i, ""), r[2], r[1] != 0)
-                          for i, r in enumerate(self._rows)]
-        return self._keys
-
-    @property
-    def codes(self):
-        """The ErrorCode of every key, in order."""
-        return [marshal.code_of(r[0]) for r in self._rows]
-
-    @property
-    def ok(self):
-        """True when every key succeeded (see KeyResult.ok)."""
-        return all(r[0] in _SUCCESS for r in self._rows)
-
-    def __len__(self):
-        return len(self._rows)
-
-    def __repr__(self):
-        return "Result(%r)" % (self.keys,)
 
 
 class ArenaBuffer:
@@ -157,11 +71,11 @@ class PendingCall:
     KvError when the call failed as a whole. Dropping it without wait() abandons the call (the
     buffers it names stay reserved until its reply arrives)."""
 
-    def __init__(self, client, handle, convert):
+    def __init__(self, client, handle, make):
         self._client = client  # keeps the client open while the call is pending
         self._lib = client._lib
         self._handle = handle
-        self._convert = convert
+        self._make = make
         self._free = weakref.finalize(self, self._lib.kv_pending_free, handle)
 
     def ready(self):
@@ -176,7 +90,7 @@ class PendingCall:
         out = ctypes.POINTER(native.Result)()
         code = self._lib.kv_pending_wait(self._handle, ctypes.byref(out))
         self._free()
-        return self._convert(_take_result(self._lib, code, out))
+        return marshal.take_result(self._lib, code, out, self._make)
 
 
 def _ms(seconds):
@@ -188,16 +102,22 @@ def _ms(seconds):
     return min(max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0, 0xFFFFFFFF)
 
 
-def _take_result(lib, code, out):
-    return marshal.take_result(lib, code, out, Result)
+# What a call returns, built from its kv_result_t (see marshal.take_result).
+def _keyed(r):
+    rows, messages = marshal.key_rows(r)
+    return Result(rows, messages, r.removed_count)
 
 
-def _same(result):
-    return result
-
-
-def _nothing(result):
+def _nothing(r):
     return None
+
+
+def _page(r):
+    return ListPage([ListedKey(*e) for e in marshal.listed(r)], r.next_cursor)
+
+
+def _counters(r):
+    return marshal.counters(r)
 
 
 def _call_options(timeout, force):
@@ -351,11 +271,34 @@ class Client:
         """Removes every object in the store; ``result.removed_count`` says how many."""
         return self._call(self._lib.kv_remove_all, (_call_options(timeout, force),))
 
+    def list(self, prefix="", cursor=0, limit=1000, timeout=None):
+        """One page of the stored keys that start with ``prefix`` (a ListPage). Start with
+        cursor 0 and pass each page's next_cursor until it is 0: every key present during the
+        whole scan is listed exactly once; a page may be shorter or somewhat longer than
+        ``limit`` (at most 10000), and may be empty before the scan ends."""
+        return self._call(self._lib.kv_list, *self._list_args(prefix, cursor, limit, timeout),
+                          make=_page)
+
+    def iter_keys(self, prefix="", limit=1000, timeout=None):
+        """Every stored key that starts with ``prefix`` (ListedKey each), paging with list()."""
+        cursor = 0
+        while True:
+            page = self.list(prefix, cursor, limit, timeout)
+            yield from page.keys
+            cursor = page.next_cursor
+            if cursor == 0:
+                return
+
+    def stat(self, timeout=None):
+        """The agent's counters ("agent.*") and its master's ("master.*"): {name: value}, or
+        {name: text} for the few whose value is a word (e.g. "agent.master_link")."""
+        return self._call(self._lib.kv_stat, (_ms(timeout),), make=_counters)
+
     # ---- asynchronous forms -----------------------------------------------------------------
 
     def submit_ping(self, timeout=None):
         """ping(), submitted now; collect with PendingCall.wait() (returns None)."""
-        return self._submit(self._lib.kv_submit_ping, (_ms(timeout),), convert=_nothing)
+        return self._submit(self._lib.kv_submit_ping, (_ms(timeout),), make=_nothing)
 
     def submit_put(self, keys, values, session_ids=None, blocks=None, **write):
         """put(), submitted now; collect with PendingCall.wait()."""
@@ -383,24 +326,41 @@ class Client:
         """remove_all(), submitted now."""
         return self._submit(self._lib.kv_submit_remove_all, (_call_options(timeout, force),))
 
+    def submit_list(self, prefix="", cursor=0, limit=1000, timeout=None):
+        """list(), submitted now; wait() returns the ListPage."""
+        return self._submit(self._lib.kv_submit_list,
+                            *self._list_args(prefix, cursor, limit, timeout), make=_page)
+
+    def submit_stat(self, timeout=None):
+        """stat(), submitted now; wait() returns the counters."""
+        return self._submit(self._lib.kv_submit_stat, (_ms(timeout),), make=_counters)
+
     # ---- plumbing ------------------------------------------------------------------------------
     # The *_args methods return (the C arguments after the client handle, what they point
     # into); the second must live until the C function returns, which is all it needs: the
     # library copies what a call uses before kv_submit_* or a synchronous call returns.
 
-    def _call(self, function, args, keep=()):
+    def _call(self, function, args, keep=(), make=_keyed):
         out = ctypes.POINTER(native.Result)()
         code = function(self._h(), *args, ctypes.byref(out))
         del keep
-        return _take_result(self._lib, code, out)
+        return marshal.take_result(self._lib, code, out, make)
 
-    def _submit(self, function, args, keep=(), convert=_same):
+    def _submit(self, function, args, keep=(), make=_keyed):
         handle = ctypes.c_void_p()
         code = function(self._h(), *args, ctypes.byref(handle))
         del keep
         if code != _OK:  # only a NULL argument or out of memory: nothing was submitted
             raise marshal.last_error(self._lib, code)
-        return PendingCall(self, handle.value, convert)
+        return PendingCall(self, handle.value, make)
+
+    def _list_args(self, prefix, cursor, limit, timeout):
+        encoded = marshal.encode(prefix, "prefix")
+        options = native.ListOptions(struct_size=ctypes.sizeof(native.ListOptions),
+                                     cursor=cursor, limit=limit, timeout_ms=_ms(timeout))
+        options.prefix.data = ctypes.cast(ctypes.c_char_p(encoded), ctypes.c_void_p)
+        options.prefix.size = len(encoded)
+        return (ctypes.byref(options),), (encoded, options)
 
     def _keyed_args(self, keys, timeout, force):
         keep = []

@@ -161,6 +161,21 @@ static inline void kv_call_options_init(kv_call_options_t* options) {
   options->struct_size = sizeof(*options);
 }
 
+/* Options of List. */
+typedef struct kv_list_options {
+  size_t struct_size;
+  kv_bytes_t prefix;   /* only keys that start with these bytes; empty: every key */
+  uint64_t cursor;     /* 0 to start a scan, then the previous page's next_cursor */
+  uint32_t limit;      /* about this many keys per page, at most 10000; 0: 1000 */
+  uint32_t timeout_ms; /* 0: the client's call timeout */
+} kv_list_options_t;
+
+static inline void kv_list_options_init(kv_list_options_t* options) {
+  memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->limit = 1000;
+}
+
 /* ---- arguments ---------------------------------------------------------------------------- */
 
 /* A value to store: with `buffer`, its first `size` bytes are stored without a copy (size must
@@ -197,6 +212,22 @@ typedef struct kv_key_result {
   size_t message_size; /* strlen(message) */
 } kv_key_result_t;
 
+/* List: one stored object. The bytes point into the kv_result_t. */
+typedef struct kv_listed_key {
+  kv_bytes_t key;
+  uint64_t size;         /* value bytes */
+  kv_bytes_t session_id; /* empty when untagged */
+} kv_listed_key_t;
+
+/* Stat: one counter. The strings point into the kv_result_t. */
+typedef struct kv_counter {
+  const char* name; /* e.g. "agent.requests.put" or "master.keys"; NUL-terminated */
+  size_t name_size;
+  uint64_t value;
+  const char* text; /* "" unless the value is a word (e.g. "agent.master_link"); NUL-terminated */
+  size_t text_size;
+} kv_counter_t;
+
 /* The outcome of a call. Allocated by the library only (fields may be appended in later
  * versions) and released with kv_result_free, which also frees every string it points to.
  * `status` is the request-level result: KV_OK when every key was attempted (look at `keys`),
@@ -209,8 +240,13 @@ typedef struct kv_result {
    * was above KV_MAX_BATCH_KEYS. */
   const kv_key_result_t* keys;
   size_t key_count;
-  uint64_t removed_count; /* RemoveAll: objects removed */
-  void* internal;         /* the library's; do not touch */
+  uint64_t removed_count;        /* RemoveAll: objects removed */
+  const kv_listed_key_t* listed; /* List: listed_count keys of this page */
+  size_t listed_count;
+  uint64_t next_cursor;         /* List: for the next page; 0 when the scan is complete */
+  const kv_counter_t* counters; /* Stat: counter_count counters */
+  size_t counter_count;
+  void* internal; /* the library's; do not touch */
 } kv_result_t;
 
 /* Releases a result and everything it points to. NULL is a no-op. */
@@ -292,6 +328,16 @@ KV_API kv_status_t kv_remove(kv_client_t* client, size_t count, const kv_bytes_t
 KV_API kv_status_t kv_remove_all(kv_client_t* client, const kv_call_options_t* options,
                                  kv_result_t** result);
 
+/* One page of the stored keys, with their value sizes and session IDs, in (*result)->listed.
+ * Every key present during a whole scan (cursor 0 until next_cursor is 0) is listed exactly
+ * once; a page may be shorter or somewhat longer than the limit, and may be empty before the
+ * scan ends. */
+KV_API kv_status_t kv_list(kv_client_t* client, const kv_list_options_t* options,
+                           kv_result_t** result);
+
+/* The agent's counters ("agent.*") and its master's ("master.*") in (*result)->counters. */
+KV_API kv_status_t kv_stat(kv_client_t* client, uint32_t timeout_ms, kv_result_t** result);
+
 /* ---- asynchronous calls -------------------------------------------------------------------
  * Same arguments as the synchronous forms; the call is submitted before the function returns
  * and *pending is a new handle the caller collects with kv_pending_wait and frees with
@@ -317,6 +363,10 @@ KV_API kv_status_t kv_submit_remove(kv_client_t* client, size_t count, const kv_
                                     const kv_call_options_t* options, kv_pending_t** pending);
 KV_API kv_status_t kv_submit_remove_all(kv_client_t* client, const kv_call_options_t* options,
                                         kv_pending_t** pending);
+
+KV_API kv_status_t kv_submit_list(kv_client_t* client, const kv_list_options_t* options,
+                                  kv_pending_t** pending);
+KV_API kv_status_t kv_submit_stat(kv_client_t* client, uint32_t timeout_ms, kv_pending_t** pending);
 
 /* Non-zero when kv_pending_wait would return at once. Never blocks. */
 KV_API int kv_pending_ready(kv_pending_t* pending);
