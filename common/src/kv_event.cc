@@ -293,6 +293,23 @@ std::optional<BlockHash> BlockHashFromKey(std::string_view key) {
   return std::nullopt;
 }
 
+BlockStored StoredEventFor(std::string_view key, std::string_view session_id, BlockStored writer) {
+  BlockStored event = std::move(writer);
+  if (event.block_hashes.empty()) {
+    event.parent_block_hash.reset();
+    event.token_ids.clear();
+    event.block_size = 0;
+    if (auto hash = BlockHashFromKey(key)) event.block_hashes.push_back(*hash);
+  }
+  event.lora_id.reset();
+  event.medium = std::string(kMediumExternal);
+  event.session_id.reset();
+  if (!session_id.empty()) event.session_id = std::string(session_id);
+  event.object_key = std::string(key);
+  event.group_idx.reset();
+  return event;
+}
+
 // ---- DescribeEvent ---------------------------------------------------------------------------
 
 namespace {

@@ -32,6 +32,29 @@ class MasterRpc::Scratch {
 
 namespace {
 
+// The block fields of a stored object's announcement as the writer gave them (ListKeys).
+flatbuffers::Offset<fb::BlockMeta> EncodeBlockMeta(flatbuffers::FlatBufferBuilder& b,
+                                                   const events::BlockStored& e) {
+  std::vector<fb::BlockHash> hashes;
+  hashes.reserve(e.block_hashes.size());
+  for (const events::BlockHash& h : e.block_hashes) hashes.emplace_back(h.bits, h.is_signed);
+  auto hash_vec = b.CreateVectorOfStructs(hashes);
+  flatbuffers::Offset<flatbuffers::Vector<const fb::BlockHash*>> parent;
+  if (e.parent_block_hash) {
+    fb::BlockHash p(e.parent_block_hash->bits, e.parent_block_hash->is_signed);
+    parent = b.CreateVectorOfStructs(&p, 1);
+  }
+  auto tokens = e.token_ids.empty() ? 0 : b.CreateVector(e.token_ids).o;
+  auto lora = e.lora_name ? b.CreateString(*e.lora_name).o : 0;
+  fb::BlockMetaBuilder m(b);
+  m.add_block_hashes(hash_vec);
+  if (!parent.IsNull()) m.add_parent_block_hash(parent);
+  if (tokens) m.add_token_ids(flatbuffers::Offset<flatbuffers::Vector<uint32_t>>(tokens));
+  m.add_block_size(e.block_size);
+  if (lora) m.add_lora_name(flatbuffers::Offset<flatbuffers::String>(lora));
+  return m.Finish();
+}
+
 using Builder = flatbuffers::FlatBufferBuilder;
 
 template <typename T>
@@ -274,16 +297,19 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     }
     case fb::Body::ListKeys: {
       const auto* m = req->body_as_ListKeys();
-      Status st = service_->ListKeys(m->cursor(), m->limit(), &s.page);
+      const std::string_view prefix = m->prefix() ? m->prefix()->string_view() : "";
+      Status st = service_->ListKeys(m->cursor(), m->limit(), &s.page, prefix);
       std::vector<flatbuffers::Offset<fb::ListedKey>> keys;
       keys.reserve(s.page.keys.size());
       for (const ListedKey& k : s.page.keys) {
         auto key = b.CreateString(k.key);
         auto session = k.session_id.empty() ? 0 : b.CreateString(k.session_id).o;
+        auto block = k.has_writer_meta ? EncodeBlockMeta(b, k.announcement).o : 0;
         fb::ListedKeyBuilder lk(b);
         lk.add_key(key);
         lk.add_size(k.size);
         if (session) lk.add_session_id(flatbuffers::Offset<flatbuffers::String>(session));
+        if (block) lk.add_block(flatbuffers::Offset<fb::BlockMeta>(block));
         keys.push_back(lk.Finish());
       }
       auto body =

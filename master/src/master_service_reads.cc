@@ -92,7 +92,8 @@ Result<uint64_t> MasterService::RemoveAll(bool force) {
 
 // The cursor is a hash value (ObjectTable::Scan): pages stay correct when the table grows or
 // is rebuilt between them.
-Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) const {
+Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
+                               std::string_view prefix) const {
   out->keys.clear();
   out->restarted = false;
   if (limit == 0) limit = 1000;
@@ -102,7 +103,9 @@ Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) c
   for (const ObjectEntry* e : page) {
     const Object& o = e->second;
     if (!o.readable) continue;
-    out->keys.push_back(ListedKey{e->first, o.size, std::string(store_->tags().Name(o.tag))});
+    if (!prefix.empty() && !std::string_view(e->first).starts_with(prefix)) continue;
+    out->keys.push_back(ListedKey{e->first, o.size, std::string(store_->tags().Name(o.tag)),
+                                  store_->StoredEvent(*e), o.meta != nullptr});
   }
   return Status::Ok();
 }

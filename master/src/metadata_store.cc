@@ -86,18 +86,20 @@ std::vector<events::BlockHash> HashesOf(const ObjectEntry& e) {
 // when neither the writer's metadata nor the key yield a hash.
 void MetadataStore::EmitStored(const ObjectEntry& e) {
   if (restoring_) return;
-  events::BlockStored ev;
-  ev.block_hashes = HashesOf(e);
-  if (const StoredBlockMeta* m = e.second.meta.get()) {
-    ev.parent_block_hash = m->parent_block_hash;
-    ev.token_ids = m->token_ids;
-    ev.block_size = m->block_size;
-    ev.lora_name = m->lora_name;
-  }
-  if (e.second.tag != kUntagged) ev.session_id = std::string(tags_.Name(e.second.tag));
-  ev.object_key = e.first;
-  events_.emplace_back(std::move(ev));
+  events_.emplace_back(StoredEvent(e));
   ++counters_.events_emitted;
+}
+
+events::BlockStored MetadataStore::StoredEvent(const ObjectEntry& e) const {
+  events::BlockStored writer;
+  if (const StoredBlockMeta* m = e.second.meta.get()) {
+    writer.block_hashes = m->block_hashes;
+    writer.parent_block_hash = m->parent_block_hash;
+    writer.token_ids = m->token_ids;
+    writer.block_size = m->block_size;
+    writer.lora_name = m->lora_name;
+  }
+  return events::StoredEventFor(e.first, tags_.Name(e.second.tag), std::move(writer));
 }
 
 void MetadataStore::EmitRemoved(const ObjectEntry& e) {

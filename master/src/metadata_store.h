@@ -207,6 +207,9 @@ class MetadataStore {
   int64_t now() const { return clock_->NowMs(); }
   const MasterOptions& options() const { return options_; }
 
+  // The BlockStored a readable object is announced with (at commit, and in ListKeys).
+  events::BlockStored StoredEvent(const ObjectEntry& e) const;
+
   // Events emitted since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
   void TakeEvents(std::vector<events::KvEvent>* out) {

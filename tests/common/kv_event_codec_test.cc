@@ -217,6 +217,36 @@ TEST(KvEventCodec, BlockStoredWithoutTokenIdsKeepsAnEmptyArray) {
   ExpectRoundTrip(EventBatch{0, {e}, 0});
 }
 
+// ---- StoredEventFor ------------------------------------------------------------------------
+
+TEST(StoredEventFor, WithoutWriterMetadataHashesComeFromTheKey) {
+  BlockStored e = StoredEventFor("12345", "sess-1");
+  EXPECT_EQ(e.block_hashes, std::vector<BlockHash>{BlockHash::Unsigned(12345)});
+  EXPECT_EQ(e.object_key, "12345");
+  EXPECT_EQ(e.session_id, "sess-1");
+  EXPECT_EQ(e.medium, "EXTERNAL");
+  EXPECT_TRUE(e.token_ids.empty());
+  EXPECT_FALSE(StoredEventFor("plain", "").session_id.has_value());
+  EXPECT_TRUE(StoredEventFor("plain", "").block_hashes.empty());
+}
+
+TEST(StoredEventFor, WriterMetadataWinsOverTheKey) {
+  BlockStored writer;
+  writer.block_hashes = {BlockHash::Signed(-3)};
+  writer.parent_block_hash = BlockHash::Unsigned(2);
+  writer.token_ids = {1, 2};
+  writer.block_size = 2;
+  writer.lora_name = "adapter";
+  writer.session_id = "ignored";  // the session comes from the argument
+  BlockStored e = StoredEventFor("12345", "会话", writer);
+  EXPECT_EQ(e.block_hashes, writer.block_hashes);
+  EXPECT_EQ(e.parent_block_hash, writer.parent_block_hash);
+  EXPECT_EQ(e.token_ids, writer.token_ids);
+  EXPECT_EQ(e.lora_name, "adapter");
+  EXPECT_EQ(e.session_id, "会话");
+  EXPECT_EQ(e.object_key, "12345");
+}
+
 // ---- BlockHashFromKey ----------------------------------------------------------------------
 
 TEST(BlockHashFromKey, DecimalKeyIsThatValueUnsigned) {

@@ -2,7 +2,9 @@
 // eviction with pins, agent TTL, placement, RemoveAll, listing, and event completeness.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <set>
 
 #include "master_test_util.h"
 
@@ -394,6 +396,58 @@ TEST(MasterService, ListKeysPagesThroughEveryReadableKey) {
   auto all = testing::ListAll(*c.svc);
   EXPECT_EQ(all.size(), 500u);
   EXPECT_EQ(all.count("in-flight"), 0u);
+}
+
+// The relay re-announces the store from ListKeys: each listed object must carry exactly the
+// BlockStored the master published when it became readable.
+TEST(MasterService, ListKeysAnnouncesEachObjectAsItsStoredEvent) {
+  Cluster c;
+  c.Events();
+  const events::BlockHash hashes[] = {events::BlockHash::Unsigned(21)};
+  const uint32_t tokens[] = {7, 8};
+  BlockMetaView meta;
+  meta.block_hashes = hashes;
+  meta.parent_block_hash = events::BlockHash::Unsigned(20);
+  meta.token_ids = tokens;
+  meta.block_size = 2;
+  c.Start(c.agents[0], {"chain/a", "chain/b", "other"}, {64, 64, 64}, {"s-1", "", "会话"}, {},
+          false, {meta, BlockMetaView{}, BlockMetaView{}});
+  c.End(c.agents[0], {"chain/a", "chain/b", "other"});
+  std::map<std::string, events::BlockStored> published;
+  for (const events::KvEvent& e : c.Events()) {
+    const events::BlockStored s = AsStored(e);
+    published[*s.object_key] = s;
+  }
+  ListPage page;
+  std::map<std::string, ListedKey> listed;
+  uint64_t cursor = 0;
+  do {
+    ASSERT_TRUE(c.svc->ListKeys(cursor, 2, &page).ok());
+    for (ListedKey& k : page.keys) listed[k.key] = k;
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  ASSERT_EQ(listed.size(), 3u);
+  for (const auto& [key, k] : listed) EXPECT_EQ(k.announcement, published.at(key)) << key;
+  EXPECT_TRUE(listed.at("chain/a").has_writer_meta);
+  EXPECT_FALSE(listed.at("other").has_writer_meta);
+  EXPECT_EQ(listed.at("other").session_id, "会话");
+}
+
+TEST(MasterService, ListKeysKeepsOnlyThePrefix) {
+  Cluster c;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50; ++i) keys.push_back((i % 5 ? "b/" : "a/") + std::to_string(i));
+  c.Put(c.agents[0], keys, 64);
+  std::set<std::string> seen;
+  ListPage page;
+  uint64_t cursor = 0;
+  do {
+    ASSERT_TRUE(c.svc->ListKeys(cursor, 8, &page, "a/").ok());
+    for (const ListedKey& k : page.keys) seen.insert(k.key);
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  EXPECT_EQ(seen.size(), 10u);
+  for (const std::string& k : seen) EXPECT_EQ(k.rfind("a/", 0), 0u) << k;
 }
 
 // Random operations; at every quiet point an index fed only by the events equals the

@@ -6,13 +6,7 @@
 namespace kvagent::relay {
 
 events::BlockStored AnnouncementFromKey(std::string_view key, std::string_view session_id) {
-  events::BlockStored e;
-  if (std::optional<events::BlockHash> hash = events::BlockHashFromKey(key)) {
-    e.block_hashes.push_back(*hash);
-  }
-  e.object_key = std::string(key);
-  if (!session_id.empty()) e.session_id = std::string(session_id);
-  return e;
+  return events::StoredEventFor(key, session_id);
 }
 
 Status CheckAnnouncement(events::BlockStored& e) {

@@ -118,6 +118,15 @@ Result<EventBatch> DecodeEventBatch(std::string_view payload);
 // So a 20-digit decimal above u64 max falls to rule 2, and "0x" + 17 digits to rule 3.
 std::optional<BlockHash> BlockHashFromKey(std::string_view key);
 
+// The BlockStored event of a stored object — the one rule used by the master when the object
+// becomes readable and by the agent's relay when it re-announces the store's content.
+// `writer` carries the block metadata the writer supplied with the put (block_hashes, parent,
+// token_ids, block_size, lora_name; empty block_hashes = none given). The result has the
+// writer's metadata, or hashes from BlockHashFromKey(key) ([] when it gives none);
+// object_key = key; session_id when non-empty; medium EXTERNAL.
+BlockStored StoredEventFor(std::string_view key, std::string_view session_id,
+                           BlockStored writer = {});
+
 // "BlockStored EXTERNAL session=sess-1 hashes=[123] parent=- tokens=4 block_size=4 key=..." :
 // one readable line per event for logs and `kvctl events tail` (callers prefix "seq=42 ").
 // Control characters in text are escaped as \xNN; long hash lists are shortened.

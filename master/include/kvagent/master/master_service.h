@@ -88,8 +88,11 @@ class MasterService {
   // BlockStored for each survivor. Returns how many were removed.
   Result<uint64_t> RemoveAll(bool force);
 
-  // One page of readable objects (see master.fbs ListKeys for the cursor contract).
-  Status ListKeys(uint64_t cursor, uint32_t limit, ListPage* out) const;
+  // One page of readable objects (see master.fbs ListKeys for the cursor contract), keeping only
+  // keys that start with `prefix` (the page still covers about `limit` hash slots, so a
+  // filtered page may be empty while next_cursor is not 0).
+  Status ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
+                  std::string_view prefix = {}) const;
 
   // Where a segment is: its agent and data endpoints. nullopt when not mounted.
   struct SegmentView {

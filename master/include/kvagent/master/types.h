@@ -140,6 +140,10 @@ struct ListedKey {
   std::string key;
   uint64_t size = 0;
   std::string session_id;  // "" when untagged
+  // The object's BlockStored as the master announced it (events::StoredEventFor): the writer's
+  // block metadata when given, else hashes from the key; object_key, session_id.
+  events::BlockStored announcement;
+  bool has_writer_meta = false;  // the announcement's block fields came from the writer
 };
 
 struct ListPage {
