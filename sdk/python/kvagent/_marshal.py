@@ -17,7 +17,7 @@ U64_MASK = (1 << 64) - 1
 _CODES = tuple(ErrorCode)  # index = wire value
 _KEY_RESULT = struct.Struct("=iIQQQ")  # kv_key_result_t: code, exists, length, message, size
 assert _KEY_RESULT.size == ctypes.sizeof(native.KeyResult), "kv_key_result_t layout changed"
-assert ctypes.sizeof(native.Bytes) == 16 and array.array("Q").itemsize == 8
+assert ctypes.sizeof(native.Bytes) == 16 and array.array("Q").itemsize == ctypes.sizeof(ctypes.c_void_p) == 8
 
 
 def invalid(message):
@@ -64,13 +64,21 @@ def bytes_array(encoded, keep):
         return None
     blob = b"".join(encoded)
     base = ctypes.cast(ctypes.c_char_p(blob), ctypes.c_void_p).value
-    lengths = [len(e) for e in encoded]
+    lengths = list(map(len, encoded))
     pairs = [0] * (2 * n)
     pairs[0::2] = itertools.accumulate(lengths[:-1], initial=base)
     pairs[1::2] = lengths
     words = array.array("Q", pairs)
     keep.extend((blob, words))
     return (native.Bytes * n).from_buffer(words)
+
+
+def pointer_array(addresses, keep):
+    """A void* array of ``addresses`` (ints), laid over an array("Q") added to ``keep``
+    (ctypes' own array constructor costs several times more per element)."""
+    words = array.array("Q", addresses)
+    keep.append(words)
+    return (ctypes.c_void_p * len(words)).from_buffer(words)
 
 
 def value_array(values, buffer_type, keep):
