@@ -62,8 +62,8 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
         "a kvmaster request unanswered this long fails with MASTER_UNAVAILABLE and the link "
         "reconnects");
   f.Int("master-ready-wait-ms", &v.ready_wait_ms,
-        "how long start-up waits for kvmaster before serving degraded (default: "
-        "--master-timeout-ms)");
+        "how long start-up waits for kvmaster before serving degraded; -1: as long as "
+        "--master-timeout-ms");
   f.Size("max-arena-bytes", &v.agent.max_arena_bytes, "cap on a client's data arena");
   f.Size("ring-bytes", &v.agent.ring_bytes, "default size of each client ring (power of two)");
   f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");

@@ -17,6 +17,7 @@
 
 #include "agent_process.h"
 #include "kvagent/client.h"
+#include "kvagent/common/event_subscriber.h"
 #include "process_guard.h"
 #include "value_pattern.h"
 
@@ -129,6 +130,45 @@ inline uint64_t CounterOf(const Reply& stat, const std::string& name, std::strin
     return c.value;
   }
   return 0;
+}
+
+// The BlockStored events (by object_key) an agent publishes on <run-dir>/events.sock, read from
+// its start (replay from seq 0) until every key of `want` has been seen or `limit` passes. Also
+// reports whether the stream started with AllBlocksCleared, as a new publisher's must.
+struct SeenEvents {
+  bool started_with_clear = false;
+  std::map<std::string, events::BlockStored> stored;
+};
+inline SeenEvents CollectStored(const std::string& run_dir, const std::vector<std::string>& want,
+                                std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  SeenEvents seen;
+  events::EventSubscriberOptions o;
+  o.endpoint = "ipc://" + run_dir + "/events.sock";
+  o.replay_endpoint = "ipc://" + run_dir + "/events-replay.sock";
+  o.from_seq = 0;
+  o.decode = true;
+  auto sub = events::EventSubscriber::Start(o);
+  if (!sub.ok()) return seen;
+  bool first = true;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  auto missing = [&] {
+    for (const auto& k : want) {
+      if (seen.stored.count(k) == 0) return true;
+    }
+    return false;
+  };
+  while (missing() && std::chrono::steady_clock::now() < end) {
+    auto d = (*sub)->Next(std::chrono::milliseconds(200));
+    if (!d.ok() || d->kind != events::EventDelivery::Kind::kBatch || !d->batch) continue;
+    for (const auto& ev : d->batch->events) {
+      if (first) seen.started_with_clear = std::holds_alternative<events::AllBlocksCleared>(ev);
+      first = false;
+      if (const auto* s = std::get_if<events::BlockStored>(&ev); s && s->object_key) {
+        seen.stored[*s->object_key] = *s;
+      }
+    }
+  }
+  return seen;
 }
 
 }  // namespace kvagent::testing

@@ -81,6 +81,22 @@ TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
   EXPECT_EQ(c->RemoveAll(force).removed_count, 1u);
 }
 
+TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
+  KvmasterProcess master;
+  ASSERT_TRUE(master.started());
+  AgentProcess agent(RemoteAgentArgs(master));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(PutOne(*c, "r1", "a", "sess-1").keys.at(0).code, ErrorCode::kOk);
+  ASSERT_EQ(PutOne(*c, "r2", "b", "sesión-2").keys.at(0).code, ErrorCode::kOk);
+  const SeenEvents seen = CollectStored(agent.run_dir(), {"r1", "r2"});
+  EXPECT_TRUE(seen.started_with_clear);
+  ASSERT_EQ(seen.stored.size(), 2u);
+  EXPECT_EQ(seen.stored.at("r1").session_id, "sess-1");
+  EXPECT_EQ(seen.stored.at("r2").session_id, "sesión-2");
+}
+
 TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt) {
   TempDir state;
   KvmasterProcess master({"--state-dir", state.path()});

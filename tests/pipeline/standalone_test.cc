@@ -297,6 +297,21 @@ TEST(Standalone, StatReportsTheAgentsAndTheMastersCounters) {
   EXPECT_EQ(CounterOf(st, "master.agents"), 1u);
 }
 
+TEST(Standalone, EventsOnTheAgentSocketCarryEachWritersSession) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(PutAll(*c, {"e1", "e2", "e3"}, {"a", "b", "c"}, {"sess-A", "会话-B", ""}).ok());
+  const SeenEvents seen = CollectStored(agent.run_dir(), {"e1", "e2", "e3"});
+  EXPECT_TRUE(seen.started_with_clear);
+  ASSERT_EQ(seen.stored.size(), 3u);
+  EXPECT_EQ(seen.stored.at("e1").session_id, "sess-A");
+  EXPECT_EQ(seen.stored.at("e2").session_id, "会话-B");
+  EXPECT_FALSE(seen.stored.at("e3").session_id.has_value());  // untagged: no session_id key
+  EXPECT_EQ(seen.stored.at("e1").medium, "EXTERNAL");
+}
+
 TEST(Standalone, FourClientsPuttingConcurrentlyReadEveryKeyBack) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());
