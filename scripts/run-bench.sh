@@ -3,7 +3,7 @@
 set -euo pipefail
 build=${1:-build}
 ran=0
-for b in ipc_bench master_bench transfer_bench e2e_bench events_bench relay_bench; do
+for b in ipc_bench master_bench transfer_bench e2e_bench events_bench relay_bench sdk_c_bench; do
   exe=$(find "$build/bench" -name "$b" -type f -perm -u+x 2>/dev/null | head -n1)
   if [[ -n "$exe" ]]; then
     echo "== $b"
