@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kvagent/ipc/segment.h"
+#include "stream_copy.h"
 
 namespace kvagent::agent {
 
@@ -34,7 +35,8 @@ const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
 Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
                   uint64_t length) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
-  std::memcpy(ctx.pool->base() + offset, src, length);
+  // The value is read again later, most likely by another process: keep it out of our cache.
+  StreamCopy(ctx.pool->base() + offset, src, length);
   return Status::Ok();
 }
 

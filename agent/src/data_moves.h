@@ -33,8 +33,9 @@ class SegmentTable {
   std::vector<Entry> entries_;
 };
 
-// Copies [src, src + length) into the node pool at `offset` (a put's local replica), or the
-// reverse for a get. BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
+// Copies [src, src + length) into the node pool at `offset` (a put's local replica; streaming
+// stores, stream_copy.h), or the reverse for a get (memcpy: the reader wants it in cache).
+// BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
 [[nodiscard]] Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
                                 uint64_t length);
 [[nodiscard]] Status CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
