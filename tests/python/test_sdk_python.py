@@ -8,8 +8,10 @@ PYTHONPATH including sdk/python.
 """
 import gc
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -380,6 +382,39 @@ class RoundTripTest(SdkTest):
         self.assertEqual(counters["agent.keys.put"], before + 2)
         self.assertIsInstance(counters["agent.master_link"], str)
         self.assertTrue(any(name.startswith("master.") for name in counters))
+
+
+class LibraryLookupTest(unittest.TestCase):
+    """Where the package finds libkvclient (a fresh interpreter each: the library is cached)."""
+
+    def run_python(self, code, **env):
+        full = dict(os.environ, **env)
+        return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                              text=True, timeout=WAIT_LIMIT_S)
+
+    def test_the_environment_variable_wins_and_a_wrong_path_says_what_to_set(self):
+        missing = "/nonexistent/libkvclient.so.0"
+        r = self.run_python("import kvagent; kvagent.Client()", KVAGENT_LIBKVCLIENT=missing)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(missing, r.stderr)
+        self.assertIn("KVAGENT_LIBKVCLIENT", r.stderr)
+
+    def test_import_works_without_the_library_and_a_copy_next_to_the_package_is_found(self):
+        r = self.run_python("import kvagent; print(kvagent.ErrorCode.NO_SPACE.name)",
+                            KVAGENT_LIBKVCLIENT="/nonexistent")
+        self.assertEqual(r.stdout.strip(), "NO_SPACE", r.stderr)
+        with tempfile.TemporaryDirectory(prefix="kvagent-py-lookup-") as tmp:
+            package = os.path.join(tmp, "kvagent")
+            shutil.copytree(os.path.dirname(kvagent.__file__), package)
+            shutil.copy(os.environ["KVAGENT_LIBKVCLIENT"],
+                        os.path.join(package, "libkvclient.so.0"))
+            env = {k: v for k, v in os.environ.items() if k != "KVAGENT_LIBKVCLIENT"}
+            env["PYTHONPATH"] = tmp
+            r = subprocess.run([sys.executable, "-c", "import kvagent; print(kvagent.__file__, "
+                                "kvagent.library_version())"], env=env, capture_output=True,
+                               text=True, timeout=WAIT_LIMIT_S)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(r.stdout.startswith(package), r.stdout)
 
 
 class ErrorCodeTest(unittest.TestCase):

@@ -196,6 +196,7 @@ _library = None
 
 
 def _candidates():
+    """The paths to try, in order (see the module docstring)."""
     explicit = os.environ.get(LIBRARY_ENV)
     if explicit:
         return [explicit]
@@ -221,6 +222,7 @@ def library():
 
 
 def _load():
+    """Loads the first candidate that works and declares every function."""
     tried = []
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):

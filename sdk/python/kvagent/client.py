@@ -57,11 +57,13 @@ class ArenaBuffer:
         self.close()
 
     def _live(self):
+        """The memory array; raises InvalidParams once closed."""
         if self._array is None:
             raise marshal.invalid("this ArenaBuffer is closed")
         return self._array
 
     def _c_handle(self):
+        """The kv_buffer_t* for a call; raises InvalidParams once closed."""
         self._live()
         return self._handle
 
@@ -104,19 +106,23 @@ def _ms(seconds):
 
 # What a call returns, built from its kv_result_t (see marshal.take_result).
 def _keyed(r):
+    """A Result (per-key outcomes, removed_count)."""
     rows, messages = marshal.key_rows(r)
     return Result(rows, messages, r.removed_count)
 
 
 def _nothing(r):
+    """None: the call returns nothing but its success."""
     return None
 
 
 def _page(r):
+    """A ListPage."""
     return ListPage([ListedKey(*e) for e in marshal.listed(r)], r.next_cursor)
 
 
 def _counters(r):
+    """Stat's {name: value or text}."""
     return marshal.counters(r)
 
 
@@ -173,6 +179,7 @@ class Client:
         self.close()
 
     def _h(self):
+        """The kv_client_t*; raises InvalidParams once closed."""
         handle = self._handle
         if handle is None:
             raise marshal.invalid("this Client is closed")
@@ -341,12 +348,14 @@ class Client:
     # library copies what a call uses before kv_submit_* or a synchronous call returns.
 
     def _call(self, function, args, keep=(), make=_keyed):
+        """Runs a synchronous C call and returns make(its kv_result_t), or raises."""
         out = ctypes.POINTER(native.Result)()
         code = function(self._h(), *args, ctypes.byref(out))
         del keep
         return marshal.take_result(self._lib, code, out, make)
 
     def _submit(self, function, args, keep=(), make=_keyed):
+        """Runs a kv_submit_* function; the PendingCall's wait() returns make(kv_result_t)."""
         handle = ctypes.c_void_p()
         code = function(self._h(), *args, ctypes.byref(handle))
         del keep
@@ -355,6 +364,7 @@ class Client:
         return PendingCall(self, handle.value, make)
 
     def _list_args(self, prefix, cursor, limit, timeout):
+        """kv_list's arguments: a kv_list_options_t."""
         encoded = marshal.encode(prefix, "prefix")
         options = native.ListOptions(struct_size=ctypes.sizeof(native.ListOptions),
                                      cursor=cursor, limit=limit, timeout_ms=_ms(timeout))
@@ -363,12 +373,14 @@ class Client:
         return (ctypes.byref(options),), (encoded, options)
 
     def _keyed_args(self, keys, timeout, force):
+        """Exist/Remove arguments: count, kv_bytes_t keys, kv_call_options_t."""
         keep = []
         encoded = marshal.encode_all(keys, "keys")
         return (len(encoded), marshal.bytes_array(encoded, keep),
                 _call_options(timeout, force)), keep
 
     def _get_args(self, keys, buffers, timeout):
+        """Get arguments: count, keys, kv_buffer_t* per key, kv_call_options_t."""
         keep = []
         encoded = marshal.encode_all(keys, "keys")
         buffers = marshal.one_per_key(buffers, len(encoded), "buffers", "one ArenaBuffer")
@@ -388,6 +400,8 @@ class Client:
 
     def _write_args(self, keys, values, session_ids, blocks, replica_count=1, soft_pin=False,
                     soft_pin_ttl_ms=0, hard_pin=False, timeout=None):
+        """Put/Upsert arguments: count, keys, values, session IDs, blocks, kv_write_options_t
+        (NULL when every write option is the default)."""
         keep = []
         encoded = marshal.encode_all(keys, "keys")
         n = len(encoded)
