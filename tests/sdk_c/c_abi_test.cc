@@ -159,6 +159,11 @@ TEST_F(CAbiTest, ACountAboveTheBatchLimitIsRefusedWithoutTouchingTheArrays) {
   EXPECT_NE(Message(*r).find("split the batch"), std::string::npos) << Message(*r);
   EXPECT_EQ(kv_exist(client.get(), KV_MAX_BATCH_KEYS + 1, &one, nullptr, nullptr),
             KV_INVALID_PARAMS);
+  raw = nullptr;
+  EXPECT_EQ(kv_exist(nullptr, SIZE_MAX, &one, nullptr, &raw), KV_INVALID_PARAMS);  // no client
+  ResultPtr refused(raw);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->key_count, 0u);
 }
 
 TEST_F(CAbiTest, NullHandlesAreRefusedWithAMessageAndFreeingNullIsANoOp) {

@@ -262,12 +262,15 @@ Reply FailedReply(const Status& status, size_t key_count) {
   return reply;
 }
 
+size_t RefusedKeyCount(const Request& request) {
+  return request.count <= kMaxBatchKeys ? request.count : 0;
+}
+
 void Submit(Client& client, const Request& r, kv_pending& pending) {
   CallArgs a;
   if (Status read = a.Read(r, &pending.held); !read.ok()) {
     pending.held.clear();
-    // An over-limit count gets no per-key entries: it may be any number a caller passed.
-    pending.refused = FailedReply(read, r.count <= kMaxBatchKeys ? r.count : 0);
+    pending.refused = FailedReply(read, RefusedKeyCount(r));
     return;
   }
   switch (r.op) {

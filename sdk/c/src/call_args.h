@@ -43,4 +43,8 @@ bool IsReady(kv_pending& pending);
 // A reply in which the request and each of its `key_count` keys failed with `status`.
 Reply FailedReply(const Status& status, size_t key_count);
 
+// The number of per-key entries a refused `request` gets: its count, or none when the count is
+// above kMaxBatchKeys (a C caller may pass any number there).
+size_t RefusedKeyCount(const Request& request);
+
 }  // namespace kvagent::c_abi

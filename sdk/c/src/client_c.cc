@@ -53,7 +53,9 @@ Status NoClient() { return InvalidParams("client is NULL; connect with kv_connec
 kv_status_t Call(kv_client_t* client, const Request& request, kv_result_t** result) {
   if (result != nullptr) *result = nullptr;
   return Guarded([&] {
-    if (client == nullptr) return Finish(FailedReply(NoClient(), request.count), result);
+    if (client == nullptr) {
+      return Finish(FailedReply(NoClient(), RefusedKeyCount(request)), result);
+    }
     kv_pending pending;
     pending.parking = client->parking;
     Submit(*client->client, request, pending);
