@@ -230,6 +230,8 @@ class LocalValidationTest(SdkTest):
                             blocks=[kvagent.Block(hashes=[1], token_ids=[1, 2, 3], block_size=16)])
         with self.assertRaises(kvagent.InvalidParams):
             self.client.get(["a"], [b"not an arena buffer"])
+        with self.assertRaises(kvagent.InvalidParams):
+            self.client.list(prefix=b"\xff", timeout=60)
 
     def test_a_submit_with_bad_arguments_is_collected_like_any_call(self):
         pending = self.client.submit_put(["k"], [b"v"], session_ids=["s" * 300])
