@@ -216,7 +216,7 @@ with open(path, encoding="utf-8") as f:
         types[e["type"]] += 1
         if e["type"] == "BlockStored":
             stored[e.get("session_id", "(untagged)")] += 1
-print("events seen:       " + ", ".join(f"{n} {t}" for t, n in sorted(types.items())))
+print("events seen:        " + ", ".join(f"{n} {t}" for t, n in sorted(types.items())))
 print("blocks per session: " + ", ".join(f"{s} {n}" for s, n in stored.items()))
 engine = [s for s in stored if s != "demo-cli"]
 bad = [s for s in engine if stored[s] != blocks]
