@@ -20,6 +20,7 @@
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/flags.h"
+#include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
 #include "kvagent/relay/relay_flags.h"
@@ -188,6 +189,12 @@ int main(int argc, char** argv) {
     return 1;
   };
 
+  // Another agent on this run dir would lose its event sockets to us (an ipc bind replaces the
+  // file) before we found agent.sock taken: refuse first, before pre-faulting the pool.
+  if (kvagent::ipc::ConnectUnix(v.agent.SocketPath()).ok()) {
+    return fail("run dir", kvagent::InvalidParams("another kvagent serves " + v.agent.SocketPath() +
+                                                  "; stop it or pick another --run-dir"));
+  }
   auto pool = kvagent::transfer::NodePool::Create(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);

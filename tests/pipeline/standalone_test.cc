@@ -312,6 +312,28 @@ TEST(Standalone, EventsOnTheAgentSocketCarryEachWritersSession) {
   EXPECT_EQ(seen.stored.at("e1").medium, "EXTERNAL");
 }
 
+TEST(Standalone, SecondAgentOnTheSameRunDirIsRefusedAndTheFirstKeepsItsEventSocket) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  ProcessGuard second(fork());
+  if (second.pid() == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    execl(KVAGENT_BINARY, KVAGENT_BINARY, "--run-dir", agent.run_dir().c_str(), "--pool-size",
+          "64MiB", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const int status = second.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(PutAll(*c, {"still-mine"}, {"v"}, {"first-agent"}).ok());
+  const SeenEvents seen = CollectStored(agent.run_dir(), {"still-mine"});
+  ASSERT_EQ(seen.stored.count("still-mine"), 1u);
+  EXPECT_EQ(seen.stored.at("still-mine").session_id, "first-agent");
+}
+
 TEST(Standalone, FourClientsPuttingConcurrentlyReadEveryKeyBack) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());
