@@ -1,7 +1,10 @@
 // The agent's lifecycle with real processes: clients dying mid-stream, the agent stopped by
 // SIGTERM or killed by SIGKILL, limits on who and how many may attach, many clients at once.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -192,6 +195,64 @@ TEST(AgentLifecycle, RandomizedStressFromSeveralClientProcesses) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << "stress client " << i;
   }
   EXPECT_TRUE(agent.Running());
+}
+
+// systemd's notification protocol (sd_notify(3)): one datagram per notification to the unix
+// socket named by $NOTIFY_SOCKET.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() { close(fd_); }
+  bool bound() const { return bound_; }
+  // The next notification, or "" after `limit`.
+  std::string Next(std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(limit.count())) != 1) return "";
+    char buf[4096];
+    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+TEST(AgentLifecycle, ReadinessIsNotifiedOnlyOnceServingAndStoppingOnSigterm) {
+  TempDir dir;
+  NotifySocket notify(dir.path() + "/notify");
+  ASSERT_TRUE(notify.bound());
+  const std::string run_dir = dir.path() + "/run";
+  ProcessGuard agent(fork());
+  if (agent.pid() == 0) {
+    setenv("NOTIFY_SOCKET", (dir.path() + "/notify").c_str(), 1);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    execl(KVAGENT_BINARY, KVAGENT_BINARY, "--run-dir", run_dir.c_str(), "--pool-size", "64MiB",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string ready = notify.Next();
+  EXPECT_EQ(ready.rfind("READY=1\nSTATUS=kvagent ready: standalone", 0), 0u) << ready;
+  // Ready means serving: the socket is there and answers.
+  ClientOptions options;
+  options.run_dir = run_dir;
+  options.arena_bytes = 1 << 20;
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Ping().ok());
+  agent.Signal(SIGTERM);
+  EXPECT_EQ(notify.Next(), "STOPPING=1");
+  const int status = agent.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(AgentLifecycle, SegmentNamesLeftByADeadAgentAreRemovedAtStart) {
