@@ -81,6 +81,19 @@ class StringPool {
 thread_local StringPool t_key_pool;
 thread_local StringPool t_session_pool;
 
+// Copies the `count` byte strings of the C array `name` into `pool`; `out` views the copies.
+Status CopyStrings(StringPool& pool, const kv_bytes_t* items, size_t count, const char* name,
+                   std::span<const std::string>* out) {
+  std::span<std::string> copies = pool.Take(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::string_view bytes;
+    KVAGENT_RETURN_IF_ERROR(ReadBytes(items[i], Indexed(name, i), &bytes));
+    copies[i].assign(bytes);
+  }
+  *out = copies;
+  return Status::Ok();
+}
+
 // The C++ form of one call, built from a Request. Holds copies of the keys and session IDs (in
 // this thread's pools, until destroyed) and of the block metadata; raw values still point at
 // the caller's bytes (Submit copies them).
@@ -146,14 +159,7 @@ Status CallArgs::ReadKeys(const Request& r) {
   if (r.count > 0 && r.keys == nullptr) {
     return NullArray("keys", r.count, "pass one kv_bytes_t per key");
   }
-  std::span<std::string> copies = t_key_pool.Take(r.count);
-  for (size_t i = 0; i < r.count; ++i) {
-    std::string_view key;
-    KVAGENT_RETURN_IF_ERROR(ReadBytes(r.keys[i], Indexed("keys", i), &key));
-    copies[i].assign(key);
-  }
-  keys = copies;
-  return Status::Ok();
+  return CopyStrings(t_key_pool, r.keys, r.count, "keys", &keys);
 }
 
 Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
@@ -173,13 +179,8 @@ Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBu
     }
   }
   if (r.session_ids != nullptr) {
-    std::span<std::string> copies = t_session_pool.Take(r.count);
-    for (size_t i = 0; i < r.count; ++i) {
-      std::string_view id;
-      KVAGENT_RETURN_IF_ERROR(ReadBytes(r.session_ids[i], Indexed("session_ids", i), &id));
-      copies[i].assign(id);
-    }
-    session_ids = copies;
+    KVAGENT_RETURN_IF_ERROR(
+        CopyStrings(t_session_pool, r.session_ids, r.count, "session_ids", &session_ids));
     options.session_ids = session_ids;
   }
   if (r.blocks != nullptr) {
