@@ -139,7 +139,9 @@ void SingleCall::ListPage() {
   const uint32_t ask = std::clamp<uint32_t>(limit - std::min(limit, have), 1, kListPageLimit);
   CountCall(proto::Op::List, 0);
   ++pages_;
-  ctx_.master->Call(messages_.ListKeys(ctx_.NextMasterRequestId(), cursor_, ask),
+  const std::string_view prefix =
+      r.prefix() == nullptr ? std::string_view() : r.prefix()->string_view();
+  ctx_.master->Call(messages_.ListKeys(ctx_.NextMasterRequestId(), cursor_, ask, prefix),
                     [this](Result<std::span<const uint8_t>> reply) { OnListPage(reply); });
 }
 
@@ -157,7 +159,7 @@ void SingleCall::OnListPage(Result<std::span<const uint8_t>> reply) {
     for (const mfb::ListedKey* k : *page->keys()) {
       if (k->key() == nullptr) continue;
       const std::string_view key = k->key()->string_view();
-      if (key.substr(0, prefix.size()) != prefix) continue;
+      if (key.substr(0, prefix.size()) != prefix) continue;  // the master filters; so do we
       ListedKey out;
       out.key = std::string(key);
       out.size = k->size();

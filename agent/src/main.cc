@@ -136,8 +136,8 @@ uint64_t NewIncarnation() {
   return ((uint64_t{rd()} << 32) | rd()) | 1;  // never 0
 }
 
-// The event relay's content source: the master's ListKeys through the link, as the BlockStored
-// events a master publishes for objects stored without block metadata.
+// The event relay's content source: the master's ListKeys through the link, each object as the
+// BlockStored the master published for it (its writer's block metadata, or hashes from the key).
 kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster* link) {
   return [link](uint64_t cursor) -> Result<kvagent::relay::ContentPage> {
     auto page = link->ListKeys(cursor, 1000);
@@ -146,8 +146,9 @@ kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster*
     out.next_cursor = page->next_cursor;
     out.restarted = page->restarted;
     out.objects.reserve(page->keys.size());
-    for (const auto& k : page->keys) {
-      out.objects.push_back(kvagent::relay::AnnouncementFromKey(k.key, k.session_id));
+    for (auto& k : page->keys) {
+      out.objects.push_back(
+          kvagent::events::StoredEventFor(k.key, k.session_id, std::move(k.block)));
     }
     return out;
   };

@@ -145,8 +145,11 @@ flatbuffers::DetachedBuffer MasterMessages::RemoveAll(uint64_t id, bool force) {
   return Finish(id, mfb::Body::RemoveAll, mfb::CreateRemoveAll(fbb_, force).Union());
 }
 
-flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t cursor, uint32_t limit) {
-  return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit).Union());
+flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t cursor, uint32_t limit,
+                                                     std::string_view prefix) {
+  Offset<flatbuffers::String> p;
+  if (!prefix.empty()) p = fbb_.CreateString(prefix);
+  return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit, p).Union());
 }
 
 flatbuffers::DetachedBuffer MasterMessages::Stats(uint64_t id) {

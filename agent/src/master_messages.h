@@ -38,7 +38,9 @@ class MasterMessages {
                                       std::span<const HeldRequest> requests,
                                       std::span<const KeyRef> keys, bool force = false);
   flatbuffers::DetachedBuffer RemoveAll(uint64_t id, bool force);
-  flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit);
+  // A page of readable keys starting with `prefix` (the master filters).
+  flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit,
+                                       std::string_view prefix);
   flatbuffers::DetachedBuffer Stats(uint64_t id);
 
  private:

@@ -97,6 +97,43 @@ TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
   EXPECT_EQ(seen.stored.at("r2").session_id, "sesión-2");
 }
 
+TEST(Remote, AnAgentThatJoinsLaterAnnouncesStoredBlocksWithTheirWritersMetadata) {
+  KvmasterProcess master;
+  ASSERT_TRUE(master.started());
+  AgentProcess writer(RemoteAgentArgs(master));
+  ASSERT_TRUE(writer.started());
+  auto c = Connect(writer);
+  ASSERT_TRUE(c);
+  std::vector<std::string> keys = {"block-a"}, sessions = {"sess-meta"};
+  const std::string value = "kv";
+  std::vector<Value> values = {Value(std::string_view(value))};
+  std::vector<BlockMetadata> blocks(1);
+  blocks[0].block_hashes = {1111, 2222};
+  blocks[0].has_parent = true;
+  blocks[0].parent_block_hash = 999;
+  blocks[0].block_size = 2;
+  blocks[0].token_ids = {1, 2, 3, 4};
+  CallOptions o;
+  o.session_ids = sessions;
+  o.blocks = blocks;
+  ASSERT_EQ(c->Put(keys, values, o).keys.at(0).code, ErrorCode::kOk);
+  // The late agent never saw the live event: its relay announces the store's content, which it
+  // lists through its master link.
+  AgentProcess late(RemoteAgentArgs(master));
+  ASSERT_TRUE(late.started());
+  const SeenEvents seen = CollectStored(late.run_dir(), {"block-a"});
+  EXPECT_TRUE(seen.started_with_clear);
+  ASSERT_EQ(seen.stored.count("block-a"), 1u);
+  const events::BlockStored& e = seen.stored.at("block-a");
+  EXPECT_EQ(e.block_hashes, (std::vector<events::BlockHash>{events::BlockHash::Unsigned(1111),
+                                                            events::BlockHash::Unsigned(2222)}));
+  ASSERT_TRUE(e.parent_block_hash.has_value());
+  EXPECT_EQ(e.parent_block_hash->bits, 999u);
+  EXPECT_EQ(e.token_ids, (std::vector<uint32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(e.block_size, 2u);
+  EXPECT_EQ(e.session_id, "sess-meta");
+}
+
 TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt) {
   TempDir state;
   KvmasterProcess master({"--state-dir", state.path()});

@@ -72,6 +72,27 @@ Status CheckOptions(const RemoteMasterOptions& o) {
   return Status::Ok();
 }
 
+// The writer's block metadata of a listed key as the fields of its BlockStored.
+events::BlockStored BlockOf(const mfb::BlockMeta* m) {
+  events::BlockStored out;
+  if (m == nullptr) return out;
+  if (m->block_hashes() != nullptr) {
+    for (const mfb::BlockHash* h : *m->block_hashes()) {
+      out.block_hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
+    }
+  }
+  if (m->parent_block_hash() != nullptr && m->parent_block_hash()->size() > 0) {
+    const mfb::BlockHash* p = m->parent_block_hash()->Get(0);
+    out.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
+  }
+  if (m->token_ids() != nullptr) {
+    out.token_ids.assign(m->token_ids()->begin(), m->token_ids()->end());
+  }
+  out.block_size = m->block_size();
+  if (m->lora_name() != nullptr) out.lora_name = m->lora_name()->str();
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions options) {
@@ -183,7 +204,8 @@ Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
           for (const mfb::ListedKey* k : *page->keys()) {
             if (k->key() == nullptr) continue;
             out.keys.push_back({k->key()->str(), k->size(),
-                                k->session_id() ? k->session_id()->str() : std::string()});
+                                k->session_id() ? k->session_id()->str() : std::string(),
+                                BlockOf(k->block())});
           }
         }
         promise->set_value(std::move(out));

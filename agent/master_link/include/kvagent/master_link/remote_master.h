@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvagent/agent/master_port.h"
+#include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
 namespace kvagent::master_link {
@@ -50,6 +51,9 @@ struct KeyPage {
     std::string key;
     uint64_t size = 0;
     std::string session_id;  // "" when untagged
+    // The writer's block metadata (block_hashes, parent, token_ids, block_size, lora_name);
+    // empty block_hashes when none was given. See events::StoredEventFor.
+    events::BlockStored block;
   };
   std::vector<Key> keys;
   uint64_t next_cursor = 0;
