@@ -61,6 +61,7 @@ class EmbeddedMaster final : public MasterPort {
   // The bound event endpoints (for the ready line and tests).
   std::string events_endpoint() const { return publisher_->endpoint(); }
   std::string replay_endpoint() const { return publisher_->replay_endpoint(); }
+  std::vector<std::string> extra_endpoints() const { return publisher_->extra_endpoints(); }
 
  private:
   EmbeddedMaster() = default;

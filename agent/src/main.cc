@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
     auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
     if (!embedded.ok()) return fail("embedded master", embedded.status());
     events = (*embedded)->events_endpoint();
+    for (const std::string& e : (*embedded)->extra_endpoints()) events += " and " + e;
     mode = "standalone";
     port = std::move(*embedded);
   } else {
@@ -254,6 +255,7 @@ int main(int argc, char** argv) {
     relay = std::move(*started);
     relay_slot->store(relay.get());
     events = relay->endpoint();
+    for (const std::string& e : relay->extra_endpoints()) events += " and " + e;
     mode = "kvmaster " + v.master;
     if (!link->WaitReady(std::chrono::milliseconds(v.ready_wait_ms))) {
       LOG(WARNING) << "kvagent: kvmaster " << v.master << " is not reachable yet ("
