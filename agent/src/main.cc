@@ -117,6 +117,12 @@ Status Check(Flags& v) {
   }
   if (v.master.empty()) {
     if (Status st = kvagent::master::ValidateMasterOptions(v.embedded); !st.ok()) return st;
+  } else {
+    KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
+    // The relay's endpoints follow from --master unless given.
+    if (auto relay = v.relay.Options(v.agent.run_dir, v.master); !relay.ok()) {
+      return relay.status();
+    }
   }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;

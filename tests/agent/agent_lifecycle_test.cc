@@ -255,6 +255,34 @@ TEST(AgentLifecycle, ReadinessIsNotifiedOnlyOnceServingAndStoppingOnSigterm) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Runs kvagent with `args` to completion; returns its exit code (-1 if it did not exit).
+int RunAgentToExit(std::vector<std::string> args) {
+  args.insert(args.begin(), KVAGENT_BINARY);
+  ProcessGuard child(fork());
+  if (child.pid() == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const int status = child.Wait();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(AgentLifecycle, BadFlagsExitTwoBeforeTouchingAnything) {
+  TempDir dir;
+  const std::string run_dir = dir.path() + "/run";
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--standalone", "--master", "tcp://1.2.3.4:5"}),
+            2);
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "udp://nowhere"}), 2);
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--pool-size", "0"}), 2);
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--heartbeat-ms", "0"}), 2);
+  EXPECT_NE(access(run_dir.c_str(), F_OK), 0);  // nothing was created
+}
+
 TEST(AgentLifecycle, SegmentNamesLeftByADeadAgentAreRemovedAtStart) {
   // A pid that surely is no kvagent: a child that already exited.
   ProcessGuard dead(fork());

@@ -53,16 +53,21 @@ std::string RemoteMaster::Shared::detail() const {
 
 // ---- RemoteMaster -------------------------------------------------------------------------
 
+Status CheckMasterEndpoint(std::string_view endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  const bool tcp = endpoint.rfind("tcp://", 0) == 0 && colon != std::string_view::npos &&
+                   colon > 6 && colon + 1 < endpoint.size();
+  const bool ipc = endpoint.rfind("ipc://", 0) == 0 && endpoint.size() > 6;
+  if (tcp || ipc) return Status::Ok();
+  return InvalidParams("--master \"" + std::string(endpoint) +
+                       "\" is not a kvmaster address; use tcp://HOST:PORT (e.g. "
+                       "tcp://10.0.0.1:50051)");
+}
+
 namespace {
 
 Status CheckOptions(const RemoteMasterOptions& o) {
-  const bool tcp = o.endpoint.rfind("tcp://", 0) == 0 && o.endpoint.rfind(':') > 6;
-  const bool ipc = o.endpoint.rfind("ipc://", 0) == 0 && o.endpoint.size() > 6;
-  if (!tcp && !ipc) {
-    return InvalidParams("--master \"" + o.endpoint +
-                         "\" is not a kvmaster address; use tcp://HOST:PORT (e.g. "
-                         "tcp://10.0.0.1:50051)");
-  }
+  KVAGENT_RETURN_IF_ERROR(CheckMasterEndpoint(o.endpoint));
   if (o.heartbeat.count() <= 0) return InvalidParams("--heartbeat-ms must be positive");
   if (o.timeout.count() <= 0) return InvalidParams("--master-timeout-ms must be positive");
   if (o.backoff_min.count() <= 0 || o.backoff_max < o.backoff_min) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,10 @@ struct KeyPage {
   uint64_t next_cursor = 0;
   bool restarted = false;
 };
+
+// OK when `endpoint` can name a kvmaster (tcp://HOST:PORT or ipc://PATH); else INVALID_PARAMS
+// with an example. For flag checking before anything starts.
+Status CheckMasterEndpoint(std::string_view endpoint);
 
 class RemoteMaster final : public agent::MasterPort {
  public:
