@@ -183,6 +183,30 @@ TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt)
   EXPECT_GE(CounterOf(st, "agent.master_link.failed_in_flight"), 1u);  // batched: calls <= requests
 }
 
+TEST(Remote, AgentExpiredByItsMasterRegistersAgainAtItsNextHeartbeat) {
+  KvmasterProcess master({"--agent-ttl-ms", "300", "--tick-ms", "20"});
+  ASSERT_TRUE(master.started());
+  AgentProcess agent(
+      RemoteAgentArgs(master, {"--heartbeat-ms", "50", "--master-timeout-ms", "5000"}));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(PutOne(*c, "k", "v").keys.at(0).code, ErrorCode::kOk);
+  // Silent for longer than the TTL: the master drops the agent (and its segment) meanwhile.
+  agent.Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  agent.Signal(SIGCONT);
+  // The next heartbeat answers known=false; the agent registers and mounts again.
+  EXPECT_TRUE(
+      WaitUntil([&] { return CounterOf(c->Stat(), "agent.master_link.registrations") >= 2; }));
+  EXPECT_TRUE(WaitUntil([&] { return PutOne(*c, "k2", "v2").keys.at(0).code == ErrorCode::kOk; }));
+  EXPECT_EQ(GetOne(*c, "k2", 8), "v2");
+  const Reply st = c->Stat();
+  EXPECT_EQ(CounterOf(st, "master.agents"), 1u);
+  EXPECT_GE(CounterOf(st, "master.expired_agents"), 1u);
+}
+
 TEST(Remote, AgentStartedBeforeItsKvmasterServesDegradedUntilTheMasterComes) {
   KvmasterProcess master;
   ASSERT_TRUE(master.started());
