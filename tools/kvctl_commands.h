@@ -46,7 +46,4 @@ int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
 // key is always one field on one line (UTF-8 text passes unchanged).
 std::string PrintableKey(std::string_view key);
 
-// 1536 -> "1.5 KiB", 1073741824 -> "1.0 GiB", 12 -> "12 B".
-std::string HumanBytes(uint64_t bytes);
-
 }  // namespace kvagent::kvctl

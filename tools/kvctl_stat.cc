@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/format.h"
 #include "kvctl_agent.h"
 #include "kvctl_commands.h"
 
@@ -47,7 +48,7 @@ std::string Shown(const std::string& label, const Counter& c) {
   if (label == "master_link") return (c.value != 0 ? "up: " : "DOWN: ") + c.text;
   std::string shown = std::to_string(c.value);
   if (label.find("bytes") != std::string::npos && c.value >= 1024) {
-    shown = HumanBytes(c.value) + " (" + shown + ")";
+    shown = FormatBytes(c.value) + " (" + shown + ")";
   }
   if (c.text.empty()) return shown;
   if (c.value == 0) return c.text;
@@ -155,20 +156,6 @@ int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
       << " us (client " << (*client)->client_id() << ", agent epoch " << (*client)->agent_epoch()
       << ")\n";
   return kExitOk;
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f %s", value, kUnits[unit]);
-  return text;
 }
 
 }  // namespace kvagent::kvctl

@@ -20,6 +20,7 @@
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/flags.h"
+#include "kvagent/common/stop_signals.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
@@ -55,7 +56,7 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.String("master", &v.master,
            "kvmaster's address, tcp://HOST:PORT; without it the agent runs standalone");
   f.Bool("standalone", &v.standalone,
-         "run the master inside the agent (the default when --master is not given)");
+         "run the master inside the agent (default: yes when --master is not given)");
   f.String("agent-name", &v.agent_name,
            "this agent's stable name at the master (default: <hostname>:<run-dir>)");
   f.Int("heartbeat-ms", &v.heartbeat_ms, "heartbeat period towards kvmaster");
@@ -117,6 +118,11 @@ Status Check(Flags& v) {
   }
   if (v.master.empty()) {
     if (Status st = kvagent::master::ValidateMasterOptions(v.embedded); !st.ok()) return st;
+    // A standalone agent has no peers, so its data server need not face the network: unless
+    // --data-listen says otherwise it listens on loopback only.
+    if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
+      v.transfer.data_listen = "127.0.0.1:0";
+    }
   } else {
     KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
     // The relay's endpoints follow from --master unless given.
@@ -184,13 +190,7 @@ int main(int argc, char** argv) {
 
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  // Every thread inherits this mask, so SIGTERM/SIGINT reach only the sigwait below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const kvagent::StopSignals stop_signals;  // before any thread: they all inherit the mask
   auto fail = [](const std::string& what, const Status& st) {
     LOG(ERROR) << "kvagent cannot start: " << what << ": " << st.ToString();
     return 1;
@@ -279,16 +279,15 @@ int main(int argc, char** argv) {
   if (!agent.ok()) return fail("agent", agent.status());
 
   const std::string status =
-      "kvagent ready: " + mode + ", pool " + kvagent::transfer::FormatBytes((*pool)->size()) +
-      " (" + std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
+      "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
+      std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath();
   LOG(INFO) << status;
   sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  const char* signal_name = stop_signals.Wait();
   sd_notify(0, "STOPPING=1");
-  LOG(INFO) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << "; shutting down";
+  LOG(INFO) << "received " << signal_name << "; shutting down";
   (*agent)->Stop();  // the service thread stops the master link too
   relay_slot->store(nullptr);
   relay.reset();   // before the link its content source reads through

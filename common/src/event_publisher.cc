@@ -19,6 +19,7 @@
 #include "kvagent/common/event_publisher.h"
 
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,6 +41,16 @@
 
 namespace kvagent::events {
 namespace {
+
+// Removes the socket file of an ipc:// endpoint we bound (ZMQ does not always remove it when the
+// socket closes). Other transports: nothing to do.
+void RemoveIpcFile(const std::string& endpoint) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (endpoint.rfind(kIpc, 0) != 0 || endpoint.size() == kIpc.size()) return;
+  const std::string path = endpoint.substr(kIpc.size());
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+}
 
 // An eventfd that the publisher thread polls next to its ROUTER socket.
 class WakeFd {
@@ -98,13 +109,18 @@ class EventPublisher::Thread {
   }
 
   ~Thread() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping_ = true;
+      }
+      wake_.Notify();
+      thread_.join();
     }
-    wake_.Notify();
-    thread_.join();
+    // Only endpoints this publisher bound (empty when a bind failed: the file is someone else's).
+    RemoveIpcFile(endpoint_);
+    RemoveIpcFile(replay_endpoint_);
+    for (const std::string& extra : extra_endpoints_) RemoveIpcFile(extra);
   }
 
   // Starts the thread, which creates and binds the sockets; returns the bind result.

@@ -355,7 +355,10 @@ std::string FlagSet::Usage() const {
   out += "  --config FILE\n      read options from FILE (`name = value` lines); flags override\n";
   for (const Flag& f : flags_) {
     out += "  --" + f.name + (f.is_bool ? "" : " VALUE") + "\n      " + f.help;
-    if (!f.default_text.empty()) out += " (default: " + f.default_text + ")";
+    // A help line that already explains its default keeps its own words.
+    if (!f.default_text.empty() && f.help.find("(default:") == std::string::npos) {
+      out += " (default: " + f.default_text + ")";
+    }
     out += "\n";
   }
   out += "  --help\n      show this help\n";

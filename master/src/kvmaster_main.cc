@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "kvagent/common/flags.h"
+#include "kvagent/common/stop_signals.h"
 #include "kvagent/master/master_server.h"
 
 namespace {
@@ -83,12 +84,7 @@ int main(int argc, char** argv) {
   }
   google::InitGoogleLogging(argv[0]);
 
-  // Every thread inherits this mask; the main thread takes the signals with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const kvagent::StopSignals stop_signals;  // before any thread: they all inherit the mask
 
   kvagent::master::SteadyClock clock;
   auto server = kvagent::master::MasterServer::Start(opts, &clock);
@@ -104,9 +100,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "cannot write --ready-file " << ready_file;
     return 1;
   }
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  LOG(INFO) << "kvmaster: signal " << sig << ", shutting down";
+  LOG(INFO) << "kvmaster: " << stop_signals.Wait() << ", shutting down";
   server.value().reset();
   LOG(INFO) << "kvmaster: stopped";
   return 0;

@@ -1,4 +1,5 @@
 #include "kvagent/common/status.h"
+#include "kvagent/common/format.h"
 
 #include <gtest/gtest.h>
 
@@ -55,6 +56,13 @@ TEST(ResultTest, OkStatusWithoutValueBecomesInternal) {
   Result<int> r{Status::Ok()};
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kInternal);
+}
+
+TEST(FormatBytesTest, ReadsLikeAPerson) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(4096), "4.00 KiB");
+  EXPECT_EQ(FormatBytes(uint64_t{1} << 30), "1.00 GiB");
+  EXPECT_EQ(FormatBytes(3 * (uint64_t{1} << 19)), "1.50 MiB");
 }
 
 }  // namespace

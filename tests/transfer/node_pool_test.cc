@@ -201,12 +201,5 @@ TEST(NodePoolTest, MlockFailureNamesRlimitMemlockAndTheFix) {
   EXPECT_EQ(child.Wait(), 0) << "10: mlock succeeded; 11/12: message lacks the limit or the fix";
 }
 
-TEST(NodePoolTest, FormatBytesReadsLikeAPerson) {
-  EXPECT_EQ(FormatBytes(512), "512 B");
-  EXPECT_EQ(FormatBytes(4096), "4.00 KiB");
-  EXPECT_EQ(FormatBytes(uint64_t{1} << 30), "1.00 GiB");
-  EXPECT_EQ(FormatBytes(3 * (uint64_t{1} << 19)), "1.50 MiB");
-}
-
 }  // namespace
 }  // namespace kvagent::transfer

@@ -13,7 +13,6 @@
 //    the thread after every step, so a counter in stats() never runs ahead of the work.
 #include "kvagent/relay/event_relay.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,16 +41,6 @@ constexpr auto kDropWindow = 200ms;
 // Held-back batches handed to our publisher between two Flushes (its queue holds 1 << 20).
 constexpr size_t kHeldPerFlush = 4096;
 
-// Removes the socket file of an ipc:// endpoint (ZMQ removes it too when it closes cleanly;
-// this covers the rest). Other transports: nothing to do.
-void RemoveIpcFile(const std::string& endpoint) {
-  constexpr std::string_view kIpc = "ipc://";
-  if (endpoint.rfind(kIpc, 0) != 0 || endpoint.size() == kIpc.size()) return;
-  const std::string path = endpoint.substr(kIpc.size());
-  struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
-}
-
 }  // namespace
 
 std::string_view RelayPhaseName(RelayPhase phase) {
@@ -74,11 +63,7 @@ class EventRelay::Thread {
   ~Thread() {
     stop_.store(true, std::memory_order_relaxed);
     if (thread_.joinable()) thread_.join();
-    std::vector<std::string> bound = publisher_->extra_endpoints();
-    bound.push_back(publisher_->endpoint());
-    bound.push_back(publisher_->replay_endpoint());
-    publisher_.reset();  // sends what is queued, closes our sockets
-    for (const std::string& endpoint : bound) RemoveIpcFile(endpoint);
+    publisher_.reset();  // sends what is queued, closes our sockets, removes their ipc files
   }
 
   // Starts the relay thread; returns once it has connected to the master (or failed to).

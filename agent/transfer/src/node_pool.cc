@@ -1,5 +1,7 @@
 #include "kvagent/transfer/node_pool.h"
 
+#include "kvagent/common/format.h"
+
 #include <glog/logging.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -65,20 +67,6 @@ std::string_view PoolPagesName(PoolPages pages) {
       return "4 KiB pages";
   }
   return "unknown pages";
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f %s", value, kUnits[unit]);
-  return text;
 }
 
 Status CheckPoolRange(uint64_t offset, uint64_t length, uint64_t pool_size, std::string_view what) {

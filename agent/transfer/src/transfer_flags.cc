@@ -16,7 +16,8 @@ void TransferFlags::Declare(FlagSet* flags) {
   flags->Bool("pool-mlock", &pool_mlock,
               "lock the pool in memory; needs LimitMEMLOCK=infinity (or CAP_IPC_LOCK)");
   flags->String("data-listen", &data_listen,
-                "host:port of the data server peers write to and read from (port 0: any)");
+                "host:port of the data server peers write to and read from (port 0: any) "
+                "(default: 0.0.0.0:0 with --master; 127.0.0.1:0 standalone, which has no peers)");
   flags->String("data-advertise-host", &data_advertise_host,
                 "address peers use to reach the data server (default: the listen host, or the "
                 "first non-loopback IPv4 address); with RDMA, the RDMA interface's address");

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvagent/common/format.h"  // FormatBytes, used with pool sizes
 #include "kvagent/common/status.h"
 
 namespace kvagent::transfer {
@@ -84,8 +85,5 @@ class NodePool {
 // the message, e.g. "pool of tcp://10.0.0.2:7100".
 [[nodiscard]] Status CheckPoolRange(uint64_t offset, uint64_t length, uint64_t pool_size,
                                     std::string_view what);
-
-// "1.00 GiB", "512.00 MiB", "4096 B": sizes in log lines and messages.
-std::string FormatBytes(uint64_t bytes);
 
 }  // namespace kvagent::transfer
