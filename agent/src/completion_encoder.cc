@@ -1,5 +1,6 @@
 #include "completion_encoder.h"
 
+#include <string>
 #include <vector>
 
 namespace kvagent::agent {
@@ -37,17 +38,44 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<proto::Counter>>> En
   return fbb.CreateVector(out);
 }
 
+// "3 of 20000 keys failed; keys[17]: NO_SPACE: ..." for a completion without per-key messages.
+std::string FailureSummary(const CompletionData& data) {
+  size_t failed = 0;
+  size_t first = data.codes.size();
+  for (size_t i = 0; i < data.codes.size(); ++i) {
+    if (data.codes[i] == ErrorCode::kOk) continue;
+    if (failed++ == 0) first = i;
+  }
+  std::string out = data.status.message();
+  if (failed == 0) return out;
+  if (!out.empty()) out += "; ";
+  out += std::to_string(failed) + " of " + std::to_string(data.codes.size()) +
+         " keys failed (per-key messages omitted: too many for one completion); keys[" +
+         std::to_string(first) + "]: " + std::string(ErrorCodeName(data.codes[first]));
+  if (first < data.messages.size() && !data.messages[first].empty()) {
+    out += ": " + data.messages[first];
+  }
+  return out;
+}
+
 }  // namespace
 
 std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-                                          const CompletionData& data) {
+                                          const CompletionData& data, KeyMessages key_messages) {
   fbb.Clear();
-  const auto message = fbb.CreateString(data.status.message());
+  const bool each = key_messages == KeyMessages::kEach;
+  const auto message = fbb.CreateString(each ? data.status.message() : FailureSummary(data));
   std::vector<uint16_t> codes(data.codes.size());
   for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint16_t>(data.codes[i]);
   const auto codes_vec = fbb.CreateVector(codes);
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> messages;
-  if (!data.messages.empty()) messages = fbb.CreateVectorOfStrings(data.messages);
+  if (each && !data.messages.empty()) {
+    // A large batch usually fails for one reason: each distinct message is stored once.
+    std::vector<flatbuffers::Offset<flatbuffers::String>> texts;
+    texts.reserve(data.messages.size());
+    for (const std::string& m : data.messages) texts.push_back(fbb.CreateSharedString(m));
+    messages = fbb.CreateVector(texts);
+  }
   flatbuffers::Offset<flatbuffers::Vector<uint64_t>> lengths;
   if (!data.lengths.empty()) lengths = fbb.CreateVector(data.lengths);
   flatbuffers::Offset<flatbuffers::Vector<uint8_t>> exists;

@@ -10,10 +10,18 @@
 
 namespace kvagent::agent {
 
+// How much per-key text a completion carries.
+enum class KeyMessages {
+  kEach,     // every key's message (identical messages are stored once)
+  kSummary,  // none per key; the request-level message counts the failed keys and quotes the
+             // first failure (for a batch whose messages would not fit the completion ring)
+};
+
 // Encodes `data` as the completion of `request_id` into `fbb` (cleared first) and returns the
 // finished bytes (valid until `fbb` is touched again).
 std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-                                          const CompletionData& data);
+                                          const CompletionData& data,
+                                          KeyMessages key_messages = KeyMessages::kEach);
 
 // Every one of `key_count` keys fails with `status`; the message is stored once and shared by
 // every key, so the frame stays small for large batches.

@@ -246,7 +246,14 @@ void RingService::Send(ClientSession& session, uint64_t tag, std::span<const uin
 void RingService::Complete(ClientId client, uint64_t request_id, const CompletionData& data) {
   auto found = by_id_.find(client);
   if (found == by_id_.end()) return;  // gone: nobody to tell
-  Send(*found->second, request_id, EncodeCompletion(fbb_, request_id, data));
+  ClientSession& session = *found->second;
+  std::span<const uint8_t> completion = EncodeCompletion(fbb_, request_id, data);
+  const uint64_t capacity = session.segment()->layout().completion_ring_bytes;
+  if (completion.size() > ipc::MaxFramePayload(capacity)) {
+    // The work is done: keep every key's code and say in one line what the messages were.
+    completion = EncodeCompletion(fbb_, request_id, data, KeyMessages::kSummary);
+  }
+  Send(session, request_id, completion);
 }
 
 void RingService::Sleep() {

@@ -159,6 +159,28 @@ TEST(Standalone, DuplicatePutAnswersObjectAlreadyExistsAndKeepsTheFirstValue) {
   EXPECT_EQ(GetOne(*c, "dup", 64), "first");
 }
 
+// 20 000 keys that all fail with key-specific messages make a completion larger than the 1 MiB
+// completion ring: the work is done, so the client still gets every key's code, and one
+// request-level line instead of 20 000 messages.
+TEST(Standalone, ABatchWhoseMessagesOverflowTheCompletionRingKeepsEveryKeysCode) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent, 64 << 20);
+  ASSERT_TRUE(c);
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (int i = 0; i < 20000; ++i) {
+    keys.push_back("k/" + std::to_string(i));
+    values.emplace_back("v");
+  }
+  Reply first = PutAll(*c, keys, values);
+  ASSERT_TRUE(first.ok()) << first.status.ToString();
+  Reply again = PutAll(*c, keys, values);
+  ASSERT_TRUE(again.ok()) << again.status.ToString();
+  ASSERT_EQ(again.keys.size(), keys.size());
+  for (const KeyResult& k : again.keys) ASSERT_EQ(k.code, ErrorCode::kObjectAlreadyExists);
+}
+
 TEST(Standalone, UpsertReplacesTheValueInPlaceOrWithANewSize) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());
