@@ -76,8 +76,6 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
-  f.String("state-dir", &v.embedded.state_dir,
-           "standalone: keep the embedded master's operation log here (empty: memory only)");
   f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
   f.Int("put-timeout-ms", &v.embedded.put_timeout_ms,
         "standalone: an unfinished put older than this may be taken over");
