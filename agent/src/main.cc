@@ -164,6 +164,28 @@ kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster*
   };
 }
 
+// "agent.relay.*": what `kvctl stat` shows of the event relay (remote mode).
+void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
+                         std::vector<kvagent::agent::Counter>* out) {
+  const kvagent::relay::EventRelayStats s = relay.stats();
+  out->push_back({"agent.relay.phase", 0, std::string(kvagent::relay::RelayPhaseName(s.phase))});
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"next_seq", s.next_seq},
+      {"relayed_batches", s.relayed_batches},
+      {"repaired_gaps", s.repaired_gaps},
+      {"unrepaired_gaps", s.unrepaired_gaps},
+      {"missing_batches", s.missing_batches},
+      {"resets", s.resets},
+      {"reannounces", s.reannounces},
+      {"objects_reannounced", s.objects_reannounced},
+      {"dropped_events", s.dropped_events},
+      {"malformed_messages", s.malformed_messages},
+  };
+  for (const auto& [name, value] : counters) {
+    out->push_back({std::string("agent.relay.") + name, value, ""});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,6 +295,9 @@ int main(int argc, char** argv) {
 
   auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(std::move(port), pool->get(),
                                                                     engine->get());
+  pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
+    if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
+  });
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
 

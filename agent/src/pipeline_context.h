@@ -101,6 +101,9 @@ struct PipelineContext {
   std::shared_ptr<ServiceGate> gate;
   PipelineCounters counters;
   std::unique_ptr<ArenaRegistry> arenas;
+  // Appends counters of parts the pipeline does not own (the event relay) to a Stat reply.
+  // Runs on the service thread; may be empty.
+  std::function<void(std::vector<Counter>*)> extra_counters;
   uint64_t next_master_request = 1;
 
   uint64_t NextMasterRequestId() { return next_master_request++; }

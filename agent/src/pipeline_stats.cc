@@ -38,6 +38,7 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   std::vector<std::pair<std::string, uint64_t>> link;
   ctx.master->AppendStats(&link);
   for (auto& [name, value] : link) out.push_back({"agent.master_link." + name, value, ""});
+  if (ctx.extra_counters) ctx.extra_counters(&out);
   return out;
 }
 

@@ -39,6 +39,12 @@ class RequestPipeline final : public RequestHandler {
   RequestPipeline(const RequestPipeline&) = delete;
   RequestPipeline& operator=(const RequestPipeline&) = delete;
 
+  // Stat replies also carry what `fn` appends (the event relay's counters). Call before the
+  // agent starts; `fn` runs on the service thread.
+  void set_extra_counters(std::function<void(std::vector<Counter>*)> fn) {
+    ctx_.extra_counters = std::move(fn);
+  }
+
   void OnStart(CompletionSink& sink) override;
   void Handle(ClientRequest request, CompletionSink& sink) override;
   void OnPassEnd() override;

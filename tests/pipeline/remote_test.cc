@@ -95,6 +95,12 @@ TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
   ASSERT_EQ(seen.stored.size(), 2u);
   EXPECT_EQ(seen.stored.at("r1").session_id, "sess-1");
   EXPECT_EQ(seen.stored.at("r2").session_id, "sesión-2");
+  // kvctl stat shows the relay: live, and it has published (its own seq moved on).
+  std::string phase;
+  const Reply stat = c->Stat();
+  CounterOf(stat, "agent.relay.phase", &phase);
+  EXPECT_EQ(phase, "live");
+  EXPECT_GE(CounterOf(stat, "agent.relay.next_seq"), 2u);
 }
 
 TEST(Remote, AnAgentThatJoinsLaterAnnouncesStoredBlocksWithTheirWritersMetadata) {
