@@ -1,0 +1,480 @@
+// e2e_bench: puts and gets through SDK -> kvagent -> master with the real binaries, next to the
+// copy baselines they are bounded by, all measured in the same run on the same machine.
+//
+// Two stores, one after the other: a standalone kvagent (embedded master; figures e2e.*) and a
+// kvagent linked to a kvmaster process on loopback (figures e2e.remote.*). Each kvagent has the
+// default 1 GiB node pool and is pinned (every thread) to the last CPU; this process, the one
+// client, runs on CPU 0; kvmaster is left to the scheduler. One client thread, one request in
+// flight at a time, values in arena buffers filled in place (zero-copy, as an engine does).
+// Every round is followed by an untimed RemoveAll, so the pool never passes its eviction
+// watermark (each round's working set is 128 MiB).
+//
+//   <p>.put.4k.b{1,16,128} / <p>.get.4k.b{1,16,128}   keys/s, 4 KiB values, 1/16/128 keys per
+//                                                      request (median of 5 rounds)
+//   <p>.put.{1m,16m} / <p>.get.{1m,16m}                GB/s, one value per request
+//   <p>.memcpy.to_pool.{1m,16m}                        GB/s, the baseline of a put: see below
+//   <p>.memcpy.from_pool.{1m,16m}                      GB/s, the baseline of a get
+//   <p>.stream_copy.to_pool.{1m,16m}                   GB/s, the agent's own streaming-store copy
+//   <p>.put.{1m,16m}.vs_memcpy, .get.{1m,16m}.vs_memcpy, .put.{1m,16m}.vs_stream_copy   ratios
+//   <p>.put.lat.p50/p99, <p>.get.lat.p50/p99           us, single-key 4 KiB calls back to back
+//                                                      (the agent is still polling)
+//   e2e.remote.master_rtt.p50                          us, one kvmaster RPC (Exist of a key)
+//                                                      from a plain DEALER, without the agent
+//   e2e.remote.zmq_rtt.p50                             us, the transport under a master RPC:
+//                                                      a DEALER->ROUTER echo over loopback TCP
+//                                                      (a remote put makes two master RPCs, a
+//                                                      get one)
+//
+// The memcpy baseline is the one copy the design does per replica, single-threaded: the same
+// value size, from a client-arena-like source (a MAP_SHARED memfd mapping of 4 KiB pages, the
+// same number of source buffers the client rotates through) into rotating destinations over a
+// region as large as a round's pool working set (anonymous memory with MADV_HUGEPAGE,
+// pre-faulted, as the node pool is); the get baseline copies the other way. glibc's memcpy
+// uses ordinary stores at these sizes; the agent copies into the pool with streaming stores
+// (agent/src/stream_copy.h), so its put can beat memcpy — the stream_copy figures show that
+// bound too.
+//
+// The machine is shared (2 vCPUs): other builds running at the same time make every figure
+// noisier; keys/s are medians of rounds, GB/s the best of 3 trials, latencies over all calls.
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "pipeline_support.h"
+#include "stream_copy.h"
+#include "zmq_test_client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kvagent::ArenaBuffer;
+using kvagent::Client;
+using kvagent::ErrorCode;
+using kvagent::Reply;
+using kvagent::Value;
+
+constexpr size_t k4K = 4096;
+constexpr size_t kRoundBytes = size_t{128} << 20;  // pool working set of one round
+constexpr int kRounds = 5;
+
+void Bench(const std::string& name, double value, const char* unit) {
+  std::printf("BENCH %s %.3f %s\n", name.c_str(), value, unit);
+  std::fflush(stdout);
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "e2e_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+int LastCpu() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)) - 1); }
+
+// Pins the calling thread (and what it forks from now on) to `cpu`; -1: every CPU.
+void PinSelf(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int i = 0; i <= LastCpu(); ++i) {
+    if (cpu < 0 || i == cpu) CPU_SET(i, &set);
+  }
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+// ---- copy baselines --------------------------------------------------------------------------
+
+// An mmap'd region, unmapped on destruction.
+class Region {
+ public:
+  // Anonymous, MADV_HUGEPAGE, pre-faulted (the node pool) or, with `shared`, a MAP_SHARED memfd
+  // mapping of 4 KiB pages (a client arena), pre-faulted by writing it.
+  Region(size_t bytes, bool shared) : bytes_(bytes) {
+    int fd = -1;
+    if (shared) {
+      fd = memfd_create("e2e-bench-arena", MFD_CLOEXEC);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) Die("memfd_create failed");
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   shared ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS, fd, 0);
+    if (fd >= 0) close(fd);
+    if (p == MAP_FAILED) Die("mmap of the baseline region failed");
+    base_ = static_cast<uint8_t*>(p);
+    if (!shared) madvise(base_, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < bytes; i += 4096) base_[i] = static_cast<uint8_t>(i >> 12);
+  }
+  ~Region() { munmap(base_, bytes_); }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  uint8_t* at(size_t offset) const { return base_ + offset; }
+
+ private:
+  uint8_t* base_;
+  size_t bytes_;
+};
+
+using CopyFn = std::function<void(uint8_t*, const uint8_t*, size_t)>;
+
+// GB/s of `copy` moving `value` bytes `kRoundBytes / value` times per trial, from `sources`
+// rotating buffers of a client-arena-like region into rotating slots of a pool-like region
+// (`to_pool`), or the other way; best of 3 trials.
+double CopyBandwidth(size_t value, int sources, bool to_pool, const CopyFn& copy) {
+  Region arena(value * static_cast<size_t>(sources), /*shared=*/true);
+  Region pool(kRoundBytes, /*shared=*/false);
+  const size_t slots = kRoundBytes / value;
+  double best = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto start = Clock::now();
+    for (size_t i = 0; i < slots; ++i) {
+      uint8_t* a = arena.at((i % static_cast<size_t>(sources)) * value);
+      uint8_t* p = pool.at(i * value);
+      to_pool ? copy(p, a, value) : copy(a, p, value);
+    }
+    best = std::max(best, static_cast<double>(kRoundBytes) / Seconds(Clock::now() - start) / 1e9);
+  }
+  return best;
+}
+
+void MemcpyFn(uint8_t* d, const uint8_t* s, size_t n) { std::memcpy(d, s, n); }
+
+// ---- the store -------------------------------------------------------------------------------
+
+// A kvagent (with its kvmaster process when remote), every agent thread on the last CPU.
+class Store {
+ public:
+  Store(bool remote, const kvagent::testing::Args& extra) {
+    // Children inherit the affinity of the thread that forks them: the agent is started from
+    // here while this thread runs on the last CPU, so all its threads stay there.
+    kvagent::testing::Args args = kvagent::testing::Concat({"--pool-size", "1GiB"}, extra);
+    if (remote) {
+      PinSelf(-1);  // kvmaster: wherever the scheduler puts it
+      master_.emplace();
+      if (!master_->started()) Die("kvmaster did not start");
+      args = kvagent::testing::Concat(master_->AgentArgs(), args);
+    }
+    PinSelf(LastCpu());
+    agent_.emplace(args);
+    PinSelf(0);
+    if (!agent_->started()) Die("kvagent did not start");
+    kvagent::ClientOptions o;
+    o.run_dir = agent_->run_dir();
+    o.client_name = "e2e-bench";
+    o.arena_bytes = 256ULL << 20;
+    o.call_timeout = std::chrono::milliseconds(60000);
+    auto c = Client::Connect(o);
+    if (!c.ok()) Die("connect: " + c.status().ToString());
+    client_ = std::move(*c);
+  }
+  Client& client() { return *client_; }
+  const std::string& master_rpc() const { return master_->rpc(); }
+
+  // Removes everything (untimed, between rounds); gets hold read leases, hence force.
+  void Clear() {
+    kvagent::CallOptions force;
+    force.force = true;
+    const Reply r = client_->RemoveAll(force);
+    if (!r.ok()) Die("RemoveAll: " + r.status.ToString());
+  }
+
+ private:
+  std::optional<kvagent::testing::KvmasterProcess> master_;
+  std::optional<kvagent::testing::AgentProcess> agent_;
+  std::unique_ptr<Client> client_;  // last: disconnects before the agent stops
+};
+
+void CheckAllOk(const Reply& r, size_t n, const char* what) {
+  if (!r.ok()) Die(std::string(what) + ": " + r.status.ToString());
+  for (size_t i = 0; i < n; ++i) {
+    if (r.keys.at(i).code != ErrorCode::kOk) {
+      Die(std::string(what) + " of key " + std::to_string(i) + ": " + r.keys[i].message);
+    }
+  }
+}
+
+std::vector<ArenaBuffer> AllocateFilled(Client& c, int count, size_t bytes, uint8_t seed) {
+  std::vector<ArenaBuffer> out;
+  for (int i = 0; i < count; ++i) {
+    auto b = c.Allocate(bytes);
+    if (!b.ok()) Die("Allocate: " + b.status().ToString());
+    for (size_t j = 0; j < bytes; ++j) b->data()[j] = static_cast<uint8_t>(seed + i + j * 7);
+    out.push_back(std::move(*b));
+  }
+  return out;
+}
+
+std::vector<std::string> Keys(const std::string& prefix, size_t n) {
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (size_t i = 0; i < n; ++i) keys.push_back(prefix + std::to_string(1000000 + i));
+  return keys;
+}
+
+struct RoundRates {
+  std::vector<double> put, get;  // per round: keys/s
+};
+
+// Requests `depth` at a time: each submitted when one of the `depth` before it is collected.
+class Window {
+ public:
+  explicit Window(size_t depth) : depth_(depth) {}
+  void Submit(kvagent::PendingCall call, size_t keys, const char* what) {
+    if (calls_.size() == depth_) Collect(what);
+    calls_.push_back({std::move(call), keys});
+  }
+  void Drain(const char* what) {
+    while (!calls_.empty()) Collect(what);
+  }
+
+ private:
+  void Collect(const char* what) {
+    CheckAllOk(calls_.front().call.Wait(), calls_.front().keys, what);
+    calls_.pop_front();
+  }
+  struct InFlight {
+    kvagent::PendingCall call;
+    size_t keys;
+  };
+  const size_t depth_;
+  std::deque<InFlight> calls_;
+};
+
+// Rounds of: put `keys` from `sources` (`batch` keys per request, `depth` requests in flight),
+// get them into `targets` the same way, check the last value's bytes, RemoveAll. Rates per
+// round in keys/s.
+RoundRates PutGetRounds(Store& store, const std::vector<std::string>& keys, size_t batch,
+                        size_t depth, const std::vector<ArenaBuffer>& sources,
+                        const std::vector<ArenaBuffer>& targets, int rounds) {
+  Client& c = store.client();
+  RoundRates rates;
+  // Per request (kept until the next round): the values and target pointers it names.
+  std::vector<std::vector<Value>> values(keys.size() / batch);
+  std::vector<std::vector<const ArenaBuffer*>> into(keys.size() / batch);
+  for (size_t r = 0; r < values.size(); ++r) {
+    for (size_t i = r * batch; i < (r + 1) * batch; ++i) {
+      values[r].emplace_back(sources[i % sources.size()]);
+      into[r].push_back(&targets[i % targets.size()]);
+    }
+  }
+  const std::span<const std::string> all(keys);
+  for (int round = 0; round < rounds; ++round) {
+    Window puts(depth);
+    const auto put_start = Clock::now();
+    for (size_t r = 0; r < values.size(); ++r) {
+      puts.Submit(c.SubmitPut(all.subspan(r * batch, batch), values[r]), batch, "put");
+    }
+    puts.Drain("put");
+    rates.put.push_back(static_cast<double>(keys.size()) / Seconds(Clock::now() - put_start));
+    Window gets(depth);
+    const auto get_start = Clock::now();
+    for (size_t r = 0; r < into.size(); ++r) {
+      gets.Submit(c.SubmitGet(all.subspan(r * batch, batch), into[r]), batch, "get");
+    }
+    gets.Drain("get");
+    rates.get.push_back(static_cast<double>(keys.size()) / Seconds(Clock::now() - get_start));
+    const size_t last = keys.size() - 1;
+    const ArenaBuffer& got = targets[last % targets.size()];
+    const ArenaBuffer& put = sources[last % sources.size()];
+    if (std::memcmp(got.data(), put.data(), put.size()) != 0) Die("a get returned other bytes");
+    store.Clear();
+  }
+  return rates;
+}
+
+// Single-key put and get latencies (us) of 4 KiB values, back to back.
+void Latency(Store& store, const std::string& p) {
+  Client& c = store.client();
+  auto buffers = AllocateFilled(c, 2, k4K, 11);
+  const auto keys = Keys("lat-", 22000);
+  std::vector<double> put_us, get_us;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<Value> v = {Value(buffers[0])};
+    const auto t0 = Clock::now();
+    const Reply put = c.Put(std::span(keys).subspan(i, 1), v);
+    const auto t1 = Clock::now();
+    CheckAllOk(put, 1, "put");
+    std::vector<const ArenaBuffer*> into = {&buffers[1]};
+    const auto t2 = Clock::now();
+    const Reply get = c.Get(std::span(keys).subspan(i, 1), into);
+    const auto t3 = Clock::now();
+    CheckAllOk(get, 1, "get");
+    if (i < 2000) continue;  // warm-up
+    put_us.push_back(Seconds(t1 - t0) * 1e6);
+    get_us.push_back(Seconds(t3 - t2) * 1e6);
+  }
+  store.Clear();
+  Bench(p + ".put.lat.p50", Percentile(put_us, 0.5), "us");
+  Bench(p + ".put.lat.p99", Percentile(put_us, 0.99), "us");
+  Bench(p + ".get.lat.p50", Percentile(get_us, 0.5), "us");
+  Bench(p + ".get.lat.p99", Percentile(get_us, 0.99), "us");
+}
+
+void SmallValues(Store& store, const std::string& p) {
+  Client& c = store.client();
+  auto sources = AllocateFilled(c, 128, k4K, 1);
+  auto targets = AllocateFilled(c, 128, k4K, 0);
+  for (size_t batch : {size_t{1}, size_t{16}, size_t{128}}) {
+    // b1 rounds are shorter: a request per key costs most of its time in the round trip.
+    const auto keys = Keys("k" + std::to_string(batch) + "-", batch == 1 ? 8192 : 32768);
+    PutGetRounds(store, Keys("warm-", 1024), batch, 1, sources, targets, 1);
+    const RoundRates r = PutGetRounds(store, keys, batch, 1, sources, targets, kRounds);
+    Bench(p + ".put.4k.b" + std::to_string(batch), Median(r.put), "keys/s");
+    Bench(p + ".get.4k.b" + std::to_string(batch), Median(r.get), "keys/s");
+  }
+}
+
+// GB/s of puts and gets of `value`-byte values, one key per request, `depth` requests in
+// flight: the best of 3 rounds after a warm-up round.
+std::pair<double, double> LargeRates(Store& store, size_t value, const std::string& name,
+                                     size_t depth, const std::vector<ArenaBuffer>& sources,
+                                     const std::vector<ArenaBuffer>& targets) {
+  const auto keys = Keys("big-" + name + "-", kRoundBytes / value);
+  PutGetRounds(store, keys, 1, depth, sources, targets, 1);  // warm-up
+  const RoundRates r = PutGetRounds(store, keys, 1, depth, sources, targets, 3);
+  const double gb = static_cast<double>(value) / 1e9;
+  return {gb * *std::max_element(r.put.begin(), r.put.end()),
+          gb * *std::max_element(r.get.begin(), r.get.end())};
+}
+
+void LargeValues(Store& store, const std::string& p, size_t value, const std::string& name,
+                 int sources_count) {
+  Client& c = store.client();
+  auto sources = AllocateFilled(c, sources_count, value, 3);
+  auto targets = AllocateFilled(c, 4, value, 0);
+  // One call at a time: the caller waits for each (with the SDK's default 50 us spin, a call
+  // longer than that sleeps on the futex and pays a wake-up), then four in flight, as an engine
+  // offloading a chain of blocks would.
+  const auto [put, get] = LargeRates(store, value, name, 1, sources, targets);
+  const auto [put4, get4] = LargeRates(store, value, name, 4, sources, targets);
+  // The baselines right after, with the same buffer counts and working set.
+  const double to_pool = CopyBandwidth(value, sources_count, true, MemcpyFn);
+  const double from_pool = CopyBandwidth(value, 4, false, MemcpyFn);
+  const double streamed = CopyBandwidth(value, sources_count, true, kvagent::agent::StreamCopy);
+  Bench(p + ".put." + name, put, "GB/s");
+  Bench(p + ".get." + name, get, "GB/s");
+  Bench(p + ".put." + name + ".depth4", put4, "GB/s");
+  Bench(p + ".get." + name + ".depth4", get4, "GB/s");
+  Bench(p + ".memcpy.to_pool." + name, to_pool, "GB/s");
+  Bench(p + ".memcpy.from_pool." + name, from_pool, "GB/s");
+  Bench(p + ".stream_copy.to_pool." + name, streamed, "GB/s");
+  Bench(p + ".put." + name + ".vs_memcpy", put / to_pool, "x");
+  Bench(p + ".get." + name + ".vs_memcpy", get / from_pool, "x");
+  Bench(p + ".put." + name + ".depth4.vs_memcpy", put4 / to_pool, "x");
+  Bench(p + ".get." + name + ".depth4.vs_memcpy", get4 / from_pool, "x");
+  Bench(p + ".put." + name + ".vs_stream_copy", put / streamed, "x");
+}
+
+// The transport under a master RPC: p50 round trip (us) of a ZMQ DEALER in this process to a
+// ROUTER that echoes from a child process (unpinned, as kvmaster is), over loopback TCP — the
+// sockets and the path the agent's master link and kvmaster use, without their work.
+double ZmqRoundTripP50() {
+  int ready[2];
+  if (pipe(ready) != 0) Die("pipe failed");
+  PinSelf(-1);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    zmq::context_t ctx;
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.bind("tcp://127.0.0.1:*");
+    const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+    if (write(ready[1], endpoint.data(), endpoint.size()) < 0) _exit(1);
+    close(ready[1]);
+    while (true) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(router, std::back_inserter(frames))) _exit(0);
+      zmq::send_multipart(router, frames);
+    }
+  }
+  PinSelf(0);
+  kvagent::testing::ProcessGuard echo(pid);
+  close(ready[1]);
+  char buf[256];
+  const ssize_t n = read(ready[0], buf, sizeof(buf));
+  close(ready[0]);
+  if (n <= 0) Die("the ZMQ echo process did not start");
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(std::string(buf, static_cast<size_t>(n)));
+  std::vector<double> us;
+  const std::string body(64, 'r');  // about a small master.fbs request
+  for (int i = 0; i < 22000; ++i) {
+    const auto t0 = Clock::now();
+    dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(body), zmq::send_flags::none);
+    std::vector<zmq::message_t> reply;
+    if (!zmq::recv_multipart(dealer, std::back_inserter(reply))) Die("ZMQ echo failed");
+    if (i >= 2000) us.push_back(Seconds(Clock::now() - t0) * 1e6);
+  }
+  return Percentile(us, 0.5);
+}
+
+// The same round trip to the running kvmaster itself, with its work: p50 (us) of an Exist of
+// one key sent from a plain DEALER (what an agent's master RPC costs without the agent).
+double MasterRoundTripP50(const std::string& endpoint) {
+  kvagent::master::testing::MasterClient master(endpoint);
+  const auto exist = kvagent::master::testing::KeysMsg(
+      kvagent::master::testing::fb::Body::BatchExist, {"lat-1000000"});
+  std::vector<double> us;
+  std::string storage;
+  for (int i = 0; i < 22000; ++i) {
+    const auto t0 = Clock::now();
+    if (master.Call(exist, &storage) == nullptr) Die("kvmaster did not answer an Exist");
+    if (i >= 2000) us.push_back(Seconds(Clock::now() - t0) * 1e6);
+  }
+  return Percentile(us, 0.5);
+}
+
+void Run(bool remote, const kvagent::testing::Args& agent_flags) {
+  const std::string p = remote ? "e2e.remote" : "e2e";
+  Store store(remote, agent_flags);
+  SmallValues(store, p);
+  LargeValues(store, p, size_t{1} << 20, "1m", 8);
+  LargeValues(store, p, size_t{16} << 20, "16m", 4);
+  Latency(store, p);
+  // A put is two master round trips (WriteStart, then End), a get one (BatchGet).
+  if (remote) {
+    Bench(p + ".master_rtt.p50", MasterRoundTripP50(store.master_rpc()), "us");
+    Bench(p + ".zmq_rtt.p50", ZmqRoundTripP50(), "us");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `e2e_bench standalone|remote [KVAGENT FLAGS...]` runs one store only, its kvagent with the
+  // extra flags (for profiling and experiments).
+  const std::string only = argc > 1 ? argv[1] : "";
+  const kvagent::testing::Args agent_flags(argv + std::min(argc, 2), argv + argc);
+  PinSelf(0);
+  std::printf(
+      "# e2e_bench: kvagent pinned to CPU %d, client to CPU 0, kvmaster unpinned; "
+      "shared machine, figures are noisier while others build\n",
+      LastCpu());
+  if (only.empty() || only == "standalone") Run(false, agent_flags);
+  if (only.empty() || only == "remote") Run(true, agent_flags);
+  return 0;
+}
