@@ -4,18 +4,20 @@
 // Two stores, one after the other: a standalone kvagent (embedded master; figures e2e.*) and a
 // kvagent linked to a kvmaster process on loopback (figures e2e.remote.*). Each kvagent has the
 // default 1 GiB node pool and is pinned (every thread) to the last CPU; this process, the one
-// client, runs on CPU 0; kvmaster is left to the scheduler. One client thread, one request in
-// flight at a time, values in arena buffers filled in place (zero-copy, as an engine does).
+// client, runs on CPU 0; kvmaster is left to the scheduler. One client thread with default SDK
+// options, one request in flight at a time unless a figure says depth4, values in arena
+// buffers filled in place (zero-copy, as an engine does).
 // Every round is followed by an untimed RemoveAll, so the pool never passes its eviction
 // watermark (each round's working set is 128 MiB).
 //
 //   <p>.put.4k.b{1,16,128} / <p>.get.4k.b{1,16,128}   keys/s, 4 KiB values, 1/16/128 keys per
 //                                                      request (median of 5 rounds)
-//   <p>.put.{1m,16m} / <p>.get.{1m,16m}                GB/s, one value per request
+//   <p>.put.{1m,16m} / <p>.get.{1m,16m}                GB/s, one value per request (best of 3
+//                                                      rounds); .depth4: four requests in flight
 //   <p>.memcpy.to_pool.{1m,16m}                        GB/s, the baseline of a put: see below
 //   <p>.memcpy.from_pool.{1m,16m}                      GB/s, the baseline of a get
 //   <p>.stream_copy.to_pool.{1m,16m}                   GB/s, the agent's own streaming-store copy
-//   <p>.put.{1m,16m}.vs_memcpy, .get.{1m,16m}.vs_memcpy, .put.{1m,16m}.vs_stream_copy   ratios
+//   <p>.{put,get}.{1m,16m}[.depth4].vs_memcpy, <p>.put.{1m,16m}.vs_stream_copy     ratios
 //   <p>.put.lat.p50/p99, <p>.get.lat.p50/p99           us, single-key 4 KiB calls back to back
 //                                                      (the agent is still polling)
 //   e2e.remote.master_rtt.p50                          us, one kvmaster RPC (Exist of a key)
@@ -29,10 +31,9 @@
 // value size, from a client-arena-like source (a MAP_SHARED memfd mapping of 4 KiB pages, the
 // same number of source buffers the client rotates through) into rotating destinations over a
 // region as large as a round's pool working set (anonymous memory with MADV_HUGEPAGE,
-// pre-faulted, as the node pool is); the get baseline copies the other way. glibc's memcpy
-// uses ordinary stores at these sizes; the agent copies into the pool with streaming stores
-// (agent/src/stream_copy.h), so its put can beat memcpy — the stream_copy figures show that
-// bound too.
+// pre-faulted, as the node pool is); the get baseline copies the other way. The agent copies
+// into the pool with streaming stores (agent/src/stream_copy.h) where glibc's memcpy mostly
+// uses ordinary ones, so a put can beat memcpy; the stream_copy figures give that tighter bound.
 //
 // The machine is shared (2 vCPUs): other builds running at the same time make every figure
 // noisier; keys/s are medians of rounds, GB/s the best of 3 trials, latencies over all calls.
