@@ -156,15 +156,22 @@ class Kvagent:
 
 
 def run_clients(procs):
-    """Waits for every e2e_client; fails naming the first that did not exit 0."""
-    for p in procs:
-        try:
-            p.communicate(timeout=TIMEOUT_S * 2)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-        if p.returncode != 0:
-            raise AssertionError(f"{p.args[1]} {p.args[3]} exited with {p.returncode}")
+    """Waits for every e2e_client; fails naming the first that did not exit 0. Any still
+    running when it fails is killed and reaped."""
+    try:
+        for p in procs:
+            try:
+                p.communicate(timeout=TIMEOUT_S * 2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+            if p.returncode != 0:
+                raise AssertionError(f"{p.args[1]} {p.args[3]} exited with {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
 
 
 # What a KV-aware router builds from a stream alone (object_key -> session), and how many
