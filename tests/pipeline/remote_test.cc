@@ -95,11 +95,17 @@ TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
   ASSERT_EQ(seen.stored.size(), 2u);
   EXPECT_EQ(seen.stored.at("r1").session_id, "sess-1");
   EXPECT_EQ(seen.stored.at("r2").session_id, "sesión-2");
-  // kvctl stat shows the relay: live, and it has published (its own seq moved on).
+  // kvctl stat shows the relay: live, and it has published (its own seq moved on). The relay
+  // publishes the re-announce's last batch a moment before it reports itself live, so a Stat
+  // right after the events arrived may still say "syncing": wait (bounded) for the phase.
   std::string phase;
-  const Reply stat = c->Stat();
-  CounterOf(stat, "agent.relay.phase", &phase);
-  EXPECT_EQ(phase, "live");
+  Reply stat;
+  EXPECT_TRUE(WaitUntil([&] {
+    stat = c->Stat();
+    CounterOf(stat, "agent.relay.phase", &phase);
+    return phase == "live";
+  })) << "relay phase "
+      << phase;
   EXPECT_GE(CounterOf(stat, "agent.relay.next_seq"), 2u);
 }
 
