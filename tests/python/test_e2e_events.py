@@ -146,6 +146,14 @@ class Kvagent:
             out[key] = "" if session == "-" else session
         return out
 
+    def counters(self):
+        """`kvctl stat --raw`: counter name -> value (int), or its text when it has one."""
+        out = {}
+        for line in self.kvctl("stat", "--raw").stdout.decode("utf-8").splitlines():
+            name, value, *text = line.split("\t")
+            out[name] = text[0] if text else int(value)
+        return out
+
     def client(self, *args):
         """Starts an e2e_client against this agent."""
         return subprocess.Popen([os.environ["E2E_CLIENT"], args[0], self.run_dir, *args[1:]],

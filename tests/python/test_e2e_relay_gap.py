@@ -14,7 +14,8 @@ Checked on node-b's stream (replay from seq 0 and live, decoded strictly as
 strict_events.py does): nothing was relayed while cut; afterwards seq is contiguous from 0, the
 batches published during the cut are there with each writer's session, the only
 AllBlocksCleared is the one a new stream starts with (replay repaired the gap; nothing had to be
-re-announced), and the index built from the stream equals the store's key set (`kvctl ls`).
+re-announced: `kvctl stat` counts a repaired gap and no unrepaired one), and the index built
+from the stream equals the store's key set (`kvctl ls`).
 
 Environment: KVAGENT, KVMASTER, KVCTL, E2E_CLIENT (paths to the binaries).
 """
@@ -199,6 +200,11 @@ class RelayGapRepair(RelayGapTestCase):
             del sessions["before-0-1"], sessions["before-2-4"]
         history = self.run_cut(during)
         self.assertEqual(cleared_count(history), 1, "a re-announce replaced the replay repair")
+        relay = self.node_b.counters()
+        self.assertEqual(relay["agent.relay.phase"], "live")
+        self.assertGreaterEqual(relay["agent.relay.repaired_gaps"], 1)
+        self.assertEqual(relay["agent.relay.unrepaired_gaps"], 0)
+        self.assertEqual(relay["agent.relay.reannounces"], 1)  # the one every relay starts with
         index = {ev["object_key"] for m in history for ev in m.batch.events
                  if ev["type"] == "BlockRemoved"}
         self.assertEqual(index, {"before-0-1", "before-2-4"})
@@ -223,6 +229,9 @@ class WholeLinkCut(RelayGapTestCase):
                                      check=False).returncode == 0
         wait_for(b_serves, "node-b to serve writes again")
         history = self.converged(self.node_b)
+        counters = self.node_b.counters()
+        self.assertGreaterEqual(counters["agent.master_link.link_downs"], 1)  # the cut was real
+        self.assertEqual(counters["agent.relay.phase"], "live")
         self.assertEqual(self.node_a.listed(), self.node_b.listed())
         self.assertEqual(history[-1].batch.events[-1]["object_key"], "b-after")
 
