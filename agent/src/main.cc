@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     o.heartbeat = std::chrono::milliseconds(v.heartbeat_ms);
     o.timeout = std::chrono::milliseconds(v.master_timeout_ms);
     // The link only calls it after a re-registration (a master that restarted or forgot us).
-    o.on_reregistered = [relay_slot] {
+    o.on_master_restarted = [relay_slot] {
       if (auto* r = relay_slot->load()) r->RequestResync();
     };
     auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));

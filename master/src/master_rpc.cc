@@ -249,7 +249,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
       if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
       return Finish(b, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-                    fb::CreateRegisterAgentReply(b, r.value()).Union());
+                    fb::CreateRegisterAgentReply(b, r.value(), service_->incarnation()).Union());
     }
     case fb::Body::MountSegment: {
       const auto* m = req->body_as_MountSegment();

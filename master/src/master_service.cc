@@ -1,5 +1,7 @@
 #include "kvagent/master/master_service.h"
 
+#include <random>
+
 #include <glog/logging.h>
 
 #include <chrono>
@@ -42,6 +44,7 @@ Status ObjectNotFound(std::string_view key) {
 MasterService::MasterService(MasterOptions options, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
+      incarnation_((uint64_t{std::random_device{}()} << 32) | std::random_device{}()),
       store_(std::make_unique<MetadataStore>(options_, clock)) {}
 
 MasterService::~MasterService() = default;

@@ -160,6 +160,7 @@ class Link {
         const auto* r = reply.body_as_RegisterAgentReply();
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
         agent_id_ = r->agent_id();
+        registered_master_ = r->master_incarnation();
         phase_ = Phase::kMounting;
         fbb_.Clear();
         std::vector<flatbuffers::Offset<flatbuffers::String>> eps = {
@@ -182,7 +183,13 @@ class Link {
                   << agent_id_ << " (segment " << r->segment_id() << ", " << r->restored_objects()
                   << " restored object(s))";
         s_.SetState(LinkState::kReady, "ready");
-        if (registered_before_ && o_.on_reregistered) o_.on_reregistered();
+        // Only a new master incarnation restarted the event stream; after a mere link drop
+        // the relay repairs what it missed through replay.
+        if (registered_before_ && registered_master_ != master_incarnation_) {
+          LOG(INFO) << "master link: kvmaster " << o_.endpoint << " is a new incarnation";
+          if (o_.on_master_restarted) o_.on_master_restarted();
+        }
+        master_incarnation_ = registered_master_;
         registered_before_ = true;
         return;
       }
@@ -378,6 +385,8 @@ class Link {
   uint32_t agent_id_ = 0;
   uint32_t attempt_ = 0;
   bool registered_before_ = false;
+  uint64_t master_incarnation_ = 0;  // of the master we were last registered with
+  uint64_t registered_master_ = 0;   // of the master answering the registration in progress
   std::chrono::milliseconds backoff_;
   Clock::time_point retry_at_;
   Clock::time_point next_heartbeat_;

@@ -127,6 +127,10 @@ class MasterService {
 
   const MasterOptions& options() const { return options_; }
 
+  // Random per service instance (a kvmaster process start): agents compare it across
+  // registrations to tell a master restart from a dropped link.
+  uint64_t incarnation() const { return incarnation_; }
+
  private:
   MasterService(MasterOptions options, const Clock* clock);
   Status ValidateWriteStart(const WriteStartRequest& request) const;
@@ -140,6 +144,7 @@ class MasterService {
 
   MasterOptions options_;
   const Clock* clock_;
+  uint64_t incarnation_;
   std::unique_ptr<MetadataStore> store_;
   uint64_t bad_requests_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart

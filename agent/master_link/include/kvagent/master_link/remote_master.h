@@ -41,9 +41,10 @@ struct RemoteMasterOptions {
   std::chrono::milliseconds timeout{5000};  // a request unanswered this long: link down
   std::chrono::milliseconds backoff_min{100};
   std::chrono::milliseconds backoff_max{5000};
-  // Runs on the link thread after every registration that follows a previous one (the master
-  // restarted or forgot us): e.g. ask the event relay to re-announce. Must not block.
-  std::function<void()> on_reregistered;
+  // Runs on the link thread when a registration finds a new kvmaster incarnation (the master
+  // restarted; its event stream started over): e.g. ask the event relay to re-announce. Not
+  // after a reconnect to the same master. Must not block.
+  std::function<void()> on_master_restarted;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).
