@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvagent/common/format.h"
@@ -20,7 +21,7 @@ constexpr CommandSpec kStat{
     "line per counter, for scripts.",
     0, 0};
 constexpr CommandSpec kPing{
-    "ping", "ping",
+    "ping", "ping [--wait-ms MS]",
     "Asks the agent for an empty round trip; prints the time it took. Exit 0 when it answers.", 0,
     0};
 
@@ -141,11 +142,21 @@ int StatCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
 int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                 std::ostream& err) {
   FlagSet flags("kvctl ping", std::string(kPing.summary));
+  int64_t wait_ms = 0;
+  flags.Int("wait-ms", &wait_ms,
+            "keep trying this long while no agent answers yet (for scripts that just started "
+            "kvagent: it listens once its pool is pre-faulted)");
   std::vector<std::string> positionals;
   if (auto exit = ParseCommandLine(kPing, &flags, argc, argv, &positionals, out, err)) {
     return *exit;
   }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   auto client = ConnectAgent(global, 1 << 20);
+  while (!client.ok() && client.status().code() == ErrorCode::kAgentUnavailable &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    client = ConnectAgent(global, 1 << 20);
+  }
   if (!client.ok()) return ReportFailure(err, "ping", client.status());
   const auto start = std::chrono::steady_clock::now();
   Reply reply = (*client)->Ping(global.timeout);
