@@ -106,7 +106,8 @@ TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
     return phase == "live";
   })) << "relay phase "
       << phase;
-  EXPECT_GE(CounterOf(stat, "agent.relay.next_seq"), 2u);
+  // At least the batch that carried AllBlocksCleared and the stores (one batch may hold all).
+  EXPECT_GE(CounterOf(stat, "agent.relay.next_seq"), 1u);
 }
 
 TEST(Remote, AnAgentThatJoinsLaterAnnouncesStoredBlocksWithTheirWritersMetadata) {
