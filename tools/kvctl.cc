@@ -32,7 +32,9 @@ constexpr std::string_view kUsage =
     "  rm KEY [--force]            remove a key\n"
     "  ls [--prefix P] [--limit N] stored keys: KEY<TAB>SIZE<TAB>SESSION per line\n"
     "  stat [--raw]                the agent's and the master's counters\n"
-    "  ping                        is the agent there? (round-trip time)\n"
+    "  ping [--wait-ms MS]         is the agent there? (round-trip time)\n"
+    "  bench [--op put|get|both] [--value-bytes N] [--keys-per-request N] [--seconds S]\n"
+    "                              measure puts and gets through the SDK (removes its keys)\n"
     "  events tail [--json] [--session ID] [--count N] [--from-seq N]\n"
     "                              follow the KV events (which session stored which block)\n"
     "\n"
@@ -105,9 +107,10 @@ int main(int argc, char** argv) {
   char** sub_argv = argv + command;
   using Command = int (*)(const GlobalOptions&, int, char**, std::ostream&, std::ostream&);
   constexpr std::pair<std::string_view, Command> kCommands[] = {
-      {"put", kvagent::kvctl::PutCommand},   {"get", kvagent::kvctl::GetCommand},
-      {"rm", kvagent::kvctl::RmCommand},     {"ls", kvagent::kvctl::LsCommand},
-      {"stat", kvagent::kvctl::StatCommand}, {"ping", kvagent::kvctl::PingCommand},
+      {"put", kvagent::kvctl::PutCommand},     {"get", kvagent::kvctl::GetCommand},
+      {"rm", kvagent::kvctl::RmCommand},       {"ls", kvagent::kvctl::LsCommand},
+      {"stat", kvagent::kvctl::StatCommand},   {"ping", kvagent::kvctl::PingCommand},
+      {"bench", kvagent::kvctl::BenchCommand},
   };
   for (const auto& [command_name, run] : kCommands) {
     if (name == command_name) return run(global, sub_argc, sub_argv, std::cout, std::cerr);

@@ -1,4 +1,5 @@
-// kvctl's subcommands that talk to the agent through the SDK (put, get, rm, ls, stat, ping),
+// kvctl's subcommands that talk to the agent through the SDK (put, get, rm, ls, stat, ping,
+// bench),
 // each as a function of its own arguments, so that kvctl.cc only dispatches.
 //
 // Every command follows one contract:
@@ -41,6 +42,8 @@ int StatCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
                 std::ostream& err);
 int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                 std::ostream& err);
+int BenchCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
+                 std::ostream& err);
 
 // `key` as ls prints it: bytes below 0x20, 0x7f and the backslash become \xNN escapes, so one
 // key is always one field on one line (UTF-8 text passes unchanged).

@@ -249,6 +249,30 @@ TEST_F(KvctlTest, AnEmptyValueIsRefusedWithExit1) {
             "byte\n");
 }
 
+TEST_F(KvctlTest, BenchPutsAndGetsThenRemovesEveryKeyItWrote) {
+  CommandOutput bench = Run({"bench", "--seconds", "0.2", "--value-bytes", "4KiB",
+                             "--keys-per-request", "16", "--session", "bench-s"});
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_EQ(bench.out.rfind("put: 16 x 4.00 KiB per request: ", 0), 0u) << bench.out;
+  EXPECT_NE(bench.out.find("\nget: 16 x 4.00 KiB per request: "), std::string::npos) << bench.out;
+  // "removed N of N keys under kvctl-bench/<pid>/": every key it wrote went again.
+  const size_t removed = bench.out.find("removed ");
+  ASSERT_NE(removed, std::string::npos) << bench.out;
+  std::istringstream tail(bench.out.substr(removed + 8));
+  uint64_t gone = 0, written = 0;
+  std::string of;
+  tail >> gone >> of >> written;
+  EXPECT_GT(written, 0u);
+  EXPECT_EQ(gone, written);
+  EXPECT_EQ(Run({"ls", "--prefix", "kvctl-bench/"}).out, "");
+}
+
+TEST_F(KvctlTest, BenchRefusesAnUnknownOp) {
+  CommandOutput bench = Run({"bench", "--op", "scan"});
+  EXPECT_EQ(bench.exit_code, 2);
+  EXPECT_TRUE(OneLine(bench.err)) << bench.err;
+}
+
 TEST_F(KvctlTest, PingSaysTheAgentAnswered) {
   CommandOutput ping = Run({"ping"});
   EXPECT_EQ(ping.exit_code, 0) << ping.err;
