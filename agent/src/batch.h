@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data_moves.h"
@@ -94,8 +96,17 @@ class ReadBatch final : public Batch {
 
   std::chrono::steady_clock::time_point sent_at_;
   std::chrono::milliseconds lease_{0};
+  // A part read from a peer, with the part's other replicas to try when that read fails.
+  struct RemoteRead {
+    uint8_t* dst = nullptr;
+    uint64_t length = 0;
+    std::vector<std::pair<std::string, uint64_t>> others;  // peer endpoint, offset in its pool
+  };
+  void AddRemoteRead(uint32_t key, RemoteRead read, std::string_view peer, uint64_t offset);
+
   std::vector<uint8_t> copied_;  // per key: bytes were copied into the arena
   RemoteMoves remote_;
+  std::vector<RemoteRead> reads_;  // parallel to remote_'s ops, in the order they were added
 };
 
 // Exist or Remove (all requests with the same `force`).

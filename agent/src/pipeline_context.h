@@ -46,6 +46,7 @@ struct PipelineCounters {
   uint64_t bytes_from_pool = 0;           // get bytes copied out of this node's pool
   uint64_t bytes_from_peers = 0;          // get bytes read from peers' pools
   uint64_t transfer_failures = 0;         // keys that failed in the data plane
+  uint64_t replica_fallbacks = 0;         // get parts read again from another replica
   uint64_t revoked_keys = 0;              // writes revoked (failed transfer or client gone)
   uint64_t lease_expired = 0;             // gets that outlived their read lease
   uint64_t master_failures = 0;           // master calls that failed (unreachable, timeout)

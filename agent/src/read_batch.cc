@@ -1,5 +1,10 @@
 // Get: BatchGet -> each part from one replica into the client's buffer -> completions.
 //
+// A part is read from this node's pool when it holds a replica, else from the first peer the
+// master lists. When a peer's read fails (its agent died and the master has not expired it yet,
+// a network fault), the part's next replica is tried, until one answers or none is left; only
+// then does the key fail with TRANSFER_FAILED.
+//
 // A Get whose read lease expired before its bytes were all in the client's buffer fails with
 // TIMEOUT (SEMANTICS: "A Get whose lease expired during the transfer fails"): once the lease is
 // gone the master may evict or remove the object and hand its range to a new writer, so bytes
@@ -72,6 +77,7 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
   while (i < end) {
     // The replicas of one part are adjacent; take a local one if there is one.
     const uint32_t part = reply.placements()->Get(i)->part();
+    const uint32_t first = i;
     const mfb::Placement* chosen = reply.placements()->Get(i);
     for (; i < end && reply.placements()->Get(i)->part() == part; ++i) {
       if (segments.Find(reply.placements()->Get(i)->segment_id()).local) {
@@ -94,8 +100,13 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
       }
       ctx_.counters.bytes_from_pool += length;
     } else {
-      remote_.Add(k, keys_[k].request, transfer::TransferKind::kRead, seg.endpoint,
-                  chosen->offset(), dst + part_offset, length);
+      RemoteRead read{dst + part_offset, length, {}};
+      for (uint32_t j = first; j < i; ++j) {
+        const mfb::Placement* other = reply.placements()->Get(j);
+        if (other == chosen || other->length() != length) continue;
+        read.others.emplace_back(segments.Find(other->segment_id()).endpoint, other->offset());
+      }
+      AddRemoteRead(k, std::move(read), seg.endpoint, chosen->offset());
     }
     part_offset += length;
   }
@@ -108,16 +119,38 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
   copied_[k] = 1;
 }
 
+void ReadBatch::AddRemoteRead(uint32_t key, RemoteRead read, std::string_view peer,
+                              uint64_t offset) {
+  remote_.Add(key, keys_[key].request, transfer::TransferKind::kRead, peer, offset, read.dst,
+              read.length);
+  reads_.push_back(std::move(read));
+}
+
 void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results) {
+  std::vector<RemoteRead> failed = std::move(reads_);
+  remote_ = RemoteMoves();
+  reads_.clear();
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (results[i].ok() || !copied_[keys[i]]) continue;
     const uint32_t k = keys[i];
+    if (results[i].ok() || !copied_[k]) continue;
+    RemoteRead& read = failed[i];
+    if (!read.others.empty() && !held(keys_[k]).gone) {
+      ++ctx_.counters.replica_fallbacks;
+      auto [peer, offset] = std::move(read.others.front());
+      read.others.erase(read.others.begin());
+      AddRemoteRead(k, std::move(read), peer, offset);
+      continue;
+    }
     copied_[k] = 0;
     ++ctx_.counters.transfer_failures;
     held(keys_[k]).SetKey(keys_[k].index, ErrorCode::kTransferFailed,
                           "reading the value from its replica failed: " + results[i].message());
   }
-  Finish();
+  if (remote_.empty()) return Finish();
+  remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_from_peers,
+                 [this](std::span<const uint32_t> keys, std::span<const Status> results) {
+                   OnMoved(keys, results);
+                 });
 }
 
 void ReadBatch::Finish() {

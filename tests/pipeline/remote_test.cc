@@ -1,6 +1,7 @@
 // The request pipeline of a kvagent linked to a real kvmaster process: the round trip, a
 // master that dies with calls in flight and comes back, a master that is not there at start,
-// and a peer whose data port dies while it holds replicas.
+// a peer whose data port dies while it holds replicas, and a get that has to read another
+// replica than the first.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -282,6 +283,44 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreRevokedAndTheRestKeepTheirSessio
   EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 2u);
   EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 2u);
   EXPECT_EQ(CounterOf(st, "master.writes_in_flight"), 0u);
+}
+
+TEST(Remote, AGetWhosePeerReplicaIsDeadReadsTheNextReplicaAndFailsOnlyWhenNoneAnswers) {
+  KvmasterProcess master({"--agent-ttl-ms", "60000"});
+  ASSERT_TRUE(master.started());
+  // Two agents, so a value with two replicas has one on each (the writer's own pool first).
+  AgentProcess writer(RemoteAgentArgs(master));
+  ASSERT_TRUE(writer.started());
+  AgentProcess holder(RemoteAgentArgs(master));
+  ASSERT_TRUE(holder.started());
+  {
+    auto w = Connect(writer);
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(WaitUntil([&] { return CounterOf(w->Stat(), "master.segments") == 2; }));
+    Reply put = PutOne(*w, "twice", Pattern("twice", 8192), "s-twice", /*replicas=*/2);
+    ASSERT_TRUE(put.ok() && put.keys[0].code == ErrorCode::kOk) << put.keys[0].message;
+  }
+  // A reader that joins afterwards holds no replica; the writer's data port dies, but with a
+  // 60 s TTL the master still lists the writer's replica (first, as it was placed first).
+  AgentProcess reader(RemoteAgentArgs(master, {"--data-peer-timeout-ms", "2000"}));
+  ASSERT_TRUE(reader.started());
+  auto c = Connect(reader);
+  ASSERT_TRUE(c);
+  writer.Kill();
+
+  ErrorCode code = ErrorCode::kInternal;
+  EXPECT_EQ(GetOne(*c, "twice", 8192, &code), Pattern("twice", 8192));
+  EXPECT_EQ(code, ErrorCode::kOk);
+  Reply st = c->Stat();
+  EXPECT_EQ(CounterOf(st, "agent.replica_fallbacks"), 1u);
+  EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 0u);
+
+  holder.Kill();  // now no replica answers
+  EXPECT_EQ(GetOne(*c, "twice", 8192, &code), "");
+  EXPECT_EQ(code, ErrorCode::kTransferFailed);
+  st = c->Stat();
+  EXPECT_EQ(CounterOf(st, "agent.replica_fallbacks"), 2u);
+  EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 1u);
 }
 
 }  // namespace
