@@ -20,6 +20,7 @@
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/flags.h"
+#include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
@@ -189,6 +190,7 @@ void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvagent::PreferHugePageHeap(argv);
   Flags v;
   kvagent::FlagSet flags("kvagent",
                          "the kvagent node agent: serves SDK clients on <run-dir>/agent.sock");
@@ -304,7 +306,8 @@ int main(int argc, char** argv) {
   const std::string status =
       "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
-      (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath();
+      (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
+      ", heap on " + kvagent::HeapPagesDescription();
   LOG(INFO) << status;
   sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
 

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "kvagent/common/flags.h"
+#include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/master/master_server.h"
 
@@ -31,6 +32,7 @@ bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvagent::PreferHugePageHeap(argv);
   kvagent::master::MasterServerOptions opts;
   kvagent::master::MasterOptions& m = opts.master;
   std::string log_dir;
@@ -95,7 +97,8 @@ int main(int argc, char** argv) {
   LOG(INFO) << "kvmaster serving: requests on " << server.value()->endpoint() << ", events on "
             << server.value()->events_endpoint() << ", replay on "
             << server.value()->replay_endpoint()
-            << (m.state_dir.empty() ? ", no persistence" : ", state in " + m.state_dir);
+            << (m.state_dir.empty() ? ", no persistence" : ", state in " + m.state_dir)
+            << ", heap on " << kvagent::HeapPagesDescription();
   if (!ready_file.empty() && !WriteReadyFile(ready_file, *server.value())) {
     LOG(ERROR) << "cannot write --ready-file " << ready_file;
     return 1;

@@ -11,6 +11,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +58,32 @@ TEST(AgentLifecycle, ClientSigkilledMidStreamIsReclaimedAndOthersAreUnaffected) 
     EXPECT_EQ(CountShm(agent.pid()), 0);
     Reply r = other->Ping();
     EXPECT_TRUE(r.ok()) << r.status.ToString();
+  }
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An agent that starts removes the segments of agents that are gone, and tells a live agent by
+// its process name; the re-exec for a huge-page heap (heap_pages.h) must keep that name.
+TEST(AgentLifecycle, TheAgentKeepsItsNameAcrossTheHugePageHeapReexec) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(agent.pid()) + "/comm"), "kvagent\n");
+  const std::string thp = ReadFile("/sys/kernel/mm/transparent_hugepage/enabled");
+  const bool thp_offered =
+      thp.find("[always]") != std::string::npos || thp.find("[madvise]") != std::string::npos;
+#if defined(__SANITIZE_ADDRESS__)
+  const bool glibc_malloc = false;
+#else
+  const bool glibc_malloc = true;
+#endif
+  if (thp_offered && glibc_malloc && std::getenv("KVAGENT_HUGE_HEAP") == nullptr) {
+    EXPECT_NE(ReadFile("/proc/" + std::to_string(agent.pid()) + "/environ")
+                  .find("glibc.malloc.hugetlb=1"),
+              std::string::npos);
   }
 }
 

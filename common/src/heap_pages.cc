@@ -1,0 +1,79 @@
+#include "kvagent/common/heap_pages.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+
+namespace kvagent {
+namespace {
+
+constexpr std::string_view kTunable = "glibc.malloc.hugetlb=1";
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kGlibcMalloc = false;
+#else
+constexpr bool kGlibcMalloc = true;
+#endif
+
+// The kernel's THP mode: "always", "madvise" or "never" (empty when it does not say).
+std::string ThpMode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return "";
+  return line.substr(open + 1, close - open - 1);
+}
+
+bool TunableSet() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables != nullptr && std::string_view(tunables).find(kTunable) != std::string::npos;
+}
+
+bool OptedOut() {
+  const char* v = std::getenv("KVAGENT_HUGE_HEAP");
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
+}  // namespace
+
+void PreferHugePageHeap(char** argv) {
+  if (!kGlibcMalloc || OptedOut() || TunableSet()) return;
+  const std::string mode = ThpMode();
+  if (mode != "always" && mode != "madvise") return;
+  const char* old = std::getenv("GLIBC_TUNABLES");
+  std::string tunables = old != nullptr && *old != '\0' ? std::string(old) + ":" : std::string();
+  tunables += kTunable;
+  if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
+  // Exec the binary by its real path, not /proc/self/exe: the kernel names the process after
+  // the file exec'd (comm), and other kvagents recognise a live agent by that name.
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  }
+  // exec failed (no /proc?): go on with 4 KiB pages; HeapPagesDescription() says so.
+  if (old != nullptr) {
+    setenv("GLIBC_TUNABLES", old, 1);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
+}
+
+std::string HeapPagesDescription() {
+  if (!kGlibcMalloc) return "4 KiB pages (sanitizer build)";
+  if (TunableSet()) return "transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)";
+  if (OptedOut()) return "4 KiB pages (KVAGENT_HUGE_HEAP=0)";
+  const std::string mode = ThpMode();
+  if (mode != "always" && mode != "madvise") {
+    return "4 KiB pages (the kernel's transparent huge pages are " +
+           (mode.empty() ? std::string("unknown") : mode) + ")";
+  }
+  return "4 KiB pages (re-executing with GLIBC_TUNABLES failed)";
+}
+
+}  // namespace kvagent
