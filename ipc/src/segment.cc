@@ -1,13 +1,14 @@
 #include "kvagent/ipc/segment.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <new>
 
 namespace kvagent::ipc {
@@ -175,11 +176,10 @@ bool ParseName(const std::string& name, int* pid, uint64_t* epoch) {
   return true;
 }
 
-bool IsLiveKvagent(int pid) {
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  return comm && std::getline(comm, name) && name == "kvagent";
-}
+// Any live process with that pid counts, whatever its name (a kvagent may run under another
+// name): wrongly keeping a dead agent's name only delays its removal to a later start, wrongly
+// removing a live agent's would fail a client that is about to map it.
+bool ProcessExists(int pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
 template <typename Fn>
 void ForEachShmName(Fn&& fn) {
@@ -197,7 +197,7 @@ int RemoveStaleSegments(int own_pid, uint64_t own_epoch) {
     int pid = 0;
     uint64_t epoch = 0;
     if (!ParseName(name, &pid, &epoch)) return;
-    const bool stale = pid == own_pid ? epoch != own_epoch : !IsLiveKvagent(pid);
+    const bool stale = pid == own_pid ? epoch != own_epoch : !ProcessExists(pid);
     if (stale && Segment::Unlink(name)) ++removed;
   });
   return removed;

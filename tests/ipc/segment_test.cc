@@ -1,5 +1,6 @@
 #include "kvagent/ipc/segment.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -69,6 +70,24 @@ TEST(Segment, StaleNamesOfOurPidFromAnotherEpochAreRemoved) {
   EXPECT_EQ(CountSegments(getpid()), 1);
   Segment::Unlink(SegmentName(getpid(), epoch + 1, 8));
   EXPECT_EQ(CountSegments(getpid()), 0);
+}
+
+TEST(Segment, NamesOfADeadPidAreRemovedAndThoseOfAnyLiveProcessKept) {
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const pid_t live = getppid();  // alive, and not named kvagent: still counts as live
+  const uint64_t epoch = RandomEpoch();
+  auto layout = SegmentLayout::Compute(4096, 4096, 0);
+  ASSERT_TRUE(layout.ok());
+  auto of_dead = Segment::Create(SegmentName(dead, epoch, 1), *layout, epoch, 1, {});
+  auto of_live = Segment::Create(SegmentName(live, epoch, 2), *layout, epoch, 2, {});
+  ASSERT_TRUE(of_dead.ok() && of_live.ok());
+  EXPECT_GE(RemoveStaleSegments(getpid(), epoch + 1), 1);
+  EXPECT_EQ(CountSegments(dead), 0);
+  EXPECT_EQ(CountSegments(live), 1);
+  Segment::Unlink(SegmentName(live, epoch, 2));
 }
 
 }  // namespace

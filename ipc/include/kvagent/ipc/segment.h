@@ -115,8 +115,8 @@ class Segment {
 std::string SegmentName(int agent_pid, uint64_t agent_epoch, uint64_t client_id);
 
 // Removes segment names left by agents that died between creating a segment and unlinking it:
-// every "kvagent.<pid>.*" in /dev/shm whose pid is not a live kvagent process, and names of our
-// own pid from another epoch. Returns how many it removed.
+// every "kvagent.<pid>.*" in /dev/shm whose pid is no live process, and names of our own pid
+// from another epoch. Returns how many it removed.
 int RemoveStaleSegments(int own_pid, uint64_t own_epoch);
 
 // Counts names in /dev/shm that start with "kvagent.<pid>." (for tests and diagnostics).
