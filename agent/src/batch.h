@@ -70,6 +70,7 @@ class WriteBatch final : public Batch {
   void OnStarted(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, const mfb::PlacementReply& reply, const SegmentTable& segments);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
+  bool Expire(uint32_t key, std::chrono::steady_clock::time_point now, std::string_view skipped);
   void Finish();
   void OnFinished(bool end, Result<std::span<const uint8_t>> reply);
 

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -51,6 +53,7 @@ struct PipelineCounters {
   uint64_t lease_expired = 0;             // gets that outlived their read lease
   uint64_t master_failures = 0;           // master calls that failed (unreachable, timeout)
   uint64_t abandoned_requests = 0;        // requests of clients that left before completion
+  uint64_t expired_keys = 0;              // keys answered TIMEOUT: the caller's deadline passed
 };
 
 // A request held by a batch, with the answer under construction.
@@ -63,7 +66,14 @@ struct HeldRequest {
   void SetKey(size_t index, ErrorCode code, const std::string& message);
   // Every key (and the request) fails with `status`.
   void FailAll(const Status& status);
+  // The caller's deadline (Request.deadline_ns) has passed at `now`. False without a deadline,
+  // or with one from another clock (its submit time more than 10 minutes from ours).
+  bool Expired(std::chrono::steady_clock::time_point now) const;
 };
+
+// The TIMEOUT of work skipped because the caller stopped waiting; `skipped` says what was not
+// done, e.g. "the value was not copied into the buffer".
+Status DeadlinePassed(std::string_view skipped);
 
 // One key of a batch by its original position: SEMANTICS rule 9 (results, session IDs and
 // block metadata always map back through this, never through a subset's index).

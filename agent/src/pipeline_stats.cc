@@ -28,6 +28,7 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   out.push_back({"agent.bytes_from_peers", c.bytes_from_peers, ""});
   out.push_back({"agent.transfer_failures", c.transfer_failures, ""});
   out.push_back({"agent.replica_fallbacks", c.replica_fallbacks, ""});
+  out.push_back({"agent.expired_keys", c.expired_keys, ""});
   out.push_back({"agent.revoked_keys", c.revoked_keys, ""});
   out.push_back({"agent.lease_expired", c.lease_expired, ""});
   out.push_back({"agent.master_failures", c.master_failures, ""});

@@ -38,6 +38,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   lease_ = std::chrono::milliseconds(p.lease_ttl_ms());
   SegmentTable segments;
   segments.Load(p, ctx_);
+  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     HeldRequest& h = held(keys_[k]);
     Status st = KeyStatus(p.codes(), p.messages(), k);
@@ -56,6 +57,12 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
       continue;
     }
     if (h.gone) continue;
+    if (h.Expired(now)) {
+      ++ctx_.counters.expired_keys;
+      const Status late = DeadlinePassed("the value was not copied into the buffer");
+      h.SetKey(keys_[k].index, late.code(), late.message());
+      continue;
+    }
     CopyKey(k, size, p, segments);
   }
   if (remote_.empty()) return Finish();
@@ -134,7 +141,8 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
     const uint32_t k = keys[i];
     if (results[i].ok() || !copied_[k]) continue;
     RemoteRead& read = failed[i];
-    if (!read.others.empty() && !held(keys_[k]).gone) {
+    if (!read.others.empty() && !held(keys_[k]).gone &&
+        !held(keys_[k]).Expired(std::chrono::steady_clock::now())) {
       ++ctx_.counters.replica_fallbacks;
       auto [peer, offset] = std::move(read.others.front());
       read.others.erase(read.others.begin());

@@ -83,6 +83,14 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
   HeldRequest held;
   held.result.codes.assign(request.key_count(), ErrorCode::kOk);
   held.request = std::move(request);
+  if (held.Expired(std::chrono::steady_clock::now())) {
+    // It waited in the ring past the caller's deadline (agent stalled or overloaded): the
+    // caller has its TIMEOUT already; doing the work now would only surprise it.
+    ctx_.counters.expired_keys += held.result.codes.size();
+    held.FailAll(DeadlinePassed("nothing was done"));
+    ctx_.Complete(held);
+    return;
+  }
   queue(op).push_back(std::move(held));
 }
 

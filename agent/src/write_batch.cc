@@ -38,6 +38,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   const mfb::PlacementReply& p = **placements;
   SegmentTable segments;
   segments.Load(p, ctx_);
+  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     Status st = KeyStatus(p.codes(), p.messages(), k);
     if (!st.ok()) {
@@ -49,6 +50,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
       state_[k] = kFailed;  // revoked below: nothing of a departed client becomes readable
       continue;
     }
+    if (Expire(k, now, "the value was not stored")) continue;
     CopyKey(k, p, segments);
   }
   if (remote_.empty()) return Finish();
@@ -119,9 +121,22 @@ void WriteBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status>
   Finish();
 }
 
+// Revokes key `k` (started, not ended) when its caller's deadline has passed at `now`.
+bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
+                        std::string_view skipped) {
+  if (state_[k] != kStarted || !held(keys_[k]).Expired(now)) return false;
+  state_[k] = kFailed;
+  ++ctx_.counters.expired_keys;
+  const Status late = DeadlinePassed(skipped);
+  held(keys_[k]).SetKey(keys_[k].index, late.code(), late.message());
+  return true;
+}
+
 void WriteBatch::Finish() {
+  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     if (state_[k] == kNotStarted) continue;
+    Expire(k, now, "its bytes were copied but the value was revoked, not committed");
     const bool keep = state_[k] == kStarted && !held(keys_[k]).gone;
     (keep ? to_end_ : to_revoke_).push_back(keys_[k]);
   }

@@ -1,5 +1,8 @@
 #include "call_codec.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kvagent/common/validate.h"
 
 namespace kvagent::sdk_detail {
@@ -107,7 +110,9 @@ Status ValidateCall(const CallSpec& spec) {
 
 std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
                                        const CallSpec& spec,
-                                       std::span<const proto::BufferRef> buffers) {
+                                       std::span<const proto::BufferRef> buffers,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::steady_clock::time_point deadline) {
   fbb.Clear();
   const CallOptions& o = *spec.options;
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> keys;
@@ -160,7 +165,13 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
   if (!blocks.IsNull()) b.add_blocks(blocks);
   if (!options.IsNull()) b.add_options(options);
   if (o.force) b.add_force(true);
-  if (o.timeout.count() > 0) b.add_timeout_ms(static_cast<uint32_t>(o.timeout.count()));
+  const auto clamp_ms = std::min<int64_t>(timeout.count(), UINT32_MAX);
+  if (clamp_ms > 0) {
+    b.add_timeout_ms(static_cast<uint32_t>(clamp_ms));
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch());
+    if (ns.count() > 0) b.add_deadline_ns(static_cast<uint64_t>(ns.count()));
+  }
   fbb.Finish(b.Finish());
   return {fbb.GetBufferPointer(), fbb.GetSize()};
 }

@@ -3,6 +3,7 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -27,10 +28,13 @@ struct CallSpec {
 Status ValidateCall(const CallSpec& spec);
 
 // Encodes the request into `fbb` (cleared first); `buffers` are the arena ranges of the values
-// or targets, parallel to the keys (empty for ops without buffers).
+// or targets, parallel to the keys (empty for ops without buffers). `timeout` and `deadline`
+// (steady_clock: CLOCK_MONOTONIC) are the call's, sent so the agent can skip expired work.
 std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
                                        const CallSpec& spec,
-                                       std::span<const proto::BufferRef> buffers);
+                                       std::span<const proto::BufferRef> buffers,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::steady_clock::time_point deadline);
 
 // Verifies and decodes a completion frame for a request of `key_count` keys. A frame that fails
 // verification or has the wrong number of per-key codes becomes an INTERNAL reply.

@@ -272,7 +272,9 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   slot.id.store(id, std::memory_order_release);
 
   thread_local flatbuffers::FlatBufferBuilder fbb(1024);
-  const std::span<const uint8_t> frame = EncodeRequest(fbb, id, spec, refs);
+  const std::span<const uint8_t> frame =
+      EncodeRequest(fbb, id, spec, refs,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(timeout), deadline);
   Status pushed = Push(id, frame, deadline);
   if (!pushed.ok()) {
     ReleaseSlot(*index);

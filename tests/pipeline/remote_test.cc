@@ -47,13 +47,18 @@ bool Exists(Client& c, const std::string& key) {
   return r.ok() && r.keys.size() == 1 && r.keys[0].exists;
 }
 
-TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
+// A kvmaster, one agent of it and a client of that agent (members start in this order).
+struct OneAgentCluster {
   KvmasterProcess master;
-  ASSERT_TRUE(master.started());
-  AgentProcess agent(RemoteAgentArgs(master));
-  ASSERT_TRUE(agent.started());
-  auto c = Connect(agent);
-  ASSERT_TRUE(c);
+  AgentProcess agent{RemoteAgentArgs(master)};
+  std::unique_ptr<Client> client = Connect(agent);
+  bool started() const { return master.started() && agent.started() && client != nullptr; }
+};
+
+TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
+  OneAgentCluster cluster;
+  ASSERT_TRUE(cluster.started());
+  Client* c = cluster.client.get();
   const std::string big = Pattern("big", 1 << 20);
   ASSERT_EQ(PutOne(*c, "big", big, "sess-α").keys.at(0).code, ErrorCode::kOk);
   ASSERT_EQ(PutOne(*c, "small", "bytes").keys.at(0).code, ErrorCode::kOk);
@@ -77,7 +82,7 @@ TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
   Reply st = c->Stat();
   std::string link;
   EXPECT_EQ(CounterOf(st, "agent.master_link", &link), 1u);
-  EXPECT_NE(link.find(master.rpc()), std::string::npos) << link;
+  EXPECT_NE(link.find(cluster.master.rpc()), std::string::npos) << link;
   EXPECT_EQ(CounterOf(st, "master.keys"), 1u);
   EXPECT_EQ(c->RemoveAll(force).removed_count, 1u);
 }
@@ -283,6 +288,35 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreRevokedAndTheRestKeepTheirSessio
   EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 2u);
   EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 2u);
   EXPECT_EQ(CounterOf(st, "master.writes_in_flight"), 0u);
+}
+
+TEST(Remote, APutWhoseDeadlinePassedWhileTheMasterStalledIsRevokedNotCommitted) {
+  OneAgentCluster cluster;
+  ASSERT_TRUE(cluster.started());
+  Client* c = cluster.client.get();
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.segments") == 1; }));
+
+  cluster.master.Signal(SIGSTOP);  // the agent's BatchPutStart waits in the master's socket
+  std::vector<std::string> keys = {"slow"}, sessions = {"s-slow"};
+  const std::string value = Pattern("slow", 4096);
+  std::vector<Value> values = {Value(std::string_view(value))};
+  CallOptions o;
+  o.session_ids = sessions;
+  o.timeout = std::chrono::milliseconds(200);
+  EXPECT_EQ(c->Put(keys, values, o).status.code(), ErrorCode::kTimeout);
+  cluster.master.Signal(SIGCONT);
+
+  // The placements arrive after the deadline: the agent revokes instead of copying and ending.
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "agent.expired_keys") == 1; }));
+  Reply st = c->Stat();
+  EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 1u);
+  EXPECT_EQ(CounterOf(st, "master.writes_in_flight"), 0u);
+  EXPECT_FALSE(Exists(*c, "slow"));
+  // The same put again, in time, stores it.
+  o.timeout = std::chrono::milliseconds(0);
+  Reply again = c->Put(keys, values, o);
+  ASSERT_EQ(again.keys.size(), 1u);
+  EXPECT_EQ(again.keys[0].code, ErrorCode::kOk) << again.keys[0].message;
 }
 
 TEST(Remote, AGetWhosePeerReplicaIsDeadReadsTheNextReplicaAndFailsOnlyWhenNoneAnswers) {

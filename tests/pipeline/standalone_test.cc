@@ -301,6 +301,40 @@ TEST(Standalone, RequestsOfSeveralClientsTravelInOneMasterBatch) {
   }
 }
 
+// The SDK sends each call's deadline; work the agent reaches after it is not done, so a call
+// that timed out while the agent was stalled does not happen behind the caller's back.
+TEST(Standalone, CallsWhoseDeadlinePassedWhileTheAgentStalledAreNotCarriedOut) {
+  AgentProcess agent;
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(Codes(PutAll(*c, {"kept"}, {"kept-value"})), std::vector<std::string>{"OK"});
+  auto target = c->Allocate(64);
+  ASSERT_TRUE(target.ok());
+  std::memset(target->data(), 0xEE, target->size());
+
+  agent.Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
+  CallOptions quick;
+  quick.timeout = std::chrono::milliseconds(100);
+  const std::string late_value = "late-value";
+  std::vector<std::string> late = {"late"}, kept = {"kept"};
+  std::vector<Value> values = {Value(std::string_view(late_value))};
+  std::vector<const ArenaBuffer*> targets = {&*target};
+  EXPECT_EQ(c->Put(late, values, quick).status.code(), ErrorCode::kTimeout);
+  EXPECT_EQ(c->Get(kept, targets, quick).status.code(), ErrorCode::kTimeout);
+  agent.Signal(SIGCONT);
+
+  // Both requests reach the agent now, after their deadlines.
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "agent.expired_keys") == 2; }));
+  Reply exist = c->Exist(late);
+  ASSERT_EQ(exist.keys.size(), 1u);
+  EXPECT_FALSE(exist.keys[0].exists) << "a put that timed out was stored";
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(target->data()), 64), std::string(64, '\xEE'))
+      << "a get that timed out wrote into its buffer";
+  EXPECT_EQ(GetOne(*c, "kept", 64), "kept-value");
+}
+
 TEST(Standalone, StatReportsTheAgentsAndTheMastersCounters) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());
