@@ -5,14 +5,18 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string>
+#include <string_view>
 
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/master/master_server.h"
+#include "kvagent/master/standby.h"
 
 namespace {
 
@@ -29,6 +33,41 @@ bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+// Follows the primary until promoted; returns nullptr then, or why the standby stopped instead
+// ("SIGTERM", "SIGINT", "error").
+const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
+                                int64_t promote_after_ms, const kvagent::StopSignals& signals) {
+  auto standby = kvagent::master::Standby::Start(options);
+  if (!standby.ok()) {
+    LOG(ERROR) << "kvmaster standby cannot start: " << standby.status().ToString();
+    return "error";
+  }
+  LOG(INFO) << "kvmaster standby: following " << options.primary << ", its state kept in "
+            << options.state_dir << "; promote with SIGUSR1"
+            << (promote_after_ms > 0 ? " or after " + std::to_string(promote_after_ms) +
+                                           " ms without an answer from the primary"
+                                     : std::string());
+  std::string why;
+  while (why.empty()) {
+    const char* sig = signals.WaitFor(std::chrono::milliseconds(100));
+    const bool synced = (*standby)->synced();
+    if (sig != nullptr && std::string_view(sig) != "SIGUSR1") return sig;
+    if (sig != nullptr && !synced) {
+      LOG(WARNING) << "kvmaster standby: SIGUSR1 ignored: no snapshot of the primary yet, so "
+                      "there is no state to serve";
+    } else if (sig != nullptr) {
+      why = "SIGUSR1";
+    } else if (promote_after_ms > 0 && synced &&
+               (*standby)->silent_for().count() >= promote_after_ms) {
+      why = "the primary has not answered for " + std::to_string((*standby)->silent_for().count()) +
+            " ms";
+    }
+  }
+  LOG(INFO) << "kvmaster standby: promoting (" << why << ") at the primary's record "
+            << (*standby)->applied_seq();
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +78,9 @@ int main(int argc, char** argv) {
   std::string ready_file;
   int64_t tick_ms = opts.tick_ms;
   uint64_t replay_batches = opts.replay_batches;
+  m.replication_log_bytes = 64ull << 20;
+  kvagent::master::StandbyOptions standby_options;
+  int64_t promote_after_ms = 0;
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
@@ -64,6 +106,17 @@ int main(int argc, char** argv) {
   flags.String("log-dir", &log_dir, "write glog files here (default: stderr)");
   flags.String("ready-file", &ready_file,
                "once serving, write the bound endpoints here (rpc=, events=, replay=)");
+  flags.Size("replication-log-bytes", &m.replication_log_bytes,
+             "operation-log records kept for standbys to fetch (0: serve no standby)");
+  flags.String("follow", &standby_options.primary,
+               "run as a standby of the kvmaster at this endpoint: keep a copy of its state in "
+               "--state-dir and serve nothing until promoted (SIGUSR1, or --promote-after-ms)");
+  flags.Int("promote-after-ms", &promote_after_ms,
+            "standby: promote itself once the primary has not answered for this long (0: only "
+            "on SIGUSR1)");
+  flags.String("status-file", &standby_options.status_file,
+               "standby: rewrite this file after each fetch (primary=, incarnation=, "
+               "applied_seq=)");
   if (kvagent::Status st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << "kvmaster: " << st.message() << "\n";
     return 2;
@@ -78,6 +131,16 @@ int main(int argc, char** argv) {
   }
   opts.tick_ms = static_cast<int>(tick_ms);
   opts.replay_batches = replay_batches;
+  standby_options.state_dir = m.state_dir;
+  if (!standby_options.primary.empty() && m.state_dir.empty()) {
+    std::cerr << "kvmaster: --follow needs --state-dir (the standby keeps the primary's state "
+                 "there)\n";
+    return 2;
+  }
+  if (promote_after_ms < 0 || (promote_after_ms > 0 && standby_options.primary.empty())) {
+    std::cerr << "kvmaster: --promote-after-ms must be >= 0 and goes with --follow\n";
+    return 2;
+  }
 
   if (log_dir.empty()) {
     FLAGS_logtostderr = true;
@@ -86,7 +149,14 @@ int main(int argc, char** argv) {
   }
   google::InitGoogleLogging(argv[0]);
 
-  const kvagent::StopSignals stop_signals;  // before any thread: they all inherit the mask
+  // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
+  const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
+  if (!standby_options.primary.empty()) {
+    if (const char* stop = FollowUntilPromoted(standby_options, promote_after_ms, stop_signals)) {
+      LOG(INFO) << "kvmaster standby: " << stop << ", stopped";
+      return std::string_view(stop) == "error" ? 1 : 0;
+    }
+  }
 
   kvagent::master::SteadyClock clock;
   auto server = kvagent::master::MasterServer::Start(opts, &clock);
@@ -103,7 +173,12 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "cannot write --ready-file " << ready_file;
     return 1;
   }
-  LOG(INFO) << "kvmaster: " << stop_signals.Wait() << ", shutting down";
+  const char* stop = stop_signals.Wait();
+  while (std::string_view(stop) == "SIGUSR1") {
+    LOG(INFO) << "kvmaster: SIGUSR1 ignored: already serving";
+    stop = stop_signals.Wait();
+  }
+  LOG(INFO) << "kvmaster: " << stop << ", shutting down";
   server.value().reset();
   LOG(INFO) << "kvmaster: stopped";
   return 0;

@@ -333,6 +333,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
           {"bad_requests", st.bad_requests},
           {"events_emitted", st.events_emitted},
           {"oplog_records", st.oplog_records},
+          {"replication_last_seq", st.replication_last_seq},
       };
       if (extra_stats_) extra_stats_(&all);
       std::vector<flatbuffers::Offset<flatbuffers::String>> names;
@@ -343,6 +344,18 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       }
       auto body = fb::CreateStatsReply(b, b.CreateVector(names), b.CreateVector(values));
       return Finish(b, id, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
+    }
+    case fb::Body::Replicate: {
+      const auto* m = req->body_as_Replicate();
+      ReplicationPage page;
+      const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
+      Status st = service_->ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
+      if (!st.ok()) return Finish(b, id, st, fb::ReplyBody::NONE, 0);
+      auto records = b.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()),
+                                    page.records.size());
+      auto body = fb::CreateReplicateReply(b, service_->incarnation(), page.snapshot, page.last_seq,
+                                           records);
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
     }
     default:
       break;

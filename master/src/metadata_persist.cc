@@ -273,15 +273,34 @@ void MetadataStore::FinishRestore() {
 }
 
 bool MetadataStore::ShouldLog() const {
-  return snapshot_sink_ != nullptr || (oplog_ && !restoring_);
+  return snapshot_sink_ != nullptr || ((oplog_ || replication_.enabled()) && !restoring_);
 }
 
 void MetadataStore::AppendRecord() {
   if (snapshot_sink_) {
     (*snapshot_sink_)(record_);
-  } else {
-    oplog_->Append(record_);
+    return;
   }
+  if (oplog_) oplog_->Append(record_);
+  replication_.Append(record_);
+}
+
+void MetadataStore::ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes,
+                                    ReplicationPage* out) {
+  out->records.clear();
+  out->snapshot = snapshot || !replication_.Covers(after_seq);
+  if (!out->snapshot) {
+    out->last_seq = replication_.ReadAfter(after_seq, max_bytes, &out->records);
+    return;
+  }
+  // The state after the newest record, as the records that rebuild it.
+  out->last_seq = replication_.last_seq();
+  const std::function<void(std::string_view)> sink = [out](std::string_view payload) {
+    AppendFramedRecord(payload, &out->records);
+  };
+  snapshot_sink_ = &sink;
+  WriteSnapshot();
+  snapshot_sink_ = nullptr;
 }
 
 void MetadataStore::WriteSnapshot() {

@@ -31,6 +31,7 @@
 #include "kvagent/master/session_tags.h"
 #include "kvagent/master/types.h"
 #include "object_table.h"
+#include "replication_log.h"
 
 namespace kvagent::master {
 
@@ -247,6 +248,15 @@ class MetadataStore {
   void LogObject(const ObjectEntry& e);
   void LogRemoved(std::string_view key);
   Status ApplyRecord(std::string_view payload);
+ public:
+  // The records a standby needs after `after_seq` (or, with `snapshot` or when the log no longer
+  // holds them, the whole committed state). See ReplicationPage.
+  void ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes,
+                       ReplicationPage* out);
+  bool replicating() const { return replication_.enabled(); }
+  uint64_t replication_last_seq() const { return replication_.last_seq(); }
+
+ private:
   void FinishRestore();
   void WriteSnapshot();
   bool ShouldLog() const;
@@ -267,6 +277,7 @@ class MetadataStore {
   std::vector<Discarded> discarded_;
   std::vector<events::KvEvent> events_;
   std::unique_ptr<OpLog> oplog_;
+  ReplicationLog replication_{options_.replication_log_bytes};
   std::string record_;  // scratch for one log record
   // While compacting: where records go instead of the live log.
   const std::function<void(std::string_view)>* snapshot_sink_ = nullptr;

@@ -241,6 +241,7 @@ MasterStats MetadataStore::stats() const {
   s.segments = segments_.size();
   s.session_tags = tags_.size();
   if (oplog_) s.oplog_records = oplog_->records_appended();
+  s.replication_last_seq = replication_.last_seq();
   return s;
 }
 

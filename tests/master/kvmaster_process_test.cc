@@ -111,6 +111,10 @@ TEST(Kvmaster, ABadFlagExitsWithCode2) {
   EXPECT_EQ(m.WaitExit(), 2);
   Kvmaster w({"--high-watermark", "lots"}, false);
   EXPECT_EQ(w.WaitExit(), 2);
+  Kvmaster no_state({"--follow", "tcp://127.0.0.1:1"}, false);  // a standby needs --state-dir
+  EXPECT_EQ(no_state.WaitExit(), 2);
+  Kvmaster no_follow({"--promote-after-ms", "100"}, false);  // only a standby promotes
+  EXPECT_EQ(no_follow.WaitExit(), 2);
 }
 
 TEST(Kvmaster, HelpExitsWithCode0) {

@@ -75,6 +75,54 @@ TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
   EXPECT_EQ(r->body_as_KeyCodesReply()->exists()->Get(2), 0);
 }
 
+Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation) {
+  flatbuffers::FlatBufferBuilder b;
+  return Finish(b, fb::Body::Replicate, fb::CreateReplicate(b, after_seq, incarnation).Union());
+}
+
+TEST_F(MasterRpcTest, ReplicateIsRefusedByAMasterThatKeepsNoRecordsForStandbys) {
+  auto* r = Call(ReplicateMsg(0, 0));
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  EXPECT_NE(r->message()->str().find("--replication-log-bytes"), std::string::npos);
+}
+
+TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  Cluster c(o, 1);
+  MasterRpc rpc(c.svc.get());
+  c.Put(c.agents[0], {"a"}, 64, {"s-a"});
+  std::vector<uint8_t> last;
+  auto call = [&](const Bytes& request) {
+    auto reply = rpc.Handle(request);
+    last.assign(reply.begin(), reply.end());
+    return ParseReply(last.data(), last.size());
+  };
+  const fb::Reply* r = call(ReplicateMsg(0, 0));
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->status(), 0);
+  const fb::ReplicateReply* page = r->body_as_ReplicateReply();
+  ASSERT_NE(page, nullptr);
+  EXPECT_TRUE(page->snapshot());
+  EXPECT_EQ(page->incarnation(), c.svc->incarnation());
+  const uint64_t seq = page->last_seq();
+  EXPECT_EQ(seq, c.svc->Stats().replication_last_seq);
+  EXPECT_GT(page->records()->size(), 0u);
+  c.Put(c.agents[0], {"b"}, 64, {"s-b"});
+  r = call(ReplicateMsg(seq, c.svc->incarnation()));
+  page = r->body_as_ReplicateReply();
+  ASSERT_NE(page, nullptr);
+  EXPECT_FALSE(page->snapshot());
+  EXPECT_EQ(page->last_seq(), seq + 1);  // one record: object b
+  const std::string records(reinterpret_cast<const char*>(page->records()->data()),
+                            page->records()->size());
+  EXPECT_NE(records.find("s-b"), std::string::npos);
+  EXPECT_EQ(records.find("s-a"), std::string::npos);
+  // A standby of another incarnation (the primary restarted) starts over from a snapshot.
+  r = call(ReplicateMsg(seq + 1, c.svc->incarnation() + 1));
+  EXPECT_TRUE(r->body_as_ReplicateReply()->snapshot());
+}
+
 TEST_F(MasterRpcTest, AMisalignedRequestIsReadCorrectly) {
   // ZMQ hands small frames over at any address; FlatBuffers needs aligned scalars.
   Bytes req = WriteStartMsg(agent, {"odd"}, {100}, {"s"});

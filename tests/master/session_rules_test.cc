@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/validate.h"
+#include "kvagent/master/oplog.h"
 #include "master_test_util.h"
 
 namespace kvagent::master {
@@ -171,6 +174,64 @@ TEST(SessionRules, Rule7_TagsSurviveTheOperationLogAndARestart) {
   // A second restart (the log was compacted at the first one) keeps them too.
   c.Restart();
   EXPECT_EQ(c.svc->SessionOf("tagged"), "newer");
+}
+
+// A standby's copy of the state (kvmaster --follow): what it writes from the pages it fetches.
+void WriteAsStandby(const ReplicationPage& page, OpLog& log) {
+  std::vector<std::string> records;
+  for (size_t pos = 0; pos + 4 <= page.records.size();) {
+    const auto* b = reinterpret_cast<const unsigned char*>(page.records.data() + pos);
+    const uint32_t len = b[0] | b[1] << 8 | b[2] << 16 | uint32_t{b[3]} << 24;
+    records.push_back(page.records.substr(pos + 4, len));
+    pos += 4 + len;
+  }
+  if (page.snapshot) {
+    ASSERT_TRUE(log.Rewrite([&](const std::function<void(std::string_view)>& append) {
+                     for (const auto& r : records) append(r);
+                   })
+                    .ok());
+  } else {
+    for (const auto& r : records) log.Append(r);
+    ASSERT_TRUE(log.Flush().ok());
+  }
+}
+
+TEST(SessionRules, Rule7_TagsSurviveStandbyReplicationAndPromotion) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  Cluster primary(o);
+  primary.Put(primary.agents[0], {"tagged", "plain", "gone"}, 64, {"first", "", "doomed"});
+  TempDir dir;
+  auto log = OpLog::Open(dir.path());
+  ASSERT_TRUE(log.ok());
+  ReplicationPage page;
+  ASSERT_TRUE(primary.svc->ReadReplication(0, 0, 1 << 20, &page).ok());
+  EXPECT_TRUE(page.snapshot);  // a new standby starts from the whole state
+  WriteAsStandby(page, **log);
+  // Later changes arrive as records: a re-tagging upsert, a new put, a remove.
+  ASSERT_TRUE(
+      primary.Start(primary.agents[0], {"tagged"}, {64}, {"newer"}, {}, true).results[0].ok());
+  ASSERT_TRUE(primary.End(primary.agents[0], {"tagged"}).results[0].ok());
+  primary.Put(primary.agents[1], {"late"}, 64, {"late-session"});
+  KeyResults removed;
+  ASSERT_TRUE(primary.svc->BatchRemove(testing::Views({"gone"}), false, &removed).ok());
+  ASSERT_TRUE(
+      primary.svc->ReadReplication(page.last_seq, primary.svc->incarnation(), 1 << 20, &page).ok());
+  EXPECT_FALSE(page.snapshot);
+  EXPECT_EQ(page.last_seq, primary.svc->Stats().replication_last_seq);
+  WriteAsStandby(page, **log);
+  log->reset();
+
+  // Promotion: a master opened on the standby's log.
+  MasterOptions so;
+  so.state_dir = dir.path();
+  auto promoted = MasterService::Open(so, &primary.clock);
+  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
+  EXPECT_EQ((*promoted)->SessionOf("tagged"), "newer");
+  EXPECT_EQ((*promoted)->SessionOf("plain"), "");
+  EXPECT_EQ((*promoted)->SessionOf("late"), "late-session");
+  EXPECT_EQ((*promoted)->SessionOf("gone"), std::nullopt);
+  EXPECT_FALSE((*promoted)->HasSessionTag("doomed"));
 }
 
 TEST(SessionRules, Rule8_OnlyBlockStoredCarriesTheSession) {

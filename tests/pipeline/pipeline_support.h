@@ -41,6 +41,22 @@ class KvmasterProcess {
     Launch("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
   }
 
+  // A standby of `primary` (kvmaster --follow) that, once promoted, serves on the primary's
+  // endpoints. Does not wait: it is ready only after promotion (WaitServing).
+  static std::unique_ptr<KvmasterProcess> StandbyOf(const KvmasterProcess& primary,
+                                                    std::vector<std::string> extra) {
+    std::unique_ptr<KvmasterProcess> p(new KvmasterProcess(NoLaunch{}));
+    p->extra_ = Concat({"--follow", primary.rpc()}, extra);
+    p->Spawn(primary.rpc(), primary.events(), primary.replay());
+    return p;
+  }
+  // Waits (bounded) until the process serves; false when it exited or did not come up.
+  bool WaitServing() {
+    ReadReady();
+    return started();
+  }
+  const std::string& dir() const { return dir_.path(); }
+
   bool started() const { return !rpc_.empty(); }
   const std::string& rpc() const { return rpc_; }
   const std::string& events() const { return events_; }
@@ -69,7 +85,15 @@ class KvmasterProcess {
   }
 
  private:
+  struct NoLaunch {};
+  explicit KvmasterProcess(NoLaunch) {}
+
   void Launch(const std::string& rpc, const std::string& events, const std::string& replay) {
+    Spawn(rpc, events, replay);
+    ReadReady();
+  }
+
+  void Spawn(const std::string& rpc, const std::string& events, const std::string& replay) {
     const std::string ready = dir_.path() + "/ready";
     unlink(ready.c_str());
     std::vector<std::string> args = {KVMASTER_BINARY, "--listen",     rpc,
@@ -89,6 +113,10 @@ class KvmasterProcess {
       _exit(127);
     }
     process_.Reset(pid);
+  }
+
+  void ReadReady() {
+    const std::string ready = dir_.path() + "/ready";
     if (!WaitUntil([&] { return access(ready.c_str(), F_OK) == 0 || !process_.Running(); })) {
       return;
     }

@@ -1,6 +1,7 @@
 // How the daemons (kvagent, kvmaster) stop: SIGTERM or SIGINT, taken by the main thread.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 
 namespace kvagent {
@@ -10,9 +11,13 @@ namespace kvagent {
 // must not kill a daemon). Call at the start of main, before any thread exists.
 class StopSignals {
  public:
-  StopSignals();
+  // With `also_sigusr1`, SIGUSR1 is taken the same way (a standby kvmaster's "promote now").
+  explicit StopSignals(bool also_sigusr1 = false);
   // Waits for SIGTERM or SIGINT and returns its name ("SIGTERM" or "SIGINT").
   const char* Wait() const;
+  // Waits at most `timeout` for any of the signals; returns its name ("SIGTERM", "SIGINT",
+  // "SIGUSR1"), or nullptr when none came.
+  const char* WaitFor(std::chrono::milliseconds timeout) const;
 
  private:
   sigset_t set_;

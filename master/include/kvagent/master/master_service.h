@@ -119,6 +119,13 @@ class MasterService {
   // Writes buffered operation-log records out (every mutating call already does at its end).
   Status Flush();
 
+  // For a standby (kvmaster --follow): the committed-state records after `after_seq`, at most
+  // about `max_bytes`; a snapshot of the whole state instead when `incarnation` is not this
+  // master's (the standby followed another one, or is new) or the records are no longer held.
+  // INVALID_PARAMS when replication is off (options().replication_log_bytes == 0).
+  Status ReadReplication(uint64_t after_seq, uint64_t incarnation, size_t max_bytes,
+                         ReplicationPage* out);
+
   // Events produced since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();
   // The same into `*out` (cleared first); the service keeps out's old buffer for the next

@@ -55,6 +55,17 @@ struct MasterOptions {
   double low_watermark = 0.85;               // ... which runs until use is at or below this
   uint64_t max_part_bytes = 64ull << 20;     // larger values are stored as several parts
   std::string state_dir;                     // operation log directory; empty: no persistence
+  // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
+  uint64_t replication_log_bytes = 0;
+};
+
+// What a standby receives (MasterService::ReadReplication): records framed [u32 length LE]
+// [payload], either those after the sequence number it asked for, or (snapshot) the master's
+// whole committed state, which then replaces everything the standby had.
+struct ReplicationPage {
+  bool snapshot = false;
+  uint64_t last_seq = 0;  // the sequence number the standby is at after applying the page
+  std::string records;
 };
 
 // INVALID_PARAMS naming the first inconsistent option (non-positive TTL, release timeout
@@ -168,6 +179,7 @@ struct MasterStats {
   uint64_t bad_requests = 0;      // rejected whole (validation)
   uint64_t events_emitted = 0;
   uint64_t oplog_records = 0;
+  uint64_t replication_last_seq = 0;  // newest record a standby can fetch
 };
 
 }  // namespace kvagent::master

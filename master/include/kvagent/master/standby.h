@@ -1,0 +1,58 @@
+// Standby: a kvmaster that follows another one (`kvmaster --follow ENDPOINT --state-dir DIR`).
+//
+// One thread owns a ZMQ DEALER to the primary's ROUTER and the operation log in DIR. It asks for
+// the primary's records (master.fbs Replicate) every `poll` and appends them to the log as they
+// come; the first answer, and any answer after the primary restarted or after the standby fell
+// behind what the primary keeps, is a snapshot of the whole committed state that replaces the
+// log. The log is therefore always one the primary could have written itself, and promoting the
+// standby is starting a MasterServer over DIR: the same replay that restores a restarted master
+// (objects, replicas, session tags, block metadata; in-flight writes and leases are not
+// replicated). The standby serves no requests until then.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent::master {
+
+struct StandbyOptions {
+  std::string primary;      // the primary's ROUTER endpoint, e.g. tcp://10.0.0.1:50051
+  std::string state_dir;    // the followed operation log goes to DIR/master.oplog (required)
+  std::string status_file;  // optional: rewritten after each page (primary=, incarnation=,
+                            // applied_seq=)
+  std::chrono::milliseconds poll{20};       // between requests when there was nothing new
+  std::chrono::milliseconds timeout{1000};  // a request unanswered this long: reconnect
+};
+
+class Standby {
+ public:
+  // Opens the log in options.state_dir and starts following. Fails when the directory is
+  // unusable or the endpoint is malformed.
+  static Result<std::unique_ptr<Standby>> Start(StandbyOptions options);
+  // Stops following; the log holds every page applied so far.
+  ~Standby();
+  Standby(const Standby&) = delete;
+  Standby& operator=(const Standby&) = delete;
+
+  // True once a snapshot of the primary has been applied (the log is a usable state).
+  bool synced() const { return synced_.load(std::memory_order_acquire); }
+  // The primary's record the log is at.
+  uint64_t applied_seq() const { return applied_seq_.load(std::memory_order_acquire); }
+  // How long since the primary last answered (since Start while it never did).
+  std::chrono::milliseconds silent_for() const;
+
+ private:
+  class Follower;
+  Standby() = default;
+  std::unique_ptr<Follower> follower_;
+  std::atomic<bool> synced_{false};
+  std::atomic<uint64_t> applied_seq_{0};
+  std::atomic<int64_t> last_answer_ms_{0};
+};
+
+}  // namespace kvagent::master

@@ -1,0 +1,215 @@
+#include "kvagent/master/standby.h"
+
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "kvagent/master/oplog.h"
+#include "kvagent/schemas/master_generated.h"
+
+namespace kvagent::master {
+namespace {
+
+namespace fb = kvagent::master_proto;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Splits [u32 length LE][payload]... into payloads; false when a frame runs past the end.
+bool ForEachRecord(std::span<const uint8_t> bytes,
+                   const std::function<void(std::string_view)>& fn) {
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    if (bytes.size() - pos < 4) return false;
+    const uint32_t len = uint32_t{bytes[pos]} | uint32_t{bytes[pos + 1]} << 8 |
+                         uint32_t{bytes[pos + 2]} << 16 | uint32_t{bytes[pos + 3]} << 24;
+    pos += 4;
+    if (bytes.size() - pos < len) return false;
+    fn(std::string_view(reinterpret_cast<const char*>(bytes.data() + pos), len));
+    pos += len;
+  }
+  return true;
+}
+
+}  // namespace
+
+class Standby::Follower {
+ public:
+  Follower(Standby* owner, StandbyOptions options, std::unique_ptr<OpLog> log)
+      : owner_(owner), options_(std::move(options)), log_(std::move(log)) {
+    Connect();  // throws zmq::error_t for a malformed endpoint, before any thread exists
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Follower() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+    if (Status st = log_->Flush(); !st.ok()) LOG(ERROR) << st.ToString();
+  }
+
+ private:
+  void Connect() {
+    socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    socket_->set(zmq::sockopt::linger, 0);
+    socket_->connect(options_.primary);
+  }
+
+  // One Replicate round trip; false when the primary did not answer in time.
+  bool Ask(std::vector<uint8_t>* reply) {
+    flatbuffers::FlatBufferBuilder b(256);
+    const uint64_t id = ++request_id_;
+    b.Finish(
+        fb::CreateRequest(b, id, fb::Body::Replicate,
+                          fb::CreateReplicate(b, owner_->applied_seq(), incarnation_).Union()));
+    socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+    socket_->send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+    const int64_t deadline = NowMs() + options_.timeout.count();
+    zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}};
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const int64_t left = deadline - NowMs();
+      if (left <= 0) return false;
+      zmq::poll(items, 1, std::chrono::milliseconds(std::min<int64_t>(left, 50)));
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(*socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+        continue;
+      }
+      if (frames.size() != 2 || frames[0].size() != 0) continue;  // not [b"", Reply]
+      const auto* p = static_cast<const uint8_t*>(frames[1].data());
+      reply->assign(p, p + frames[1].size());
+      flatbuffers::Verifier v(reply->data(), reply->size());
+      if (!v.VerifyBuffer<fb::Reply>(nullptr)) continue;
+      if (flatbuffers::GetRoot<fb::Reply>(reply->data())->request_id() != id) continue;  // stale
+      return true;
+    }
+    return false;
+  }
+
+  // Applies one ReplicateReply; returns the number of records applied (-1: nothing usable).
+  int64_t Apply(const fb::Reply& reply) {
+    if (reply.status() != 0) {
+      LOG_EVERY_N(WARNING, 50) << "standby: the primary refuses to replicate: "
+                               << (reply.message() ? reply.message()->str() : "");
+      return -1;
+    }
+    const fb::ReplicateReply* r = reply.body_as_ReplicateReply();
+    if (r == nullptr) return -1;
+    std::span<const uint8_t> bytes;
+    if (r->records()) bytes = std::span(r->records()->data(), r->records()->size());
+    if (!ForEachRecord(bytes, [](std::string_view) {})) {
+      LOG_EVERY_N(WARNING, 50) << "standby: malformed records from the primary; asking again";
+      return -1;
+    }
+    int64_t applied = 0;
+    if (r->snapshot()) {
+      Status st = log_->Rewrite([&](const std::function<void(std::string_view)>& append) {
+        ForEachRecord(bytes, [&](std::string_view rec) {
+          append(rec);
+          ++applied;
+        });
+      });
+      if (!st.ok()) {
+        LOG(ERROR) << "standby: cannot write the snapshot: " << st.ToString();
+        return -1;
+      }
+      if (incarnation_ != r->incarnation()) {
+        LOG(INFO) << "standby: following primary " << options_.primary << " (incarnation "
+                  << r->incarnation() << "): snapshot of " << applied << " records at seq "
+                  << r->last_seq();
+      }
+      incarnation_ = r->incarnation();
+    } else {
+      ForEachRecord(bytes, [&](std::string_view rec) {
+        log_->Append(rec);
+        ++applied;
+      });
+      if (Status st = log_->Flush(); !st.ok()) {
+        LOG(ERROR) << "standby: cannot append to the log: " << st.ToString();
+        return -1;
+      }
+    }
+    owner_->applied_seq_.store(r->last_seq(), std::memory_order_release);
+    owner_->synced_.store(true, std::memory_order_release);
+    WriteStatus();
+    return applied;
+  }
+
+  void WriteStatus() {
+    if (options_.status_file.empty()) return;
+    const std::string tmp = options_.status_file + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << "primary=" << options_.primary << "\nincarnation=" << incarnation_
+          << "\napplied_seq=" << owner_->applied_seq() << "\n";
+      if (!out) return;
+    }
+    std::rename(tmp.c_str(), options_.status_file.c_str());
+  }
+
+  void Run() {
+    std::vector<uint8_t> reply;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      if (!Ask(&reply)) {
+        if (stop_.load(std::memory_order_relaxed)) break;
+        LOG_EVERY_N(WARNING, 20) << "standby: primary " << options_.primary << " silent for "
+                                 << owner_->silent_for().count() << " ms; reconnecting";
+        Connect();  // drops the unanswered request: no stale reply can arrive
+        continue;
+      }
+      owner_->last_answer_ms_.store(NowMs(), std::memory_order_release);
+      const int64_t applied = Apply(*flatbuffers::GetRoot<fb::Reply>(reply.data()));
+      if (applied > 0) continue;  // there may be more right away
+      std::this_thread::sleep_for(applied < 0 ? std::chrono::milliseconds(1000) : options_.poll);
+    }
+  }
+
+  Standby* owner_;
+  StandbyOptions options_;
+  std::unique_ptr<OpLog> log_;
+  zmq::context_t context_{1};
+  std::unique_ptr<zmq::socket_t> socket_;
+  uint64_t incarnation_ = 0;
+  uint64_t request_id_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+Result<std::unique_ptr<Standby>> Standby::Start(StandbyOptions options) {
+  if (options.state_dir.empty()) {
+    return InvalidParams("a standby needs --state-dir: the followed operation log is kept there");
+  }
+  if (options.primary.empty()) return InvalidParams("a standby needs the primary's endpoint");
+  auto log = OpLog::Open(options.state_dir);
+  if (!log.ok()) return log.status();
+  std::unique_ptr<Standby> standby(new Standby());
+  standby->last_answer_ms_.store(NowMs());
+  const std::string primary = options.primary;
+  try {
+    standby->follower_ =
+        std::make_unique<Follower>(standby.get(), std::move(options), std::move(log.value()));
+  } catch (const zmq::error_t& e) {
+    return InvalidParams("cannot follow the primary at '" + primary + "': " + e.what() +
+                         " (expected a ZMQ endpoint such as tcp://HOST:50051)");
+  }
+  return standby;
+}
+
+Standby::~Standby() = default;
+
+std::chrono::milliseconds Standby::silent_for() const {
+  return std::chrono::milliseconds(NowMs() - last_answer_ms_.load(std::memory_order_acquire));
+}
+
+}  // namespace kvagent::master

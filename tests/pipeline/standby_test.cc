@@ -1,0 +1,131 @@
+// A standby kvmaster (kvmaster --follow) keeps a copy of the primary's state and, once promoted,
+// serves on the primary's endpoints: the agents reconnect by themselves, the stored objects stay
+// readable with their session tags, and new writes work.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pipeline_support.h"
+
+namespace kvagent::testing {
+namespace {
+
+// applied_seq= of a standby's --status-file (0 while it has none).
+uint64_t AppliedSeq(const std::string& status_file) {
+  std::ifstream in(status_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("applied_seq=", 0) == 0) return std::stoull(line.substr(12));
+  }
+  return 0;
+}
+
+Reply Put(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& bytes,
+          const std::vector<std::string>& sessions) {
+  std::vector<Value> values;
+  for (const auto& b : bytes) values.emplace_back(std::string_view(b));
+  CallOptions o;
+  o.session_ids = sessions;
+  return c.Put(keys, values, o);
+}
+
+bool AllOk(const Reply& r) {
+  if (!r.ok() || r.keys.empty()) return false;
+  for (const auto& k : r.keys) {
+    if (k.code != ErrorCode::kOk) return false;
+  }
+  return true;
+}
+
+std::string Get(Client& c, const std::string& key, size_t capacity) {
+  auto buffer = c.Allocate(capacity);
+  if (!buffer.ok()) return "";
+  std::vector<std::string> keys = {key};
+  std::vector<const ArenaBuffer*> targets = {&*buffer};
+  Reply r = c.Get(keys, targets);
+  if (r.keys.size() != 1 || r.keys[0].code != ErrorCode::kOk) return "";
+  return std::string(reinterpret_cast<const char*>(buffer->data()), r.keys[0].length);
+}
+
+// The agent's link is up and its master holds `keys` readable objects.
+bool ServedBy(Client& c, uint64_t keys) {
+  const Reply st = c.Stat();
+  return CounterOf(st, "agent.master_link") == 1 && CounterOf(st, "master.keys") == keys;
+}
+
+struct Cluster {
+  KvmasterProcess primary{{"--agent-ttl-ms", "60000"}};
+  AgentProcess agent{Concat(primary.AgentArgs(), {"--data-listen", "127.0.0.1:0"})};
+  std::unique_ptr<Client> client = Connect(agent);
+  TempDir standby_dir;
+  std::string status_file = standby_dir.path() + "/status";
+
+  std::unique_ptr<KvmasterProcess> StartStandby(const Args& extra = {}) {
+    return KvmasterProcess::StandbyOf(
+        primary, Concat({"--state-dir", standby_dir.path() + "/state", "--status-file", status_file,
+                         "--agent-ttl-ms", "60000"},
+                        extra));
+  }
+  // Waits until the standby holds every record the primary has made so far.
+  bool StandbyCaughtUp() {
+    const uint64_t seq = CounterOf(client->Stat(), "master.replication_last_seq");
+    return seq > 0 && WaitUntil([&] { return AppliedSeq(status_file) == seq; });
+  }
+};
+
+TEST(Standby, APromotedStandbyServesThePrimarysObjectsWithTheirSessionsAndTakesNewWrites) {
+  Cluster cl;
+  ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
+  Client& c = *cl.client;
+  const std::vector<std::string> early = {"early-0", "early-1"};
+  const std::vector<std::string> early_bytes = {Pattern("early-0", 4096), Pattern("early-1", 100)};
+  ASSERT_TRUE(AllOk(Put(c, early, early_bytes, {"sessão-0", ""})));
+
+  // Started after the first puts: its first fetch is a snapshot, the rest are records.
+  auto standby = cl.StartStandby();
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+  const std::vector<std::string> late = {"late-0", "late-1", "gone"};
+  const std::vector<std::string> late_bytes = {Pattern("late-0", 70000), Pattern("late-1", 1),
+                                               Pattern("gone", 10)};
+  ASSERT_TRUE(AllOk(Put(c, late, late_bytes, {"s-late", "s-late", "s-gone"})));
+  std::vector<std::string> gone = {"gone"};
+  ASSERT_TRUE(AllOk(c.Remove(gone)));
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+
+  cl.primary.Kill();
+  standby->Signal(SIGUSR1);
+  ASSERT_TRUE(standby->WaitServing());
+  ASSERT_TRUE(WaitUntil([&] { return ServedBy(c, 4); }, std::chrono::seconds(30)));
+
+  EXPECT_EQ(Get(c, "early-0", 4096), early_bytes[0]);
+  EXPECT_EQ(Get(c, "early-1", 4096), early_bytes[1]);
+  EXPECT_EQ(Get(c, "late-0", 70000), late_bytes[0]);
+  EXPECT_EQ(Get(c, "late-1", 4096), late_bytes[1]);
+  std::map<std::string, std::string> tags;
+  for (const auto& k : c.List(ListOptions{}).listed) tags[k.key] = k.session_id;
+  EXPECT_EQ(
+      tags,
+      (std::map<std::string, std::string>{
+          {"early-0", "sessão-0"}, {"early-1", ""}, {"late-0", "s-late"}, {"late-1", "s-late"}}));
+  EXPECT_TRUE(AllOk(Put(c, {"after"}, {"after-bytes"}, {"s-after"})));
+  EXPECT_EQ(Get(c, "after", 64), "after-bytes");
+}
+
+TEST(Standby, AStandbyPromotesItselfWhenThePrimaryStaysSilent) {
+  Cluster cl;
+  ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
+  auto standby = cl.StartStandby({"--promote-after-ms", "300"});
+  ASSERT_TRUE(AllOk(Put(*cl.client, {"k"}, {"v"}, {"s"})));
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+  cl.primary.Kill();
+  ASSERT_TRUE(standby->WaitServing());
+  ASSERT_TRUE(WaitUntil([&] { return ServedBy(*cl.client, 1); }, std::chrono::seconds(30)));
+  EXPECT_EQ(Get(*cl.client, "k", 16), "v");
+}
+
+}  // namespace
+}  // namespace kvagent::testing
