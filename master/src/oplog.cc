@@ -45,11 +45,15 @@ constexpr uint32_t kMaxRecordBytes = 64u << 20;
 }  // namespace
 
 void RecordWriter::U32(uint32_t v) {
-  for (int i = 0; i < 4; ++i) out_->push_back(static_cast<char>(v >> (8 * i)));
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * i));
+  out_->append(b, 4);
 }
 
 void RecordWriter::U64(uint64_t v) {
-  for (int i = 0; i < 8; ++i) out_->push_back(static_cast<char>(v >> (8 * i)));
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+  out_->append(b, 8);
 }
 
 void RecordWriter::Str(std::string_view s) {
