@@ -6,7 +6,8 @@
 //                                               thread + its event publisher) from a DEALER in
 //                                               this process, 8 batches in flight
 //   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
-//                                               the key's own bytes
+//                                               the key's own bytes (replication log off: it
+//                                               is a fixed budget, not per key)
 //   master.events                       events/s BlockStored events through EventPublisher to a
 //                                               connected subscriber
 // Baselines from the same run: an unordered_map insert of the same keys, a ZMQ echo round trip
@@ -76,8 +77,8 @@ struct InProcess {
   ManualClock clock;
   std::unique_ptr<MasterService> svc;
   std::vector<AgentId> agents;
-  InProcess() {
-    svc = std::move(MasterService::Open(BenchOptions(), &clock).value());
+  explicit InProcess(MasterOptions options = BenchOptions()) {
+    svc = std::move(MasterService::Open(options, &clock).value());
     for (int i = 0; i < 4; ++i) {
       AgentId a = svc->RegisterAgent("bench-" + std::to_string(i), 1).value();
       std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
@@ -242,7 +243,11 @@ double BytesPerKey(size_t n) {
   const size_t before = mallinfo2().uordblks;
   double per_key;
   {
-    InProcess p;
+    // Metadata per key: without the replication log, whose memory is its fixed budget
+    // (--replication-log-bytes, 64 MiB by default) whatever the number of keys.
+    MasterOptions o = BenchOptions();
+    o.replication_log_bytes = 0;
+    InProcess p(o);
     PutInProcess(p, keys, sessions, 1024);
     const size_t after = mallinfo2().uordblks;
     uint64_t key_bytes = 0;
