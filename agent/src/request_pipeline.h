@@ -51,6 +51,7 @@ class RequestPipeline final : public RequestHandler {
   void OnClientGone(ClientId client) override;
   Clock::time_point NextDeadline() const override { return master_->NextDeadline(); }
   void OnTimer(Clock::time_point now) override { master_->OnTimer(now); }
+  bool AwaitingOtherThreads() const override { return !active_.empty(); }
   void OnServiceStop() override;
 
  private:

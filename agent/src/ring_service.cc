@@ -1,6 +1,7 @@
 #include "ring_service.h"
 
 #include <glog/logging.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
@@ -144,7 +145,11 @@ void RingService::Run() {
       continue;
     }
     if (now - last_work < spin_) {
-      ipc::CpuRelax();
+      if (handler_->AwaitingOtherThreads()) {
+        sched_yield();  // the thread we wait for may be runnable on this very CPU
+      } else {
+        ipc::CpuRelax();
+      }
       continue;
     }
     Sleep();

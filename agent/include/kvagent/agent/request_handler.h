@@ -118,6 +118,10 @@ class RequestHandler {
   virtual Clock::time_point NextDeadline() const { return Clock::time_point::max(); }
   // Called on the first pass at or after NextDeadline().
   virtual void OnTimer(Clock::time_point /*now*/) {}
+  // True while work handed to another thread of this process (the master link, the data plane)
+  // is still to come back: the service then yields the CPU while it spins, so that thread runs
+  // at once even when both share a CPU.
+  virtual bool AwaitingOtherThreads() const { return false; }
   // The service thread is about to exit (every client is already gone): stop whatever posts
   // tasks. Nothing runs on the service thread afterwards.
   virtual void OnServiceStop() {}
