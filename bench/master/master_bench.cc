@@ -67,7 +67,7 @@ MasterOptions BenchOptions() {
   MasterOptions o;
   o.high_watermark = 1.0;  // measure puts, not eviction
   o.low_watermark = 1.0;
-  o.agent_ttl_ms = 3'600'000;  // the benchmark sends no heartbeats
+  o.agent_ttl_ms = 3'600'000;             // the benchmark sends no heartbeats
   o.replication_log_bytes = 64ull << 20;  // as kvmaster runs by default (standbys may follow)
   return o;
 }
