@@ -225,6 +225,11 @@ class MetadataStore {
   }
   // Writes buffered log records out (end of every request).
   Status FlushLog();
+  // The records a standby needs after `after_seq` (or, with `snapshot` or when the log no longer
+  // holds them, the whole committed state). See ReplicationPage.
+  void ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes, ReplicationPage* out);
+  bool replicating() const { return replication_.enabled(); }
+  uint64_t replication_last_seq() const { return replication_.last_seq(); }
 
  private:
   struct Discarded {
@@ -248,15 +253,6 @@ class MetadataStore {
   void LogObject(const ObjectEntry& e);
   void LogRemoved(std::string_view key);
   Status ApplyRecord(std::string_view payload);
-
- public:
-  // The records a standby needs after `after_seq` (or, with `snapshot` or when the log no longer
-  // holds them, the whole committed state). See ReplicationPage.
-  void ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes, ReplicationPage* out);
-  bool replicating() const { return replication_.enabled(); }
-  uint64_t replication_last_seq() const { return replication_.last_seq(); }
-
- private:
   void FinishRestore();
   void WriteSnapshot();
   bool ShouldLog() const;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -44,5 +45,8 @@ class ReplicationLog {
 
 // Appends `payload` to `out` framed as [u32 length LE][payload].
 void AppendFramedRecord(std::string_view payload, std::string* out);
+// Calls `fn` with each payload of `bytes` (frames as AppendFramedRecord writes them), in order.
+// False when a frame runs past the end (`fn` has then seen the frames before it).
+bool ForEachFramedRecord(std::string_view bytes, const std::function<void(std::string_view)>& fn);
 
 }  // namespace kvagent::master

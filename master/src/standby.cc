@@ -16,6 +16,7 @@
 
 #include "kvagent/master/oplog.h"
 #include "kvagent/schemas/master_generated.h"
+#include "replication_log.h"
 
 namespace kvagent::master {
 namespace {
@@ -26,22 +27,6 @@ int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// Splits [u32 length LE][payload]... into payloads; false when a frame runs past the end.
-bool ForEachRecord(std::span<const uint8_t> bytes,
-                   const std::function<void(std::string_view)>& fn) {
-  size_t pos = 0;
-  while (pos < bytes.size()) {
-    if (bytes.size() - pos < 4) return false;
-    const uint32_t len = uint32_t{bytes[pos]} | uint32_t{bytes[pos + 1]} << 8 |
-                         uint32_t{bytes[pos + 2]} << 16 | uint32_t{bytes[pos + 3]} << 24;
-    pos += 4;
-    if (bytes.size() - pos < len) return false;
-    fn(std::string_view(reinterpret_cast<const char*>(bytes.data() + pos), len));
-    pos += len;
-  }
-  return true;
 }
 
 }  // namespace
@@ -106,16 +91,19 @@ class Standby::Follower {
     }
     const fb::ReplicateReply* r = reply.body_as_ReplicateReply();
     if (r == nullptr) return -1;
-    std::span<const uint8_t> bytes;
-    if (r->records()) bytes = std::span(r->records()->data(), r->records()->size());
-    if (!ForEachRecord(bytes, [](std::string_view) {})) {
+    std::string_view bytes;
+    if (r->records()) {
+      bytes = std::string_view(reinterpret_cast<const char*>(r->records()->data()),
+                               r->records()->size());
+    }
+    if (!ForEachFramedRecord(bytes, [](std::string_view) {})) {
       LOG_EVERY_N(WARNING, 50) << "standby: malformed records from the primary; asking again";
       return -1;
     }
     int64_t applied = 0;
     if (r->snapshot()) {
       Status st = log_->Rewrite([&](const std::function<void(std::string_view)>& append) {
-        ForEachRecord(bytes, [&](std::string_view rec) {
+        ForEachFramedRecord(bytes, [&](std::string_view rec) {
           append(rec);
           ++applied;
         });
@@ -131,7 +119,7 @@ class Standby::Follower {
       }
       incarnation_ = r->incarnation();
     } else {
-      ForEachRecord(bytes, [&](std::string_view rec) {
+      ForEachFramedRecord(bytes, [&](std::string_view rec) {
         log_->Append(rec);
         ++applied;
       });

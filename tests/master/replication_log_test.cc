@@ -11,15 +11,18 @@ namespace {
 
 std::vector<std::string> Payloads(const std::string& framed) {
   std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos + 4 <= framed.size()) {
-    const auto* b = reinterpret_cast<const unsigned char*>(framed.data() + pos);
-    const uint32_t len = b[0] | b[1] << 8 | b[2] << 16 | uint32_t{b[3]} << 24;
-    out.push_back(framed.substr(pos + 4, len));
-    pos += 4 + len;
-  }
-  EXPECT_EQ(pos, framed.size());
+  EXPECT_TRUE(ForEachFramedRecord(framed, [&](std::string_view p) { out.emplace_back(p); }));
   return out;
+}
+
+TEST(ReplicationLog, AFrameThatRunsPastTheEndIsReported) {
+  std::string framed;
+  AppendFramedRecord("whole", &framed);
+  AppendFramedRecord("cut short", &framed);
+  framed.resize(framed.size() - 3);
+  std::vector<std::string> seen;
+  EXPECT_FALSE(ForEachFramedRecord(framed, [&](std::string_view p) { seen.emplace_back(p); }));
+  EXPECT_EQ(seen, std::vector<std::string>{"whole"});
 }
 
 TEST(ReplicationLog, RecordsAreNumberedFromOneAndReadBackAfterAnySequenceNumber) {

@@ -11,6 +11,7 @@
 #include "kvagent/common/validate.h"
 #include "kvagent/master/oplog.h"
 #include "master_test_util.h"
+#include "replication_log.h"
 
 namespace kvagent::master {
 namespace {
@@ -179,12 +180,8 @@ TEST(SessionRules, Rule7_TagsSurviveTheOperationLogAndARestart) {
 // A standby's copy of the state (kvmaster --follow): what it writes from the pages it fetches.
 void WriteAsStandby(const ReplicationPage& page, OpLog& log) {
   std::vector<std::string> records;
-  for (size_t pos = 0; pos + 4 <= page.records.size();) {
-    const auto* b = reinterpret_cast<const unsigned char*>(page.records.data() + pos);
-    const uint32_t len = b[0] | b[1] << 8 | b[2] << 16 | uint32_t{b[3]} << 24;
-    records.push_back(page.records.substr(pos + 4, len));
-    pos += 4 + len;
-  }
+  ASSERT_TRUE(
+      ForEachFramedRecord(page.records, [&](std::string_view r) { records.emplace_back(r); }));
   if (page.snapshot) {
     ASSERT_TRUE(log.Rewrite([&](const std::function<void(std::string_view)>& append) {
                      for (const auto& r : records) append(r);
