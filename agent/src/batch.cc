@@ -47,6 +47,12 @@ void Batch::FailAll(const Status& status) {
   CompleteAll();
 }
 
+void Batch::FailExpired(KeyRef k, std::string_view skipped) {
+  ++ctx_.counters.expired_keys;
+  const Status late = DeadlinePassed(skipped);
+  held(k).SetKey(k.index, late.code(), late.message());
+}
+
 void Batch::CountCall(proto::Op op, size_t keys) {
   const auto i = static_cast<size_t>(op);
   ++ctx_.counters.batches[i];

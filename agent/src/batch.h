@@ -51,6 +51,9 @@ class Batch {
   // The key order of the batch: every key of every request, by original position.
   void CollectKeys();
   HeldRequest& held(KeyRef k) { return requests_[k.request]; }
+  // Key `k` fails with TIMEOUT because its caller's deadline passed; `skipped` says what was not
+  // done. Counted in agent.expired_keys.
+  void FailExpired(KeyRef k, std::string_view skipped);
 
   PipelineContext& ctx_;
   MasterMessages& messages_;

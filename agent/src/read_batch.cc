@@ -58,9 +58,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
     }
     if (h.gone) continue;
     if (h.Expired(now)) {
-      ++ctx_.counters.expired_keys;
-      const Status late = DeadlinePassed("the value was not copied into the buffer");
-      h.SetKey(keys_[k].index, late.code(), late.message());
+      FailExpired(keys_[k], "the value was not copied into the buffer");
       continue;
     }
     CopyKey(k, size, p, segments);

@@ -126,9 +126,7 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
                         std::string_view skipped) {
   if (state_[k] != kStarted || !held(keys_[k]).Expired(now)) return false;
   state_[k] = kFailed;
-  ++ctx_.counters.expired_keys;
-  const Status late = DeadlinePassed(skipped);
-  held(keys_[k]).SetKey(keys_[k].index, late.code(), late.message());
+  FailExpired(keys_[k], skipped);
   return true;
 }
 
