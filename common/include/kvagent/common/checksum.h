@@ -1,0 +1,40 @@
+// CRC32C (Castagnoli), the checksum every stored value carries end to end, and the copies that
+// compute it on the way.
+//
+// A value's checksum is taken when its bytes enter the system (the agent's copy from the client's
+// arena into the node pool), kept by the master with the value's placement, and verified by the
+// agent that answers a Get (folded into the copy from the pool into the reader's buffer, or one
+// pass over bytes that arrived from a peer). The copies below compute the CRC in the same pass as
+// the copy, so checksumming costs no extra trip through memory.
+//
+// Values: the standard CRC-32C (iSCSI, RFC 3720): Crc32c("123456789") == 0xE3069283. Extend a
+// checksum across pieces by passing the previous result as `crc`:
+//   Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a ++ b).
+// Hardware paths: SSE4.2 on x86-64 (chosen at run time), the CRC extension on aarch64; a table
+// otherwise. All give the same values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvagent {
+
+// The checksum of [data, data + n), continuing from `crc` (0 to start).
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+enum class CopyStores : uint8_t {
+  kCached,  // ordinary stores: the destination is read again soon (a Get into the reader's buffer)
+  kStreaming,  // non-temporal stores on x86-64: the destination is cold memory (a Put into the
+               // pool); the bytes are visible to other threads and processes when the call returns
+};
+
+// Copies n bytes from src to dst (no overlap) and returns Crc32c(src, n, crc), reading src once.
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc = 0);
+
+// The CRC of a ++ b from crc(a), crc(b) and the length of b (GF(2) arithmetic; O(log nb)).
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t nb);
+
+// "sse4.2", "armv8-crc" or "table": the path this process uses (for logs and benchmarks).
+const char* Crc32cImplementation();
+
+}  // namespace kvagent

@@ -1,0 +1,93 @@
+#include "kvagent/common/checksum.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kvagent {
+namespace {
+
+// Bit-at-a-time CRC-32C straight from the definition: the reference every fast path must match.
+uint32_t Reference(const uint8_t* p, size_t n, uint32_t crc = 0) {
+  uint32_t r = ~crc;
+  for (size_t i = 0; i < n; ++i) {
+    r ^= p[i];
+    for (int k = 0; k < 8; ++k) r = (r & 1) ? (r >> 1) ^ 0x82F63B78 : r >> 1;
+  }
+  return ~r;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+TEST(Crc32c, KnownValues) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32c("", 0), 0u);
+  const std::vector<uint8_t> zeros(32, 0);
+  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4
+}
+
+// Every length around the lane and block boundaries, every source alignment, both store kinds:
+// the checksum equals the reference and the copy equals the source.
+TEST(Crc32c, FastPathsMatchTheReferenceAtEveryBoundary) {
+  const std::vector<uint8_t> src = RandomBytes(8192 + 64, 7);
+  std::vector<uint8_t> dst(8192 + 64);
+  const size_t lengths[] = {0,   1,    7,    8,    15,   63,   64,   255,  256,  767,  768,
+                            769, 1024, 1535, 1536, 1537, 2303, 2304, 4096, 4097, 8191, 8192};
+  for (size_t n : lengths) {
+    for (size_t align : {0, 1, 3, 8, 13}) {
+      const uint8_t* s = src.data() + align;
+      const uint32_t want = Reference(s, n);
+      EXPECT_EQ(Crc32c(s, n), want) << "n=" << n << " align=" << align;
+      for (CopyStores stores : {CopyStores::kCached, CopyStores::kStreaming}) {
+        std::fill(dst.begin(), dst.end(), 0xAB);
+        uint8_t* d = dst.data() + (align * 7) % 16;
+        EXPECT_EQ(CopyWithCrc32c(d, s, n, stores), want) << "n=" << n << " align=" << align;
+        EXPECT_EQ(std::memcmp(d, s, n), 0) << "n=" << n;
+        EXPECT_EQ(d[n], 0xAB) << "wrote past the end, n=" << n;
+      }
+    }
+  }
+}
+
+TEST(Crc32c, ExtendingAndCombiningEqualOneChecksumOfTheWhole) {
+  const std::vector<uint8_t> v = RandomBytes(5000, 11);
+  const uint32_t whole = Crc32c(v.data(), v.size());
+  for (size_t cut : {0, 1, 100, 768, 2500, 4999, 5000}) {
+    const uint32_t a = Crc32c(v.data(), cut);
+    const uint32_t b = Crc32c(v.data() + cut, v.size() - cut);
+    EXPECT_EQ(Crc32c(v.data() + cut, v.size() - cut, a), whole) << cut;
+    EXPECT_EQ(Crc32cCombine(a, b, v.size() - cut), whole) << cut;
+  }
+}
+
+TEST(Crc32c, OneFlippedBitChangesTheChecksum) {
+  std::vector<uint8_t> v = RandomBytes(1 << 20, 3);
+  const uint32_t before = Crc32c(v.data(), v.size());
+  std::mt19937 rng(5);
+  for (int i = 0; i < 64; ++i) {
+    const size_t at = rng() % v.size();
+    const uint8_t bit = static_cast<uint8_t>(1u << (rng() % 8));
+    v[at] ^= bit;
+    EXPECT_NE(Crc32c(v.data(), v.size()), before);
+    v[at] ^= bit;
+  }
+  EXPECT_EQ(Crc32c(v.data(), v.size()), before);
+}
+
+TEST(Crc32c, ReportsItsImplementation) {
+  const std::string name = Crc32cImplementation();
+  EXPECT_TRUE(name == "avx512+vpclmulqdq" || name == "sse4.2+pclmul" || name == "sse4.2" ||
+              name == "armv8-crc" || name == "table")
+      << name;
+}
+
+}  // namespace
+}  // namespace kvagent
