@@ -7,6 +7,9 @@ namespace kvagent::agent {
 Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOptions options) {
   std::unique_ptr<EmbeddedMaster> m(new EmbeddedMaster());
   m->options_ = std::move(options);
+  // Every write of a standalone agent is a memcpy on this thread, done before the write ends:
+  // no byte of an abandoned write can arrive later, so its space is free at once.
+  m->options_.master.writes_are_local = true;
   auto service = master::MasterService::Open(m->options_.master, &m->clock_);
   if (!service.ok()) return service.status();
   m->service_ = std::move(*service);

@@ -91,7 +91,12 @@ int main(int argc, char** argv) {
   flags.String("state-dir", &m.state_dir,
                "directory of the operation log; restores objects and tags at start (empty: "
                "metadata lives in memory only)");
-  flags.Int("agent-ttl-ms", &m.agent_ttl_ms, "drop an agent silent for this long");
+  std::string log_sync = std::string(kvagent::master::LogSyncName(m.log_sync));
+  flags.Int("agent-ttl-ms", &m.agent_ttl_ms,
+            "an agent silent this long is suspect: no new replicas go to it, reads prefer its "
+            "objects' other replicas, its objects stay");
+  flags.Int("agent-dead-ms", &m.agent_dead_ms,
+            "an agent silent this long is dropped with the objects only it held");
   flags.Int("lease-ttl-ms", &m.lease_ttl_ms, "read lease granted by BatchGet");
   flags.Int("put-timeout-ms", &m.put_timeout_ms,
             "an unfinished put older than this may be taken over");
@@ -106,6 +111,16 @@ int main(int argc, char** argv) {
   flags.String("log-dir", &log_dir, "write glog files here (default: stderr)");
   flags.String("ready-file", &ready_file,
                "once serving, write the bound endpoints here (rpc=, events=, replay=)");
+  flags.String("log-sync", &log_sync,
+               "when operation-log records reach the disk before a change is acknowledged: "
+               "write (write(2): survives a kvmaster crash) or fsync (also fdatasync(2): "
+               "survives a power loss)");
+  flags.Size("compact-log-bytes", &m.compact_log_bytes,
+             "rewrite the operation log as a snapshot once it exceeds this size and twice its "
+             "last snapshot (0: only at start)");
+  flags.Bool("truncate-damaged-log", &m.truncate_damaged_log,
+             "start even when the operation log is damaged in the middle, keeping the records "
+             "before the damage and dropping the rest (default: refuse to start)");
   flags.Size("replication-log-bytes", &m.replication_log_bytes,
              "operation-log records kept for standbys to fetch (0: serve no standby)");
   flags.String("follow", &standby_options.primary,
@@ -124,6 +139,12 @@ int main(int argc, char** argv) {
   if (flags.help_requested()) {
     std::cout << flags.Usage();
     return 0;
+  }
+  if (auto sync = kvagent::master::ParseLogSync(log_sync); sync.ok()) {
+    m.log_sync = *sync;
+  } else {
+    std::cerr << "kvmaster: " << sync.status().message() << "\n";
+    return 2;
   }
   if (kvagent::Status st = kvagent::master::ValidateMasterOptions(m); !st.ok()) {
     std::cerr << "kvmaster: " << st.message() << " (see kvmaster --help)\n";

@@ -25,6 +25,8 @@ class MasterRpc::Scratch {
   std::vector<flatbuffers::Offset<fb::SegmentInfo>> segments;
   std::vector<fb::Placement> placements;
   std::vector<uint64_t> aligned;  // a copy of a misaligned request
+  std::vector<FailedReplica> failed;
+  std::vector<BadReplica> bad;
   PlacementBatch placement_batch;
   KeyResults key_results;
   ListPage page;
@@ -144,7 +146,8 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     s.placements.clear();
     s.segment_ids.clear();
     for (const Placement& p : pb.placements) {
-      s.placements.emplace_back(p.part, p.segment_id, p.offset, p.length);
+      s.placements.emplace_back(p.part, p.segment_id, p.offset, p.length, p.checksum,
+                                p.checksummed);
       s.segment_ids.push_back(p.segment_id);
     }
     std::sort(s.segment_ids.begin(), s.segment_ids.end());
@@ -156,12 +159,14 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       if (!view) continue;
       std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
       for (const std::string& ep : view->endpoints) eps.push_back(b.CreateString(ep));
-      s.segments.push_back(fb::CreateSegmentInfo(b, sid, view->agent, b.CreateVector(eps)));
+      s.segments.push_back(
+          fb::CreateSegmentInfo(b, sid, view->agent, b.CreateVector(eps), view->incarnation));
     }
     auto first = b.CreateVector(pb.first);
     auto placements = b.CreateVectorOfStructs(s.placements);
     auto segments = b.CreateVector(s.segments);
     auto sizes = pb.sizes.empty() ? 0 : b.CreateVector(pb.sizes).o;
+    auto write_ids = pb.write_ids.empty() ? 0 : b.CreateVector(pb.write_ids).o;
     fb::PlacementReplyBuilder r(b);
     r.add_codes(codes);
     if (!msgs.IsNull()) r.add_messages(msgs);
@@ -169,7 +174,11 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     r.add_placements(placements);
     r.add_segments(segments);
     if (sizes) r.add_sizes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(sizes));
+    if (write_ids) {
+      r.add_write_ids(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(write_ids));
+    }
     r.add_lease_ttl_ms(pb.lease_ttl_ms);
+    r.add_master_epoch(service_->incarnation());
     return Finish(b, id, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
   };
   auto codes_reply = [&](const Status& status, uint64_t removed_count) {
@@ -177,10 +186,13 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     auto [codes, msgs] = BuildCodes(b, kr.results, &s.codes, &s.strings);
     flatbuffers::Offset<flatbuffers::Vector<uint8_t>> exists;
     if (!kr.exists.empty()) exists = b.CreateVector(kr.exists);
+    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> replicas;
+    if (!kr.replicas.empty()) replicas = b.CreateVector(kr.replicas);
     fb::KeyCodesReplyBuilder r(b);
     r.add_codes(codes);
     if (!msgs.IsNull()) r.add_messages(msgs);
     if (!exists.IsNull()) r.add_exists(exists);
+    if (!replicas.IsNull()) r.add_replicas(replicas);
     r.add_removed_count(removed_count);
     return Finish(b, id, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
   };
@@ -235,12 +247,28 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
                        : service_->BatchPutStart(w, &s.placement_batch);
     return placement_reply(st);
   };
-  using Finisher =
-      Status (MasterService::*)(AgentId, std::span<const std::string_view>, KeyResults*);
-  auto write_finish = [&](const fb::WriteFinish* m, Finisher fn) {
+  auto write_end = [&](const fb::WriteFinish* m) {
     CollectStrings(m->keys(), &s.keys);
-    Status st = (service_->*fn)(m->agent_id(), s.keys, &s.key_results);
-    return codes_reply(st, 0);
+    WriteEndRequest w;
+    w.agent = m->agent_id();
+    w.keys = s.keys;
+    w.write_ids = SpanOf(m->write_ids());
+    w.part_counts = SpanOf(m->part_counts());
+    w.checksums = SpanOf(m->checksums());
+    s.failed.clear();
+    if (const auto* failed = m->failed()) {
+      s.failed.reserve(failed->size());
+      for (const fb::FailedReplica* f : *failed) {
+        s.failed.push_back(FailedReplica{f->key(), f->part(), f->segment_id()});
+      }
+    }
+    w.failed = s.failed;
+    return codes_reply(service_->BatchPutEnd(w, &s.key_results), 0);
+  };
+  auto write_revoke = [&](const fb::WriteFinish* m) {
+    CollectStrings(m->keys(), &s.keys);
+    return codes_reply(
+        service_->BatchPutRevoke(m->agent_id(), s.keys, SpanOf(m->write_ids()), &s.key_results), 0);
   };
 
   switch (req->body_type()) {
@@ -260,22 +288,46 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
                     fb::CreateMountSegmentReply(b, r->segment_id, r->restored_objects).Union());
     }
     case fb::Body::Heartbeat: {
-      const bool known = service_->Heartbeat(req->body_as_Heartbeat()->agent_id());
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::HeartbeatReply,
-                    fb::CreateHeartbeatReply(b, known).Union());
+      const auto* m = req->body_as_Heartbeat();
+      const HeartbeatResult h = service_->Heartbeat(m->agent_id(), m->fence_ack());
+      auto fenced = h.fenced_writes.empty() ? 0 : b.CreateVector(h.fenced_writes).o;
+      fb::HeartbeatReplyBuilder r(b);
+      r.add_known(h.known);
+      r.add_fence_seq(h.fence_seq);
+      r.add_write_watermark(h.write_watermark);
+      if (fenced) r.add_fenced_writes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(fenced));
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
     }
     case fb::Body::BatchPutStart:
       return write_start(req->body_as_BatchPutStart(), false);
     case fb::Body::BatchUpsertStart:
       return write_start(req->body_as_BatchUpsertStart(), true);
     case fb::Body::BatchPutEnd:
-      return write_finish(req->body_as_BatchPutEnd(), &MasterService::BatchPutEnd);
+      return write_end(req->body_as_BatchPutEnd());
     case fb::Body::BatchPutRevoke:
-      return write_finish(req->body_as_BatchPutRevoke(), &MasterService::BatchPutRevoke);
+      return write_revoke(req->body_as_BatchPutRevoke());
     case fb::Body::BatchUpsertEnd:
-      return write_finish(req->body_as_BatchUpsertEnd(), &MasterService::BatchUpsertEnd);
+      return write_end(req->body_as_BatchUpsertEnd());
     case fb::Body::BatchUpsertRevoke:
-      return write_finish(req->body_as_BatchUpsertRevoke(), &MasterService::BatchUpsertRevoke);
+      return write_revoke(req->body_as_BatchUpsertRevoke());
+    case fb::Body::ReportBadReplicas: {
+      const auto* m = req->body_as_ReportBadReplicas();
+      CollectStrings(m->keys(), &s.keys);
+      const auto versions = SpanOf(m->versions());
+      const auto parts = SpanOf(m->parts());
+      const auto segments = SpanOf(m->segment_ids());
+      if (versions.size() != s.keys.size() || parts.size() != s.keys.size() ||
+          segments.size() != s.keys.size()) {
+        return bad(
+            InvalidParams("ReportBadReplicas: keys, versions, parts and segment_ids must "
+                          "have the same length"));
+      }
+      s.bad.clear();
+      for (size_t i = 0; i < s.keys.size(); ++i) {
+        s.bad.push_back(BadReplica{s.keys[i], versions[i], parts[i], segments[i]});
+      }
+      return codes_reply(service_->ReportBadReplicas(s.bad, &s.key_results), 0);
+    }
     case fb::Body::BatchGet: {
       CollectStrings(req->body_as_BatchGet()->keys(), &s.keys);
       return placement_reply(service_->BatchGet(s.keys, &s.placement_batch));
@@ -334,6 +386,16 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
           {"events_emitted", st.events_emitted},
           {"oplog_records", st.oplog_records},
           {"replication_last_seq", st.replication_last_seq},
+          {"suspect_agents", st.suspect_agents},
+          {"fenced_bytes", st.fenced_bytes},
+          {"pending_fences", st.pending_fences},
+          {"bad_replicas", st.bad_replicas},
+          {"stalls_forgiven", st.stalls_forgiven},
+          {"log_writable", st.log_writable},
+          {"log_refusals", st.log_refusals},
+          {"log_bytes", st.log_bytes},
+          {"log_compactions", st.log_compactions},
+          {"oversized_values", st.oversized_values},
       };
       if (extra_stats_) extra_stats_(&all);
       std::vector<flatbuffers::Offset<flatbuffers::String>> names;

@@ -4,6 +4,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -23,6 +24,10 @@ Status ValidateMasterOptions(const MasterOptions& o) {
       o.put_release_timeout_ms <= 0 || o.soft_pin_ttl_ms <= 0) {
     return InvalidParams("TTLs and timeouts must be positive milliseconds");
   }
+  if (o.agent_dead_ms < o.agent_ttl_ms) {
+    return InvalidParams("the agent dead timeout must be at least the agent TTL");
+  }
+  if (o.max_tick_gap_ms <= 0) return InvalidParams("the largest tick gap must be positive");
   if (o.put_release_timeout_ms < o.put_timeout_ms) {
     return InvalidParams("the put release timeout must be at least the put timeout");
   }
@@ -66,15 +71,16 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   }
   if (Agent* a = store_->FindAgentByName(name)) {
     if (a->incarnation == incarnation) {
-      a->last_seen_ms = clock_->NowMs();
+      store_->Touch(a);
       return a->id;
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
               << incarnation << "); its previous pool content is gone";
-    store_->DropAgent(a->id);
+    if (!store_->DropAgent(a->id)) return store_->LogRefused();
   }
-  AgentId id = store_->AddAgent(name, incarnation);
-  LOG(INFO) << "agent " << name << " registered as id " << id;
+  Result<AgentId> id = store_->AddAgent(name, incarnation);
+  if (!id.ok()) return id;
+  LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return id;
 }
@@ -92,7 +98,7 @@ Result<MountResult> MasterService::MountSegment(AgentId agent, uint32_t index, u
   }
   auto r = store_->MountSegment(agent, index, size, std::move(eps));
   if (r.ok()) {
-    if (Agent* a = store_->FindAgent(agent)) a->last_seen_ms = clock_->NowMs();
+    if (Agent* a = store_->FindAgent(agent)) store_->Touch(a);
     LOG(INFO) << "agent " << agent << " mounted segment " << r->segment_id << " (" << size
               << " bytes, " << r->restored_objects << " restored object(s))";
   }
@@ -103,8 +109,15 @@ Result<MountResult> MasterService::MountSegment(AgentId agent, uint32_t index, u
 bool MasterService::Heartbeat(AgentId agent) {
   Agent* a = store_->FindAgent(agent);
   if (!a) return false;
-  a->last_seen_ms = clock_->NowMs();
+  store_->Touch(a);
   return true;
+}
+
+HeartbeatResult MasterService::Heartbeat(AgentId agent, uint64_t fence_ack) {
+  Agent* a = store_->FindAgent(agent);
+  if (!a) return HeartbeatResult{};
+  store_->Touch(a);
+  return store_->Fences(a, fence_ack);
 }
 
 // ---- writes --------------------------------------------------------------------------------
@@ -169,9 +182,11 @@ Status MasterService::WriteStart(const WriteStartRequest& req, bool upsert, Plac
   out->first.reserve(n + 1);
   // Rule 9: key i's session ID and block metadata are always taken at index i of the
   // request, whatever happened to the keys before it.
+  out->write_ids.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     out->first.push_back(static_cast<uint32_t>(out->placements.size()));
     out->results.push_back(StartOne(req, i, upsert, out));
+    if (out->write_ids.size() == i) out->write_ids.push_back(0);
   }
   out->first.push_back(static_cast<uint32_t>(out->placements.size()));
   return store_->FlushLog();
@@ -190,6 +205,8 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
   auto make_pending = [&](TagId tag) {
     auto w = std::make_unique<PendingWrite>();
     w->writer = req.agent;
+    w->write_id = store_->NewWriteId();
+    out->write_ids.push_back(w->write_id);
     w->started_ms = now;
     w->tag = tag;
     w->options = req.options;
@@ -197,12 +214,28 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
     return w;
   };
   auto no_space = [&]() {
+    if (!store_->log_writable()) return store_->LogRefused();  // eviction was refused
     return Status(ErrorCode::kNoSpace,
                   "no room for " + std::to_string(size) + " bytes of key '" + std::string(key) +
                       "' even after eviction; add agents or memory, or remove objects");
   };
   std::vector<Replica>& replicas = scratch_replicas_;
   replicas.clear();
+  // A value that takes more than the pools may hold before eviction starts would be evicted
+  // at once after its put: refuse it rather than acknowledge what can never be read.
+  const double watermark_share =
+      static_cast<double>(store_->bytes_capacity()) * options_.high_watermark;
+  if (static_cast<double>(size) > watermark_share && store_->bytes_capacity() > 0) {
+    if (fresh) store_->EraseFresh(e);
+    store_->CountOversized();
+    return Status(ErrorCode::kNoSpace,
+                  "key '" + std::string(key) + "' is " + std::to_string(size) +
+                      " bytes, more than the " + std::to_string(options_.high_watermark) +
+                      " high-watermark share of all pools (" +
+                      std::to_string(static_cast<uint64_t>(watermark_share)) +
+                      " bytes); it would be evicted at once. Store it in smaller pieces or add "
+                      "memory");
+  }
 
   if (fresh) {
     if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
@@ -228,7 +261,10 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
     if (in_place) {
       TagId tag =
           session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
-      store_->BeginRewrite(e, size, nullptr, make_pending(tag));
+      if (!store_->BeginRewrite(e, size, nullptr, make_pending(tag))) {
+        out->write_ids.pop_back();
+        return store_->LogRefused();
+      }
     } else {
       // Keep this object out of the eviction that a full pool may trigger while allocating.
       const int64_t saved_lease = o.lease_until_ms;
@@ -239,7 +275,11 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
       if (!ok) return no_space();
       TagId tag =
           session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
-      store_->BeginRewrite(e, size, &replicas, make_pending(tag));
+      if (!store_->BeginRewrite(e, size, &replicas, make_pending(tag))) {
+        out->write_ids.pop_back();
+        store_->FreeAllocated(replicas);
+        return store_->LogRefused();
+      }
     }
     AppendPlacements(e->second, out);
     return Status::Ok();
@@ -282,57 +322,189 @@ Status MasterService::BatchUpsertStart(const WriteStartRequest& request, Placeme
   return WriteStart(request, /*upsert=*/true, out);
 }
 
-Status MasterService::FinishOne(AgentId agent, std::string_view key, bool commit) {
+Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commit,
+                                std::span<const uint32_t> checksums,
+                                std::span<const FailedReplica> failed, KeyResults* out) {
+  const std::string_view key = req.keys[i];
+  const uint64_t write_id = req.write_ids.empty() ? 0 : req.write_ids[i];
   ObjectEntry* e = store_->Find(key);
   if (!e) return ObjectNotFound(key);
   Object& o = e->second;
   if (!o.pending) {
-    if (commit) return Status::Ok();  // ending twice is a no-op
+    if (write_id != 0 && o.version != write_id) {
+      if (!commit) return Status::Ok();  // that write is gone already
+      return Status(ErrorCode::kObjectNotFound,
+                    "the write " + std::to_string(write_id) + " of key '" + std::string(key) +
+                        "' was taken over or abandoned before it ended; its value is not stored");
+    }
+    if (commit) {  // ending twice is a no-op
+      if (out)
+        out->replicas.back() = static_cast<uint8_t>(
+            std::min<uint32_t>(255, o.replica_total / std::max<uint32_t>(1, o.parts())));
+      return Status::Ok();
+    }
     return InvalidParams("key '" + std::string(key) +
                          "' was already ended; remove it instead of revoking");
   }
-  if (o.pending->writer != agent) {
+  if (o.pending->writer != req.agent) {
+    if (write_id != 0 && o.pending->write_id != write_id) {
+      if (!commit) return Status::Ok();
+      return Status(ErrorCode::kObjectNotFound,
+                    "the write " + std::to_string(write_id) + " of key '" + std::string(key) +
+                        "' was taken over by agent " + std::to_string(o.pending->writer));
+    }
     return InvalidParams("key '" + std::string(key) + "' is being written by agent " +
                          std::to_string(o.pending->writer) + "; only that agent may end it");
   }
-  if (commit) {
-    store_->CommitWrite(e);
-  } else {
-    store_->AbortWrite(e, /*writer_may_still_write=*/false);
+  if (write_id != 0 && o.pending->write_id != write_id) {
+    if (!commit) return Status::Ok();
+    return Status(ErrorCode::kObjectNotFound,
+                  "the write " + std::to_string(write_id) + " of key '" + std::string(key) +
+                      "' was replaced by a newer one of this agent; its value is not stored");
   }
+  if (!commit) {
+    store_->AbortWrite(e);
+    return Status::Ok();
+  }
+  const uint32_t parts = o.parts();
+  if (!checksums.empty() && checksums.size() != parts) {
+    return InvalidParams("key '" + std::string(key) + "' has " + std::to_string(parts) +
+                         " part(s) but the End carries " + std::to_string(checksums.size()) +
+                         " checksum(s)");
+  }
+  // Every part must keep a written replica.
+  uint32_t fewest = 255;
+  for (uint32_t p = 0; p < parts; ++p) {
+    uint32_t kept = 0;
+    for (uint32_t r = 0; r < o.replica_total; ++r) {
+      const Replica& rep = o.replica(r);
+      if (rep.part != p) continue;
+      const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
+        return f.part == p && f.segment_id == rep.segment_id;
+      });
+      if (!lost) ++kept;
+    }
+    if (kept == 0) {
+      return InvalidParams("no replica of part " + std::to_string(p) + " of key '" +
+                           std::string(key) + "' was written; revoke the write instead");
+    }
+    fewest = std::min(fewest, kept);
+  }
+  if (!store_->CommitWrite(e, checksums, failed)) return store_->LogRefused();
+  if (out) out->replicas.back() = static_cast<uint8_t>(fewest);
   return Status::Ok();
 }
 
-Status MasterService::FinishWrites(AgentId agent, std::span<const std::string_view> keys,
-                                   bool commit, KeyResults* out) {
+Status MasterService::FinishWrites(const WriteEndRequest& req, bool commit, KeyResults* out) {
   out->Clear();
-  if (Status st = ValidateKeys(keys.size(), [&](size_t i) { return keys[i]; }); !st.ok()) {
-    return RejectBatch(st, keys.size(), &out->results);
+  const size_t n = req.keys.size();
+  if (Status st = ValidateKeys(n, [&](size_t i) { return req.keys[i]; }); !st.ok()) {
+    return RejectBatch(st, n, &out->results);
   }
-  out->results.reserve(keys.size());
-  if (commit) store_->ReserveEvents(keys.size());
-  for (std::string_view key : keys) out->results.push_back(FinishOne(agent, key, commit));
+  if (!req.write_ids.empty() && req.write_ids.size() != n) {
+    return RejectBatch(InvalidParams("write_ids has " + std::to_string(req.write_ids.size()) +
+                                     " entries for " + std::to_string(n) + " keys"),
+                       n, &out->results);
+  }
+  // Checksums: part_counts[i] of them per key, in key order.
+  std::vector<uint32_t> first_checksum;
+  if (!req.part_counts.empty() || !req.checksums.empty()) {
+    if (req.part_counts.size() != n) {
+      return RejectBatch(InvalidParams("part_counts has " + std::to_string(req.part_counts.size()) +
+                                       " entries for " + std::to_string(n) + " keys"),
+                         n, &out->results);
+    }
+    uint64_t total = 0;
+    first_checksum.reserve(n + 1);
+    for (uint32_t c : req.part_counts) {
+      first_checksum.push_back(static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+      total += c;
+    }
+    first_checksum.push_back(static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+    if (total != req.checksums.size()) {
+      return RejectBatch(
+          InvalidParams("part_counts add up to " + std::to_string(total) + " but " +
+                        std::to_string(req.checksums.size()) + " checksums were sent"),
+          n, &out->results);
+    }
+  }
+  // Failed replicas grouped by key (sorted once: the work stays linear in the request).
+  std::vector<FailedReplica>& failed = scratch_failed_;
+  failed.assign(req.failed.begin(), req.failed.end());
+  for (const FailedReplica& f : failed) {
+    if (f.key >= n) {
+      return RejectBatch(
+          InvalidParams("failed names key " + std::to_string(f.key) + " of " + std::to_string(n)),
+          n, &out->results);
+    }
+  }
+  std::stable_sort(failed.begin(), failed.end(),
+                   [](const FailedReplica& a, const FailedReplica& b) { return a.key < b.key; });
+  out->results.reserve(n);
+  if (commit) {
+    store_->ReserveEvents(n);
+    out->replicas.reserve(n);
+  }
+  size_t next_failed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t f_begin = next_failed;
+    while (next_failed < failed.size() && failed[next_failed].key == i) ++next_failed;
+    std::span<const uint32_t> checksums;
+    if (!first_checksum.empty()) {
+      checksums =
+          req.checksums.subspan(first_checksum[i], first_checksum[i + 1] - first_checksum[i]);
+    }
+    if (commit) out->replicas.push_back(0);
+    out->results.push_back(FinishOne(req, i, commit, checksums,
+                                     std::span(failed).subspan(f_begin, next_failed - f_begin),
+                                     commit ? out : nullptr));
+  }
   return store_->FlushLog();
+}
+
+Status MasterService::BatchPutEnd(const WriteEndRequest& request, KeyResults* out) {
+  return FinishWrites(request, /*commit=*/true, out);
 }
 
 Status MasterService::BatchPutEnd(AgentId agent, std::span<const std::string_view> keys,
                                   KeyResults* out) {
-  return FinishWrites(agent, keys, /*commit=*/true, out);
+  WriteEndRequest r;
+  r.agent = agent;
+  r.keys = keys;
+  return FinishWrites(r, /*commit=*/true, out);
+}
+
+Status MasterService::BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys,
+                                     std::span<const uint64_t> write_ids, KeyResults* out) {
+  WriteEndRequest r;
+  r.agent = agent;
+  r.keys = keys;
+  r.write_ids = write_ids;
+  return FinishWrites(r, /*commit=*/false, out);
 }
 
 Status MasterService::BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys,
                                      KeyResults* out) {
-  return FinishWrites(agent, keys, /*commit=*/false, out);
+  return BatchPutRevoke(agent, keys, {}, out);
+}
+
+Status MasterService::BatchUpsertEnd(const WriteEndRequest& request, KeyResults* out) {
+  return FinishWrites(request, /*commit=*/true, out);
 }
 
 Status MasterService::BatchUpsertEnd(AgentId agent, std::span<const std::string_view> keys,
                                      KeyResults* out) {
-  return FinishWrites(agent, keys, /*commit=*/true, out);
+  return BatchPutEnd(agent, keys, out);
+}
+
+Status MasterService::BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys,
+                                        std::span<const uint64_t> write_ids, KeyResults* out) {
+  return BatchPutRevoke(agent, keys, write_ids, out);
 }
 
 Status MasterService::BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys,
                                         KeyResults* out) {
-  return FinishWrites(agent, keys, /*commit=*/false, out);
+  return BatchPutRevoke(agent, keys, {}, out);
 }
 
 }  // namespace kvagent::master

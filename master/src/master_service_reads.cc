@@ -14,6 +14,7 @@ Status MasterService::BatchGet(std::span<const std::string_view> keys, Placement
   }
   out->results.reserve(keys.size());
   out->sizes.reserve(keys.size());
+  out->write_ids.reserve(keys.size());
   out->first.reserve(keys.size() + 1);
   out->lease_ttl_ms = static_cast<uint32_t>(options_.lease_ttl_ms);
   for (std::string_view key : keys) {
@@ -23,16 +24,19 @@ Status MasterService::BatchGet(std::span<const std::string_view> keys, Placement
       out->results.push_back(
           Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored"));
       out->sizes.push_back(0);
+      out->write_ids.push_back(0);
     } else if (!e->second.readable) {
       out->results.push_back(
           Status(ErrorCode::kReplicaNotReady,
                  "key '" + std::string(key) + "' is being written; retry after the write ends"));
       out->sizes.push_back(0);
+      out->write_ids.push_back(0);
     } else {
       store_->GrantLease(e, options_.lease_ttl_ms);  // rule 6: reads never touch the tag
-      AppendPlacements(e->second, out);
+      store_->AppendReadPlacements(e->second, &out->placements);
       out->results.push_back(Status::Ok());
       out->sizes.push_back(e->second.size);
+      out->write_ids.push_back(e->second.version);
     }
   }
   out->first.push_back(static_cast<uint32_t>(out->placements.size()));
@@ -75,8 +79,9 @@ Status MasterService::BatchRemove(std::span<const std::string_view> keys, bool f
           Status(ErrorCode::kObjectHasLease,
                  "key '" + std::string(key) + "' is being read (lease for another " +
                      std::to_string(e->second.lease_until_ms - now) + " ms); retry or use force"));
+    } else if (!store_->RemoveObject(e)) {
+      out->results.push_back(store_->LogRefused());
     } else {
-      store_->RemoveObject(e);
       out->results.push_back(Status::Ok());
     }
   }
@@ -84,10 +89,32 @@ Status MasterService::BatchRemove(std::span<const std::string_view> keys, bool f
 }
 
 Result<uint64_t> MasterService::RemoveAll(bool force) {
-  const uint64_t removed = store_->ClearAll(force);
-  LOG(INFO) << "RemoveAll" << (force ? " (force)" : "") << " removed " << removed << " object(s)";
+  Result<uint64_t> removed = store_->ClearAll(force);
+  if (!removed.ok()) return removed;
+  LOG(INFO) << "RemoveAll" << (force ? " (force)" : "") << " removed " << *removed << " object(s)";
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return removed;
+}
+
+Status MasterService::ReportBadReplicas(std::span<const BadReplica> replicas, KeyResults* out) {
+  out->Clear();
+  if (Status st = ValidateKeys(replicas.size(), [&](size_t i) { return replicas[i].key; });
+      !st.ok()) {
+    return RejectBatch(st, replicas.size(), &out->results);
+  }
+  out->results.reserve(replicas.size());
+  for (const BadReplica& bad : replicas) {
+    ObjectEntry* e = store_->Find(bad.key);
+    if (e == nullptr || !e->second.readable || e->second.version != bad.version) {
+      out->results.push_back(Status::Ok());  // that value is gone already
+      continue;
+    }
+    LOG(WARNING) << "a reader found the replica of key '" << bad.key << "' part " << bad.part
+                 << " in segment " << bad.segment_id << " corrupt (checksum mismatch): dropping it";
+    out->results.push_back(store_->DropReplica(e, bad.part, bad.segment_id) ? Status::Ok()
+                                                                            : store_->LogRefused());
+  }
+  return store_->FlushLog();
 }
 
 // The cursor is a hash value (ObjectTable::Scan): pages stay correct when the table grows or
@@ -113,7 +140,8 @@ Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
 std::optional<MasterService::SegmentView> MasterService::FindSegment(SegmentId id) const {
   const Segment* s = store_->FindSegment(id);
   if (!s) return std::nullopt;
-  return SegmentView{s->id, s->agent, s->endpoints};
+  const Agent* a = store_->FindAgent(s->agent);
+  return SegmentView{s->id, s->agent, a ? a->incarnation : 0, s->endpoints};
 }
 
 std::optional<std::string> MasterService::SessionOf(std::string_view key) const {
@@ -135,10 +163,11 @@ MasterStats MasterService::Stats() const {
 void MasterService::CountBadRequest() { ++bad_requests_; }
 
 void MasterService::Tick() {
+  store_->AdvanceLiveClock();
   store_->ExpireAgents();
   store_->ExpireWrites();
-  store_->ReleaseDiscarded();
   store_->EvictByWatermark();
+  store_->MaintainLog();
   if (Status st = store_->FlushLog(); !st.ok()) LOG(ERROR) << st.ToString();
 }
 

@@ -4,15 +4,20 @@
 //   1 agent        id u32, incarnation u64, name str
 //   2 segment      id u32, agent u32, index u32, size u64, endpoint count u32, endpoints str...
 //   3 agent gone   id u32 (its segments go with it)
-//   4 object       key str, size u64, session str, flags u8 (1 hard pin, 2 soft pin),
+//   4 object (v1)  key str, size u64, session str, flags u8 (1 hard pin, 2 soft pin),
 //                  replicas per part u8, soft pin ttl ms u64, block metadata, replica count u32,
-//                  replicas (segment u32, part u32, offset u64, length u64)...
+//                  replicas (segment u32, part u32, offset u64, length u64)... (read only)
 //   5 removed      key str
+//   6 object       as 4, then version u64 after the block metadata, and each replica also
+//                  carries its part's checksum u32 and a flags u8 (1: checksummed)
 // Only committed state is logged: in-flight writes are not (their writers get OBJECT_NOT_FOUND
 // at End after a restart and retry). Leases and LRU order are not persistent.
 #include <glog/logging.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "kvagent/common/validate.h"
@@ -25,8 +30,9 @@ enum RecordType : uint8_t {
   kAgentRecord = 1,
   kSegmentRecord = 2,
   kAgentGoneRecord = 3,
-  kObjectRecord = 4,
+  kObjectRecordV1 = 4,
   kRemovedRecord = 5,
+  kObjectRecord = 6,
 };
 
 void WriteHash(RecordWriter& w, const events::BlockHash& h) {
@@ -104,27 +110,46 @@ void MetadataStore::LogAgentDropped(AgentId id) {
   AppendRecord();
 }
 
+// The object record of `o` as it is, or (with `w`) as it will be once write `w` commits.
+void MetadataStore::EncodeObject(std::string_view key, const Object& o, TagId tag,
+                                 const PendingWrite* w, std::span<const Replica> replicas,
+                                 std::string* out) const {
+  RecordWriter rw(out);
+  rw.U8(kObjectRecord);
+  rw.Str(key);
+  rw.U64(o.size);
+  rw.Str(tags_.Name(tag));
+  if (w) {
+    const int64_t ttl =
+        w->options.soft_pin_ttl_ms ? int64_t{w->options.soft_pin_ttl_ms} : options_.soft_pin_ttl_ms;
+    rw.U8((w->options.hard_pin ? 1 : 0) | (w->options.soft_pin ? 2 : 0));
+    rw.U8(w->options.replica_count);
+    rw.U64(w->options.soft_pin ? static_cast<uint64_t>(ttl) : 0);
+    WriteMeta(rw, w->meta.get());
+    rw.U64(w->write_id);
+  } else {
+    rw.U8((o.hard_pin ? 1 : 0) | (o.soft_pin ? 2 : 0));
+    rw.U8(o.replicas_per_part);
+    rw.U64(static_cast<uint64_t>(std::max<int64_t>(0, int64_t{o.soft_pin_until_s} * 1000 - now())));
+    WriteMeta(rw, o.meta.get());
+    rw.U64(o.version);
+  }
+  rw.U32(static_cast<uint32_t>(replicas.size()));
+  for (const Replica& r : replicas) {
+    rw.U32(r.segment_id);
+    rw.U32(r.part);
+    rw.U64(r.offset);
+    rw.U64(r.length);
+    rw.U32(r.checksum);
+    rw.U8(r.checksummed ? 1 : 0);
+  }
+}
+
 void MetadataStore::LogObject(const ObjectEntry& e) {
   if (!ShouldLog()) return;
-  const Object& o = e.second;
   record_.clear();
-  RecordWriter w(&record_);
-  w.U8(kObjectRecord);
-  w.Str(e.first);
-  w.U64(o.size);
-  w.Str(tags_.Name(o.tag));
-  w.U8((o.hard_pin ? 1 : 0) | (o.soft_pin ? 2 : 0));
-  w.U8(o.replicas_per_part);
-  w.U64(static_cast<uint64_t>(std::max<int64_t>(0, int64_t{o.soft_pin_until_s} * 1000 - now())));
-  WriteMeta(w, o.meta.get());
-  w.U32(o.replica_total);
-  for (uint32_t i = 0; i < o.replica_total; ++i) {
-    const Replica& r = o.replica(i);
-    w.U32(r.segment_id);
-    w.U32(r.part);
-    w.U64(r.offset);
-    w.U64(r.length);
-  }
+  EncodeObject(e.first, e.second, e.second.tag, nullptr,
+               {e.second.replica_data(), e.second.replica_total}, &record_);
   AppendRecord();
 }
 
@@ -156,7 +181,9 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
       const AgentId agent = r.U32();
       const uint32_t index = r.U32();
       const uint64_t size = r.U64();
-      std::vector<std::string> endpoints(r.U32());
+      const uint32_t count = r.U32();
+      if (!r.ok() || count > r.remaining() / 4) break;
+      std::vector<std::string> endpoints(count);
       for (auto& ep : endpoints) ep = std::string(r.Str());
       if (!r.ok()) break;
       auto a = agents_.find(agent);
@@ -182,43 +209,10 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
       }
       return Status::Ok();
     }
-    case kObjectRecord: {
-      const std::string_view key = r.Str();
-      const uint64_t size = r.U64();
-      const std::string_view session = r.Str();
-      const uint8_t flags = r.U8();
-      const uint8_t replicas_per_part = r.U8();
-      const uint64_t soft_left = r.U64();
-      std::unique_ptr<StoredBlockMeta> meta = ReadMeta(r);
-      const uint32_t n = r.U32();
-      if (!r.ok() || n > payload.size()) break;
-      std::vector<Replica> replicas(n);
-      for (Replica& rep : replicas) {
-        rep.segment_id = r.U32();
-        rep.part = r.U32();
-        rep.offset = r.U64();
-        rep.length = r.U64();
-      }
-      if (!r.ok() || !IsValidUtf8(session)) break;
-      if (ObjectEntry* old = objects_.Find(key)) {
-        tags_.Release(old->second.tag);
-        objects_.Erase(old);
-      }
-      Object& o = objects_.FindOrInsert(key).first->second;
-      o.size = size;
-      o.hard_pin = flags & 1;
-      o.soft_pin = (flags & 2) != 0;
-      o.replicas_per_part = replicas_per_part;
-      if (o.soft_pin) {
-        o.soft_pin_until_s =
-            static_cast<uint32_t>((now() + static_cast<int64_t>(soft_left) + 999) / 1000);
-      }
-      o.meta = std::move(meta);
-      o.AssignReplicas(replicas.data(), n);
-      o.readable = true;
-      o.tag = tags_.Acquire(session);
+    case kObjectRecordV1:
+    case kObjectRecord:
+      if (Status st = ApplyObjectRecord(r, type == kObjectRecord); !st.ok()) return st;
       return Status::Ok();
-    }
     case kRemovedRecord: {
       const std::string_view key = r.Str();
       if (!r.ok()) break;
@@ -231,8 +225,55 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
     default:
       break;
   }
-  return Internal("the operation log has a malformed record (type " + std::to_string(type) +
-                  "); move it aside to start empty, or restore a backup");
+  return Internal("malformed record of type " + std::to_string(type));
+}
+
+Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
+  const std::string_view key = r.Str();
+  const uint64_t size = r.U64();
+  const std::string_view session = r.Str();
+  const uint8_t flags = r.U8();
+  const uint8_t replicas_per_part = r.U8();
+  const uint64_t soft_left = r.U64();
+  std::unique_ptr<StoredBlockMeta> meta = ReadMeta(r);
+  const uint64_t version = v2 ? r.U64() : 0;
+  const uint32_t n = r.U32();
+  // Each replica takes at least 24 bytes: a count beyond what is left is damage, not a size.
+  if (!r.ok() || n > r.remaining() / 24) return Internal("malformed object record");
+  std::vector<Replica> replicas(n);
+  for (Replica& rep : replicas) {
+    rep.segment_id = r.U32();
+    rep.part = r.U32();
+    rep.offset = r.U64();
+    rep.length = r.U64();
+    if (v2) {
+      rep.checksum = r.U32();
+      rep.checksummed = (r.U8() & 1) != 0;
+    }
+  }
+  if (!r.ok() || !IsValidUtf8(session) || !IsValidUtf8(key) || key.empty()) {
+    return Internal("malformed object record");
+  }
+  if (ObjectEntry* old = objects_.Find(key)) {
+    tags_.Release(old->second.tag);
+    objects_.Erase(old);
+  }
+  Object& o = objects_.FindOrInsert(key).first->second;
+  o.size = size;
+  o.version = version;
+  o.hard_pin = flags & 1;
+  o.soft_pin = (flags & 2) != 0;
+  o.replicas_per_part = replicas_per_part;
+  if (o.soft_pin) {
+    o.soft_pin_until_s =
+        static_cast<uint32_t>((now() + static_cast<int64_t>(soft_left) + 999) / 1000);
+  }
+  o.meta = std::move(meta);
+  o.AssignReplicas(replicas.data(), n);
+  o.readable = true;
+  o.tag = tags_.Acquire(session);
+  next_write_id_ = std::max(next_write_id_, version + 1);
+  return Status::Ok();
 }
 
 // Re-reserves every restored replica in its segment; replicas whose segment is gone (or that
@@ -268,7 +309,16 @@ void MetadataStore::FinishRestore() {
   objects_.ForEach([&](ObjectEntry& entry) {
     if (!entry.second.hard_pin) lru_.PushBack(&entry);
   });
-  for (auto& [id, a] : agents_) a.last_seen_ms = now();  // one TTL to come back
+  // Restored agents are suspect until they register again: nothing is placed in their pools
+  // before they have fenced this master's predecessor's writes (a new master epoch), and they
+  // have the dead timeout to come back.
+  for (auto& [id, a] : agents_) {
+    a.last_seen_live = LiveNow();
+    if (!a.suspect) {
+      a.suspect = true;
+      ++suspects_;
+    }
+  }
   RefreshPartBytes();
 }
 
@@ -312,8 +362,12 @@ void MetadataStore::WriteSnapshot() {
 }
 
 Status MetadataStore::Open() {
+  live_mark_ms_ = now();
   if (!options_.state_dir.empty()) {
-    auto log = OpLog::Open(options_.state_dir);
+    OpLogOptions log_options;
+    log_options.sync = options_.log_sync;
+    log_options.truncate_damaged = options_.truncate_damaged_log;
+    auto log = OpLog::Open(options_.state_dir, log_options);
     if (!log.ok()) return log.status();
     oplog_ = std::move(log.value());
     restoring_ = true;
@@ -328,9 +382,10 @@ Status MetadataStore::Open() {
           WriteSnapshot();
           snapshot_sink_ = nullptr;
         }));
+    snapshot_bytes_ = oplog_->file_bytes();
     LOG(INFO) << "restored " << objects_.size() << " object(s), " << agents_.size() << " agent(s), "
               << segments_.size() << " segment(s) from " << oplog_->path() << " (" << count.value()
-              << " records)";
+              << " records; log sync: " << LogSyncName(options_.log_sync) << ")";
   }
   if (agents_.empty()) {
     // A master without state numbers agents and segments from a random base, so an id held by
@@ -344,6 +399,48 @@ Status MetadataStore::Open() {
   ++counters_.events_emitted;
   objects_.ForEach([&](const ObjectEntry& entry) { EmitStored(entry); });
   return Status::Ok();
+}
+
+void MetadataStore::MaintainLog() {
+  if (!oplog_) return;
+  if (!oplog_->writable()) {
+    oplog_->Probe();
+    return;
+  }
+  const uint64_t size = oplog_->file_bytes();
+  if (options_.compact_log_bytes == 0 || size < options_.compact_log_bytes ||
+      size < 2 * snapshot_bytes_ || now() < next_compaction_ms_) {
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  Status st = oplog_->Rewrite([this](const std::function<void(std::string_view)>& append) {
+    snapshot_sink_ = &append;
+    WriteSnapshot();
+    snapshot_sink_ = nullptr;
+  });
+  if (!st.ok()) {
+    LOG(WARNING) << "operation log: compaction failed (" << st.message()
+                 << "); the log keeps growing, next try in 60 s";
+    next_compaction_ms_ = now() + 60'000;
+    return;
+  }
+  ++counters_.log_compactions;
+  snapshot_bytes_ = oplog_->file_bytes();
+  LOG(INFO) << "operation log: compacted " << size << " -> " << snapshot_bytes_ << " bytes ("
+            << objects_.size() << " object(s)) in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - started)
+                   .count()
+            << " ms";
+}
+
+void MetadataStore::FailStop(const Status& st) {
+  LOG(ERROR) << "kvmaster cannot write its operation log: " << st.message()
+             << ". Changes already applied in memory are not on disk, and memory must never run "
+                "ahead of the log: exiting now. Every change acknowledged before is in "
+             << oplog_->path() << "; fix the disk, then restart kvmaster (systemd does).";
+  google::FlushLogFiles(google::GLOG_INFO);
+  _exit(1);
 }
 
 }  // namespace kvagent::master

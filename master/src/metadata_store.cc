@@ -120,17 +120,32 @@ std::vector<events::KvEvent> MetadataStore::TakeEvents() {
 Status MetadataStore::FlushLog() {
   if (!oplog_) return Status::Ok();
   counters_.oplog_records = oplog_->records_appended();
-  return oplog_->Flush();
+  Status st = oplog_->Flush();
+  if (!st.ok()) FailStop(st);
+  return st;
 }
 
 // ---- agents and segments -------------------------------------------------------------------
 
-AgentId MetadataStore::AddAgent(std::string_view name, uint64_t incarnation) {
+Status MetadataStore::LogRefused() const {
+  return Status(ErrorCode::kMasterUnavailable,
+                oplog_ ? oplog_->error() : std::string("the operation log refused the change"));
+}
+
+bool MetadataStore::ReserveLog(uint64_t payload_bytes, uint64_t records) {
+  if (!oplog_ || restoring_ || snapshot_sink_) return true;
+  if (oplog_->Reserve(payload_bytes, records)) return true;
+  ++counters_.log_refusals;
+  return false;
+}
+
+Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation) {
+  if (!ReserveLog(17 + name.size(), 1)) return LogRefused();
   Agent a;
   a.id = next_agent_id_++;
   a.name = std::string(name);
   a.incarnation = incarnation;
-  a.last_seen_ms = now();
+  a.last_seen_live = LiveNow();
   LogAgent(a);
   AgentId id = a.id;
   agents_.emplace(id, std::move(a));
@@ -138,6 +153,11 @@ AgentId MetadataStore::AddAgent(std::string_view name, uint64_t incarnation) {
 }
 
 Agent* MetadataStore::FindAgent(AgentId id) {
+  auto it = agents_.find(id);
+  return it == agents_.end() ? nullptr : &it->second;
+}
+
+const Agent* MetadataStore::FindAgent(AgentId id) const {
   auto it = agents_.find(id);
   return it == agents_.end() ? nullptr : &it->second;
 }
@@ -150,16 +170,33 @@ Agent* MetadataStore::FindAgentByName(std::string_view name) {
 }
 
 void MetadataStore::RefreshPartBytes() {
-  live_segments_.clear();
   uint64_t smallest = 0;
   for (auto& [id, s] : segments_) {
-    live_segments_.push_back(&s);
     if (smallest == 0 || s.allocator.size() < smallest) smallest = s.allocator.size();
   }
   part_bytes_ = options_.max_part_bytes;
   if (smallest > 0) part_bytes_ = std::min(part_bytes_, smallest);
   part_bytes_ = std::max<uint64_t>(part_bytes_, SegmentAllocator::kAlignment);
+  RefreshCandidates();
 }
+
+void MetadataStore::RefreshCandidates() {
+  live_segments_.clear();
+  for (auto& [id, s] : segments_) {
+    auto a = agents_.find(s.agent);
+    if (a != agents_.end() && !a->second.suspect) live_segments_.push_back(&s);
+  }
+}
+
+namespace {
+
+uint64_t SegmentRecordBytes(const std::vector<std::string>& endpoints) {
+  uint64_t n = 25;
+  for (const std::string& ep : endpoints) n += 4 + ep.size();
+  return n;
+}
+
+}  // namespace
 
 Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index, uint64_t size,
                                                 std::vector<std::string> endpoints) {
@@ -174,11 +211,12 @@ Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index
     if (s.allocator.size() != size / SegmentAllocator::kAlignment * SegmentAllocator::kAlignment) {
       // A different pool under the same index: its content is unknown, start it empty.
       const std::string name = agent->name;
-      DropAgent(agent_id);  // invalidates `agent`
+      if (!DropAgent(agent_id)) return LogRefused();  // invalidates `agent`
       return Status(ErrorCode::kAgentUnavailable,
                     "segment " + std::to_string(index) + " of agent " + name +
                         " changed size; the agent was dropped: register again");
     }
+    if (!ReserveLog(SegmentRecordBytes(endpoints), 1)) return LogRefused();
     s.endpoints = std::move(endpoints);
     uint64_t restored = 0;
     objects_.ForEach([&](const ObjectEntry& entry) {
@@ -197,6 +235,7 @@ Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index
     return InvalidParams("segment size " + std::to_string(size) + " is below the minimum of " +
                          std::to_string(SegmentAllocator::kAlignment) + " bytes");
   }
+  if (!ReserveLog(SegmentRecordBytes(endpoints), 1)) return LogRefused();
   Segment s{next_segment_id_++, agent_id, index, std::move(endpoints), SegmentAllocator(size)};
   SegmentId sid = s.id;
   LogSegment(s);
@@ -211,47 +250,93 @@ const Segment* MetadataStore::FindSegment(SegmentId id) const {
   return it == segments_.end() ? nullptr : &it->second;
 }
 
-void MetadataStore::DropAgent(AgentId id) {
+bool MetadataStore::DropAgent(AgentId id) {
   auto it = agents_.find(id);
-  if (it == agents_.end()) return;
+  if (it == agents_.end()) return true;
   std::vector<SegmentId> dropped = it->second.segments;
-  LOG(WARNING) << "dropping agent " << it->second.name << " (id " << id << ", " << dropped.size()
-               << " segment(s)); its replicas are invalidated";
   auto on_dropped = [&](SegmentId sid) {
     return std::find(dropped.begin(), dropped.end(), sid) != dropped.end();
   };
-  std::erase_if(discarded_, [&](const Discarded& d) { return on_dropped(d.replica.segment_id); });
+  // First find what goes, to reserve its records; then change things.
   std::vector<ObjectEntry*> lost_readable;
   std::vector<ObjectEntry*> lost_writes;
+  uint64_t record_bytes = 5;
   objects_.ForEach([&](ObjectEntry& entry) {
     Object& o = entry.second;
     if (o.pending && o.pending->writer == id) {
       lost_writes.push_back(&entry);
       return;
     }
-    uint32_t kept = 0;
     std::vector<bool> part_alive(o.parts(), false);
+    bool touched = false;
+    for (uint32_t r = 0; r < o.replica_total; ++r) {
+      if (on_dropped(o.replica(r).segment_id)) {
+        touched = true;
+      } else {
+        part_alive[o.replica(r).part] = true;
+      }
+    }
+    if (!touched) return;
+    if (std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; })) return;
+    if (o.readable) {
+      lost_readable.push_back(&entry);
+      record_bytes += RemovedRecordBytes(entry.first);
+    } else {
+      lost_writes.push_back(&entry);
+    }
+  });
+  if (!ReserveLog(record_bytes, 1 + lost_readable.size())) return false;
+  LOG(WARNING) << "dropping agent " << it->second.name << " (id " << id << ", " << dropped.size()
+               << " segment(s)); its replicas are invalidated";
+  // Replicas in the dropped segments go from every object (the log needs no record for that:
+  // replicas in segments of a dropped agent are filtered out when it is replayed).
+  objects_.ForEach([&](ObjectEntry& entry) {
+    Object& o = entry.second;
+    uint32_t kept = 0;
     for (uint32_t r = 0; r < o.replica_total; ++r) {
       if (on_dropped(o.replica(r).segment_id)) continue;
-      part_alive[o.replica(r).part] = true;
       o.replica(kept++) = o.replica(r);
     }
-    if (kept == o.replica_total) return;
-    o.KeepReplicas(kept);
-    bool whole = std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; });
-    // The log needs no record for this: replicas in segments of a dropped agent are filtered
-    // out when it is replayed.
-    if (whole) return;
-    (o.readable ? lost_readable : lost_writes).push_back(&entry);
+    if (kept != o.replica_total) o.KeepReplicas(kept);
   });
+  if (it->second.suspect) --suspects_;
   for (SegmentId sid : dropped) segments_.erase(sid);
   agents_.erase(it);
   LogAgentDropped(id);
   RefreshPartBytes();
-  // Freeing goes to segments that still exist only (FreeReplicas skips dropped ones).
-  for (ObjectEntry* e : lost_readable) RemoveObject(e);
-  for (ObjectEntry* e : lost_writes) AbortWrite(e, /*writer_may_still_write=*/false);
+  // Freeing goes to segments that still exist only (FreeReplica skips dropped ones). The
+  // removals were reserved above.
+  for (ObjectEntry* e : lost_readable) {
+    EmitRemoved(*e);
+    LogRemoved(e->first);
+    FreeReplicas(e->second);
+    Erase(e);
+  }
+  for (ObjectEntry* e : lost_writes) AbortWrite(e);
   ++counters_.expired_agents;
+  return true;
+}
+
+void MetadataStore::AppendReadPlacements(const Object& o, std::vector<Placement>* out) const {
+  const Replica* r = o.replica_data();
+  const size_t start = out->size();
+  out->insert(out->end(), r, r + o.replica_total);
+  if (suspects_ == 0 || o.replicas_per_part < 2) return;
+  // Within each part, replicas on suspect agents go last (a stable partition keeps parts
+  // grouped and in order).
+  auto healthy = [this](const Placement& p) {
+    auto seg = segments_.find(p.segment_id);
+    if (seg == segments_.end()) return false;
+    const Agent* a = FindAgent(seg->second.agent);
+    return a != nullptr && !a->suspect;
+  };
+  auto begin = out->begin() + static_cast<std::ptrdiff_t>(start);
+  while (begin != out->end()) {
+    auto end = std::find_if(begin, out->end(),
+                            [part = begin->part](const Placement& p) { return p.part != part; });
+    std::stable_partition(begin, end, healthy);
+    begin = end;
+  }
 }
 
 // ---- allocation ----------------------------------------------------------------------------
@@ -326,11 +411,12 @@ uint64_t MetadataStore::bytes_capacity() const {
 }
 
 void MetadataStore::FreeReplicas(const Object& o) {
-  for (uint32_t r = 0; r < o.replica_total; ++r) {
-    const Replica& rep = o.replica(r);
-    auto it = segments_.find(rep.segment_id);
-    if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
-  }
+  for (uint32_t r = 0; r < o.replica_total; ++r) FreeReplica(o.replica(r));
+}
+
+void MetadataStore::FreeReplica(const Replica& rep) {
+  auto it = segments_.find(rep.segment_id);
+  if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
 }
 
 void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas) {

@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -51,6 +53,7 @@ using Replica = Placement;
 // An in-flight Put or Upsert. Exists only between *Start and *End/*Revoke (or takeover).
 struct PendingWrite {
   AgentId writer = kNoAgent;
+  uint64_t write_id = 0;  // unique per master incarnation, increasing in start order
   int64_t started_ms = 0;
   TagId tag = kUntagged;  // holds a reference; becomes the object's tag at commit (rule 3)
   WriteOptions options;
@@ -87,6 +90,7 @@ struct Object {
   uint32_t parts() const { return replica_total ? replica(replica_total - 1).part + 1 : 0; }
 
   uint64_t size = 0;
+  uint64_t version = 0;  // the write id that made the current value (0: restored from a v1 log)
   int64_t lease_until_ms = 0;
   ObjectEntry* prev = nullptr;  // links in the LRU list (readable) or the writing list
   ObjectEntry* next = nullptr;
@@ -123,12 +127,25 @@ struct Segment {
   SegmentAllocator allocator;
 };
 
+// Space of an abandoned write in one agent's pool, kept until that agent has fenced the write
+// (refuses its bytes from then on) and acknowledged fence `seq` in a heartbeat.
+struct PendingFence {
+  uint64_t seq = 0;
+  uint64_t write_id = 0;
+  std::vector<Replica> replicas;
+};
+
 struct Agent {
   AgentId id = kNoAgent;
   std::string name;
   uint64_t incarnation = 0;
-  int64_t last_seen_ms = 0;
+  int64_t last_seen_live = 0;  // MetadataStore::LiveNow() when last heard of
+  // Silent past the TTL (or restored from the log and not registered again): no new replicas go
+  // to its segments and reads list its replicas last; its objects stay until it is dead.
+  bool suspect = false;
   std::vector<SegmentId> segments;
+  std::deque<PendingFence> fences;  // in seq order
+  uint64_t next_fence_seq = 1;
 };
 
 class MetadataStore {
@@ -142,16 +159,33 @@ class MetadataStore {
   // start: AllBlocksCleared, then BlockStored for every restored object.
   Status Open();
 
+  // Mutators that write to the operation log reserve room for their records before they change
+  // anything; when the log refuses (state dir full or failing) they return false (or
+  // LogRefused()) and change nothing. The write to the file happens at FlushLog.
+  Status LogRefused() const;
+  bool log_writable() const { return !oplog_ || oplog_->writable(); }
+  void CountOversized() { ++counters_.oversized_values; }
+  // Gives back replicas AllocateReplicas handed out for a write that did not start.
+  void FreeAllocated(std::span<const Replica> replicas) {
+    for (const Replica& r : replicas) FreeReplica(r);
+  }
+
   // ---- agents and segments ----
-  AgentId AddAgent(std::string_view name, uint64_t incarnation);
+  Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation);
   Agent* FindAgent(AgentId id);
+  const Agent* FindAgent(AgentId id) const;
   Agent* FindAgentByName(std::string_view name);
   Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
                                    std::vector<std::string> endpoints);
   const Segment* FindSegment(SegmentId id) const;
+  // The agent is alive now (heartbeat, registration, mount): a suspect agent is trusted again.
+  void Touch(Agent* a);
   // Drops an agent: its segments go, replicas in them are invalidated, objects left without
   // a replica of some part are removed (BlockRemoved) and writes into them are aborted.
-  void DropAgent(AgentId id);
+  [[nodiscard]] bool DropAgent(AgentId id);
+  // The fences the agent must apply (heartbeat reply), after freeing the space of those it has
+  // acknowledged (`acked` = the highest fence seq it applied).
+  HeartbeatResult Fences(Agent* a, uint64_t acked);
 
   // ---- objects ----
   ObjectEntry* Find(std::string_view key);
@@ -164,40 +198,59 @@ class MetadataStore {
   // ends: nothing else may see it.
   std::pair<ObjectEntry*, bool> FindOrInsert(std::string_view key);
   void EraseFresh(ObjectEntry* e);
+  // A new write id (PendingWrite::write_id).
+  uint64_t NewWriteId() { return next_write_id_++; }
   // Turns a fresh entry into an object being written (not readable, no event, not persisted).
   void CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
                    std::unique_ptr<PendingWrite> pending);
   // Starts rewriting a readable object (upsert): it becomes unreadable (BlockRemoved; the log
   // records the removal since its bytes are about to change). `replicas` == nullptr: in place.
-  void BeginRewrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
-                    std::unique_ptr<PendingWrite> pending);
-  // Takes over a timed-out write: its replicas are released only after the release timeout
-  // (the old writer may still be writing), then the new write starts in new replicas.
+  [[nodiscard]] bool BeginRewrite(ObjectEntry* e, uint64_t size,
+                                  const std::vector<Replica>* replicas,
+                                  std::unique_ptr<PendingWrite> pending);
+  // Takes over a timed-out write: its replicas are fenced (the old writer may still be
+  // writing), then the new write starts in new replicas.
   void TakeOverWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
                      std::unique_ptr<PendingWrite> pending);
-  // Makes a written object readable: commits tag, metadata and options; BlockStored.
-  void CommitWrite(ObjectEntry* e);
-  // Abandons a write: frees its replicas now (delayed when `writer_may_still_write`) and
-  // erases the object. No event: it was not readable.
-  void AbortWrite(ObjectEntry* e, bool writer_may_still_write);
+  // Makes a written object readable: commits tag, metadata, options, the parts' checksums
+  // (`checksums` has one per part, or is empty: not checksummed) and its version; drops the
+  // replicas in `failed` (parts and segments the writer could not write; they are fenced)
+  // first. BlockStored. False when the log refused (nothing changed).
+  [[nodiscard]] bool CommitWrite(ObjectEntry* e, std::span<const uint32_t> checksums,
+                                 std::span<const FailedReplica> failed);
+  // Abandons a write: its replicas are fenced (freed once their pools refuse the write) and
+  // the object erased. No event: it was not readable.
+  void AbortWrite(ObjectEntry* e);
   // Removes a readable object (remove, eviction): BlockRemoved, frees replicas, erases it.
-  void RemoveObject(ObjectEntry* e);
+  [[nodiscard]] bool RemoveObject(ObjectEntry* e);
+  // Drops the replica of `part` in `segment` of a readable object whose bytes a reader found
+  // corrupt; the object goes too (BlockRemoved) when that was its part's last replica.
+  [[nodiscard]] bool DropReplica(ObjectEntry* e, uint32_t part, SegmentId segment);
   // Removes every readable object that is unleased (or all readable ones with `force`):
   // AllBlocksCleared, then BlockStored for each readable survivor. Returns how many went.
-  uint64_t ClearAll(bool force);
+  Result<uint64_t> ClearAll(bool force);
   // Read path: grants (extends) a lease and marks the object recently used.
   void GrantLease(ObjectEntry* e, int64_t ttl_ms);
 
   // ---- periodic work (MasterService::Tick) ----
+  // Advances the live clock (LiveNow), crediting at most max_tick_gap_ms of a gap since the
+  // last call: a master that did not run does not blame its agents for the silence.
+  void AdvanceLiveClock();
+  // Agents silent past the TTL become suspect; past the dead timeout they are dropped.
   void ExpireAgents();
   void ExpireWrites();
-  void ReleaseDiscarded();
+  // Retries a refusing state dir; compacts the log when it has grown enough.
+  void MaintainLog();
   // Evicts unleased objects in LRU order (unpinned, then soft-pinned; never hard-pinned)
   // until bytes used <= target. Returns objects evicted.
   uint64_t EvictTo(uint64_t target_bytes_used);
   void EvictByWatermark();
 
   // ---- views ----
+  // The readable replicas of `o` for a reader, each part's replicas on healthy agents first.
+  void AppendReadPlacements(const Object& o, std::vector<Placement>* out) const;
+  // Milliseconds of the master's own running time (see AdvanceLiveClock).
+  int64_t LiveNow() const;
   const ObjectTable& objects() const { return objects_; }
   SessionTags& tags() { return tags_; }
   const std::map<SegmentId, Segment>& segments() const { return segments_; }
@@ -223,7 +276,9 @@ class MetadataStore {
       events_.reserve(std::max(2 * events_.capacity(), events_.size() + n));  // geometric
     }
   }
-  // Writes buffered log records out (end of every request).
+  // Writes buffered log records out (end of every request). A failure to write records the
+  // request has already applied in memory is fatal: kvmaster exits (the log holds everything
+  // acknowledged before), since memory must never run ahead of the log.
   Status FlushLog();
   // The records a standby needs after `after_seq` (or, with `snapshot` or when the log no longer
   // holds them, the whole committed state). See ReplicationPage.
@@ -232,13 +287,17 @@ class MetadataStore {
   uint64_t replication_last_seq() const { return replication_.last_seq(); }
 
  private:
-  struct Discarded {
-    Replica replica;
-    int64_t release_at_ms;
-  };
   void EmitStored(const ObjectEntry& e);
   void EmitRemoved(const ObjectEntry& e);
   void FreeReplicas(const Object& o);
+  void FreeReplica(const Replica& r);
+  // Keeps `replicas` of write `write_id` until their pools' agents fenced the write.
+  void Fence(uint64_t write_id, std::span<const Replica> replicas);
+  void SetSuspect(Agent& a, bool suspect);
+  void RefreshCandidates();
+  bool ReserveLog(uint64_t payload_bytes, uint64_t records);
+  void EncodeObject(std::string_view key, const Object& o, TagId tag, const PendingWrite* w,
+                    std::span<const Replica> replicas, std::string* out) const;
   void SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas);
   bool SoftPinned(const Object& o) const;
   void Erase(ObjectEntry* e);
@@ -252,7 +311,10 @@ class MetadataStore {
   void LogAgentDropped(AgentId id);
   void LogObject(const ObjectEntry& e);
   void LogRemoved(std::string_view key);
+  static uint64_t RemovedRecordBytes(std::string_view key) { return 5 + key.size(); }
   Status ApplyRecord(std::string_view payload);
+  Status ApplyObjectRecord(RecordReader& r, bool v2);
+  void FailStop(const Status& st);
   void FinishRestore();
   void WriteSnapshot();
   bool ShouldLog() const;
@@ -262,15 +324,20 @@ class MetadataStore {
   const Clock* clock_;
   std::map<AgentId, Agent> agents_;
   std::map<SegmentId, Segment> segments_;
-  std::vector<Segment*> live_segments_;  // placement candidates
+  std::vector<Segment*> live_segments_;  // placement candidates: segments of healthy agents
   AgentId next_agent_id_ = 1;
   SegmentId next_segment_id_ = 1;
+  uint64_t next_write_id_ = 1;
+  uint64_t suspects_ = 0;
+  int64_t live_ms_ = 0;          // the live clock at live_mark_ms_
+  int64_t live_mark_ms_ = 0;     // now() at the last AdvanceLiveClock
+  uint64_t snapshot_bytes_ = 0;  // the log's size after its last compaction
+  int64_t next_compaction_ms_ = 0;
   uint64_t part_bytes_ = 0;
   ObjectTable objects_;
   ObjectList lru_;      // readable, not hard-pinned; head = least recently used
   ObjectList writing_;  // being written; head = oldest start
   SessionTags tags_;
-  std::vector<Discarded> discarded_;
   std::vector<events::KvEvent> events_;
   std::unique_ptr<OpLog> oplog_;
   ReplicationLog replication_{options_.replication_log_bytes};

@@ -1,5 +1,10 @@
-// MetadataStore: the object lifecycle transitions and the periodic work (leases, expiry,
-// delayed release, eviction). See metadata_store.h for the invariants.
+// MetadataStore: the object lifecycle transitions and the periodic work (leases, agent liveness,
+// write expiry, fences, eviction). See metadata_store.h for the invariants.
+//
+// Write-ahead: a transition that must survive a restart first reserves room for its record in
+// the operation log (ReserveLog), and only then changes memory; the record is appended right
+// after and reaches the file before the request's reply (FlushLog). A refused reservation
+// changes nothing.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -44,11 +49,12 @@ void MetadataStore::CreateWrite(ObjectEntry* e, uint64_t size, const std::vector
   writing_.PushBack(e);
 }
 
-void MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
+bool MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
                                  const std::vector<Replica>* replicas,
                                  std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.readable && !o.pending);
+  if (!ReserveLog(RemovedRecordBytes(e->first), 1)) return false;
   EmitRemoved(*e);
   LogRemoved(e->first);
   if (o.listed) lru_.Remove(e);
@@ -59,6 +65,7 @@ void MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
   }
   o.pending = std::move(pending);
   writing_.PushBack(e);
+  return true;
 }
 
 void MetadataStore::TakeOverWrite(ObjectEntry* e, uint64_t size,
@@ -66,26 +73,57 @@ void MetadataStore::TakeOverWrite(ObjectEntry* e, uint64_t size,
                                   std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.pending);
-  const int64_t release_at = o.pending->started_ms + options_.put_release_timeout_ms;
-  for (uint32_t r = 0; r < o.replica_total; ++r) {
-    discarded_.push_back(Discarded{o.replica(r), release_at});
-  }
+  Fence(o.pending->write_id, {o.replica_data(), o.replica_total});
   writing_.Remove(e);
   tags_.Release(o.pending->tag);
+  o.KeepReplicas(0);  // handed to the fence
   SetReplicas(o, size, replicas);
   o.pending = std::move(pending);
   writing_.PushBack(e);
   ++counters_.taken_over_puts;
 }
 
-void MetadataStore::CommitWrite(ObjectEntry* e) {
+bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checksums,
+                                std::span<const FailedReplica> failed) {
   Object& o = e->second;
   assert(o.pending && !o.readable);
-  writing_.Remove(e);
   PendingWrite& w = *o.pending;
+  // The replicas that stay get their part's checksum; those the writer could not write are
+  // fenced. (Setting checksums before the log's answer is harmless: a refused commit leaves an
+  // unreadable write whose replicas get their checksums again at the next End.)
+  std::vector<Replica> dropped;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    Replica& r = o.replica(i);
+    const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
+      return f.part == r.part && f.segment_id == r.segment_id;
+    });
+    if (lost) {
+      dropped.push_back(r);
+      continue;
+    }
+    if (!checksums.empty()) {
+      r.checksum = checksums[r.part];
+      r.checksummed = true;
+    }
+    if (kept != i) std::swap(o.replica(kept), r);
+    ++kept;
+  }
+  const bool log = ShouldLog();
+  if (log) {
+    record_.clear();
+    EncodeObject(e->first, o, w.tag, &w, {o.replica_data(), kept}, &record_);
+    if (!ReserveLog(record_.size(), 1)) return false;
+  }
+  writing_.Remove(e);
+  if (!dropped.empty()) {
+    Fence(w.write_id, dropped);
+    o.KeepReplicas(kept);
+  }
   tags_.Release(o.tag);
   o.tag = w.tag;  // the reference moves from the write to the object
   o.meta = std::move(w.meta);
+  o.version = w.write_id;
   o.replicas_per_part = w.options.replica_count;
   o.hard_pin = w.options.hard_pin;
   o.soft_pin = w.options.soft_pin;
@@ -99,39 +137,76 @@ void MetadataStore::CommitWrite(ObjectEntry* e) {
   o.pending.reset();
   o.readable = true;
   if (!o.hard_pin) lru_.PushBack(e);
-  LogObject(*e);
+  if (log) AppendRecord();  // record_ holds the object as committed
   EmitStored(*e);
+  return true;
 }
 
-void MetadataStore::AbortWrite(ObjectEntry* e, bool writer_may_still_write) {
+void MetadataStore::AbortWrite(ObjectEntry* e) {
   Object& o = e->second;
   assert(o.pending && !o.readable);
-  if (writer_may_still_write) {
-    const int64_t release_at = o.pending->started_ms + options_.put_release_timeout_ms;
-    for (uint32_t r = 0; r < o.replica_total; ++r) {
-      discarded_.push_back(Discarded{o.replica(r), release_at});
-    }
-  } else {
-    FreeReplicas(o);
-  }
+  Fence(o.pending->write_id, {o.replica_data(), o.replica_total});
+  o.KeepReplicas(0);
   Erase(e);
 }
 
-void MetadataStore::RemoveObject(ObjectEntry* e) {
+bool MetadataStore::RemoveObject(ObjectEntry* e) {
   assert(e->second.readable);
+  if (!ReserveLog(RemovedRecordBytes(e->first), 1)) return false;
   EmitRemoved(*e);
   LogRemoved(e->first);
   FreeReplicas(e->second);
   Erase(e);
+  return true;
 }
 
-uint64_t MetadataStore::ClearAll(bool force) {
+bool MetadataStore::DropReplica(ObjectEntry* e, uint32_t part, SegmentId segment) {
+  Object& o = e->second;
+  assert(o.readable);
+  uint32_t at = o.replica_total;
+  uint32_t others = 0;  // replicas of the same part elsewhere
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    if (o.replica(i).part != part) continue;
+    if (o.replica(i).segment_id == segment) {
+      at = i;
+    } else {
+      ++others;
+    }
+  }
+  if (at == o.replica_total) return true;  // already gone
+  if (others == 0) {
+    if (!RemoveObject(e)) return false;
+    ++counters_.bad_replicas;
+    return true;
+  }
+  std::vector<Replica> kept;
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    if (i != at) kept.push_back(o.replica(i));
+  }
+  if (ShouldLog()) {
+    record_.clear();
+    EncodeObject(e->first, o, o.tag, nullptr, kept, &record_);
+    if (!ReserveLog(record_.size(), 1)) return false;
+  }
+  FreeReplica(o.replica(at));
+  o.AssignReplicas(kept.data(), static_cast<uint32_t>(kept.size()));
+  if (ShouldLog()) AppendRecord();
+  ++counters_.bad_replicas;
+  return true;
+}
+
+Result<uint64_t> MetadataStore::ClearAll(bool force) {
   const int64_t t = now();
   std::vector<ObjectEntry*> doomed;
+  uint64_t record_bytes = 0;
   objects_.ForEach([&](ObjectEntry& entry) {
     const Object& o = entry.second;
-    if (o.readable && (force || o.lease_until_ms <= t)) doomed.push_back(&entry);
+    if (o.readable && (force || o.lease_until_ms <= t)) {
+      doomed.push_back(&entry);
+      record_bytes += RemovedRecordBytes(entry.first);
+    }
   });
+  if (!ReserveLog(record_bytes, doomed.size())) return LogRefused();
   for (ObjectEntry* e : doomed) {
     LogRemoved(e->first);
     FreeReplicas(e->second);
@@ -145,7 +220,7 @@ uint64_t MetadataStore::ClearAll(bool force) {
   objects_.ForEach([&](const ObjectEntry& entry) {
     if (entry.second.readable) EmitStored(entry);
   });
-  return doomed.size();
+  return static_cast<uint64_t>(doomed.size());
 }
 
 void MetadataStore::GrantLease(ObjectEntry* e, int64_t ttl_ms) {
@@ -157,19 +232,98 @@ void MetadataStore::GrantLease(ObjectEntry* e, int64_t ttl_ms) {
   }
 }
 
-// ---- periodic work -------------------------------------------------------------------------
+// ---- fences --------------------------------------------------------------------------------
+
+void MetadataStore::Fence(uint64_t write_id, std::span<const Replica> replicas) {
+  if (options_.writes_are_local) {
+    for (const Replica& r : replicas) FreeReplica(r);
+    return;
+  }
+  // One fence per pool agent holding a replica of the write.
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    auto seg = segments_.find(replicas[i].segment_id);
+    if (seg == segments_.end()) continue;  // its agent is gone, and its pool with it
+    Agent& a = agents_.at(seg->second.agent);
+    if (!a.fences.empty() && a.fences.back().write_id == write_id &&
+        a.fences.back().seq == a.next_fence_seq - 1) {
+      a.fences.back().replicas.push_back(replicas[i]);
+    } else {
+      a.fences.push_back(PendingFence{a.next_fence_seq++, write_id, {replicas[i]}});
+    }
+  }
+}
+
+HeartbeatResult MetadataStore::Fences(Agent* a, uint64_t acked) {
+  while (!a->fences.empty() && a->fences.front().seq <= acked) {
+    for (const Replica& r : a->fences.front().replicas) FreeReplica(r);
+    a->fences.pop_front();
+  }
+  HeartbeatResult out;
+  out.known = true;
+  out.fence_seq = a->next_fence_seq - 1;
+  // Every write that is neither in flight nor waiting for a fence is finished: its id is below
+  // the watermark (ids grow in start order, and writing_ is in start order).
+  out.write_watermark = writing_.head ? writing_.head->second.pending->write_id : next_write_id_;
+  out.fenced_writes.reserve(a->fences.size());
+  for (const PendingFence& f : a->fences) out.fenced_writes.push_back(f.write_id);
+  return out;
+}
+
+// ---- liveness ------------------------------------------------------------------------------
+
+int64_t MetadataStore::LiveNow() const {
+  return live_ms_ + std::clamp<int64_t>(now() - live_mark_ms_, 0, options_.max_tick_gap_ms);
+}
+
+void MetadataStore::AdvanceLiveClock() {
+  const int64_t t = now();
+  const int64_t gap = t - live_mark_ms_;
+  if (gap > options_.max_tick_gap_ms && live_mark_ms_ != 0) {
+    ++counters_.stalls_forgiven;
+    LOG(WARNING) << "kvmaster did not run for " << gap
+                 << " ms (stopped or starved of CPU); its agents are not blamed for silence "
+                    "during that time";
+  }
+  live_ms_ += std::clamp<int64_t>(gap, 0, options_.max_tick_gap_ms);
+  live_mark_ms_ = t;
+}
+
+void MetadataStore::Touch(Agent* a) {
+  a->last_seen_live = LiveNow();
+  if (a->suspect) {
+    LOG(INFO) << "agent " << a->name << " (id " << a->id
+              << ") is back: it keeps its segments and objects";
+    SetSuspect(*a, false);
+  }
+}
+
+void MetadataStore::SetSuspect(Agent& a, bool suspect) {
+  if (a.suspect == suspect) return;
+  a.suspect = suspect;
+  suspects_ += suspect ? 1 : -1;
+  RefreshCandidates();
+}
 
 void MetadataStore::ExpireAgents() {
-  const int64_t t = now();
-  std::vector<AgentId> expired;
-  for (const auto& [id, a] : agents_) {
-    if (t - a.last_seen_ms > options_.agent_ttl_ms) expired.push_back(id);
+  const int64_t t = LiveNow();
+  std::vector<AgentId> dead;
+  for (auto& [id, a] : agents_) {
+    const int64_t silent = t - a.last_seen_live;
+    if (silent > options_.agent_dead_ms) {
+      dead.push_back(id);
+    } else if (silent > options_.agent_ttl_ms && !a.suspect) {
+      LOG(WARNING) << "agent " << a.name << " (id " << id << ") sent no heartbeat for " << silent
+                   << " ms (TTL " << options_.agent_ttl_ms
+                   << " ms): suspect — no new replicas go to it, its objects stay for up to "
+                   << options_.agent_dead_ms << " ms of silence";
+      SetSuspect(a, true);
+    }
   }
-  for (AgentId id : expired) {
-    LOG(WARNING) << "agent " << agents_.at(id).name << " (id " << id << ") sent no heartbeat for "
-                 << (t - agents_.at(id).last_seen_ms) << " ms (TTL " << options_.agent_ttl_ms
-                 << " ms): dropping it";
-    DropAgent(id);
+  for (AgentId id : dead) {
+    LOG(WARNING) << "agent " << agents_.at(id).name << " (id " << id << ") silent for "
+                 << (t - agents_.at(id).last_seen_live) << " ms (dead timeout "
+                 << options_.agent_dead_ms << " ms): dropping it";
+    if (!DropAgent(id)) return;  // the log refuses; try again at the next tick
   }
 }
 
@@ -183,18 +337,8 @@ void MetadataStore::ExpireWrites() {
                  << e->second.pending->writer << ": not ended within "
                  << options_.put_release_timeout_ms << " ms";
     ++counters_.timed_out_writes;
-    AbortWrite(e, /*writer_may_still_write=*/false);
+    AbortWrite(e);
   }
-}
-
-void MetadataStore::ReleaseDiscarded() {
-  const int64_t t = now();
-  std::erase_if(discarded_, [&](const Discarded& d) {
-    if (d.release_at_ms > t) return false;
-    auto it = segments_.find(d.replica.segment_id);
-    if (it != segments_.end()) it->second.allocator.Free(d.replica.offset, d.replica.length);
-    return true;
-  });
 }
 
 uint64_t MetadataStore::EvictTo(uint64_t target_bytes_used) {
@@ -209,10 +353,12 @@ uint64_t MetadataStore::EvictTo(uint64_t target_bytes_used) {
       const Object& o = e->second;
       const bool soft_pinned = SoftPinned(o);
       if (o.lease_until_ms <= t && (pass == 1 || !soft_pinned)) {
+        uint64_t freed = 0;
         for (uint32_t r = 0; r < o.replica_total; ++r) {
-          used -= std::min(used, SegmentAllocator::Rounded(o.replica(r).length));
+          freed += SegmentAllocator::Rounded(o.replica(r).length);
         }
-        RemoveObject(e);
+        if (!RemoveObject(e)) break;  // the log refuses: evict nothing more now
+        used -= std::min(used, freed);
         ++evicted;
       }
       e = next;
@@ -240,8 +386,19 @@ MasterStats MetadataStore::stats() const {
   s.agents = agents_.size();
   s.segments = segments_.size();
   s.session_tags = tags_.size();
-  if (oplog_) s.oplog_records = oplog_->records_appended();
+  if (oplog_) {
+    s.oplog_records = oplog_->records_appended();
+    s.log_writable = oplog_->writable() ? 1 : 0;
+    s.log_bytes = oplog_->file_bytes();
+  }
   s.replication_last_seq = replication_.last_seq();
+  s.suspect_agents = suspects_;
+  for (const auto& [id, a] : agents_) {
+    s.pending_fences += a.fences.size();
+    for (const PendingFence& f : a.fences) {
+      for (const Replica& r : f.replicas) s.fenced_bytes += SegmentAllocator::Rounded(r.length);
+    }
+  }
   return s;
 }
 

@@ -1,17 +1,35 @@
 #include "kvagent/master/oplog.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+
+#include "kvagent/common/checksum.h"
 
 namespace kvagent::master {
 namespace {
 
-uint32_t Checksum(std::string_view data) {
+constexpr char kHeader[16] = {'K', 'V', 'O', 'P', 'L', 'O', 'G', 2, 2, 0, 0, 0, 0, 0, 0, 0};
+constexpr uint64_t kHeaderBytes = sizeof(kHeader);
+constexpr uint32_t kRecordMagic = 0x4352564B;  // "KVRC" little-endian
+constexpr uint32_t kMaxRecordBytes = 64u << 20;
+constexpr uint64_t kV1FrameBytes = 8;
+
+uint32_t LoadU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// The version 1 frame checksum (FNV-1a), read only.
+uint32_t Fnv1a(std::string_view data) {
   uint32_t h = 2166136261u;
   for (unsigned char c : data) {
     h ^= c;
@@ -20,10 +38,33 @@ uint32_t Checksum(std::string_view data) {
   return h;
 }
 
-uint32_t LoadU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
+uint32_t FrameCrc(uint32_t length, std::string_view payload) {
+  char len[4];
+  for (int i = 0; i < 4; ++i) len[i] = static_cast<char>(length >> (8 * i));
+  return Crc32c(payload.data(), payload.size(), Crc32c(len, 4));
+}
+
+// The frame at `pos` of `data` when it is intact: its payload.
+bool IntactFrame(std::string_view data, uint64_t pos, std::string_view* payload) {
+  if (data.size() - pos < OpLog::kFrameBytes) return false;
+  const char* p = data.data() + pos;
+  if (LoadU32(p) != kRecordMagic) return false;
+  const uint32_t len = LoadU32(p + 4);
+  if (len > kMaxRecordBytes || data.size() - pos - OpLog::kFrameBytes < len) return false;
+  *payload = data.substr(pos + OpLog::kFrameBytes, len);
+  return FrameCrc(len, *payload) == LoadU32(p + 8);
+}
+
+// Whether any intact record starts after `pos` (so what is bad at `pos` is not a torn tail).
+bool IntactFrameAfter(std::string_view data, uint64_t pos) {
+  std::string_view payload;
+  for (uint64_t at = pos + 1; at + OpLog::kFrameBytes <= data.size(); ++at) {
+    if (static_cast<unsigned char>(data[at]) == (kRecordMagic & 0xFF) &&
+        IntactFrame(data, at, &payload)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Status WriteFully(int fd, std::string_view data, const std::string& path) {
@@ -31,18 +72,29 @@ Status WriteFully(int fd, std::string_view data, const std::string& path) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Internal("cannot write " + path + ": " + std::strerror(errno) +
-                      "; check free disk space and permissions of --state-dir");
+      return Internal("cannot write " + path + ": " + std::strerror(errno));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
 }
 
-constexpr size_t kHeaderBytes = 8;
-constexpr uint32_t kMaxRecordBytes = 64u << 20;
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
+
+std::string_view LogSyncName(LogSync sync) { return sync == LogSync::kFsync ? "fsync" : "write"; }
+
+Result<LogSync> ParseLogSync(std::string_view text) {
+  if (text == "write") return LogSync::kWrite;
+  if (text == "fsync") return LogSync::kFsync;
+  return InvalidParams("--log-sync '" + std::string(text) +
+                       "': use write (survives a kvmaster crash) or fsync (also a power loss)");
+}
 
 void RecordWriter::U32(uint32_t v) {
   char b[4];
@@ -95,15 +147,19 @@ std::string_view RecordReader::Str() {
   return s;
 }
 
-OpLog::OpLog(std::string dir, std::string path, int fd)
-    : dir_(std::move(dir)), path_(std::move(path)), fd_(fd) {}
+OpLog::OpLog(std::string dir, std::string path, int fd, OpLogOptions options)
+    : dir_(std::move(dir)), path_(std::move(path)), fd_(fd), options_(options) {}
 
 OpLog::~OpLog() {
   (void)Flush();
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    // Give back what was preallocated beyond the records.
+    if (reserved_end_ > file_bytes_) (void)::ftruncate(fd_, static_cast<off_t>(file_bytes_));
+    ::close(fd_);
+  }
 }
 
-Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir) {
+Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir, OpLogOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -116,7 +172,25 @@ Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir) {
     return InvalidParams("cannot open " + path + ": " + std::strerror(errno) +
                          "; give a writable --state-dir");
   }
-  return std::unique_ptr<OpLog>(new OpLog(dir, std::move(path), fd));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Internal("cannot stat " + path + ": " + std::strerror(errno));
+  }
+  auto log = std::unique_ptr<OpLog>(new OpLog(dir, std::move(path), fd, options));
+  log->file_bytes_ = static_cast<uint64_t>(st.st_size);
+  log->reserved_end_ = log->file_bytes_;
+  return log;
+}
+
+Status OpLog::CutAt(uint64_t offset, const std::string& why) {
+  LOG(WARNING) << "operation log " << path_ << ": " << why << "; cutting the file at byte "
+               << offset << " (" << (file_bytes_ - offset) << " byte(s) dropped)";
+  if (::ftruncate(fd_, static_cast<off_t>(offset)) != 0) {
+    return Internal("cannot truncate " + path_ + ": " + std::strerror(errno));
+  }
+  file_bytes_ = reserved_end_ = offset;
+  return Status::Ok();
 }
 
 Result<uint64_t> OpLog::Replay(const std::function<Status(std::string_view)>& apply) {
@@ -130,44 +204,179 @@ Result<uint64_t> OpLog::Replay(const std::function<Status(std::string_view)>& ap
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
   }
-  size_t pos = 0;
+  file_bytes_ = reserved_end_ = data.size();
   uint64_t count = 0;
-  while (data.size() - pos >= kHeaderBytes) {
-    const uint32_t len = LoadU32(data.data() + pos);
-    const uint32_t sum = LoadU32(data.data() + pos + 4);
-    if (len > kMaxRecordBytes || data.size() - pos - kHeaderBytes < len) break;
-    std::string_view payload(data.data() + pos + kHeaderBytes, len);
-    if (Checksum(payload) != sum) break;
-    KVAGENT_RETURN_IF_ERROR(apply(payload));
-    pos += kHeaderBytes + len;
-    ++count;
+  if (data.empty()) return count;
+  if (data.size() < kHeaderBytes || std::memcmp(data.data(), kHeader, 8) != 0) {
+    KVAGENT_RETURN_IF_ERROR(ReplayV1(data, apply, &count));
+    return count;
   }
-  if (pos != data.size()) {
-    // A torn tail: the master died mid-write. Everything before it is intact.
-    if (::ftruncate(fd_, static_cast<off_t>(pos)) != 0) {
-      return Internal("cannot truncate the torn tail of " + path_ + ": " + std::strerror(errno));
+  uint64_t pos = kHeaderBytes;
+  while (pos < data.size()) {
+    std::string_view payload;
+    std::string why;
+    if (IntactFrame(data, pos, &payload)) {
+      Status applied = apply(payload);
+      if (applied.ok()) {
+        pos += kFrameBytes + payload.size();
+        ++count;
+        continue;
+      }
+      why = "record " + std::to_string(count + 1) + " does not parse (" + applied.message() + ")";
+    } else {
+      why = "record " + std::to_string(count + 1) + " fails its checksum";
     }
+    if (!IntactFrameAfter(data, pos)) {
+      // Nothing intact follows: the master died while writing its last records.
+      KVAGENT_RETURN_IF_ERROR(CutAt(
+          pos, "torn tail after " + std::to_string(count) + " intact record(s) (" + why + ")"));
+      return count;
+    }
+    if (options_.truncate_damaged) {
+      KVAGENT_RETURN_IF_ERROR(CutAt(pos, "damaged: " + why + " (--truncate-damaged-log)"));
+      return count;
+    }
+    return Internal("the operation log " + path_ + " is damaged at byte offset " +
+                    std::to_string(pos) + ": " + why + ", and intact records follow it. " +
+                    "kvmaster does not start on a damaged log. Choices: restore the state dir "
+                    "from a backup; or start once with --truncate-damaged-log to keep the " +
+                    std::to_string(count) + " record(s) before offset " + std::to_string(pos) +
+                    " and drop the " + std::to_string(data.size() - pos) +
+                    " byte(s) from there on; or move the file aside to start empty");
   }
   return count;
 }
 
+Status OpLog::ReplayV1(std::string_view data, const std::function<Status(std::string_view)>& apply,
+                       uint64_t* count) {
+  uint64_t pos = 0;
+  while (data.size() - pos >= kV1FrameBytes) {
+    const uint32_t len = LoadU32(data.data() + pos);
+    const uint32_t sum = LoadU32(data.data() + pos + 4);
+    if (len > kMaxRecordBytes || data.size() - pos - kV1FrameBytes < len) break;  // torn
+    std::string_view payload = data.substr(pos + kV1FrameBytes, len);
+    Status applied = Fnv1a(payload) == sum ? apply(payload) : Internal("checksum mismatch");
+    if (!applied.ok()) {
+      if (options_.truncate_damaged) {
+        return CutAt(
+            pos, "damaged version-1 record (" + applied.message() + ") (--truncate-damaged-log)");
+      }
+      return Internal("the operation log " + path_ + " (format version 1) is damaged at byte " +
+                      "offset " + std::to_string(pos) + " (" + applied.message() +
+                      "). Choices: restore the state dir from a backup; or start once with " +
+                      "--truncate-damaged-log to keep the " + std::to_string(*count) +
+                      " record(s) before it; or move the file aside to start empty");
+    }
+    pos += kV1FrameBytes + len;
+    ++*count;
+  }
+  if (pos != data.size()) return CutAt(pos, "torn tail of a version-1 log");
+  return Status::Ok();
+}
+
 void OpLog::Frame(std::string_view payload, std::string* out) {
   RecordWriter w(out);
-  w.U32(static_cast<uint32_t>(payload.size()));
-  w.U32(Checksum(payload));
+  const auto len = static_cast<uint32_t>(payload.size());
+  w.U32(kRecordMagic);
+  w.U32(len);
+  w.U32(FrameCrc(len, payload));
   out->append(payload);
+}
+
+bool OpLog::Preallocate(uint64_t end) {
+  if (end <= reserved_end_) return true;
+  const uint64_t target = std::max(end, reserved_end_ + options_.reserve_chunk);
+  int rc = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(reserved_end_),
+                       static_cast<off_t>(target - reserved_end_));
+  if (rc == 0) {
+    reserved_end_ = target;
+    return true;
+  }
+  if (errno == EOPNOTSUPP) {
+    // A file system without fallocate: the best we can do is to see the free space.
+    struct statvfs vfs {};
+    if (::fstatvfs(fd_, &vfs) == 0 &&
+        static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize >= target - reserved_end_) {
+      reserved_end_ = target;
+      return true;
+    }
+    errno = ENOSPC;
+  }
+  if (target > end) {
+    // Less than a chunk may still fit: ask for exactly what is needed.
+    rc = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(reserved_end_),
+                     static_cast<off_t>(end - reserved_end_));
+    if (rc == 0) {
+      reserved_end_ = end;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
+  const uint64_t need = payload_bytes + records * kFrameBytes;
+  const uint64_t base = file_bytes_ == 0 ? kHeaderBytes : file_bytes_;  // a new file's header
+  const uint64_t end = base + buffer_.size() + granted_ + need;
+  const int64_t now = NowNs();
+  const bool fits = end <= reserved_end_;
+  if (!fits && !writable_ && now < next_retry_ns_) return false;  // asked the disk just now
+  if (fits || Preallocate(end)) {
+    if (!writable_) {
+      LOG(WARNING) << "operation log " << path_ << ": the state dir takes records again; "
+                   << "mutating requests resume";
+    }
+    writable_ = true;
+    error_.clear();
+    granted_ += need;
+    return true;
+  }
+  const std::string reason = std::strerror(errno);
+  if (writable_) {
+    LOG(ERROR) << "operation log " << path_ << ": cannot reserve " << need << " byte(s): " << reason
+               << ". kvmaster refuses every change (puts, removes, registrations) until the "
+               << "state dir has room again; reads go on. Free space in " << dir_;
+  }
+  writable_ = false;
+  error_ = "kvmaster's state dir is full or failing (" + reason + " reserving " +
+           std::to_string(need) + " bytes for " + path_ +
+           "); the change was not made. Writes resume by themselves once " + dir_ +
+           " has room again; retry later";
+  next_retry_ns_ = now + 100'000'000;
+  return false;
+}
+
+bool OpLog::Probe() {
+  if (writable_) return true;
+  next_retry_ns_ = 0;
+  if (!Reserve(0, 0)) return false;
+  return true;
 }
 
 void OpLog::Append(std::string_view payload) {
   Frame(payload, &buffer_);
+  granted_ -= std::min<uint64_t>(granted_, kFrameBytes + payload.size());
   ++records_;
 }
 
 Status OpLog::Flush() {
   if (buffer_.empty() || fd_ < 0) return Status::Ok();
+  if (file_bytes_ == 0) {
+    buffer_.insert(0, kHeader, kHeaderBytes);
+  }
   Status st = WriteFully(fd_, buffer_, path_);
+  if (st.ok() && options_.sync == LogSync::kFsync && ::fdatasync(fd_) != 0) {
+    st = Internal("cannot fdatasync " + path_ + ": " + std::strerror(errno));
+  }
+  if (!st.ok()) {
+    // Leave no partial record behind.
+    (void)::ftruncate(fd_, static_cast<off_t>(file_bytes_));
+    return st;
+  }
+  file_bytes_ += buffer_.size();
+  reserved_end_ = std::max(reserved_end_, file_bytes_);
   buffer_.clear();
-  return st;
+  return Status::Ok();
 }
 
 Status OpLog::Rewrite(
@@ -176,26 +385,41 @@ Status OpLog::Rewrite(
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + std::strerror(errno));
-  std::string out;
+  std::string out(kHeader, kHeaderBytes);
+  uint64_t written = 0;
   Status st;
   write_all([&](std::string_view payload) {
     Frame(payload, &out);
     if (out.size() >= (1u << 20) && st.ok()) {
       st = WriteFully(fd, out, tmp);
+      written += out.size();
       out.clear();
     }
   });
   if (st.ok()) st = WriteFully(fd, out, tmp);
+  written += out.size();
   if (st.ok() && ::fsync(fd) != 0) st = Internal("cannot fsync " + tmp);
   ::close(fd);
-  if (!st.ok()) return st;
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    return Internal("cannot rename " + tmp + " to " + path_ + ": " + std::strerror(errno));
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return Internal("cannot rename " + tmp + " to " + path_ + ": " + err);
   }
   int nfd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (nfd < 0) return Internal("cannot reopen " + path_ + ": " + std::strerror(errno));
+  // The directory entry of the new file must survive a power loss too.
+  if (int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
   ::close(fd_);
   fd_ = nfd;
+  file_bytes_ = reserved_end_ = written;
+  granted_ = 0;
   return Status::Ok();
 }
 

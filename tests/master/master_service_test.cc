@@ -60,16 +60,68 @@ TEST(MasterService, OnlyTheWriterMayEndOrRevoke) {
   EXPECT_TRUE(c.End(c.agents[0], {"k"}).results[0].ok());
 }
 
-TEST(MasterService, RevokeFreesTheReplicasAtOnce) {
+TEST(MasterService, RevokedSpaceIsHandedOutAgainOnlyAfterItsPoolFencedTheWrite) {
   Cluster c;
-  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {4096}).results[0].ok());
+  auto p = c.Start(c.agents[0], {"k"}, {4096});
+  ASSERT_TRUE(p.results[0].ok());
+  const uint64_t write_id = p.write_ids[0];
+  EXPECT_GT(write_id, 0u);
   EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
   ASSERT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
-  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
   EXPECT_EQ(c.svc->SessionOf("k"), std::nullopt);
+  // A peer's bytes for the write may still be on their way: the space waits for the pool.
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+  EXPECT_EQ(c.svc->Stats().fenced_bytes, 4096u);
+  const HeartbeatResult h = c.Beat(c.agents[0]);
+  EXPECT_EQ(h.fence_seq, 1u);
+  ASSERT_EQ(h.fenced_writes.size(), 1u);
+  EXPECT_EQ(h.fenced_writes[0], write_id);
+  EXPECT_GT(h.write_watermark, write_id);           // nothing is in flight
+  EXPECT_EQ(c.Beat(c.agents[1], 1).fence_seq, 0u);  // the other pool has nothing to fence
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+  c.Beat(c.agents[0], h.fence_seq);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+  EXPECT_EQ(c.svc->Stats().pending_fences, 0u);
+  EXPECT_TRUE(c.Beat(c.agents[0]).fenced_writes.empty());
 }
 
-TEST(MasterService, TimedOutPutIsTakenOverAndItsReplicasFreedOnlyAfterTheReleaseTimeout) {
+TEST(MasterService, AStandaloneMastersLocalWritesFreeRevokedSpaceAtOnce) {
+  MasterOptions o;
+  o.writes_are_local = true;
+  Cluster c(o, 1);
+  ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {4096}).results[0].ok());
+  ASSERT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+}
+
+TEST(MasterService, EachPoolHoldingAReplicaFencesTheWriteAndFreesOnlyItsOwnPart) {
+  Cluster c;
+  WriteOptions two;
+  two.replica_count = 2;
+  auto p = c.Start(c.agents[0], {"k"}, {4096}, {}, two);
+  ASSERT_TRUE(p.results[0].ok());
+  ASSERT_EQ(p.placements.size(), 2u);
+  ASSERT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
+  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);
+  c.Fence(c.agents[1]);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+  c.Fence(c.agents[0]);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+}
+
+TEST(MasterService, TheWriteWatermarkStaysBelowEveryWriteInFlight) {
+  Cluster c;
+  auto a = c.Start(c.agents[0], {"a"}, {64});
+  auto b = c.Start(c.agents[0], {"b"}, {64});
+  ASSERT_LT(a.write_ids[0], b.write_ids[0]);
+  EXPECT_EQ(c.Beat(c.agents[1]).write_watermark, a.write_ids[0]);
+  ASSERT_TRUE(c.End(c.agents[0], {"a"}).results[0].ok());
+  EXPECT_EQ(c.Beat(c.agents[1]).write_watermark, b.write_ids[0]);
+  ASSERT_TRUE(c.End(c.agents[0], {"b"}).results[0].ok());
+  EXPECT_GT(c.Beat(c.agents[1]).write_watermark, b.write_ids[0]);
+}
+
+TEST(MasterService, TimedOutPutIsTakenOverAndItsReplicasFreedOnlyOnceTheirPoolFencedThem) {
   MasterOptions o;
   o.put_timeout_ms = 1000;
   o.put_release_timeout_ms = 5000;
@@ -86,12 +138,13 @@ TEST(MasterService, TimedOutPutIsTakenOverAndItsReplicasFreedOnlyAfterTheRelease
   EXPECT_FALSE(c.svc->HasSessionTag("old-writer"));
   EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);  // the stale replica is still held
   EXPECT_EQ(c.End(c.agents[0], {"k"}).results[0].code(), ErrorCode::kInvalidParams);
-  ASSERT_TRUE(c.End(c.agents[1], {"k"}).results[0].ok());
-  c.clock.Advance(5000 - 1001 - 1);
-  c.svc->Tick();
-  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);  // 1 ms before the release time
-  c.clock.Advance(1);
-  c.svc->Tick();
+  // The old writer naming its own write learns it was taken over.
+  EXPECT_EQ(c.EndWith(c.agents[0], {"k"}, {first.write_ids[0]}).results[0].code(),
+            ErrorCode::kObjectNotFound);
+  ASSERT_TRUE(c.EndWith(c.agents[1], {"k"}, {second.write_ids[0]}).results[0].ok());
+  c.Fence(c.agents[1]);  // the new replica's pool: nothing of the old write there
+  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);
+  c.Fence(c.agents[0]);  // the old replica's pool refuses the old write from now on
   EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
   EXPECT_EQ(c.svc->SessionOf("k"), "new-writer");
 }
@@ -102,11 +155,11 @@ TEST(MasterService, WriteNeverEndedIsAbandonedAfterTheReleaseTimeout) {
   o.put_release_timeout_ms = 3000;
   Cluster c(o);
   ASSERT_TRUE(c.Start(c.agents[0], {"k"}, {64}, {"s"}).results[0].ok());
-  c.clock.Advance(3000);
-  c.svc->Tick();
+  c.Pass(3000);
   EXPECT_EQ(c.svc->Stats().writes_in_flight, 0u);
-  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
   EXPECT_FALSE(c.svc->HasSessionTag("s"));
+  c.Fence(c.agents[0]);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
 }
 
 TEST(MasterService, UpsertOfTheSameSizeRewritesInPlaceAndIsUnreadableUntilItEnds) {
@@ -163,6 +216,7 @@ TEST(MasterService, RevokedUpsertLeavesNoObjectAndTheStreamAgrees) {
   EXPECT_FALSE(c.Exists("k"));
   EXPECT_TRUE(index.keys().empty());
   EXPECT_FALSE(c.svc->HasSessionTag("s"));
+  c.Fence(c.agents[0]);
   EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
 }
 
@@ -259,9 +313,10 @@ TEST_F(Eviction, AFullPoolEvictsAndRetriesTheAllocationOnce) {
   EXPECT_GT(c.svc->Stats().evictions, 0u);
 }
 
-TEST(MasterService, AnAgentPastItsTtlIsDroppedWithItsReplicasAndTheirEvents) {
+TEST(MasterService, AnAgentSilentPastItsTtlIsSuspectAndDroppedWithItsObjectsOnlyWhenDead) {
   MasterOptions o;
   o.agent_ttl_ms = 10'000;
+  o.agent_dead_ms = 60'000;
   Cluster c(o, 2);
   WriteOptions two;
   two.replica_count = 2;
@@ -269,12 +324,27 @@ TEST(MasterService, AnAgentPastItsTtlIsDroppedWithItsReplicasAndTheirEvents) {
   c.Put(c.agents[1], {"on-both"}, 64, {}, two);
   ASSERT_TRUE(c.Start(c.agents[1], {"writing"}, {64}).results[0].ok());
   c.Events();
-  c.clock.Advance(6000);
-  EXPECT_TRUE(c.svc->Heartbeat(c.agents[1]));
-  c.clock.Advance(4001);
-  c.svc->Tick();
+  for (int i = 0; i < 11; ++i) {  // agent 1 keeps beating, agent 0 is silent
+    c.Pass(1000);
+    c.Beat(c.agents[1]);
+  }
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 1u);
+  EXPECT_EQ(c.svc->Stats().expired_agents, 0u);
+  EXPECT_TRUE(c.Exists("only-on-0"));  // suspect: its objects stay
+  // No new replica goes to the suspect pool, and reads list it last.
+  auto p = c.Start(c.agents[1], {"new"}, {64}, {}, two);
+  ASSERT_TRUE(p.results[0].ok());
+  ASSERT_EQ(p.placements.size(), 1u);
+  auto g = c.Get({"on-both"});
+  ASSERT_EQ(g.placements.size(), 2u);
+  EXPECT_EQ(c.svc->FindSegment(g.placements[0].segment_id)->agent, c.agents[1]);
+  for (int i = 0; i < 50; ++i) {
+    c.Pass(1000);
+    c.Beat(c.agents[1]);
+  }
   EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));  // dropped: must register again
   EXPECT_EQ(c.svc->Stats().expired_agents, 1u);
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 0u);
   EXPECT_FALSE(c.Exists("only-on-0"));
   EXPECT_TRUE(c.Exists("on-both"));
   EXPECT_EQ(c.Get({"on-both"}).placements.size(), 1u);
@@ -282,6 +352,133 @@ TEST(MasterService, AnAgentPastItsTtlIsDroppedWithItsReplicasAndTheirEvents) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(AsRemoved(ev[0]).object_key, "only-on-0");
   EXPECT_TRUE(c.End(c.agents[1], {"writing"}).results[0].ok());  // the other writer goes on
+}
+
+TEST(MasterService, ASuspectAgentThatComesBackKeepsEveryObject) {
+  MasterOptions o;
+  o.agent_ttl_ms = 2000;
+  Cluster c(o, 2);
+  c.Put(c.agents[0], {"a", "b", "c"}, 64);
+  c.Events();
+  for (int i = 0; i < 5; ++i) {
+    c.Pass(1000);
+    c.Beat(c.agents[1]);
+  }
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 1u);
+  EXPECT_TRUE(c.svc->Heartbeat(c.agents[0]));  // back, same incarnation
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 0u);
+  for (const char* k : {"a", "b", "c"}) EXPECT_TRUE(c.Exists(k)) << k;
+  EXPECT_TRUE(c.Events().empty());
+  // It takes new replicas again.
+  auto p = c.Start(c.agents[0], {"d"}, {64});
+  ASSERT_TRUE(p.results[0].ok());
+  EXPECT_EQ(c.svc->FindSegment(p.placements[0].segment_id)->agent, c.agents[0]);
+}
+
+TEST(MasterService, TheMastersOwnStallIsNotCountedAsItsAgentsSilence) {
+  MasterOptions o;
+  o.agent_ttl_ms = 10'000;
+  Cluster c(o, 2);
+  c.Put(c.agents[0], {"k"}, 64);
+  c.Pass(500);
+  c.clock.Advance(12'000);  // kvmaster was SIGSTOPped for 12 s: no Tick, no heartbeat handled
+  c.svc->Tick();
+  EXPECT_EQ(c.svc->Stats().stalls_forgiven, 1u);
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 0u);
+  EXPECT_TRUE(c.Exists("k"));
+  // Silence after the stall still counts.
+  c.Pass(10'500);
+  EXPECT_EQ(c.svc->Stats().suspect_agents, 2u);
+}
+
+TEST(MasterService, AReplicatedPutSucceedsWithTheReplicasThatWereWritten) {
+  Cluster c;
+  WriteOptions two;
+  two.replica_count = 2;
+  auto p = c.Start(c.agents[0], {"k"}, {4096}, {}, two);
+  ASSERT_TRUE(p.results[0].ok());
+  ASSERT_EQ(p.placements.size(), 2u);
+  const SegmentId lost = p.placements[1].segment_id;
+  auto e = c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {1}, {0xABCD}, {{0, 0, lost}});
+  ASSERT_TRUE(e.results[0].ok()) << e.results[0].ToString();
+  ASSERT_EQ(e.replicas.size(), 1u);
+  EXPECT_EQ(e.replicas[0], 1u);
+  auto g = c.Get({"k"});
+  ASSERT_EQ(g.placements.size(), 1u);
+  EXPECT_NE(g.placements[0].segment_id, lost);
+  EXPECT_TRUE(g.placements[0].checksummed);
+  EXPECT_EQ(g.placements[0].checksum, 0xABCDu);
+  EXPECT_EQ(g.write_ids[0], p.write_ids[0]);
+  // The failed replica's space waits for its pool to fence the write.
+  const AgentId lost_agent = c.svc->FindSegment(lost)->agent;
+  EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);
+  c.Fence(lost_agent);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
+}
+
+TEST(MasterService, AnEndThatLeavesAPartWithoutAReplicaIsRefusedAndTheWriteStaysOpen) {
+  Cluster c;
+  auto p = c.Start(c.agents[0], {"k"}, {4096});
+  ASSERT_TRUE(p.results[0].ok());
+  auto e =
+      c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {}, {}, {{0, 0, p.placements[0].segment_id}});
+  EXPECT_EQ(e.results[0].code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.svc->Stats().writes_in_flight, 1u);
+  EXPECT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
+}
+
+TEST(MasterService, ChecksumsMustMatchTheParts) {
+  Cluster c;
+  auto p = c.Start(c.agents[0], {"k"}, {4096});
+  ASSERT_TRUE(p.results[0].ok());
+  EXPECT_EQ(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {2}, {1, 2}).results[0].code(),
+            ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {1}, {}).results[0].code(),
+            ErrorCode::kInvalidParams);  // counts and checksums disagree: whole batch refused
+  EXPECT_TRUE(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {1}, {7}).results[0].ok());
+  // Ending again with the same write id is a no-op; with another, the write is not that one.
+  EXPECT_TRUE(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}).results[0].ok());
+  EXPECT_EQ(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0] + 100}).results[0].code(),
+            ErrorCode::kObjectNotFound);
+}
+
+TEST(MasterService, ACorruptReplicaIsDroppedAndTheObjectGoesWithItsLastReplica) {
+  Cluster c;
+  WriteOptions two;
+  two.replica_count = 2;
+  auto p = c.Start(c.agents[0], {"k"}, {64}, {}, two);
+  ASSERT_TRUE(c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {1}, {5}).results[0].ok());
+  c.Events();
+  auto g = c.Get({"k"});
+  ASSERT_EQ(g.placements.size(), 2u);
+  const uint64_t version = g.write_ids[0];
+  KeyResults out;
+  // A report for another version of the key changes nothing.
+  std::vector<BadReplica> stale = {{"k", version + 1, 0, g.placements[0].segment_id}};
+  ASSERT_TRUE(c.svc->ReportBadReplicas(stale, &out).ok());
+  EXPECT_EQ(c.Get({"k"}).placements.size(), 2u);
+  std::vector<BadReplica> first = {{"k", version, 0, g.placements[0].segment_id}};
+  ASSERT_TRUE(c.svc->ReportBadReplicas(first, &out).ok());
+  EXPECT_TRUE(out.results[0].ok());
+  EXPECT_EQ(c.Get({"k"}).placements.size(), 1u);
+  EXPECT_TRUE(c.Events().empty());  // still readable: no event
+  std::vector<BadReplica> last = {{"k", version, 0, g.placements[1].segment_id}};
+  ASSERT_TRUE(c.svc->ReportBadReplicas(last, &out).ok());
+  EXPECT_FALSE(c.Exists("k"));
+  auto ev = c.Events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(AsRemoved(ev[0]).object_key, "k");
+  EXPECT_EQ(c.svc->Stats().bad_replicas, 2u);
+  EXPECT_EQ(c.svc->Stats().bytes_used, 0u);
+}
+
+TEST(MasterService, AValueLargerThanTheHighWatermarkShareOfThePoolsIsRefused) {
+  Cluster c({}, 2, 1 << 20);  // 2 MiB in all, high watermark 0.9
+  auto p = c.Start(c.agents[0], {"huge", "fits"}, {(2u << 20) * 95 / 100, 1u << 20});
+  EXPECT_EQ(p.results[0].code(), ErrorCode::kNoSpace);
+  EXPECT_NE(p.results[0].message().find("high-watermark"), std::string::npos);
+  EXPECT_TRUE(p.results[1].ok());
+  EXPECT_EQ(c.svc->Stats().oversized_values, 1u);
 }
 
 TEST(MasterService, RemountingASegmentWithAnotherSizeDropsTheAgentAndItsObjects) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -76,6 +77,35 @@ class Cluster {
     KeyResults out;
     last_status = svc->BatchPutRevoke(agent, k, &out);
     return out;
+  }
+  // End with the write ids, checksums per part and failed replicas an agent sends.
+  KeyResults EndWith(AgentId agent, const std::vector<std::string>& keys,
+                     const std::vector<uint64_t>& write_ids,
+                     const std::vector<uint32_t>& part_counts = {},
+                     const std::vector<uint32_t>& checksums = {},
+                     const std::vector<FailedReplica>& failed = {}) {
+    auto k = Views(keys);
+    WriteEndRequest r;
+    r.agent = agent;
+    r.keys = k;
+    r.write_ids = write_ids;
+    r.part_counts = part_counts;
+    r.checksums = checksums;
+    r.failed = failed;
+    KeyResults out;
+    last_status = svc->BatchPutEnd(r, &out);
+    return out;
+  }
+  // A heartbeat of `agent` that acknowledges fences up to `ack`.
+  HeartbeatResult Beat(AgentId agent, uint64_t ack = 0) { return svc->Heartbeat(agent, ack); }
+  // Acknowledges every fence the agent has (what a live agent does within two heartbeats).
+  void Fence(AgentId agent) { Beat(agent, Beat(agent).fence_seq); }
+  // Lets `ms` of time pass with the master running (a Tick every 100 ms), as a live kvmaster.
+  void Pass(int64_t ms) {
+    for (int64_t done = 0; done < ms; done += 100) {
+      clock.Advance(std::min<int64_t>(100, ms - done));
+      svc->Tick();
+    }
   }
   // Start + End, asserting success.
   void Put(AgentId agent, const std::vector<std::string>& keys, uint64_t size,

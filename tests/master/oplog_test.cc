@@ -69,7 +69,22 @@ TEST_F(OpLogTest, ATornTailIsCutOffAndEverythingBeforeItKept) {
   EXPECT_EQ(std::filesystem::file_size(path()), intact);  // truncated back
 }
 
-TEST_F(OpLogTest, ACorruptRecordEndsTheReplayThere) {
+// Offset of record `i` (0-based) in a version-2 file of records with the given payload sizes.
+uint64_t RecordOffset(const std::vector<size_t>& sizes, size_t i) {
+  uint64_t at = 16;  // the file header
+  for (size_t j = 0; j < i; ++j) at += OpLog::kFrameBytes + sizes[j];
+  return at;
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  const char c = static_cast<char>(f.get());
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(c ^ 0x20));
+}
+
+TEST_F(OpLogTest, ADamagedRecordInTheMiddleStopsTheReplayNamingTheFileOffsetAndChoices) {
   {
     auto log = std::move(OpLog::Open(dir_).value());
     log->Append("good");
@@ -77,14 +92,118 @@ TEST_F(OpLogTest, ACorruptRecordEndsTheReplayThere) {
     log->Append("after");
     ASSERT_TRUE(log->Flush().ok());
   }
+  const auto size = std::filesystem::file_size(path());
+  const uint64_t second = RecordOffset({4, 7, 5}, 1);
+  FlipByte(path(), second + OpLog::kFrameBytes + 2);  // inside the second record's payload
+  auto log = std::move(OpLog::Open(dir_).value());
+  std::vector<std::string> seen;
+  auto n = log->Replay([&](std::string_view p) {
+    seen.emplace_back(p);
+    return Status::Ok();
+  });
+  ASSERT_FALSE(n.ok());
+  const std::string& m = n.status().message();
+  EXPECT_NE(m.find(path()), std::string::npos) << m;
+  EXPECT_NE(m.find("offset " + std::to_string(second)), std::string::npos) << m;
+  EXPECT_NE(m.find("--truncate-damaged-log"), std::string::npos) << m;
+  EXPECT_EQ(std::filesystem::file_size(path()), size);  // nothing cut
+}
+
+TEST_F(OpLogTest, ADamagedFirstRecordOrLengthFieldIsFoundTooAndNothingIsCut) {
   {
-    std::fstream f(path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8 + 4 + 8 + 2);  // inside the payload of the second record
-    f.put('X');
+    auto log = std::move(OpLog::Open(dir_).value());
+    for (int i = 0; i < 4; ++i) log->Append("record-" + std::to_string(i));
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  const auto size = std::filesystem::file_size(path());
+  for (uint64_t where : {RecordOffset({8, 8, 8, 8}, 0) + OpLog::kFrameBytes,  // first payload
+                         RecordOffset({8, 8, 8, 8}, 1) + 4}) {                // a length field
+    FlipByte(path(), where);
+    auto log = std::move(OpLog::Open(dir_).value());
+    auto n = log->Replay([](std::string_view) { return Status::Ok(); });
+    EXPECT_FALSE(n.ok()) << where;
+    EXPECT_EQ(std::filesystem::file_size(path()), size);
+    FlipByte(path(), where);  // repair for the next round
+  }
+}
+
+TEST_F(OpLogTest, WithTruncateDamagedTheRecordsBeforeTheDamageAreKept) {
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    log->Append("good");
+    log->Append("flipped");
+    log->Append("after");
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  const uint64_t second = RecordOffset({4, 7, 5}, 1);
+  FlipByte(path(), second + OpLog::kFrameBytes + 2);
+  OpLogOptions o;
+  o.truncate_damaged = true;
+  auto log = std::move(OpLog::Open(dir_, o).value());
+  std::vector<std::string> seen;
+  auto n = log->Replay([&](std::string_view p) {
+    seen.emplace_back(p);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], "good");
+  EXPECT_EQ(std::filesystem::file_size(path()), second);
+}
+
+TEST_F(OpLogTest, ARecordTheApplierRejectsIsDamageToo) {
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    log->Append("ok");
+    log->Append("bad");
+    log->Append("ok");
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  auto log = std::move(OpLog::Open(dir_).value());
+  auto n = log->Replay(
+      [](std::string_view p) { return p == "bad" ? Internal("unknown record") : Status::Ok(); });
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("unknown record"), std::string::npos);
+}
+
+// A version-1 file ([u32 length][u32 FNV-1a][payload] frames, no header), as kvmaster 0.1 wrote.
+TEST_F(OpLogTest, AVersion1LogIsReadAndItsTornTailCut) {
+  auto frame = [](std::string_view payload) {
+    uint32_t h = 2166136261u;
+    for (unsigned char ch : payload) {
+      h ^= ch;
+      h *= 16777619u;
+    }
+    std::string out;
+    const uint32_t len = static_cast<uint32_t>(payload.size());
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(len >> (8 * i)));
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(h >> (8 * i)));
+    return out + std::string(payload);
+  };
+  const std::string intact = frame("one") + frame("two");
+  {
+    std::ofstream out(path(), std::ios::binary);
+    out << intact << std::string("\x09\x00\x00", 3);
   }
   auto records = ReadAll();
-  ASSERT_EQ(records.size(), 1u);
-  EXPECT_EQ(records[0], "good");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1], "two");
+  EXPECT_EQ(std::filesystem::file_size(path()), intact.size());
+}
+
+TEST_F(OpLogTest, AReservationTheDiskCannotGiveIsRefusedUntilTheDiskHasRoom) {
+  auto log = std::move(OpLog::Open(dir_).value());
+  EXPECT_TRUE(log->Reserve(100));
+  log->Append(std::string(100, 'a'));
+  EXPECT_FALSE(log->Reserve(uint64_t{1} << 60));  // no file system has an exabyte for us
+  EXPECT_FALSE(log->writable());
+  EXPECT_NE(log->error().find("state dir"), std::string::npos) << log->error();
+  EXPECT_FALSE(log->Reserve(uint64_t{1} << 60));  // asked again only after a pause
+  EXPECT_TRUE(log->Probe());
+  EXPECT_TRUE(log->Reserve(10));
+  log->Append("0123456789");
+  ASSERT_TRUE(log->Flush().ok());
+  EXPECT_EQ(ReadAll().size(), 2u);
 }
 
 TEST_F(OpLogTest, TheLogIsCompactedAtStartSoItTracksLiveStateNotHistory) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "master_stats.h"
 #include "pipeline_support.h"
 
 namespace kvagent::testing {
@@ -203,7 +204,7 @@ TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt)
 }
 
 TEST(Remote, AgentExpiredByItsMasterRegistersAgainAtItsNextHeartbeat) {
-  KvmasterProcess master({"--agent-ttl-ms", "300", "--tick-ms", "20"});
+  KvmasterProcess master({"--agent-ttl-ms", "300", "--agent-dead-ms", "600", "--tick-ms", "20"});
   ASSERT_TRUE(master.started());
   AgentProcess agent(
       RemoteAgentArgs(master, {"--heartbeat-ms", "50", "--master-timeout-ms", "5000"}));
@@ -211,10 +212,10 @@ TEST(Remote, AgentExpiredByItsMasterRegistersAgainAtItsNextHeartbeat) {
   auto c = Connect(agent);
   ASSERT_TRUE(c);
   ASSERT_EQ(PutOne(*c, "k", "v").keys.at(0).code, ErrorCode::kOk);
-  // Silent for longer than the TTL: the master drops the agent (and its segment) meanwhile.
+  // Silent for longer than the dead timeout: the master drops the agent (and its segment).
   agent.Signal(SIGSTOP);
   ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "expired_agents") >= 1; }));
   agent.Signal(SIGCONT);
   // The next heartbeat answers known=false; the agent registers and mounts again.
   EXPECT_TRUE(

@@ -51,20 +51,36 @@ class MasterService {
   Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
                                    std::span<const std::string_view> endpoints);
 
-  // Records that the agent is alive. Returns false when the master does not know it (dropped or
-  // restarted without state): the agent must register and mount again.
+  // Records that the agent is alive (a suspect agent is trusted again). Returns false when the
+  // master does not know it (dropped or restarted without state): the agent must register and
+  // mount again.
   bool Heartbeat(AgentId agent);
+  // The same, also acknowledging the fences the agent applied (`fence_ack`: the highest
+  // HeartbeatResult::fence_seq it applied; their space is freed now) and returning the fences
+  // it must apply next.
+  HeartbeatResult Heartbeat(AgentId agent, uint64_t fence_ack);
 
   // Allocates replicas for each key. Returns a request-level error (and that error for every
   // key in out->results) when the batch is invalid: unknown agent, array lengths that disagree,
   // a bad key, session ID or block metadata, a zero size. Otherwise OK with per-key results:
-  // OK + placements, OBJECT_ALREADY_EXISTS (readable, or written less than the put timeout
-  // ago), NO_SPACE.
+  // OK + placements + out->write_ids, OBJECT_ALREADY_EXISTS (readable, or written less than the
+  // put timeout ago), NO_SPACE (also for a value larger than the high-watermark share of all
+  // pools, which eviction would remove at once), MASTER_UNAVAILABLE when the operation log
+  // refuses the change (state dir full).
   Status BatchPutStart(const WriteStartRequest& request, PlacementBatch* out);
-  // Makes each key readable (BlockStored) and commits its session tag. OBJECT_NOT_FOUND when no
-  // write is in flight, INVALID_PARAMS when another agent started it; ending twice is OK.
+  // Makes each key readable (BlockStored) and commits its session tag, its parts' checksums
+  // and its version (the write id). OBJECT_NOT_FOUND when no write is in flight (or the write
+  // named by write_ids was taken over or abandoned), INVALID_PARAMS when another agent started
+  // it, when the checksums do not match its parts, or when `failed` leaves a part without a
+  // replica (revoke it instead); ending twice is OK. out->replicas: how many replicas each key
+  // kept (of its part with the fewest).
+  Status BatchPutEnd(const WriteEndRequest& request, KeyResults* out);
   Status BatchPutEnd(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
-  // Abandons each key's write: frees its replicas, leaves no object and no tag behind.
+  // Abandons each key's write (the one named in write_ids, when given): its replicas are freed
+  // once their pools have fenced the write; no object and no tag stay behind. Revoking a write
+  // that is no longer in flight is OK.
+  Status BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys,
+                        std::span<const uint64_t> write_ids, KeyResults* out);
   Status BatchPutRevoke(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
 
   // Like BatchPutStart, but an existing object is rewritten: same size in place, otherwise in
@@ -72,13 +88,23 @@ class MasterService {
   // OBJECT_BUSY while a read lease or another recent write holds the key. A non-empty session
   // ID replaces the object's tag; an empty one keeps it.
   Status BatchUpsertStart(const WriteStartRequest& request, PlacementBatch* out);
+  Status BatchUpsertEnd(const WriteEndRequest& request, KeyResults* out);
   Status BatchUpsertEnd(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
   // A revoked upsert leaves no object (its old value was already overwritten or freed).
+  Status BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys,
+                           std::span<const uint64_t> write_ids, KeyResults* out);
   Status BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
 
-  // Readable replicas of every part of each key, in part order, and a read lease of
-  // out->lease_ttl_ms. OBJECT_NOT_FOUND, or REPLICA_NOT_READY while being written.
+  // Readable replicas of every part of each key, in part order (within a part, replicas on
+  // suspect agents last), with the parts' checksums, each key's version in out->write_ids, and
+  // a read lease of out->lease_ttl_ms. OBJECT_NOT_FOUND, or REPLICA_NOT_READY while being
+  // written.
   Status BatchGet(std::span<const std::string_view> keys, PlacementBatch* out);
+  // A reader's agent found these replicas' bytes not matching their checksums: each is dropped
+  // when the object still has the version the reader saw (and the object too, with
+  // BlockRemoved, when that was its part's last replica). Per key: OK (dropped or already
+  // gone), MASTER_UNAVAILABLE when the log refuses.
+  Status ReportBadReplicas(std::span<const BadReplica> replicas, KeyResults* out);
   // out->exists[i] is 1 when key i is readable. Grants no lease.
   Status BatchExist(std::span<const std::string_view> keys, KeyResults* out);
   // Removes each key (BlockRemoved). OBJECT_HAS_LEASE when leased and not `force`,
@@ -98,6 +124,7 @@ class MasterService {
   struct SegmentView {
     SegmentId id = 0;
     AgentId agent = kNoAgent;
+    uint64_t incarnation = 0;  // the pool's: its agent's process incarnation
     std::span<const std::string> endpoints;
   };
   std::optional<SegmentView> FindSegment(SegmentId id) const;
@@ -144,9 +171,10 @@ class MasterService {
   Status RejectBatch(Status status, size_t keys, std::vector<Status>* results);
   Status WriteStart(const WriteStartRequest& request, bool upsert, PlacementBatch* out);
   Status StartOne(const WriteStartRequest& request, size_t i, bool upsert, PlacementBatch* out);
-  Status FinishWrites(AgentId agent, std::span<const std::string_view> keys, bool commit,
-                      KeyResults* out);
-  Status FinishOne(AgentId agent, std::string_view key, bool commit);
+  Status FinishWrites(const WriteEndRequest& request, bool commit, KeyResults* out);
+  Status FinishOne(const WriteEndRequest& request, size_t i, bool commit,
+                   std::span<const uint32_t> checksums, std::span<const FailedReplica> failed,
+                   KeyResults* out);
   void AppendPlacements(const Object& object, PlacementBatch* out) const;
 
   MasterOptions options_;
@@ -155,6 +183,7 @@ class MasterService {
   std::unique_ptr<MetadataStore> store_;
   uint64_t bad_requests_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
+  std::vector<FailedReplica> scratch_failed_;
 };
 
 }  // namespace kvagent::master

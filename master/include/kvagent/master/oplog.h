@@ -1,15 +1,19 @@
-// OpLog: the master's append-only operation log (`--state-dir DIR`, file DIR/master.oplog).
+// OpLog: the master's write-ahead operation log (`--state-dir DIR`, file DIR/master.oplog).
 //
 // Every persistent mutation of the metadata (agent registered or dropped, segment mounted,
 // object committed, object removed) is one record, appended in the order the mutations happen.
-// Records are framed as [u32 payload length LE][u32 FNV-1a checksum of the payload][payload]; a
-// torn or corrupt tail (crash mid-write) ends the replay there and is cut off. The master replays
-// the log at start and then rewrites it as a compact snapshot of the restored state (atomic
-// rename), so the file stays proportional to the live metadata, not to its history.
+// The master reserves room for a mutation's records before it changes anything in memory
+// (Reserve: the space is preallocated on disk with fallocate), so a full disk refuses the
+// mutation instead of leaving memory ahead of the log; the records reach the file before the
+// reply that acknowledges them leaves (Flush; with LogSync::kFsync also fdatasync).
 //
-// Durability: records reach the kernel (write(2)) at the end of every request (Flush), so they
-// survive a crash of the master process; there is no fsync per request (a power loss can lose
-// the last moments). Replication to standbys is not implemented.
+// File format (version 2): a 16-byte header "KVOPLOG" 0x02 | u32 version | u32 0, then records
+// framed as [u32 magic "KVRC"][u32 payload length][u32 CRC32C of length and payload][payload],
+// integers little-endian. Replay tells a torn tail (the last record cut short by a crash: cut off
+// with a warning) from damage in the middle (a bad record with intact records after it: the
+// start fails, naming the file, the offset and the choices, unless the caller allows cutting
+// there). Version 1 files (no header; [u32 length][u32 FNV-1a][payload] frames) are read, and
+// rewritten as version 2 by the compaction that follows every start.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@
 #include <string_view>
 
 #include "kvagent/common/status.h"
+#include "kvagent/master/types.h"
 
 namespace kvagent::master {
 
@@ -45,6 +50,7 @@ class RecordReader {
   std::string_view Str();
   bool ok() const { return ok_; }
   bool done() const { return pos_ == in_.size(); }
+  size_t remaining() const { return in_.size() - pos_; }
 
  private:
   bool Need(size_t n);
@@ -53,39 +59,78 @@ class RecordReader {
   bool ok_ = true;
 };
 
+struct OpLogOptions {
+  LogSync sync = LogSync::kWrite;
+  // Open/Replay: cut the file at a damaged record in the middle (keeping the records before it)
+  // instead of failing.
+  bool truncate_damaged = false;
+  // Disk space preallocated at a time ahead of the records (at least what one Reserve asks).
+  uint64_t reserve_chunk = 1 << 20;
+};
+
 class OpLog {
  public:
+  // Bytes a record of `payload` bytes takes in the file.
+  static constexpr uint64_t kFrameBytes = 12;
+
   // Opens (creating DIR and the file when missing) DIR/master.oplog for appending.
-  static Result<std::unique_ptr<OpLog>> Open(const std::string& dir);
+  static Result<std::unique_ptr<OpLog>> Open(const std::string& dir, OpLogOptions options = {});
   ~OpLog();
   OpLog(const OpLog&) = delete;
   OpLog& operator=(const OpLog&) = delete;
 
-  // Calls `apply` with every intact record payload in order; stops at a torn or corrupt tail,
-  // which is truncated away. Returns the number of records read.
+  // Calls `apply` with every intact record payload in order and returns how many there were.
+  // A torn tail is cut off (logged). A record that fails its checksum, or that `apply` rejects,
+  // with intact records after it is damage: INTERNAL naming the file, the offset and what to do
+  // (or, with options.truncate_damaged, the file is cut there and replay ends, logged).
+  // `apply` errors are reported the same way.
   Result<uint64_t> Replay(const std::function<Status(std::string_view)>& apply);
 
   // Replaces the whole log with the records `write_all` appends through `append` (written to a
-  // temporary file, then renamed over the log).
+  // temporary file, synced, then renamed over the log). On failure the old log stays.
   Status Rewrite(
       const std::function<void(const std::function<void(std::string_view)>&)>& write_all);
 
-  // Buffers one record; Flush() writes the buffer to the file.
+  // Makes sure `payload_bytes` more bytes in `records` records can be appended and flushed
+  // without the file system running out of space (preallocated with fallocate). False when the
+  // state dir cannot give them: writable() turns false and error() says why, until a later
+  // Reserve or Probe succeeds. Retries the disk at most every 100 ms while refusing.
+  bool Reserve(uint64_t payload_bytes, uint64_t records = 1);
+  // Asks the disk again (periodic work while not writable); true when writable.
+  bool Probe();
+  bool writable() const { return writable_; }
+  const std::string& error() const { return error_; }
+
+  // Buffers one record (within what Reserve granted); Flush() writes the buffer to the file.
   void Append(std::string_view payload);
+  // Writes the buffered records; with LogSync::kFsync also fdatasync. An error leaves the file
+  // as it was before the call (a partial write is cut off again).
   Status Flush();
 
   const std::string& path() const { return path_; }
   uint64_t records_appended() const { return records_; }
+  uint64_t file_bytes() const { return file_bytes_; }
 
  private:
-  OpLog(std::string dir, std::string path, int fd);
+  OpLog(std::string dir, std::string path, int fd, OpLogOptions options);
   static void Frame(std::string_view payload, std::string* out);
+  Status ReplayV1(std::string_view data, const std::function<Status(std::string_view)>& apply,
+                  uint64_t* count);
+  Status CutAt(uint64_t offset, const std::string& why);
+  bool Preallocate(uint64_t end);
 
   std::string dir_;
   std::string path_;
   int fd_ = -1;
+  OpLogOptions options_;
   std::string buffer_;
   uint64_t records_ = 0;
+  uint64_t file_bytes_ = 0;    // bytes in the file (flushed)
+  uint64_t reserved_end_ = 0;  // the file's space is allocated up to here
+  uint64_t granted_ = 0;       // bytes reserved for records not appended yet
+  bool writable_ = true;
+  std::string error_;
+  int64_t next_retry_ns_ = 0;
 };
 
 }  // namespace kvagent::master

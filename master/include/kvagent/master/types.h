@@ -45,6 +45,14 @@ class ManualClock final : public Clock {
   int64_t now_ms_;
 };
 
+// When operation-log records reach the disk (--log-sync).
+enum class LogSync : uint8_t {
+  kWrite,  // write(2) before each mutating reply: survives a crash of kvmaster, not of the host
+  kFsync,  // write(2) and fdatasync(2) before each mutating reply: survives a power loss
+};
+std::string_view LogSyncName(LogSync sync);  // "write", "fsync"
+Result<LogSync> ParseLogSync(std::string_view text);
+
 struct MasterOptions {
   int64_t agent_ttl_ms = 10'000;             // an agent silent this long is dropped
   int64_t lease_ttl_ms = 10'000;             // read lease granted by BatchGet
@@ -54,9 +62,28 @@ struct MasterOptions {
   double high_watermark = 0.90;              // pool use above this starts eviction ...
   double low_watermark = 0.85;               // ... which runs until use is at or below this
   uint64_t max_part_bytes = 64ull << 20;     // larger values are stored as several parts
-  std::string state_dir;                     // operation log directory; empty: no persistence
+  // An agent silent for agent_ttl_ms becomes suspect (no new replicas are placed on it, reads
+  // prefer its objects' other replicas); silent for agent_dead_ms it is dropped with its objects.
+  int64_t agent_dead_ms = 120'000;
+  // Ticks normally come every few milliseconds. A longer gap between two Ticks means the master
+  // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it.
+  int64_t max_tick_gap_ms = 1000;
+  std::string state_dir;  // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
   uint64_t replication_log_bytes = 0;
+  LogSync log_sync = LogSync::kWrite;  // when the operation log reaches the disk
+  // The operation log is rewritten as a snapshot of the live state once it has grown past
+  // both this size and twice the size of its last snapshot (0: only at start).
+  uint64_t compact_log_bytes = 64ull << 20;
+  // Standalone (kvagent's embedded master): every write is a memcpy on the master's own thread,
+  // done before the write is ended or revoked, so the space of an abandoned write is free at
+  // once. Otherwise it is kept until every agent whose pool holds a replica has fenced the
+  // write (HeartbeatReply), because a peer's bytes for it may still be on their way.
+  bool writes_are_local = false;
+  // Open(): a record in the middle of the operation log that fails its checksum (or does not
+  // parse) stops the start with an error naming the file and offset, unless this is set: then
+  // the records before it are kept and the rest of the file is cut off.
+  bool truncate_damaged_log = false;
 };
 
 // What a standby receives (MasterService::ReadReplication): records framed [u32 length LE]
@@ -106,12 +133,45 @@ struct WriteStartRequest {
   WriteOptions options;
 };
 
-// Where one replica of one part lives.
+// Where one replica of one part lives, and the part's checksum (CRC32C of its bytes, taken by
+// the writer; every replica of a part has the same).
 struct Placement {
   uint32_t part = 0;
   SegmentId segment_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint32_t checksum = 0;
+  bool checksummed = false;  // false: written without a checksum (not verified on reads)
+};
+
+// A replica the writer could not write (BatchPutEnd): dropped before the object is committed.
+struct FailedReplica {
+  uint32_t key = 0;  // index into the End's keys
+  uint32_t part = 0;
+  SegmentId segment_id = 0;
+};
+
+// BatchPutEnd / BatchUpsertEnd. Every span but `keys` may be empty:
+//   write_ids    per key: the write to end (as WriteStart returned it); empty: whatever write
+//                the agent has in flight for the key
+//   part_counts  per key: how many checksums of `checksums` belong to it (its parts, in order);
+//                empty: no checksums
+//   failed       replicas not written; each part must keep at least one written replica
+struct WriteEndRequest {
+  AgentId agent = kNoAgent;
+  std::span<const std::string_view> keys;
+  std::span<const uint64_t> write_ids;
+  std::span<const uint32_t> part_counts;
+  std::span<const uint32_t> checksums;
+  std::span<const FailedReplica> failed;
+};
+
+// A replica whose bytes did not match its checksum when a reader's agent read it.
+struct BadReplica {
+  std::string_view key;
+  uint64_t version = 0;  // the object's version the reader saw (BatchGet write_ids)
+  uint32_t part = 0;
+  SegmentId segment_id = 0;
 };
 
 // Per-key results with replica placements (BatchPutStart, BatchUpsertStart, BatchGet).
@@ -122,12 +182,17 @@ struct PlacementBatch {
   std::vector<uint32_t> first;
   std::vector<Placement> placements;
   std::vector<uint64_t> sizes;  // BatchGet: value size per key (0 unless OK)
-  uint32_t lease_ttl_ms = 0;    // BatchGet: lease granted to the OK keys
+  // Per key (0 unless OK): WriteStart: the id of the write started (End and Revoke name it;
+  // data-plane writes carry it); BatchGet: the object's version, the id of the write that made
+  // its current value.
+  std::vector<uint64_t> write_ids;
+  uint32_t lease_ttl_ms = 0;  // BatchGet: lease granted to the OK keys
   void Clear() {
     results.clear();
     first.clear();
     placements.clear();
     sizes.clear();
+    write_ids.clear();
     lease_ttl_ms = 0;
   }
 };
@@ -135,11 +200,24 @@ struct PlacementBatch {
 // Per-key results without placements (End, Revoke, Exist, Remove).
 struct KeyResults {
   std::vector<Status> results;
-  std::vector<uint8_t> exists;  // BatchExist only
+  std::vector<uint8_t> exists;    // BatchExist only
+  std::vector<uint8_t> replicas;  // End only: replicas kept of the part with the fewest (0: failed)
   void Clear() {
     results.clear();
     exists.clear();
+    replicas.clear();
   }
+};
+
+// What a heartbeat returns to an agent.
+struct HeartbeatResult {
+  bool known = false;  // false: the master dropped this agent; register again
+  // Writes that may no longer land in this agent's pool: every id below `write_watermark` and
+  // every id in `fenced_writes`. The agent applies them, then acks `fence_seq` in a heartbeat;
+  // only then is the space of those writes handed out again.
+  uint64_t fence_seq = 0;
+  uint64_t write_watermark = 0;
+  std::vector<uint64_t> fenced_writes;
 };
 
 struct MountResult {
@@ -180,6 +258,16 @@ struct MasterStats {
   uint64_t events_emitted = 0;
   uint64_t oplog_records = 0;
   uint64_t replication_last_seq = 0;  // newest record a standby can fetch
+  uint64_t suspect_agents = 0;        // silent past the TTL, not yet dropped
+  uint64_t fenced_bytes = 0;          // space of abandoned writes waiting for their fences
+  uint64_t pending_fences = 0;        // fences not acknowledged yet
+  uint64_t bad_replicas = 0;          // replicas dropped because a reader found them corrupt
+  uint64_t stalls_forgiven = 0;       // times the master itself stalled (its agents not blamed)
+  uint64_t log_writable = 1;          // 0 while the state dir refuses records (full, I/O error)
+  uint64_t log_refusals = 0;          // mutating calls refused because the log could not take them
+  uint64_t log_bytes = 0;             // size of the operation log file
+  uint64_t log_compactions = 0;       // snapshots written while running
+  uint64_t oversized_values = 0;      // puts refused as larger than the pools' high watermark
 };
 
 }  // namespace kvagent::master

@@ -1,0 +1,50 @@
+// A kvmaster's counters read straight from its RPC socket (a Stats request on a DEALER), for
+// tests that must watch the master while its agents are stopped or cut off.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "kvagent/schemas/master_generated.h"
+
+namespace kvagent::testing {
+
+// Every counter of the master at `endpoint`, or nullopt when it does not answer in 2 s.
+inline std::optional<std::map<std::string, uint64_t>> MasterStats(const std::string& endpoint) {
+  namespace fb = kvagent::master_proto;
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 2000);
+  dealer.connect(endpoint);
+  flatbuffers::FlatBufferBuilder b;
+  b.Finish(fb::CreateRequest(b, 1, fb::Body::Stats, fb::CreateStats(b).Union()));
+  dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+  dealer.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+  zmq::message_t empty, body;
+  if (!dealer.recv(empty) || !dealer.recv(body)) return std::nullopt;
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(body.data()), body.size());
+  if (!verifier.VerifyBuffer<fb::Reply>(nullptr)) return std::nullopt;
+  const fb::StatsReply* r = flatbuffers::GetRoot<fb::Reply>(body.data())->body_as_StatsReply();
+  if (r == nullptr || r->names() == nullptr || r->values() == nullptr) return std::nullopt;
+  std::map<std::string, uint64_t> out;
+  for (flatbuffers::uoffset_t i = 0; i < r->names()->size() && i < r->values()->size(); ++i) {
+    out[r->names()->Get(i)->str()] = r->values()->Get(i);
+  }
+  return out;
+}
+
+// One counter (0 when the master does not answer or has no such counter).
+inline uint64_t MasterStat(const std::string& endpoint, const std::string& name) {
+  auto all = MasterStats(endpoint);
+  if (!all) return 0;
+  auto it = all->find(name);
+  return it == all->end() ? 0 : it->second;
+}
+
+}  // namespace kvagent::testing
