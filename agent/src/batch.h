@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -70,18 +71,50 @@ class WriteBatch final : public Batch {
 
  private:
   enum KeyState : uint8_t { kNotStarted, kStarted, kFailed };  // kFailed: started, not ended
+  // One part of a started key: its checksum, how many replicas it has and how many failed.
+  struct PartWrite {
+    uint32_t checksum = 0;
+    uint8_t replicas = 0;
+    uint8_t failures = 0;
+  };
+  // A peer replica being written, parallel to remote_'s ops.
+  struct RemoteReplica {
+    uint32_t part_index;  // into parts_
+    uint32_t part;
+    uint32_t segment_id;
+  };
+  struct FailedWrite {
+    uint32_t key;  // batch key position
+    uint32_t part;
+    uint32_t segment_id;
+  };
   void OnStarted(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, const mfb::PlacementReply& reply, const SegmentTable& segments);
+  void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t segment,
+                     const Status& why);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   bool Expire(uint32_t key, std::chrono::steady_clock::time_point now, std::string_view skipped);
   void Finish();
+  MasterPort::Clock::time_point EndRetryUntil() const;
   void OnFinished(bool end, Result<std::span<const uint8_t>> reply);
 
   const bool upsert_;
+  uint64_t epoch_ = 0;  // the master that placed the batch
   std::vector<KeyState> state_;
+  std::vector<uint64_t> write_ids_;   // per key
+  std::vector<uint32_t> first_part_;  // per key + 1: its parts are parts_[first_part_[k] ..)
+  std::vector<PartWrite> parts_;
+  std::vector<RemoteReplica> remote_parts_;
+  std::vector<FailedWrite> failed_;
+  std::unordered_map<uint32_t, Status> first_failure_;  // per key with a failed replica
   RemoteMoves remote_;
   std::vector<KeyRef> to_end_;
+  std::vector<uint64_t> end_ids_;
+  std::vector<uint32_t> end_part_counts_;
+  std::vector<uint32_t> end_checksums_;
+  std::vector<mfb::FailedReplica> end_failed_;
   std::vector<KeyRef> to_revoke_;
+  std::vector<uint64_t> revoke_ids_;
   int finishing_ = 0;  // End/Revoke calls not answered yet
   Status finish_error_;
 };
@@ -92,25 +125,46 @@ class ReadBatch final : public Batch {
   void Start() override;
 
  private:
+  // A replica of a part, as a reader may try it.
+  struct Replica {
+    std::string endpoint;  // empty: this node's pool
+    uint64_t offset = 0;
+    uint64_t incarnation = 0;
+    uint32_t segment_id = 0;
+  };
+  // A part to read: where it goes, what it must checksum to, and the replicas left to try.
+  struct PartRead {
+    uint32_t key = 0;
+    uint32_t part = 0;
+    uint8_t* dst = nullptr;
+    uint64_t length = 0;
+    uint32_t checksum = 0;
+    bool checksummed = false;
+    bool corrupt_seen = false;  // some replica's bytes failed the checksum
+    std::vector<Replica> left;  // in the order to try them
+  };
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
                const SegmentTable& segments);
+  // Reads the part from its next replica: at once from this node's pool, or queued as a peer
+  // read. When none is left the key fails.
+  void ReadPart(PartRead read);
+  // The bytes of `read` (from `replica`) are in the buffer: true when they match the checksum;
+  // otherwise the replica is reported and counted.
+  bool Verified(PartRead& read, const Replica& replica, uint32_t crc);
+  void PartFailed(const PartRead& read, const Status& last);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   void Finish();
 
   std::chrono::steady_clock::time_point sent_at_;
   std::chrono::milliseconds lease_{0};
-  // A part read from a peer, with the part's other replicas to try when that read fails.
-  struct RemoteRead {
-    uint8_t* dst = nullptr;
-    uint64_t length = 0;
-    std::vector<std::pair<std::string, uint64_t>> others;  // peer endpoint, offset in its pool
-  };
-  void AddRemoteRead(uint32_t key, RemoteRead read, std::string_view peer, uint64_t offset);
-
-  std::vector<uint8_t> copied_;  // per key: bytes were copied into the arena
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> versions_;  // per key: the object's version (for bad-replica reports)
+  std::vector<uint8_t> copied_;     // per key: bytes were copied into the arena
   RemoteMoves remote_;
-  std::vector<RemoteRead> reads_;  // parallel to remote_'s ops, in the order they were added
+  std::vector<PartRead> reads_;  // parallel to remote_'s ops, in the order they were added
+  std::vector<Replica> tried_;   // parallel to reads_: the replica each op reads
+  std::vector<BadReplicaReport> bad_;
 };
 
 // Exist or Remove (all requests with the same `force`).

@@ -83,6 +83,8 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
     std::vector<uint8_t> flags(data.exists.begin(), data.exists.end());
     exists = fbb.CreateVector(flags);
   }
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> replicas;
+  if (!data.replicas.empty()) replicas = fbb.CreateVector(data.replicas);
   const auto listed = EncodeListed(fbb, data.listed);
   const auto counters = EncodeCounters(fbb, data.counters);
   proto::CompletionBuilder b(fbb);
@@ -93,6 +95,7 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
   if (!messages.IsNull()) b.add_messages(messages);
   if (!lengths.IsNull()) b.add_lengths(lengths);
   if (!exists.IsNull()) b.add_exists(exists);
+  if (!replicas.IsNull()) b.add_replicas(replicas);
   b.add_removed_count(data.removed_count);
   if (!listed.IsNull()) b.add_listed(listed);
   b.add_next_cursor(data.next_cursor);

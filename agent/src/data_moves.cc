@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kvagent/common/checksum.h"
 #include "kvagent/ipc/segment.h"
 #include "stream_copy.h"
 
@@ -17,6 +18,7 @@ void SegmentTable::Load(const mfb::PlacementReply& reply, const PipelineContext&
     Entry e;
     e.id = s->segment_id();
     e.endpoint = s->endpoints()->Get(0)->string_view();
+    e.incarnation = s->incarnation();
     // The id is the fast answer; the endpoint check also holds across a master restart that
     // renumbered our segment while this batch was in flight.
     e.local = e.id == own || ctx.engine->IsLocal(e.endpoint);
@@ -32,24 +34,38 @@ const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
   return kNone;
 }
 
-Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
-                  uint64_t length) {
+Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp, uint64_t offset,
+                            const uint8_t* src, uint64_t length) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
+  transfer::PoolFence::LocalWrite hold;  // the fence waits for this copy
+  if (ctx.fence != nullptr) {
+    auto allowed = ctx.fence->BeginLocalWrite(stamp.master_epoch, stamp.write_id);
+    if (!allowed.ok()) return allowed.status();
+    hold = std::move(*allowed);
+  }
   // The value is read again later, most likely by another process: keep it out of our cache.
-  StreamCopy(ctx.pool->base() + offset, src, length);
-  return Status::Ok();
+  if (!ctx.checksums) {
+    StreamCopy(ctx.pool->base() + offset, src, length);
+    return 0u;
+  }
+  return CopyWithCrc32c(ctx.pool->base() + offset, src, length, CopyStores::kStreaming);
 }
 
-Status CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst, uint64_t length) {
+Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
+                              uint64_t length) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
-  std::memcpy(dst, ctx.pool->base() + offset, length);
-  return Status::Ok();
+  if (!ctx.checksums) {
+    std::memcpy(dst, ctx.pool->base() + offset, length);
+    return 0u;
+  }
+  return CopyWithCrc32c(dst, ctx.pool->base() + offset, length, CopyStores::kCached);
 }
 
 void RemoteMoves::Add(uint32_t key, uint32_t request, transfer::TransferKind kind,
                       std::string_view peer, uint64_t remote_offset, uint8_t* local,
-                      uint64_t length) {
-  ops_.push_back(transfer::TransferOp{kind, std::string(peer), remote_offset, local, length});
+                      uint64_t length, const OpStamp& stamp) {
+  ops_.push_back(transfer::TransferOp{kind, std::string(peer), remote_offset, local, length,
+                                      stamp.pool_incarnation, stamp.master_epoch, stamp.write_id});
   keys_.push_back(key);
   requests_.push_back(request);
 }

@@ -23,6 +23,7 @@ class SegmentTable {
     uint32_t id = 0;
     bool local = false;         // this agent's node pool: bytes move with memcpy
     std::string_view endpoint;  // a peer's data endpoint (valid while the reply is)
+    uint64_t incarnation = 0;   // the pool's, as the master knows it (data-plane ops carry it)
   };
   // Reads reply.segments(); a segment is local when the data plane says its endpoint is ours.
   void Load(const mfb::PlacementReply& reply, const PipelineContext& ctx);
@@ -33,13 +34,24 @@ class SegmentTable {
   std::vector<Entry> entries_;
 };
 
+// What a data-plane op carries for the peer's fence (pool_fence.h).
+struct OpStamp {
+  uint64_t pool_incarnation = 0;
+  uint64_t master_epoch = 0;
+  uint64_t write_id = 0;  // writes only
+};
+
 // Copies [src, src + length) into the node pool at `offset` (a put's local replica; streaming
-// stores, stream_copy.h), or the reverse for a get (memcpy: the reader wants it in cache).
+// stores) as part of write `stamp.write_id` placed by master `stamp.master_epoch`, and returns
+// the bytes' CRC32C taken in the same pass (0 when ctx.checksums is off). TRANSFER_FAILED when
+// the pool fence refuses the write (abandoned, or placed by another master);
 // BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
-[[nodiscard]] Status CopyToPool(const PipelineContext& ctx, uint64_t offset, const uint8_t* src,
-                                uint64_t length);
-[[nodiscard]] Status CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
-                                  uint64_t length);
+[[nodiscard]] Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp,
+                                          uint64_t offset, const uint8_t* src, uint64_t length);
+// The reverse for a get (ordinary stores: the reader wants it in cache), with the CRC32C of what
+// was copied (0 when ctx.checksums is off).
+[[nodiscard]] Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset,
+                                            uint8_t* dst, uint64_t length);
 
 // The remote transfers of one batch.
 class RemoteMoves {
@@ -51,7 +63,7 @@ class RemoteMoves {
 
   // One range between the arena of `requests[request]` and a peer's pool.
   void Add(uint32_t key, uint32_t request, transfer::TransferKind kind, std::string_view peer,
-           uint64_t remote_offset, uint8_t* local, uint64_t length);
+           uint64_t remote_offset, uint8_t* local, uint64_t length, const OpStamp& stamp);
   bool empty() const { return ops_.empty(); }
 
   // Registers the client arenas involved (once per client), submits every op in one batch and

@@ -28,6 +28,8 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
 
   auto agent = m->service_->RegisterAgent(m->options_.agent_name, m->options_.incarnation);
   if (!agent.ok()) return agent.status();
+  // Local copies into the pool carry this master's epoch (its placements do).
+  if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->incarnation());
   const std::string_view endpoint = m->options_.data_endpoint;
   auto mounted = m->service_->MountSegment(*agent, 0, m->options_.pool_bytes,
                                            std::span<const std::string_view>(&endpoint, 1));

@@ -26,6 +26,7 @@
 #include "kvagent/common/event_publisher.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/transfer/pool_fence.h"
 
 namespace kvagent::agent {
 
@@ -37,6 +38,8 @@ struct EmbeddedMasterOptions {
   std::string data_endpoint;  // the pool's data-plane endpoint (TransferEngine::endpoint())
   events::EventPublisherOptions events;
   std::chrono::milliseconds tick{50};
+  // The pool's fence: registered with this master's epoch at start (may be null in tests).
+  transfer::PoolFence* fence = nullptr;
 };
 
 class EmbeddedMaster final : public MasterPort {

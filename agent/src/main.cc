@@ -14,6 +14,7 @@
 #include <glog/logging.h>
 
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <random>
 
@@ -43,6 +44,7 @@ struct Flags {
   std::string master;
   bool standalone = false;
   std::string agent_name;
+  bool checksums = true;
   int64_t heartbeat_ms = 1000;
   int64_t master_timeout_ms = 5000;
   int64_t ready_wait_ms = -1;  // -1: --master-timeout-ms
@@ -60,6 +62,9 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
          "run the master inside the agent (default: yes when --master is not given)");
   f.String("agent-name", &v.agent_name,
            "this agent's stable name at the master (default: <hostname>:<run-dir>)");
+  f.Bool("checksums", &v.checksums,
+         "take a CRC32C of every value as it is stored and verify it on every read (turn off "
+         "only to measure what it costs: a get can then not tell corrupt bytes)");
   f.Int("heartbeat-ms", &v.heartbeat_ms, "heartbeat period towards kvmaster");
   f.Int("master-timeout-ms", &v.master_timeout_ms,
         "a kvmaster request unanswered this long fails with MASTER_UNAVAILABLE and the link "
@@ -226,9 +231,13 @@ int main(int argc, char** argv) {
   }
   auto pool = kvagent::transfer::NodePool::Create(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
+  const uint64_t incarnation = NewIncarnation();
+  // The pool's fence: which data-plane ops may still touch it (pool incarnation, master epoch,
+  // abandoned writes). It outlives the engine and the pipeline that consult it.
+  auto fence = std::make_unique<kvagent::transfer::PoolFence>(incarnation);
+  engine_options->fence = fence.get();
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
-  const uint64_t incarnation = NewIncarnation();
 
   std::unique_ptr<kvagent::agent::MasterPort> port;
   kvagent::master_link::RemoteMaster* link = nullptr;
@@ -246,6 +255,7 @@ int main(int argc, char** argv) {
     o.data_endpoint = (*engine)->endpoint();
     o.events.endpoint = "ipc://" + v.agent.run_dir + "/events.sock";
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
+    o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
     if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
       return fail("run dir", st);
@@ -265,6 +275,20 @@ int main(int argc, char** argv) {
     o.data_endpoint = (*engine)->endpoint();
     o.heartbeat = std::chrono::milliseconds(v.heartbeat_ms);
     o.timeout = std::chrono::milliseconds(v.master_timeout_ms);
+    // Fences reach the pool from the link thread; each is in force (local copies waited for,
+    // payloads arriving for a fenced write cut off) before the link acknowledges it.
+    auto refence = [engine = engine->get()] {
+      std::promise<void> done;
+      engine->Refence([&done] { done.set_value(); });
+      done.get_future().wait();
+    };
+    o.set_master_epoch = [fence = fence.get(), refence](uint64_t epoch) {
+      fence->SetEpoch(epoch);
+      refence();
+    };
+    o.apply_fences = [fence = fence.get(), refence](const kvagent::master_link::Fences& f) {
+      if (fence->Apply(f.master_epoch, f.write_watermark, f.fenced_writes)) refence();
+    };
     // The link only calls it after a re-registration (a master that restarted or forgot us).
     o.on_master_restarted = [relay_slot] {
       if (auto* r = relay_slot->load()) r->RequestResync();
@@ -295,8 +319,12 @@ int main(int argc, char** argv) {
     port = std::move(*remote);
   }
 
-  auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(std::move(port), pool->get(),
-                                                                    engine->get());
+  if (!v.checksums) {
+    LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
+                    "a get cannot tell corrupt bytes (for measuring their cost only)";
+  }
+  auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(
+      std::move(port), pool->get(), engine->get(), fence.get(), v.checksums);
   pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
     if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
   });
@@ -319,6 +347,7 @@ int main(int argc, char** argv) {
   relay.reset();   // before the link its content source reads through
   agent->reset();  // the pipeline and its master port
   engine->reset();
+  fence.reset();
   pool->reset();
   return 0;
 }

@@ -121,9 +121,41 @@ flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t age
 
 flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t agent, mfb::Body type,
                                                         std::span<const HeldRequest> requests,
-                                                        std::span<const KeyRef> keys) {
+                                                        std::span<const KeyRef> keys,
+                                                        const WriteFinishFields& fields) {
   const auto key_vec = Keys(requests, keys);
-  return Finish(id, type, mfb::CreateWriteFinish(fbb_, agent, key_vec).Union());
+  const auto write_ids = fbb_.CreateVector(fields.write_ids.data(), fields.write_ids.size());
+  Offset<flatbuffers::Vector<uint32_t>> part_counts, checksums;
+  if (!fields.part_counts.empty()) {
+    part_counts = fbb_.CreateVector(fields.part_counts.data(), fields.part_counts.size());
+    checksums = fbb_.CreateVector(fields.checksums.data(), fields.checksums.size());
+  }
+  Offset<flatbuffers::Vector<const mfb::FailedReplica*>> failed;
+  if (!fields.failed.empty()) {
+    failed = fbb_.CreateVectorOfStructs(fields.failed.data(), fields.failed.size());
+  }
+  return Finish(
+      id, type,
+      mfb::CreateWriteFinish(fbb_, agent, key_vec, write_ids, part_counts, checksums, failed)
+          .Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::ReportBadReplicas(
+    uint64_t id, uint32_t agent, std::span<const BadReplicaReport> bad) {
+  strings_.clear();
+  std::vector<uint64_t> versions;
+  std::vector<uint32_t> parts, segments;
+  for (const BadReplicaReport& b : bad) {
+    strings_.push_back(fbb_.CreateString(b.key));
+    versions.push_back(b.version);
+    parts.push_back(b.part);
+    segments.push_back(b.segment_id);
+  }
+  const auto keys = fbb_.CreateVector(strings_);
+  return Finish(id, mfb::Body::ReportBadReplicas,
+                mfb::CreateReportBadReplicas(fbb_, agent, keys, fbb_.CreateVector(versions),
+                                             fbb_.CreateVector(parts), fbb_.CreateVector(segments))
+                    .Union());
 }
 
 flatbuffers::DetachedBuffer MasterMessages::KeyList(uint64_t id, mfb::Body type,
@@ -191,7 +223,9 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
   const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
   KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::PlacementReply));
   const mfb::PlacementReply* p = reply->body_as_PlacementReply();
+  if (p == nullptr) return Malformed("no PlacementReply body");
   if (Count(p->codes()) != key_count) return Malformed("codes do not match the keys");
+  if (Count(p->write_ids()) != key_count) return Malformed("write_ids do not match the keys");
   if (p->messages() != nullptr && p->messages()->size() != key_count) {
     return Malformed("messages do not match the keys");
   }
@@ -218,7 +252,11 @@ Result<const mfb::KeyCodesReply*> ReadKeyCodes(std::span<const uint8_t> bytes, s
   const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
   KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::KeyCodesReply));
   const mfb::KeyCodesReply* k = reply->body_as_KeyCodesReply();
+  if (k == nullptr) return Malformed("no KeyCodesReply body");
   if (Count(k->codes()) != key_count) return Malformed("codes do not match the keys");
+  if (k->replicas() != nullptr && k->replicas()->size() != key_count) {
+    return Malformed("replicas do not match the keys");
+  }
   if (k->messages() != nullptr && k->messages()->size() != key_count) {
     return Malformed("messages do not match the keys");
   }

@@ -21,6 +21,22 @@ namespace kvagent::agent {
 
 namespace mfb = kvagent::master_proto;
 
+// What an End or Revoke carries besides its keys (master.fbs WriteFinish).
+struct WriteFinishFields {
+  std::span<const uint64_t> write_ids = {};         // per key
+  std::span<const uint32_t> part_counts = {};       // End: per key (empty: no checksums)
+  std::span<const uint32_t> checksums = {};         // End: part_counts[i] per key, keys in order
+  std::span<const mfb::FailedReplica> failed = {};  // End: replicas not written
+};
+
+// A replica a Get found corrupt, for ReportBadReplicas.
+struct BadReplicaReport {
+  std::string key;
+  uint64_t version = 0;
+  uint32_t part = 0;
+  uint32_t segment_id = 0;
+};
+
 // Builds master requests. Keeps scratch vectors across calls (service thread only).
 class MasterMessages {
  public:
@@ -32,7 +48,10 @@ class MasterMessages {
   // BatchPutEnd / BatchPutRevoke / BatchUpsertEnd / BatchUpsertRevoke.
   flatbuffers::DetachedBuffer WriteFinish(uint64_t id, uint32_t agent, mfb::Body type,
                                           std::span<const HeldRequest> requests,
-                                          std::span<const KeyRef> keys);
+                                          std::span<const KeyRef> keys,
+                                          const WriteFinishFields& fields);
+  flatbuffers::DetachedBuffer ReportBadReplicas(uint64_t id, uint32_t agent,
+                                                std::span<const BadReplicaReport> bad);
   // BatchGet / BatchExist / BatchRemove (with `force`).
   flatbuffers::DetachedBuffer KeyList(uint64_t id, mfb::Body type,
                                       std::span<const HeldRequest> requests,
@@ -65,8 +84,9 @@ std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref);
 Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 
 // The PlacementReply of a WriteStart or BatchGet for `key_count` keys, checked for internal
-// consistency (codes, first, sizes and segment references agree) so the pipeline can index it
-// freely. Errors: the master's own request-level status, or INTERNAL for a malformed reply.
+// consistency (codes, first, sizes, write ids and segment references agree) so the pipeline can
+// index it freely. Errors: the master's own request-level status, or INTERNAL for a malformed
+// reply.
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
                                                   bool with_sizes);
 

@@ -28,17 +28,26 @@ void HeldRequest::SetKey(size_t index, ErrorCode code, const std::string& messag
   result.messages[index] = message;
 }
 
-bool HeldRequest::Expired(std::chrono::steady_clock::time_point now) const {
+std::optional<std::chrono::steady_clock::time_point> HeldRequest::Deadline() const {
   const proto::Request& r = request.request();
   const uint64_t deadline_ns = r.deadline_ns();
-  if (deadline_ns == 0) return false;
-  const int64_t now_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  if (deadline_ns == 0) return std::nullopt;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
   const int64_t submitted_ns =
       static_cast<int64_t>(deadline_ns) - int64_t{r.timeout_ms()} * 1'000'000;
   constexpr int64_t kSameClock = 600'000'000'000;  // 10 minutes
-  if (submitted_ns > now_ns + kSameClock || submitted_ns < now_ns - kSameClock) return false;
-  return static_cast<int64_t>(deadline_ns) <= now_ns;
+  if (submitted_ns > now_ns + kSameClock || submitted_ns < now_ns - kSameClock) {
+    return std::nullopt;
+  }
+  return std::chrono::steady_clock::time_point(
+      std::chrono::nanoseconds(static_cast<int64_t>(deadline_ns)));
+}
+
+bool HeldRequest::Expired(std::chrono::steady_clock::time_point now) const {
+  const auto deadline = Deadline();
+  return deadline && *deadline <= now;
 }
 
 Status DeadlinePassed(std::string_view skipped) {

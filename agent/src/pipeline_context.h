@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,10 @@ struct PipelineCounters {
   uint64_t master_failures = 0;           // master calls that failed (unreachable, timeout)
   uint64_t abandoned_requests = 0;        // requests of clients that left before completion
   uint64_t expired_keys = 0;              // keys answered TIMEOUT: the caller's deadline passed
+  uint64_t checksum_mismatches = 0;       // replicas read whose bytes failed their checksum
+  uint64_t corrupted_keys = 0;            // gets answered DATA_CORRUPTED (every replica failed)
+  uint64_t degraded_puts = 0;             // puts stored with fewer replicas than asked
+  uint64_t fenced_local_writes = 0;       // local copies the pool fence refused
 };
 
 // A request held by a batch, with the answer under construction.
@@ -69,6 +74,8 @@ struct HeldRequest {
   // The caller's deadline (Request.deadline_ns) has passed at `now`. False without a deadline,
   // or with one from another clock (its submit time more than 10 minutes from ours).
   bool Expired(std::chrono::steady_clock::time_point now) const;
+  // That deadline on the steady clock (CLOCK_MONOTONIC), or nullopt (none, or another clock).
+  std::optional<std::chrono::steady_clock::time_point> Deadline() const;
 };
 
 // The TIMEOUT of work skipped because the caller stopped waiting; `skipped` says what was not
@@ -108,6 +115,11 @@ struct PipelineContext {
   MasterPort* master = nullptr;
   transfer::NodePool* pool = nullptr;
   transfer::TransferEngine* engine = nullptr;
+  // Which writes may still land in this node's pool; local copies ask it too (may be null in
+  // tests of the pipeline alone: no fencing of local copies).
+  const transfer::PoolFence* fence = nullptr;
+  // Checksums taken on put and verified on get (--checksums; off only to measure their cost).
+  bool checksums = true;
   CompletionSink* sink = nullptr;
   std::shared_ptr<ServiceGate> gate;
   PipelineCounters counters;

@@ -31,6 +31,21 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   out.push_back({"agent.expired_keys", c.expired_keys, ""});
   out.push_back({"agent.revoked_keys", c.revoked_keys, ""});
   out.push_back({"agent.lease_expired", c.lease_expired, ""});
+  out.push_back({"agent.checksum_mismatches", c.checksum_mismatches, ""});
+  out.push_back({"agent.corrupted_keys", c.corrupted_keys, ""});
+  out.push_back({"agent.degraded_puts", c.degraded_puts, ""});
+  out.push_back({"agent.fenced_local_writes", c.fenced_local_writes, ""});
+  out.push_back({"agent.checksums", ctx.checksums ? 1u : 0u, ctx.checksums ? "on" : "off"});
+  if (ctx.fence != nullptr) {
+    out.push_back({"agent.pool_incarnation", ctx.fence->pool_incarnation(), ""});
+    out.push_back({"agent.fence_refusals", ctx.fence->refused(), ""});
+  }
+  const transfer::TransferStats ts = ctx.engine->stats();
+  out.push_back({"agent.data.served_writes", ts.served_writes, ""});
+  out.push_back({"agent.data.served_reads", ts.served_reads, ""});
+  out.push_back({"agent.data.served_rejected", ts.served_rejected, ""});
+  out.push_back({"agent.data.served_fenced", ts.served_fenced, ""});
+  out.push_back({"agent.data.ops_failed", ts.ops_failed, ""});
   out.push_back({"agent.master_failures", c.master_failures, ""});
   out.push_back({"agent.abandoned_requests", c.abandoned_requests, ""});
   out.push_back({"agent.pool_bytes", ctx.pool->size(),

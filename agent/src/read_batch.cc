@@ -1,17 +1,25 @@
 // Get: BatchGet -> each part from one replica into the client's buffer -> completions.
 //
-// A part is read from this node's pool when it holds a replica, else from the first peer the
-// master lists. When a peer's read fails (its agent died and the master has not expired it yet,
-// a network fault), the part's next replica is tried, until one answers or none is left; only
-// then does the key fail with TRANSFER_FAILED.
+// A part is read from this node's pool when it holds a replica, else from the replicas the
+// master lists (those on healthy agents first). A read is good only when the bytes in the
+// client's buffer match the part's checksum (taken by the writer, kept by the master): the
+// check is folded into the copy out of this node's pool, and is one pass over bytes that came
+// from a peer. A replica that fails its read or its checksum is followed by the part's next
+// replica; a corrupt one is counted, logged and reported to the master, which drops it (and the
+// object with its last replica). The key fails only when no replica gave good bytes: with
+// DATA_CORRUPTED when every replica that answered was corrupt, else TRANSFER_FAILED. A get never
+// answers OK with bytes other than those stored.
 //
 // A Get whose read lease expired before its bytes were all in the client's buffer fails with
 // TIMEOUT (SEMANTICS: "A Get whose lease expired during the transfer fails"): once the lease is
-// gone the master may evict or remove the object and hand its range to a new writer, so bytes
-// copied after that moment may be a mix of two values. The lease is measured from when the
-// BatchGet was sent, which is never later than when the master granted it, so the check can
-// only err on the safe side.
+// gone the master may evict or remove the object and hand its range to a new writer. The lease
+// is measured from when the BatchGet was sent, which is never later than when the master
+// granted it, so the check can only err on the safe side. (The checksum catches such a mix
+// too.)
+#include <glog/logging.h>
+
 #include "batch.h"
+#include "kvagent/common/checksum.h"
 
 namespace kvagent::agent {
 
@@ -22,6 +30,7 @@ ReadBatch::ReadBatch(PipelineContext& ctx, MasterMessages& messages,
 void ReadBatch::Start() {
   CollectKeys();
   copied_.assign(keys_.size(), 0);
+  versions_.assign(keys_.size(), 0);
   for (HeldRequest& h : requests_) h.result.lengths.assign(h.result.codes.size(), 0);
   CountCall(proto::Op::Get, keys_.size());
   sent_at_ = std::chrono::steady_clock::now();
@@ -36,6 +45,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   if (!placements.ok()) return FailAll(placements.status());
   const mfb::PlacementReply& p = **placements;
   lease_ = std::chrono::milliseconds(p.lease_ttl_ms());
+  epoch_ = p.master_epoch();
   SegmentTable segments;
   segments.Load(p, ctx_);
   const auto now = std::chrono::steady_clock::now();
@@ -47,6 +57,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
       continue;
     }
     const uint64_t size = p.sizes()->Get(k);
+    versions_[k] = p.write_ids()->Get(k);
     h.result.lengths[keys_[k].index] = size;
     const uint64_t capacity = h.request.request().buffers()->Get(keys_[k].index)->length();
     if (size > capacity) {
@@ -70,7 +81,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
                  });
 }
 
-// Each part of key `k` from one of its replicas (this node's pool when it holds one).
+// Each part of key `k` from one of its replicas (this node's pool first).
 void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& reply,
                         const SegmentTable& segments) {
   HeldRequest& h = held(keys_[k]);
@@ -79,78 +90,123 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
   const uint32_t end = reply.first()->Get(k + 1);
   uint64_t part_offset = 0;
   uint32_t i = reply.first()->Get(k);
-  while (i < end) {
-    // The replicas of one part are adjacent; take a local one if there is one.
-    const uint32_t part = reply.placements()->Get(i)->part();
-    const uint32_t first = i;
-    const mfb::Placement* chosen = reply.placements()->Get(i);
-    for (; i < end && reply.placements()->Get(i)->part() == part; ++i) {
-      if (segments.Find(reply.placements()->Get(i)->segment_id()).local) {
-        chosen = reply.placements()->Get(i);
-      }
-    }
-    const uint64_t length = chosen->length();
-    if (part_offset + length > size || part_offset + length < part_offset) {
+  copied_[k] = 1;  // until a part fails
+  while (i < end && copied_[k]) {
+    const mfb::Placement* first = reply.placements()->Get(i);
+    PartRead read;
+    read.key = k;
+    read.part = first->part();
+    read.dst = dst + part_offset;
+    read.length = first->length();
+    read.checksum = first->checksum();
+    read.checksummed = first->checksummed() && ctx_.checksums;
+    if (part_offset + read.length > size || part_offset + read.length < part_offset) {
+      copied_[k] = 0;
       h.SetKey(keys_[k].index, ErrorCode::kInternal,
                "the master's parts exceed the value's size; check that kvmaster and kvagent are "
                "the same version");
       return;
     }
-    const SegmentTable::Entry& seg = segments.Find(chosen->segment_id());
-    if (seg.local) {
-      Status copied = CopyFromPool(ctx_, chosen->offset(), dst + part_offset, length);
-      if (!copied.ok()) {
-        h.SetKey(keys_[k].index, ErrorCode::kTransferFailed, copied.message());
-        return;
+    for (; i < end && reply.placements()->Get(i)->part() == read.part; ++i) {
+      const mfb::Placement* pl = reply.placements()->Get(i);
+      if (pl->length() != read.length) continue;  // a replica of a part has the part's length
+      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
+      Replica r{seg.local ? std::string() : std::string(seg.endpoint), pl->offset(),
+                seg.incarnation, pl->segment_id()};
+      if (seg.local) {
+        read.left.insert(read.left.begin(), std::move(r));
+      } else {
+        read.left.push_back(std::move(r));
       }
-      ctx_.counters.bytes_from_pool += length;
-    } else {
-      RemoteRead read{dst + part_offset, length, {}};
-      for (uint32_t j = first; j < i; ++j) {
-        const mfb::Placement* other = reply.placements()->Get(j);
-        if (other == chosen || other->length() != length) continue;
-        read.others.emplace_back(segments.Find(other->segment_id()).endpoint, other->offset());
-      }
-      AddRemoteRead(k, std::move(read), seg.endpoint, chosen->offset());
     }
-    part_offset += length;
+    part_offset += read.length;
+    ReadPart(std::move(read));
   }
-  if (part_offset != size) {
+  if (copied_[k] && part_offset != size) {
+    copied_[k] = 0;
     h.SetKey(keys_[k].index, ErrorCode::kInternal,
              "the master's parts do not cover the value; check that kvmaster and kvagent are the "
              "same version");
-    return;
   }
-  copied_[k] = 1;
 }
 
-void ReadBatch::AddRemoteRead(uint32_t key, RemoteRead read, std::string_view peer,
-                              uint64_t offset) {
-  remote_.Add(key, keys_[key].request, transfer::TransferKind::kRead, peer, offset, read.dst,
-              read.length);
+void ReadBatch::ReadPart(PartRead read) {
+  Status last(ErrorCode::kTransferFailed, "the master listed no replica for it");
+  while (!read.left.empty() && read.left.front().endpoint.empty()) {
+    Replica local = std::move(read.left.front());
+    read.left.erase(read.left.begin());
+    Result<uint32_t> copied = CopyFromPool(ctx_, local.offset, read.dst, read.length);
+    if (!copied.ok()) {
+      last = copied.status();
+      continue;
+    }
+    ctx_.counters.bytes_from_pool += read.length;
+    if (Verified(read, local, *copied)) return;
+    last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
+  }
+  if (read.left.empty()) return PartFailed(read, last);
+  Replica peer = std::move(read.left.front());
+  read.left.erase(read.left.begin());
+  remote_.Add(read.key, keys_[read.key].request, transfer::TransferKind::kRead, peer.endpoint,
+              peer.offset, read.dst, read.length, OpStamp{peer.incarnation, epoch_, 0});
   reads_.push_back(std::move(read));
+  tried_.push_back(std::move(peer));
+}
+
+bool ReadBatch::Verified(PartRead& read, const Replica& replica, uint32_t crc) {
+  if (!read.checksummed || crc == read.checksum) return true;
+  read.corrupt_seen = true;
+  ++ctx_.counters.checksum_mismatches;
+  const std::string key(KeyAt(requests_, keys_[read.key]));
+  LOG(WARNING) << "checksum mismatch: key '" << key << "' part " << read.part << " in segment "
+               << replica.segment_id << " at offset " << replica.offset
+               << (replica.endpoint.empty() ? " (this node's pool)" : " (" + replica.endpoint + ")")
+               << ": read CRC32C " << crc << ", stored " << read.checksum
+               << "; dropping that replica and reading another";
+  bad_.push_back(BadReplicaReport{key, versions_[read.key], read.part, replica.segment_id});
+  return false;
+}
+
+void ReadBatch::PartFailed(const PartRead& read, const Status& last) {
+  const uint32_t k = read.key;
+  if (!copied_[k]) return;  // another part failed already
+  copied_[k] = 0;
+  HeldRequest& h = held(keys_[k]);
+  if (read.corrupt_seen && last.code() == ErrorCode::kDataCorrupted) {
+    ++ctx_.counters.corrupted_keys;
+    h.SetKey(keys_[k].index, ErrorCode::kDataCorrupted,
+             "every replica of part " + std::to_string(read.part) +
+                 " failed its checksum; the corrupt replicas were dropped: put the value again");
+    return;
+  }
+  ++ctx_.counters.transfer_failures;
+  h.SetKey(keys_[k].index, ErrorCode::kTransferFailed,
+           "reading the value from its replica failed: " + last.message());
 }
 
 void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results) {
-  std::vector<RemoteRead> failed = std::move(reads_);
+  std::vector<PartRead> reads = std::move(reads_);
+  std::vector<Replica> tried = std::move(tried_);
   remote_ = RemoteMoves();
   reads_.clear();
+  tried_.clear();
+  const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t k = keys[i];
-    if (results[i].ok() || !copied_[k]) continue;
-    RemoteRead& read = failed[i];
-    if (!read.others.empty() && !held(keys_[k]).gone &&
-        !held(keys_[k]).Expired(std::chrono::steady_clock::now())) {
+    PartRead& read = reads[i];
+    if (!copied_[read.key]) continue;  // the key failed already
+    Status last = results[i];
+    if (last.ok()) {
+      const uint32_t crc = read.checksummed ? Crc32c(read.dst, read.length) : 0;
+      if (Verified(read, tried[i], crc)) continue;
+      last = Status(ErrorCode::kDataCorrupted,
+                    "the replica from " + tried[i].endpoint + " failed its checksum");
+    }
+    if (!read.left.empty() && !held(keys_[read.key]).gone && !held(keys_[read.key]).Expired(now)) {
       ++ctx_.counters.replica_fallbacks;
-      auto [peer, offset] = std::move(read.others.front());
-      read.others.erase(read.others.begin());
-      AddRemoteRead(k, std::move(read), peer, offset);
+      ReadPart(std::move(read));
       continue;
     }
-    copied_[k] = 0;
-    ++ctx_.counters.transfer_failures;
-    held(keys_[k]).SetKey(keys_[k].index, ErrorCode::kTransferFailed,
-                          "reading the value from its replica failed: " + results[i].message());
+    PartFailed(read, last);
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_from_peers,
@@ -171,6 +227,19 @@ void ReadBatch::Finish() {
                                 std::to_string(lease_.count()) +
                                 " ms lease, so the bytes may mix two values; retry the get");
     }
+  }
+  if (!bad_.empty()) {
+    // The corrupt replicas go; nothing waits for the answer (a lost report leaves a replica
+    // whose reads keep failing their checksums, which is safe).
+    ctx_.master->Call(messages_.ReportBadReplicas(ctx_.NextMasterRequestId(),
+                                                  ctx_.master->identity().agent_id, bad_),
+                      [](Result<std::span<const uint8_t>> reply) {
+                        if (!reply.ok()) {
+                          LOG(WARNING)
+                              << "reporting corrupt replicas failed: " << reply.status().ToString();
+                        }
+                      });
+    bad_.clear();
   }
   CompleteAll();
 }

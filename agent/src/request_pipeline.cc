@@ -57,11 +57,14 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
 }  // namespace
 
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
-                                 transfer::TransferEngine* engine)
+                                 transfer::TransferEngine* engine, const transfer::PoolFence* fence,
+                                 bool checksums)
     : master_(std::move(master)) {
   ctx_.master = master_.get();
   ctx_.pool = pool;
   ctx_.engine = engine;
+  ctx_.fence = fence;
+  ctx_.checksums = checksums;
   ctx_.gate = std::make_shared<ServiceGate>();
   ctx_.arenas = std::make_unique<ArenaRegistry>(engine);
 }

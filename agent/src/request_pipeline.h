@@ -32,9 +32,11 @@ namespace kvagent::agent {
 
 class RequestPipeline final : public RequestHandler {
  public:
-  // Takes the master port; `pool` and `engine` must outlive the pipeline.
+  // Takes the master port; `pool`, `engine` and `fence` (null: local copies are not fenced)
+  // must outlive the pipeline. `checksums`: take them on put and verify them on get.
   RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
-                  transfer::TransferEngine* engine);
+                  transfer::TransferEngine* engine, const transfer::PoolFence* fence = nullptr,
+                  bool checksums = true);
   ~RequestPipeline() override;
   RequestPipeline(const RequestPipeline&) = delete;
   RequestPipeline& operator=(const RequestPipeline&) = delete;

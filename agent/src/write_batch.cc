@@ -1,7 +1,26 @@
 // Put / Upsert: WriteStart -> bytes into every replica -> End or Revoke -> completions.
+//
+// Integrity: each part's CRC32C is taken from the client's bytes as they are copied into this
+// node's pool (folded into that copy), or in one pass over them when the part has no local
+// replica, and the End carries it to the master. Every byte sent to a peer names the peer's pool
+// incarnation, the master epoch and the write id, so a peer refuses a write for a pool it no
+// longer has, from another master, or that was abandoned; local copies ask the same fence.
+//
+// Replicas: a key is stored when every part has at least one replica written; the replicas that
+// failed are named in the End (the master drops and fences them) and the caller learns how many
+// were written (KeyResult::replicas). A key with a part that has no replica written is revoked
+// and fails with TRANSFER_FAILED.
+//
+// Commit: the End is sent with CallUntilAnswered: when the link to the master drops, it is sent
+// again after the agent registered again, so a put the master committed is answered OK rather
+// than MASTER_UNAVAILABLE (ending twice with the same write id is a no-op at the master). If no
+// master answers in time the key fails with TIMEOUT, saying the value may be stored.
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "batch.h"
+#include "kvagent/common/checksum.h"
 
 namespace kvagent::agent {
 namespace {
@@ -14,6 +33,11 @@ Status TransferFailed(const Status& cause) {
                 std::string(ErrorCodeName(cause.code())) + ": " + cause.message());
 }
 
+// How long an End is retried across reconnects when its caller gave no deadline.
+constexpr std::chrono::seconds kEndRetryWithoutDeadline{30};
+// The retries of an End stop this long before its caller's deadline, so the answer arrives.
+constexpr std::chrono::milliseconds kAnswerMargin{200};
+
 }  // namespace
 
 WriteBatch::WriteBatch(PipelineContext& ctx, MasterMessages& messages, bool upsert,
@@ -23,6 +47,9 @@ WriteBatch::WriteBatch(PipelineContext& ctx, MasterMessages& messages, bool upse
 void WriteBatch::Start() {
   CollectKeys();
   state_.assign(keys_.size(), kNotStarted);
+  write_ids_.assign(keys_.size(), 0);
+  first_part_.assign(keys_.size() + 1, 0);
+  for (HeldRequest& h : requests_) h.result.replicas.assign(h.result.codes.size(), 0);
   const proto::Op op = upsert_ ? proto::Op::Upsert : proto::Op::Put;
   CountCall(op, keys_.size());
   ctx_.master->Call(
@@ -36,16 +63,19 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/false);
   if (!placements.ok()) return FailAll(placements.status());
   const mfb::PlacementReply& p = **placements;
+  epoch_ = p.master_epoch();
   SegmentTable segments;
   segments.Load(p, ctx_);
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
+    first_part_[k + 1] = first_part_[k];
     Status st = KeyStatus(p.codes(), p.messages(), k);
     if (!st.ok()) {
       held(keys_[k]).SetKey(keys_[k].index, st.code(), st.message());
       continue;
     }
     state_[k] = kStarted;
+    write_ids_[k] = p.write_ids()->Get(k);
     if (held(keys_[k]).gone) {
       state_[k] = kFailed;  // revoked below: nothing of a departed client becomes readable
       continue;
@@ -61,46 +91,66 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
 }
 
 // Every replica of every part of key `k`, from the client's arena. Parts are in order and each
-// part's offset in the value is the sum of the lengths of the parts before it.
+// part's offset in the value is the sum of the lengths of the parts before it; a part's replicas
+// are adjacent in the reply.
 void WriteBatch::CopyKey(uint32_t k, const mfb::PlacementReply& reply,
                          const SegmentTable& segments) {
   HeldRequest& h = held(keys_[k]);
   const proto::BufferRef* value = h.request.request().buffers()->Get(keys_[k].index);
   uint8_t* src = h.request.arena().data() + value->offset();
-  const uint32_t begin = reply.first()->Get(k);
   const uint32_t end = reply.first()->Get(k + 1);
+  const OpStamp base{0, epoch_, write_ids_[k]};
   uint64_t part_offset = 0;
-  uint64_t part_length = 0;
-  uint32_t part = 0;
-  for (uint32_t i = begin; i < end; ++i) {
-    const mfb::Placement* pl = reply.placements()->Get(i);
-    if (pl->part() != part) {
-      part_offset += part_length;
-      part = pl->part();
-    }
-    part_length = pl->length();
-    if (part_offset + pl->length() > value->length() || part_offset + pl->length() < part_offset) {
+  uint32_t i = reply.first()->Get(k);
+  while (i < end) {
+    const uint32_t part = reply.placements()->Get(i)->part();
+    const uint64_t length = reply.placements()->Get(i)->length();
+    uint32_t group_end = i;
+    while (group_end < end && reply.placements()->Get(group_end)->part() == part) ++group_end;
+    if (part_offset + length > value->length() || part_offset + length < part_offset) {
       state_[k] = kFailed;
       h.SetKey(keys_[k].index, ErrorCode::kInternal,
                "the master placed more bytes than the value holds; check that kvmaster and "
                "kvagent are the same version");
       return;
     }
-    const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
-    if (seg.local) {
-      Status copied = CopyToPool(ctx_, pl->offset(), src + part_offset, pl->length());
+    // One entry per part: its checksum, its replica count and its failures.
+    parts_.push_back(PartWrite{0, static_cast<uint8_t>(std::min<uint32_t>(group_end - i, 255)), 0});
+    const uint32_t part_index = first_part_[k + 1]++;
+    bool summed = false;
+    // The local replica first: its copy also takes the checksum.
+    for (uint32_t j = i; j < group_end; ++j) {
+      const mfb::Placement* pl = reply.placements()->Get(j);
+      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
+      if (!seg.local) continue;
+      Result<uint32_t> copied = CopyToPool(ctx_, base, pl->offset(), src + part_offset, length);
       if (!copied.ok()) {
-        state_[k] = kFailed;
-        h.SetKey(keys_[k].index, ErrorCode::kTransferFailed, copied.message());
-        return;
+        if (copied.status().code() == ErrorCode::kTransferFailed)
+          ++ctx_.counters.fenced_local_writes;
+        ReplicaFailed(k, part_index, part, pl->segment_id(), copied.status());
+        continue;
       }
-      ctx_.counters.bytes_to_pool += pl->length();
-    } else {
-      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl->offset(),
-                  src + part_offset, pl->length());
+      ctx_.counters.bytes_to_pool += length;
+      if (!summed) parts_[part_index].checksum = *copied;
+      summed = true;
     }
+    if (!summed && ctx_.checksums) {
+      parts_[part_index].checksum = Crc32c(src + part_offset, length);
+    }
+    for (uint32_t j = i; j < group_end; ++j) {
+      const mfb::Placement* pl = reply.placements()->Get(j);
+      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
+      if (seg.local) continue;
+      OpStamp stamp = base;
+      stamp.pool_incarnation = seg.incarnation;
+      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl->offset(),
+                  src + part_offset, length, stamp);
+      remote_parts_.push_back(RemoteReplica{part_index, part, pl->segment_id()});
+    }
+    part_offset += length;
+    i = group_end;
   }
-  if (part_offset + part_length != value->length()) {
+  if (part_offset != value->length()) {
     state_[k] = kFailed;
     h.SetKey(keys_[k].index, ErrorCode::kInternal,
              "the master's placements do not cover the value; check that kvmaster and kvagent "
@@ -108,15 +158,19 @@ void WriteBatch::CopyKey(uint32_t k, const mfb::PlacementReply& reply,
   }
 }
 
+void WriteBatch::ReplicaFailed(uint32_t k, uint32_t part_index, uint32_t part, uint32_t segment,
+                               const Status& why) {
+  ++parts_[part_index].failures;
+  failed_.push_back(FailedWrite{k, part, segment});
+  if (first_failure_.find(k) == first_failure_.end())
+    first_failure_.emplace(k, TransferFailed(why));
+}
+
 void WriteBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results) {
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t k = keys[i];
-    if (!results[i].ok() && state_[k] == kStarted) {
-      ++ctx_.counters.transfer_failures;
-      state_[k] = kFailed;
-      const Status failed = TransferFailed(results[i]);
-      held(keys_[k]).SetKey(keys_[k].index, failed.code(), failed.message());
-    }
+    if (results[i].ok()) continue;
+    const RemoteReplica& r = remote_parts_[i];
+    ReplicaFailed(keys[i], r.part_index, r.part, r.segment_id, results[i]);
   }
   Finish();
 }
@@ -132,11 +186,41 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
 
 void WriteBatch::Finish() {
   const auto now = std::chrono::steady_clock::now();
+  std::sort(failed_.begin(), failed_.end(),
+            [](const FailedWrite& a, const FailedWrite& b) { return a.key < b.key; });
+  size_t next_failed = 0;
   for (uint32_t k = 0; k < keys_.size(); ++k) {
+    const size_t failed_begin = next_failed;
+    while (next_failed < failed_.size() && failed_[next_failed].key == k) ++next_failed;
     if (state_[k] == kNotStarted) continue;
+    // A part with no replica written: the value cannot be read, revoke it.
+    if (state_[k] == kStarted) {
+      for (uint32_t p = first_part_[k]; p < first_part_[k + 1]; ++p) {
+        if (parts_[p].failures < parts_[p].replicas) continue;
+        state_[k] = kFailed;
+        ++ctx_.counters.transfer_failures;
+        const Status& why = first_failure_.at(k);
+        held(keys_[k]).SetKey(keys_[k].index, why.code(), why.message());
+        break;
+      }
+    }
     Expire(k, now, "its bytes were copied but the value was revoked, not committed");
     const bool keep = state_[k] == kStarted && !held(keys_[k]).gone;
-    (keep ? to_end_ : to_revoke_).push_back(keys_[k]);
+    if (!keep) {
+      to_revoke_.push_back(keys_[k]);
+      revoke_ids_.push_back(write_ids_[k]);
+      continue;
+    }
+    const auto end_index = static_cast<uint32_t>(to_end_.size());
+    to_end_.push_back(keys_[k]);
+    end_ids_.push_back(write_ids_[k]);
+    end_part_counts_.push_back(first_part_[k + 1] - first_part_[k]);
+    for (uint32_t p = first_part_[k]; p < first_part_[k + 1]; ++p) {
+      end_checksums_.push_back(parts_[p].checksum);
+    }
+    for (size_t f = failed_begin; f < next_failed; ++f) {
+      end_failed_.emplace_back(end_index, failed_[f].part, failed_[f].segment_id);
+    }
   }
   ctx_.counters.revoked_keys += to_revoke_.size();
   finishing_ = (to_end_.empty() ? 0 : 1) + (to_revoke_.empty() ? 0 : 1);
@@ -145,16 +229,36 @@ void WriteBatch::Finish() {
   // Both calls are set up before either is sent: an embedded master answers inside Call.
   if (!to_revoke_.empty()) {
     const auto type = upsert_ ? mfb::Body::BatchUpsertRevoke : mfb::Body::BatchPutRevoke;
-    ctx_.master->Call(
-        messages_.WriteFinish(ctx_.NextMasterRequestId(), agent, type, requests_, to_revoke_),
-        [this](Result<std::span<const uint8_t>> reply) { OnFinished(false, reply); });
+    ctx_.master->Call(messages_.WriteFinish(ctx_.NextMasterRequestId(), agent, type, requests_,
+                                            to_revoke_, {.write_ids = revoke_ids_}),
+                      [this](Result<std::span<const uint8_t>> reply) { OnFinished(false, reply); });
   }
   if (!to_end_.empty()) {
     const auto type = upsert_ ? mfb::Body::BatchUpsertEnd : mfb::Body::BatchPutEnd;
-    ctx_.master->Call(
-        messages_.WriteFinish(ctx_.NextMasterRequestId(), agent, type, requests_, to_end_),
-        [this](Result<std::span<const uint8_t>> reply) { OnFinished(true, reply); });
+    WriteFinishFields fields{.write_ids = end_ids_, .failed = end_failed_};
+    if (ctx_.checksums) {
+      fields.part_counts = end_part_counts_;
+      fields.checksums = end_checksums_;
+    }
+    ctx_.master->CallUntilAnswered(
+        messages_.WriteFinish(ctx_.NextMasterRequestId(), agent, type, requests_, to_end_, fields),
+        [this](Result<std::span<const uint8_t>> reply) { OnFinished(true, reply); },
+        EndRetryUntil());
   }
+}
+
+// Shortly before the latest deadline of the requests being ended, so that their callers get
+// the agent's answer rather than their own timeout; a fixed window when one of them gave none.
+MasterPort::Clock::time_point WriteBatch::EndRetryUntil() const {
+  const auto now = MasterPort::Clock::now();
+  auto until = now;
+  for (const KeyRef& k : to_end_) {
+    const HeldRequest& h = requests_[k.request];
+    const auto deadline = h.Deadline();
+    if (!deadline) return now + kEndRetryWithoutDeadline;
+    until = std::max(until, *deadline - kAnswerMargin);
+  }
+  return until;
 }
 
 void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
@@ -163,20 +267,39 @@ void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
                                                 ? ReadKeyCodes(*reply, keys.size(), false)
                                                 : Result<const mfb::KeyCodesReply*>(reply.status());
   if (!codes.ok()) {
-    // A revoke that never arrived is cleaned up by the master's put timeouts; an End that
-    // never arrived leaves the keys unreadable: the writers must be told.
-    if (end) finish_error_ = codes.status();
+    // A revoke that never arrived is cleaned up by the master's put timeouts. An End that was
+    // never confirmed (no master answered within the retry window) may still have committed.
+    if (end) {
+      finish_error_ =
+          codes.status().code() == ErrorCode::kMasterUnavailable ||
+                  codes.status().code() == ErrorCode::kTimeout
+              ? Status(ErrorCode::kTimeout,
+                       "the master did not confirm the commit (" + codes.status().message() +
+                           "); the value may be stored: check with exist or get")
+              : codes.status();
+    }
     LOG_IF(WARNING, !end) << "revoking " << keys.size()
                           << " write(s) failed: " << codes.status().ToString();
   } else if (end) {
+    const auto* replicas = (*codes)->replicas();
     for (size_t i = 0; i < keys.size(); ++i) {
       Status st = KeyStatus((*codes)->codes(), (*codes)->messages(), i);
-      if (!st.ok()) held(keys[i]).SetKey(keys[i].index, st.code(), st.message());
+      HeldRequest& h = held(keys[i]);
+      if (!st.ok()) {
+        h.SetKey(keys[i].index, st.code(), st.message());
+        continue;
+      }
+      const auto at = static_cast<uoffset_t>(i);
+      const uint8_t kept = replicas != nullptr ? replicas->Get(at) : 1;
+      h.result.replicas[keys[i].index] = kept;
+      const proto::WriteOptions* o = h.request.request().options();
+      if (kept < (o != nullptr ? o->replica_count() : 1)) ++ctx_.counters.degraded_puts;
     }
   }
   if (--finishing_ > 0) return;
   if (!finish_error_.ok()) {
-    for (const KeyRef& k : to_end_) held(k).FailAll(finish_error_);
+    for (const KeyRef& k : to_end_)
+      held(k).SetKey(k.index, finish_error_.code(), finish_error_.message());
   }
   CompleteAll();
 }

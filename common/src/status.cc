@@ -32,6 +32,8 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "MASTER_UNAVAILABLE";
     case ErrorCode::kInternal:
       return "INTERNAL";
+    case ErrorCode::kDataCorrupted:
+      return "DATA_CORRUPTED";
   }
   return "INTERNAL";
 }

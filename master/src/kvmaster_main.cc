@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
             "an agent silent this long is suspect: no new replicas go to it, reads prefer its "
             "objects' other replicas, its objects stay");
   flags.Int("agent-dead-ms", &m.agent_dead_ms,
-            "an agent silent this long is dropped with the objects only it held");
+            "an agent silent this long is dropped with the objects only it held (0: 12 times "
+            "--agent-ttl-ms)");
   flags.Int("lease-ttl-ms", &m.lease_ttl_ms, "read lease granted by BatchGet");
   flags.Int("put-timeout-ms", &m.put_timeout_ms,
             "an unfinished put older than this may be taken over");

@@ -24,8 +24,8 @@ Status ValidateMasterOptions(const MasterOptions& o) {
       o.put_release_timeout_ms <= 0 || o.soft_pin_ttl_ms <= 0) {
     return InvalidParams("TTLs and timeouts must be positive milliseconds");
   }
-  if (o.agent_dead_ms < o.agent_ttl_ms) {
-    return InvalidParams("the agent dead timeout must be at least the agent TTL");
+  if (o.agent_dead_ms != 0 && o.agent_dead_ms < o.agent_ttl_ms) {
+    return InvalidParams("the agent dead timeout must be at least the agent TTL (or 0: 12 TTLs)");
   }
   if (o.max_tick_gap_ms <= 0) return InvalidParams("the largest tick gap must be positive");
   if (o.put_release_timeout_ms < o.put_timeout_ms) {
@@ -328,6 +328,14 @@ Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commi
   const std::string_view key = req.keys[i];
   const uint64_t write_id = req.write_ids.empty() ? 0 : req.write_ids[i];
   ObjectEntry* e = store_->Find(key);
+  if (!e && write_id != 0 && commit) {
+    // The write is unknown here: this master restarted before it was committed (in-flight
+    // writes are not logged), or abandoned it. Nothing is stored; the writer may put again.
+    return Status(ErrorCode::kMasterUnavailable,
+                  "the write " + std::to_string(write_id) + " of key '" + std::string(key) +
+                      "' is unknown to this master (it restarted before the write was "
+                      "committed, or abandoned it); nothing was stored: put it again");
+  }
   if (!e) return ObjectNotFound(key);
   Object& o = e->second;
   if (!o.pending) {

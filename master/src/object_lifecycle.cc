@@ -306,23 +306,25 @@ void MetadataStore::SetSuspect(Agent& a, bool suspect) {
 
 void MetadataStore::ExpireAgents() {
   const int64_t t = LiveNow();
+  const int64_t dead_ms =
+      options_.agent_dead_ms ? options_.agent_dead_ms : 12 * options_.agent_ttl_ms;
   std::vector<AgentId> dead;
   for (auto& [id, a] : agents_) {
     const int64_t silent = t - a.last_seen_live;
-    if (silent > options_.agent_dead_ms) {
+    if (silent > dead_ms) {
       dead.push_back(id);
     } else if (silent > options_.agent_ttl_ms && !a.suspect) {
       LOG(WARNING) << "agent " << a.name << " (id " << id << ") sent no heartbeat for " << silent
                    << " ms (TTL " << options_.agent_ttl_ms
                    << " ms): suspect — no new replicas go to it, its objects stay for up to "
-                   << options_.agent_dead_ms << " ms of silence";
+                   << dead_ms << " ms of silence";
       SetSuspect(a, true);
     }
   }
   for (AgentId id : dead) {
     LOG(WARNING) << "agent " << agents_.at(id).name << " (id " << id << ") silent for "
-                 << (t - agents_.at(id).last_seen_live) << " ms (dead timeout "
-                 << options_.agent_dead_ms << " ms): dropping it";
+                 << (t - agents_.at(id).last_seen_live) << " ms (dead timeout " << dead_ms
+                 << " ms): dropping it";
     if (!DropAgent(id)) return;  // the log refuses; try again at the next tick
   }
 }

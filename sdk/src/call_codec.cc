@@ -211,6 +211,7 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
   const auto* messages = c->messages();
   const auto* lengths = c->lengths();
   const auto* exists = c->exists();
+  const auto* replicas = c->replicas();
   reply.keys.resize(key_count);
   for (flatbuffers::uoffset_t i = 0; i < key_count; ++i) {
     KeyResult& k = reply.keys[i];
@@ -218,6 +219,7 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
     if (messages != nullptr && i < messages->size()) k.message = messages->Get(i)->str();
     if (lengths != nullptr && i < lengths->size()) k.length = lengths->Get(i);
     if (exists != nullptr && i < exists->size()) k.exists = exists->Get(i) != 0;
+    if (replicas != nullptr && i < replicas->size()) k.replicas = replicas->Get(i);
   }
   return reply;
 }

@@ -32,7 +32,8 @@ TEST(StatusTest, EveryCodeHasTheNameSemanticsGivesIt) {
                          "TIMEOUT",
                          "AGENT_UNAVAILABLE",
                          "MASTER_UNAVAILABLE",
-                         "INTERNAL"};
+                         "INTERNAL",
+                         "DATA_CORRUPTED"};
   for (uint16_t wire = 0; wire <= kMaxErrorCode; ++wire) {
     EXPECT_EQ(ErrorCodeName(ErrorCodeFromWire(wire)), names[wire]) << wire;
   }

@@ -15,7 +15,8 @@
 //       reaches EOF (so it can run for long without filling the pool).
 //       Prints "ready" after the first good round; with --master-may-fail, "unavailable" when
 //       a call answers MASTER_UNAVAILABLE after a good round (or first) and "recovered" at the
-//       first good round after that. At the end prints "rounds R ok O unavailable U" and exits 0
+//       first good round after that; a "status" line on its standard input is answered with
+//       "good N" (good rounds so far). At the end prints "rounds R ok O unavailable U" and exits 0
 //       iff every call gave an allowed answer: OK (a get: with exactly the bytes put), or
 //       MASTER_UNAVAILABLE with --master-may-fail. Anything else (another code, a TIMEOUT, short or
 //       wrong bytes) is printed on stderr and gives exit 4.
@@ -124,11 +125,21 @@ int RemoveKeys(kvagent::Client& c, std::vector<std::string> keys) {
   return 0;
 }
 
-bool InputClosed() {
+// Reads what stdin has without blocking: true once it is closed; each "status" line asks for a
+// "good N" line (the rounds that succeeded so far).
+bool InputClosed(uint64_t good) {
   pollfd p = {0, POLLIN, 0};
   if (poll(&p, 1, 0) <= 0) return false;
   char buf[64];
-  return read(0, buf, sizeof(buf)) <= 0;
+  const ssize_t n = read(0, buf, sizeof(buf));
+  if (n <= 0) return true;
+  for (ssize_t i = 0; i < n; ++i) {
+    if (buf[i] == '\n') {
+      std::printf("good %llu\n", static_cast<unsigned long long>(good));
+      std::fflush(stdout);
+    }
+  }
+  return false;
 }
 
 class Churn {
@@ -139,7 +150,7 @@ class Churn {
     auto buffer = c_.Allocate(size);
     auto target = c_.Allocate(size);
     if (!buffer.ok() || !target.ok()) return 3;
-    for (uint64_t round = 0; !InputClosed(); ++round) {
+    for (uint64_t round = 0; !InputClosed(ok_); ++round) {
       const std::string key = KeyOf(prefix, round);
       const std::string bytes = Pattern(key, size);
       std::memcpy(buffer->data(), bytes.data(), size);

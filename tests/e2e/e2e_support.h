@@ -92,6 +92,13 @@ class ClientProcess {
 
   pid_t pid() const { return process_.pid(); }
 
+  // Writes `line` and a newline to its standard input.
+  void WriteLine(const std::string& line) {
+    if (input_ < 0) return;
+    const std::string text = line + "\n";
+    (void)!write(input_, text.data(), text.size());
+  }
+
   // The next line of its output without the newline; "" at EOF or when `limit` passed first.
   std::string ReadLine(std::chrono::milliseconds limit = std::chrono::seconds(60)) {
     const auto end = std::chrono::steady_clock::now() + limit;

@@ -245,7 +245,9 @@ TEST(Remote, AgentStartedBeforeItsKvmasterServesDegradedUntilTheMasterComes) {
   EXPECT_EQ(GetOne(*c, "k", 8), "v");
 }
 
-TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreRevokedAndTheRestKeepTheirSessions) {
+// Scenario 7 of the integrity issue: an agent died and its master has not noticed yet; puts
+// asking for two replicas keep succeeding with the replica that was written.
+TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheRest) {
   KvmasterProcess master({"--agent-ttl-ms", "60000"});
   ASSERT_TRUE(master.started());
   AgentProcess writer(RemoteAgentArgs(master, {"--data-peer-timeout-ms", "2000"}));
@@ -272,22 +274,18 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreRevokedAndTheRestKeepTheirSessio
   Reply r = c->Put(keys, values, o);
   ASSERT_TRUE(r.ok()) << r.status.ToString();
   ASSERT_EQ(r.keys.size(), 4u);
-  EXPECT_EQ(r.keys[0].code, ErrorCode::kTransferFailed) << r.keys[0].message;
-  EXPECT_EQ(r.keys[1].code, ErrorCode::kOk) << r.keys[1].message;
-  EXPECT_EQ(r.keys[2].code, ErrorCode::kTransferFailed) << r.keys[2].message;
-  EXPECT_EQ(r.keys[3].code, ErrorCode::kOk) << r.keys[3].message;
-  EXPECT_FALSE(Exists(*c, "small-0"));  // revoked: nothing half-written is readable
-  EXPECT_FALSE(Exists(*c, "small-2"));
-  EXPECT_TRUE(GetOne(*c, "large-1", 65536) == bytes[1]);
-  EXPECT_TRUE(GetOne(*c, "large-3", 65536) == bytes[3]);
-  ListOptions lo;
-  lo.prefix = "large";
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(r.keys[i].code, ErrorCode::kOk) << keys[i] << ": " << r.keys[i].message;
+    EXPECT_EQ(r.keys[i].replicas, 1u) << keys[i];  // the peer's replica could not be written
+    EXPECT_TRUE(GetOne(*c, keys[i], 65536) == bytes[i]) << keys[i];
+  }
   std::map<std::string, std::string> tags;
-  for (const auto& k : c->List(lo).listed) tags[k.key] = k.session_id;
-  EXPECT_EQ(tags, (std::map<std::string, std::string>{{"large-1", "s1"}, {"large-3", "s3"}}));
+  for (const auto& k : c->List().listed) tags[k.key] = k.session_id;
+  EXPECT_EQ(tags, (std::map<std::string, std::string>{
+                      {"small-0", "s0"}, {"large-1", "s1"}, {"small-2", "s2"}, {"large-3", "s3"}}));
   Reply st = c->Stat();
-  EXPECT_EQ(CounterOf(st, "agent.transfer_failures"), 2u);
-  EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 2u);
+  EXPECT_EQ(CounterOf(st, "agent.degraded_puts"), 4u);
+  EXPECT_EQ(CounterOf(st, "agent.revoked_keys"), 0u);
   EXPECT_EQ(CounterOf(st, "master.writes_in_flight"), 0u);
 }
 
@@ -298,6 +296,7 @@ TEST(Remote, APutWhoseDeadlinePassedWhileTheMasterStalledIsRevokedNotCommitted) 
   ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.segments") == 1; }));
 
   cluster.master.Signal(SIGSTOP);  // the agent's BatchPutStart waits in the master's socket
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(cluster.master.pid()); }));
   std::vector<std::string> keys = {"slow"}, sessions = {"s-slow"};
   const std::string value = Pattern("slow", 4096);
   std::vector<Value> values = {Value(std::string_view(value))};

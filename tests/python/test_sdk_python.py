@@ -424,7 +424,7 @@ class ErrorCodeTest(unittest.TestCase):
         names = ["OK", "INVALID_PARAMS", "OBJECT_NOT_FOUND", "OBJECT_ALREADY_EXISTS",
                  "REPLICA_NOT_READY", "OBJECT_BUSY", "OBJECT_HAS_LEASE", "NO_SPACE",
                  "BUFFER_OUT_OF_RANGE", "TRANSFER_FAILED", "TIMEOUT", "AGENT_UNAVAILABLE",
-                 "MASTER_UNAVAILABLE", "INTERNAL"]
+                 "MASTER_UNAVAILABLE", "INTERNAL", "DATA_CORRUPTED"]
         self.assertEqual([c.name for c in kvagent.ErrorCode], names)
         self.assertEqual([int(c) for c in kvagent.ErrorCode], list(range(len(names))))
         self.assertIs(kvagent.ErrorCode(99), kvagent.ErrorCode.INTERNAL)

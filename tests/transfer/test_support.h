@@ -54,7 +54,7 @@ struct Node {
 
 inline Node MakeNode(uint64_t pool_bytes,
                      std::chrono::milliseconds timeout = std::chrono::seconds(10),
-                     std::string listen = "127.0.0.1:0") {
+                     std::string listen = "127.0.0.1:0", const PoolFence* fence = nullptr) {
   Node node;
   auto pool = NodePool::Create({.size_bytes = pool_bytes, .huge_pages = false});
   EXPECT_TRUE(pool.ok()) << pool.status().ToString();
@@ -63,6 +63,7 @@ inline Node MakeNode(uint64_t pool_bytes,
   options.listen_address = std::move(listen);
   options.transport = TransportMode::kTcp;
   options.peer_timeout = timeout;
+  options.fence = fence;
   auto engine = TransferEngine::Create(*node.pool, options);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   node.engine = std::move(*engine);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -27,6 +28,9 @@ struct Outgoing {
   // `done` runs on the link thread itself (blocking callers that wait on it) instead of being
   // posted to the service thread.
   bool on_link_thread = false;
+  // CallUntilAnswered: kept across link failures until then (max(): a plain Call).
+  std::chrono::steady_clock::time_point retry_until = std::chrono::steady_clock::time_point::min();
+  bool retried() const { return retry_until != std::chrono::steady_clock::time_point::min(); }
 };
 
 class RemoteMaster::Shared {
@@ -64,6 +68,8 @@ class RemoteMaster::Shared {
   std::atomic<uint64_t> heartbeats{0};
   std::atomic<uint64_t> failed_fast{0};       // calls refused while not ready
   std::atomic<uint64_t> failed_in_flight{0};  // calls failed when the link went down
+  std::atomic<uint64_t> retried_calls{0};     // calls sent again after a reconnect
+  std::atomic<uint64_t> fences_applied{0};    // heartbeat replies whose fences were applied
   std::atomic<uint64_t> in_flight{0};
   std::atomic<uint64_t> blocking_calls{0};  // numbers the blocking calls' request ids
 

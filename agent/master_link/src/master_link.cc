@@ -68,6 +68,7 @@ class Link {
       if (call.on_link_thread) call.done(stopping);
     }
     calls_.clear();
+    parked_.clear();
     CloseSocket();
   }
 
@@ -78,6 +79,10 @@ class Link {
     agent::MasterReplyFn done;  // empty for the link's own requests
     bool on_link_thread = false;
     Own own = Own::kHeartbeat;
+    // CallUntilAnswered: the request, kept to send again after a reconnect, and until when.
+    flatbuffers::DetachedBuffer request;
+    Clock::time_point retry_until = Clock::time_point::min();
+    bool retried() const { return retry_until != Clock::time_point::min(); }
   };
 
   // ---- sockets ------------------------------------------------------------------------------
@@ -133,7 +138,9 @@ class Link {
     if (!Send(fbb_.GetBufferPointer(), fbb_.GetSize())) {
       return Down("cannot queue a message to " + o_.endpoint, now);
     }
-    calls_[id] = Call{{}, false, kind};
+    Call call;
+    call.own = kind;
+    calls_[id] = std::move(call);
     deadlines_.emplace_back(now + o_.timeout, id);
   }
 
@@ -148,7 +155,7 @@ class Link {
     next_heartbeat_ = now + o_.heartbeat;
     ++s_.heartbeats;
     fbb_.Clear();
-    const auto body = mfb::CreateHeartbeat(fbb_, agent_id_);
+    const auto body = mfb::CreateHeartbeat(fbb_, agent_id_, acked_fence_seq_);
     SendOwn(Own::kHeartbeat, mfb::Body::Heartbeat, body.Union(), now);
   }
 
@@ -161,6 +168,13 @@ class Link {
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
         agent_id_ = r->agent_id();
         registered_master_ = r->master_incarnation();
+        // From here on the pool refuses ops placed by any other master; only then is it
+        // mounted (offered for new replicas).
+        if (o_.set_master_epoch) o_.set_master_epoch(registered_master_);
+        if (registered_master_ != fenced_epoch_) {
+          fenced_epoch_ = registered_master_;
+          acked_fence_seq_ = 0;  // the new master's fences start over
+        }
         phase_ = Phase::kMounting;
         fbb_.Clear();
         std::vector<flatbuffers::Offset<flatbuffers::String>> eps = {
@@ -191,10 +205,12 @@ class Link {
         }
         master_incarnation_ = registered_master_;
         registered_before_ = true;
+        ResendParked(now);
         return;
       }
       case Own::kHeartbeat: {
         const auto* r = reply.body_as_HeartbeatReply();
+        if (r != nullptr && r->known() && phase_ == Phase::kReady) return ApplyFences(*r);
         if (r == nullptr || r->known() || phase_ != Phase::kReady) return;
         LOG(WARNING) << "master link: kvmaster " << o_.endpoint
                      << " no longer knows this agent (it restarted or expired us); "
@@ -203,6 +219,49 @@ class Link {
         return Register(now);
       }
     }
+  }
+
+  // Applies the fences of a heartbeat reply; the next heartbeat acknowledges them.
+  void ApplyFences(const mfb::HeartbeatReply& r) {
+    if (r.fence_seq() == acked_fence_seq_ && r.write_watermark() <= applied_watermark_) return;
+    Fences f;
+    f.master_epoch = fenced_epoch_;
+    f.fence_seq = r.fence_seq();
+    f.write_watermark = r.write_watermark();
+    if (r.fenced_writes() != nullptr) {
+      f.fenced_writes.assign(r.fenced_writes()->begin(), r.fenced_writes()->end());
+    }
+    if (o_.apply_fences) o_.apply_fences(f);
+    acked_fence_seq_ = f.fence_seq;
+    applied_watermark_ = f.write_watermark;
+    ++s_.fences_applied;
+  }
+
+  // Sends again the CallUntilAnswered requests that waited for the link.
+  void ResendParked(Clock::time_point now) {
+    std::vector<Call> parked = std::move(parked_);
+    parked_.clear();
+    for (Call& call : parked) {
+      if (now >= call.retry_until) {
+        FailParked(call);
+        continue;
+      }
+      const uint64_t id = flatbuffers::GetRoot<mfb::Request>(call.request.data())->request_id();
+      if (!Send(call.request.data(), call.request.size())) {
+        parked_.push_back(std::move(call));
+        continue;
+      }
+      ++s_.retried_calls;
+      calls_[id] = std::move(call);
+      deadlines_.emplace_back(now + o_.timeout, id);
+    }
+    s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
+  }
+
+  void FailParked(Call& call) {
+    Fail(call.done, call.on_link_thread,
+         Status(ErrorCode::kMasterUnavailable,
+                "no kvmaster answered within the request's retry time (" + s_.detail() + ")"));
   }
 
   // ---- the loop -----------------------------------------------------------------------------
@@ -236,12 +295,18 @@ class Link {
     if (phase_ == Phase::kDown) until = std::min(until, retry_at_);
     if (phase_ == Phase::kReady) until = std::min(until, next_heartbeat_);
     if (!deadlines_.empty()) until = std::min(until, deadlines_.front().first);
+    for (const Call& call : parked_) until = std::min(until, call.retry_until);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
     return std::max<long>(0, ms + 1);
   }
 
   void SendQueued(Clock::time_point now) {
     for (Outgoing& o : s_.Take()) {
+      if (phase_ != Phase::kReady && o.retried()) {
+        parked_.push_back(Call{std::move(o.done), o.on_link_thread, Own::kHeartbeat,
+                               std::move(o.request), o.retry_until});
+        continue;
+      }
       if (phase_ != Phase::kReady) {
         ++s_.failed_fast;
         Fail(o.done, o.on_link_thread, NotReady());
@@ -259,7 +324,14 @@ class Link {
                     "the queue to kvmaster at " + o_.endpoint + " is full; retry shortly"));
         continue;
       }
-      calls_[id] = Call{std::move(o.done), o.on_link_thread, Own::kHeartbeat};
+      Call call;
+      call.done = std::move(o.done);
+      call.on_link_thread = o.on_link_thread;
+      if (o.retried()) {
+        call.request = std::move(o.request);
+        call.retry_until = o.retry_until;
+      }
+      calls_[id] = std::move(call);
       deadlines_.emplace_back(now + o_.timeout, id);
       s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
     }
@@ -320,6 +392,11 @@ class Link {
   }
 
   void CheckDeadlines(Clock::time_point now) {
+    std::erase_if(parked_, [&](Call& call) {
+      if (now < call.retry_until) return false;
+      FailParked(call);
+      return true;
+    });
     while (!deadlines_.empty()) {
       const auto [deadline, id] = deadlines_.front();
       if (calls_.find(id) == calls_.end()) {
@@ -343,6 +420,10 @@ class Link {
     size_t failed_calls = 0;
     for (auto& [id, call] : calls_) {
       if (!call.done) continue;
+      if (call.retried() && now < call.retry_until) {
+        parked_.push_back(std::move(call));  // sent again after the next registration
+        continue;
+      }
       ++failed_calls;
       Fail(call.done, call.on_link_thread, failed);
     }
@@ -387,6 +468,10 @@ class Link {
   bool registered_before_ = false;
   uint64_t master_incarnation_ = 0;  // of the master we were last registered with
   uint64_t registered_master_ = 0;   // of the master answering the registration in progress
+  uint64_t fenced_epoch_ = 0;        // the master whose fences the pool applies
+  uint64_t acked_fence_seq_ = 0;     // the newest fence_seq applied (sent in heartbeats)
+  uint64_t applied_watermark_ = 0;
+  std::vector<Call> parked_;  // CallUntilAnswered requests waiting for the link
   std::chrono::milliseconds backoff_;
   Clock::time_point retry_at_;
   Clock::time_point next_heartbeat_;

@@ -148,6 +148,17 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
   shared_->Push(Outgoing{std::move(request), std::move(done), false});
 }
 
+void RemoteMaster::CallUntilAnswered(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done,
+                                     Clock::time_point retry_until) {
+  if (shared_->stop.load(std::memory_order_acquire)) {
+    done(Status(ErrorCode::kMasterUnavailable, "the agent is shutting down"));
+    return;
+  }
+  Outgoing o{std::move(request), std::move(done), false};
+  o.retry_until = retry_until;
+  shared_->Push(std::move(o));
+}
+
 bool RemoteMaster::ready() const {
   return shared_->state.load(std::memory_order_acquire) == LinkState::kReady;
 }
@@ -175,6 +186,8 @@ void RemoteMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* ou
   out->emplace_back("failed_fast", shared_->failed_fast.load());
   out->emplace_back("failed_in_flight", shared_->failed_in_flight.load());
   out->emplace_back("in_flight", shared_->in_flight.load());
+  out->emplace_back("retried_calls", shared_->retried_calls.load());
+  out->emplace_back("fences_applied", shared_->fences_applied.load());
 }
 
 Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {

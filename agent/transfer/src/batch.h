@@ -26,6 +26,7 @@ struct EngineCounters {
   std::atomic<uint64_t> served_writes{0};
   std::atomic<uint64_t> served_reads{0};
   std::atomic<uint64_t> served_rejected{0};
+  std::atomic<uint64_t> served_fenced{0};
   std::atomic<uint64_t> served_dropped_connections{0};
 
   static void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
@@ -63,6 +64,9 @@ struct PendingOp {
   uint64_t remote_offset = 0;
   uint8_t* local = nullptr;
   uint64_t length = 0;
+  uint64_t pool_incarnation = 0;  // see TransferOp
+  uint64_t master_epoch = 0;
+  uint64_t write_id = 0;
   std::shared_ptr<Batch> batch;
   size_t index = 0;
 

@@ -54,7 +54,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   }
 
   void Enqueue(PendingOp op, uint64_t id) {
-    if (state_ == State::kReady && !InRange(op)) return;
+    if (state_ == State::kReady && !Acceptable(op)) return;
     if (!has_work()) Touch();  // the silence before this op is not the peer's fault
     Outgoing out;
     out.op = std::move(op);
@@ -63,7 +63,10 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
         {.opcode = out.op.kind == TransferKind::kWrite ? wire::Opcode::kWrite : wire::Opcode::kRead,
          .id = id,
          .offset = out.op.remote_offset,
-         .length = out.op.length},
+         .length = out.op.length,
+         .pool_incarnation = out.op.pool_incarnation,
+         .master_epoch = out.op.master_epoch,
+         .write_id = out.op.kind == TransferKind::kWrite ? out.op.write_id : 0},
         out.header);
     to_send_.push_back(std::move(out));
   }
@@ -153,7 +156,17 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     return in_body_ ? in_.size() > 0 : in_.size() >= wire::kReplyBytes;
   }
 
-  bool InRange(PendingOp& op) {
+  // The op fits the peer's pool as its hello described it: the range lies inside, and the pool
+  // is the one the placement was made in (a restarted peer has a new, empty pool).
+  bool Acceptable(PendingOp& op) {
+    if (op.pool_incarnation != 0 && pool_incarnation_ != 0 &&
+        op.pool_incarnation != pool_incarnation_) {
+      op.Fail(ErrorCode::kTransferFailed,
+              "the peer restarted: its pool is incarnation " + std::to_string(pool_incarnation_) +
+                  ", the placement was made in incarnation " + std::to_string(op.pool_incarnation) +
+                  " (the value there is gone)");
+      return false;
+    }
     Status range = CheckPoolRange(op.remote_offset, op.length, pool_size_, "pool of " + key_);
     if (range.ok()) return true;
     op.Finish(Status(range.code(), op.Describe() + ": " + range.message()));
@@ -219,12 +232,13 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     Status decoded = wire::DecodeHello(bytes, &hello);
     if (!decoded.ok()) return Fail("bad hello: " + decoded.message());
     pool_size_ = hello.pool_size;
+    pool_incarnation_ = hello.pool_incarnation;
     state_ = State::kReady;
-    // Ops queued while connecting are checked now that the peer's pool size is known.
+    // Ops queued while connecting are checked now that the peer's pool is known.
     std::deque<Outgoing> queued = std::move(to_send_);
     to_send_.clear();
     for (Outgoing& out : queued) {
-      if (InRange(out.op)) to_send_.push_back(std::move(out));
+      if (Acceptable(out.op)) to_send_.push_back(std::move(out));
     }
     return Step::kProgress;
   }
@@ -304,6 +318,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   State state_ = State::kConnecting;
   Clock::time_point last_progress_;
   uint64_t pool_size_ = 0;
+  uint64_t pool_incarnation_ = 0;
 
   InputBuffer in_;  // hello, reply headers, small bodies
 

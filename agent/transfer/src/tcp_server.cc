@@ -40,7 +40,11 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   // Queues the hello and registers with the loop. False when the connection is already gone.
   bool Start() {
     uint8_t* head = NewHead(wire::kHelloBytes);
-    wire::EncodeHello({.version = wire::kVersion, .pool_size = server_->pool_->size()}, head);
+    wire::EncodeHello(
+        {.version = wire::kVersion,
+         .pool_size = server_->pool_->size(),
+         .pool_incarnation = server_->fence_ ? server_->fence_->pool_incarnation() : 0},
+        head);
     if (Flush() == Step::kClosed) return false;
     mask_ = WantedMask();
     Status added = server_->loop_->Add(fd_.get(), mask_, this);
@@ -50,6 +54,19 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       return false;
     }
     return true;
+  }
+
+  // The fence changed: a WRITE whose payload is still arriving is checked again; the rest of a
+  // refused one is discarded (read and dropped) and it is answered with the refusal.
+  void Refence() {
+    if (closed_ || phase_ != Phase::kPayload || payload_dst_ == nullptr) return;
+    const PoolFence* fence = server_->fence_;
+    Status verdict =
+        fence->CheckWrite(request_.pool_incarnation, request_.master_epoch, request_.write_id);
+    if (verdict.ok()) return;
+    EngineCounters::Add(server_->counters_->served_fenced);
+    verdict_ = std::move(verdict);
+    payload_dst_ = nullptr;
   }
 
   void OnEvents(uint32_t events) override {
@@ -166,6 +183,14 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     }
     verdict_ = CheckPoolRange(request_.offset, request_.length, server_->pool_->size(),
                               "node pool of this agent");
+    if (verdict_.ok() && server_->fence_ != nullptr) {
+      const PoolFence& fence = *server_->fence_;
+      verdict_ = request_.opcode == wire::Opcode::kWrite
+                     ? fence.CheckWrite(request_.pool_incarnation, request_.master_epoch,
+                                        request_.write_id)
+                     : fence.CheckRead(request_.pool_incarnation, request_.master_epoch);
+      if (!verdict_.ok()) EngineCounters::Add(server_->counters_->served_fenced);
+    }
     payload_got_ = 0;
     if (request_.opcode == wire::Opcode::kWrite && request_.length > 0) {
       // A refused WRITE's payload is read and dropped so the stream stays in step.
@@ -263,13 +288,15 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   // Output, in send order. deque: push_back/pop_front keep the other elements in place, so
   // segments may point into heads_ and messages_.
   std::deque<Segment> segments_;
-  std::deque<std::array<uint8_t, wire::kReplyBytes>> heads_;
+  static constexpr size_t kHeadBytes = std::max(wire::kReplyBytes, wire::kHelloBytes);
+  std::deque<std::array<uint8_t, kHeadBytes>> heads_;
   std::deque<std::string> messages_;
   uint64_t first_sent_ = 0;  // bytes of segments_.front() already sent
   uint64_t queued_bytes_ = 0;
 };
 
 Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, const NodePool* pool,
+                                                             const PoolFence* fence,
                                                              const ListenAddress& address,
                                                              EngineCounters* counters) {
   Result<SocketAddress> wanted = NumericAddress(address.host, address.port);
@@ -279,15 +306,16 @@ Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, co
   Result<SocketAddress> bound = LocalAddress(listener->get());
   if (!bound.ok()) return bound.status();
   std::unique_ptr<TcpDataServer> server(
-      new TcpDataServer(loop, pool, std::move(*listener), *bound, counters));
+      new TcpDataServer(loop, pool, fence, std::move(*listener), *bound, counters));
   KVAGENT_RETURN_IF_ERROR(loop->Add(server->listener_.get(), EPOLLIN, server.get()));
   return server;
 }
 
-TcpDataServer::TcpDataServer(EventLoop* loop, const NodePool* pool, Fd listener,
-                             SocketAddress bound, EngineCounters* counters)
+TcpDataServer::TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence,
+                             Fd listener, SocketAddress bound, EngineCounters* counters)
     : loop_(loop),
       pool_(pool),
+      fence_(fence),
       listener_(std::move(listener)),
       bound_(bound),
       counters_(counters) {}
@@ -310,6 +338,11 @@ void TcpDataServer::OnEvents(uint32_t /*events*/) {
     connections_.emplace(raw, std::move(connection));
     if (!raw->Start()) Drop(raw);
   }
+}
+
+void TcpDataServer::Refence() {
+  if (fence_ == nullptr) return;
+  for (auto& [raw, connection] : connections_) connection->Refence();
 }
 
 void TcpDataServer::Drop(Connection* connection) {

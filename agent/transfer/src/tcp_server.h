@@ -17,6 +17,7 @@
 #include "event_loop.h"
 #include "kvagent/transfer/endpoint.h"
 #include "kvagent/transfer/node_pool.h"
+#include "kvagent/transfer/pool_fence.h"
 #include "socket.h"
 
 namespace kvagent::transfer {
@@ -25,8 +26,10 @@ class TcpDataServer final : public EventLoop::Handler {
  public:
   // Binds and listens, and registers the listener with `loop` (call before loop->Start or on
   // the loop thread). INTERNAL naming the address when the bind fails.
+  // `fence` (may be null: no checks beyond the range) decides which ops the pool accepts.
   [[nodiscard]] static Result<std::unique_ptr<TcpDataServer>> Listen(EventLoop* loop,
                                                                      const NodePool* pool,
+                                                                     const PoolFence* fence,
                                                                      const ListenAddress& address,
                                                                      EngineCounters* counters);
 
@@ -38,15 +41,20 @@ class TcpDataServer final : public EventLoop::Handler {
 
   void OnEvents(uint32_t events) override;  // accepts pending connections
 
+  // Loop thread: checks every WRITE whose payload is still arriving against the fence again;
+  // the rest of a refused one is discarded and the write answered with the refusal.
+  void Refence();
+
  private:
   class Connection;
-  TcpDataServer(EventLoop* loop, const NodePool* pool, Fd listener, SocketAddress bound,
-                EngineCounters* counters);
+  TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence, Fd listener,
+                SocketAddress bound, EngineCounters* counters);
   // Removes `connection` from the loop and destroys it after the current wake-up.
   void Drop(Connection* connection);
 
   EventLoop* loop_;
   const NodePool* pool_;
+  const PoolFence* fence_;
   Fd listener_;
   SocketAddress bound_;
   EngineCounters* counters_;

@@ -50,6 +50,7 @@ void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]) {
   Put16(out + 4, hello.version);
   Put16(out + 6, 0);
   Put64(out + 8, hello.pool_size);
+  Put64(out + 16, hello.pool_incarnation);
 }
 
 void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]) {
@@ -59,6 +60,9 @@ void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]) {
   Put64(out + 8, request.id);
   Put64(out + 16, request.offset);
   Put64(out + 24, request.length);
+  Put64(out + 32, request.pool_incarnation);
+  Put64(out + 40, request.master_epoch);
+  Put64(out + 48, request.write_id);
 }
 
 void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]) {
@@ -78,6 +82,7 @@ Status DecodeHello(const uint8_t in[kHelloBytes], Hello* hello) {
                          "; run the same kvagent version on every node");
   }
   hello->pool_size = Get64(in + 8);
+  hello->pool_incarnation = Get64(in + 16);
   return Status::Ok();
 }
 
@@ -95,6 +100,9 @@ Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request) {
   request->id = Get64(in + 8);
   request->offset = Get64(in + 16);
   request->length = Get64(in + 24);
+  request->pool_incarnation = Get64(in + 32);
+  request->master_epoch = Get64(in + 40);
+  request->write_id = Get64(in + 48);
   return Status::Ok();
 }
 

@@ -1,11 +1,13 @@
-// The TCP data-plane protocol (version 1). One TCP connection per peer pair, requests pipelined
+// The TCP data-plane protocol (version 2). One TCP connection per peer pair, requests pipelined
 // and answered strictly in order. All integers little-endian, fixed-size headers:
 //
-//   server -> client, once, on accept      Hello   16 B  magic "KVTH" | version u16 | 0 u16 |
-//                                                        pool_size u64
-//   client -> server                       Request 32 B  magic "KVTQ" | opcode u8 (1 WRITE,
+//   server -> client, once, on accept      Hello   24 B  magic "KVTH" | version u16 | 0 u16 |
+//                                                        pool_size u64 | pool incarnation u64
+//   client -> server                       Request 56 B  magic "KVTQ" | opcode u8 (1 WRITE,
 //                                                        2 READ) | 0 u8[3] | id u64 |
-//                                                        offset u64 | length u64
+//                                                        offset u64 | length u64 |
+//                                                        pool incarnation u64 | master epoch u64
+//                                                        | write id u64 (WRITE; 0 for READ)
 //                                          WRITE: followed by `length` payload bytes
 //   server -> client, one per request      Reply   24 B  magic "KVTR" | status u16 (ErrorCode
 //                                                        wire value) | 0 u16 | id u64 |
@@ -18,9 +20,12 @@
 // caller's pointer (sendmsg with an iovec) and receives READ data straight into it; the server
 // receives WRITE data straight into the pool and sends READ data from it.
 //
-// A request whose range is outside the pool gets an error reply (a WRITE's payload is read and
-// discarded so the stream stays in step); a header that is not a valid request (bad magic,
-// opcode or reserved bytes) means the stream cannot be trusted: the server drops the connection.
+// A request whose range is outside the pool, or that the pool's fence refuses (another pool
+// incarnation, another master epoch, an abandoned write: pool_fence.h), gets an error reply (a
+// WRITE's payload is read and discarded so the stream stays in step); a header that is not a
+// valid request (bad magic, opcode or reserved bytes) means the stream cannot be trusted: the
+// server drops the connection. The client also compares the Hello's pool incarnation with the
+// one each op names and fails a mismatching op without sending it.
 #pragma once
 
 #include <cstddef>
@@ -34,10 +39,10 @@ namespace kvagent::transfer::wire {
 inline constexpr uint32_t kHelloMagic = 0x4854564B;    // "KVTH" in little-endian byte order
 inline constexpr uint32_t kRequestMagic = 0x5154564B;  // "KVTQ"
 inline constexpr uint32_t kReplyMagic = 0x5254564B;    // "KVTR"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 
-inline constexpr size_t kHelloBytes = 16;
-inline constexpr size_t kRequestBytes = 32;
+inline constexpr size_t kHelloBytes = 24;
+inline constexpr size_t kRequestBytes = 56;
 inline constexpr size_t kReplyBytes = 24;
 inline constexpr uint64_t kMaxErrorMessage = 4096;
 
@@ -46,6 +51,7 @@ enum class Opcode : uint8_t { kWrite = 1, kRead = 2 };
 struct Hello {
   uint16_t version = kVersion;
   uint64_t pool_size = 0;
+  uint64_t pool_incarnation = 0;
 };
 
 struct Request {
@@ -53,6 +59,9 @@ struct Request {
   uint64_t id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  uint64_t pool_incarnation = 0;  // the pool the placement was made in (0: not checked)
+  uint64_t master_epoch = 0;      // the master that made it (0: not checked)
+  uint64_t write_id = 0;          // WRITE: the write it serves
 };
 
 struct Reply {

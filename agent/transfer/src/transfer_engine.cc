@@ -108,7 +108,7 @@ class TransferEngine::Core {
       self_ = Endpoint{Scheme::kRdma, *host, rdma_->port()};
     } else {
       Result<std::unique_ptr<TcpDataServer>> server =
-          TcpDataServer::Listen(loop_.get(), &pool_, *listen, &counters_);
+          TcpDataServer::Listen(loop_.get(), &pool_, options_.fence, *listen, &counters_);
       if (!server.ok()) return server.status();
       tcp_server_ = std::move(*server);
       self_ = Endpoint{Scheme::kTcp, *host, PortOf(tcp_server_->bound())};
@@ -143,6 +143,9 @@ class TransferEngine::Core {
                         .remote_offset = op.remote_offset,
                         .local = static_cast<uint8_t*>(op.local),
                         .length = op.length,
+                        .pool_incarnation = op.pool_incarnation,
+                        .master_epoch = op.master_epoch,
+                        .write_id = op.write_id,
                         .batch = batch,
                         .index = i};
       Status verdict = Check(pending, last);
@@ -161,6 +164,13 @@ class TransferEngine::Core {
     }
     if (!tcp.empty()) tcp_client_->Submit(std::move(tcp));
     if (!rdma.empty()) rdma_->Submit(std::move(rdma));
+  }
+
+  void Refence(std::function<void()> done) {
+    loop_->Post([this, done = std::move(done)] {
+      if (tcp_server_) tcp_server_->Refence();
+      done();
+    });
   }
 
   Status RegisterMemory(void* addr, uint64_t length) {
@@ -202,6 +212,7 @@ class TransferEngine::Core {
     s.served_writes = get(counters_.served_writes);
     s.served_reads = get(counters_.served_reads);
     s.served_rejected = get(counters_.served_rejected);
+    s.served_fenced = get(counters_.served_fenced);
     s.served_dropped_connections = get(counters_.served_dropped_connections);
     return s;
   }
@@ -300,5 +311,7 @@ std::vector<Status> TransferEngine::TransferAndWait(std::vector<TransferOp> ops)
 }
 
 TransferStats TransferEngine::stats() const { return core_->Stats(); }
+
+void TransferEngine::Refence(std::function<void()> done) { core_->Refence(std::move(done)); }
 
 }  // namespace kvagent::transfer

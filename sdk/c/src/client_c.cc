@@ -37,7 +37,8 @@ KV_SAME_CODE(KV_TIMEOUT, kTimeout);
 KV_SAME_CODE(KV_AGENT_UNAVAILABLE, kAgentUnavailable);
 KV_SAME_CODE(KV_MASTER_UNAVAILABLE, kMasterUnavailable);
 KV_SAME_CODE(KV_INTERNAL, kInternal);
-static_assert(kMaxErrorCode == KV_INTERNAL, "a new ErrorCode needs its KV_ constant");
+KV_SAME_CODE(KV_DATA_CORRUPTED, kDataCorrupted);
+static_assert(kMaxErrorCode == KV_DATA_CORRUPTED, "a new ErrorCode needs its KV_ constant");
 static_assert(KV_MAX_BATCH_KEYS == kMaxBatchKeys);
 #undef KV_SAME_CODE
 

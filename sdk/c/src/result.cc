@@ -55,6 +55,7 @@ kv_result_t* MakeResult(Reply reply) {
     to.length = from.length;
     to.message = from.message.c_str();
     to.message_size = from.message.size();
+    to.replicas = from.replicas;
   }
   kv_result_t& out = storage->result;
   out.status = static_cast<kv_status_t>(r.status.code());

@@ -148,6 +148,9 @@ struct KeyResult {
   std::string message;  // what went wrong and what to do; empty when OK
   uint64_t length = 0;  // Get: the value's length
   bool exists = false;  // Exist: readable
+  // Put/Upsert that stored the value: replicas written (of its part with the fewest), fewer than
+  // asked when some could not be written (a peer unreachable); 0 otherwise.
+  uint32_t replicas = 0;
   // OK, or OBJECT_ALREADY_EXISTS for a Put ("exists": callers treat it as success).
   bool ok() const { return code == ErrorCode::kOk || code == ErrorCode::kObjectAlreadyExists; }
 };

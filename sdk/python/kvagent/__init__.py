@@ -33,7 +33,7 @@ libkvclient.so (the SDK's C ABI, <kvagent/client_c.h>); where it is looked up is
 """
 from .client import ArenaBuffer, Client, PendingCall
 from .records import Block, KeyResult, ListedKey, ListPage, Result
-from .errors import (AgentUnavailable, BufferOutOfRange, ErrorCode, InternalError,
+from .errors import (AgentUnavailable, BufferOutOfRange, DataCorrupted, ErrorCode, InternalError,
                      InvalidParams, KvError, MasterUnavailable, NoSpace, ObjectAlreadyExists,
                      ObjectBusy, ObjectHasLease, ObjectNotFound, ReplicaNotReady, Timeout,
                      TransferFailed)
@@ -46,7 +46,8 @@ def library_version():
 
 
 __all__ = [
-    "AgentUnavailable", "ArenaBuffer", "Block", "BufferOutOfRange", "Client", "ErrorCode",
+    "AgentUnavailable", "ArenaBuffer", "Block", "BufferOutOfRange", "Client", "DataCorrupted",
+    "ErrorCode",
     "InternalError", "InvalidParams", "KeyResult", "KvError", "ListedKey", "ListPage",
     "MasterUnavailable", "NoSpace",
     "ObjectAlreadyExists", "ObjectBusy", "ObjectHasLease", "ObjectNotFound", "PendingCall",

@@ -15,7 +15,8 @@ from .errors import ErrorCode, InvalidParams, error_for
 
 U64_MASK = (1 << 64) - 1
 _CODES = tuple(ErrorCode)  # index = wire value
-_KEY_RESULT = struct.Struct("=iIQQQ")  # kv_key_result_t: code, exists, length, message, size
+# kv_key_result_t: code, exists, length, message, size, replicas (+ padding)
+_KEY_RESULT = struct.Struct("=iIQQQI4x")
 assert _KEY_RESULT.size == ctypes.sizeof(native.KeyResult), "kv_key_result_t layout changed"
 assert ctypes.sizeof(native.Bytes) == 16 and array.array("Q").itemsize == ctypes.sizeof(ctypes.c_void_p) == 8
 

@@ -106,6 +106,7 @@ class KeyResult(ctypes.Structure):
         ("length", c_uint64),
         ("message", c_void_p),
         ("message_size", c_size_t),
+        ("replicas", c_uint32),
     ]
 
 

@@ -24,6 +24,7 @@ class ErrorCode(enum.IntEnum):
     AGENT_UNAVAILABLE = 11
     MASTER_UNAVAILABLE = 12
     INTERNAL = 13
+    DATA_CORRUPTED = 14
 
     @classmethod
     def _missing_(cls, value):
@@ -98,6 +99,10 @@ class InternalError(KvError):
     """A bug in kvagent: report it with the message."""
 
 
+class DataCorrupted(KvError):
+    """Every replica of the value failed its checksum and was dropped: put it again."""
+
+
 _CLASSES = {
     ErrorCode.INVALID_PARAMS: InvalidParams,
     ErrorCode.OBJECT_NOT_FOUND: ObjectNotFound,
@@ -112,6 +117,7 @@ _CLASSES = {
     ErrorCode.AGENT_UNAVAILABLE: AgentUnavailable,
     ErrorCode.MASTER_UNAVAILABLE: MasterUnavailable,
     ErrorCode.INTERNAL: InternalError,
+    ErrorCode.DATA_CORRUPTED: DataCorrupted,
 }
 
 

@@ -33,15 +33,18 @@ class Block:
 
 class KeyResult:
     """The outcome for one key: ``code`` (ErrorCode), ``message`` (what went wrong and what to
-    do; "" when OK), ``length`` (get: the value's length) and ``exists`` (exist: readable)."""
+    do; "" when OK), ``length`` (get: the value's length), ``exists`` (exist: readable) and
+    ``replicas`` (put/upsert that stored the value: replicas written, of its part with the
+    fewest; fewer than asked when a peer could not be written)."""
 
-    __slots__ = ("code", "message", "length", "exists")
+    __slots__ = ("code", "message", "length", "exists", "replicas")
 
-    def __init__(self, code, message, length=0, exists=False):
+    def __init__(self, code, message, length=0, exists=False, replicas=0):
         self.code = code
         self.message = message
         self.length = length
         self.exists = exists
+        self.replicas = replicas
 
     @property
     def ok(self):
@@ -61,7 +64,7 @@ class Result:
     __slots__ = ("_rows", "_messages", "_keys", "removed_count")
 
     def __init__(self, rows, messages, removed_count=0):
-        self._rows = rows  # (code, exists, length, -, -) per key, as kv_key_result_t reads
+        self._rows = rows  # (code, exists, length, -, -, replicas) per key: kv_key_result_t
         self._messages = messages  # {index: message} for the keys that have one
         self._keys = None
         self.removed_count = removed_count
@@ -71,7 +74,7 @@ class Result:
         """One KeyResult per key of the request, in order."""
         if self._keys is None:
             get = self._messages.get
-            self._keys = [KeyResult(marshal.code_of(r[0]), get(i, ""), r[2], r[1] != 0)
+            self._keys = [KeyResult(marshal.code_of(r[0]), get(i, ""), r[2], r[1] != 0, r[5])
                           for i, r in enumerate(self._rows)]
         return self._keys
 

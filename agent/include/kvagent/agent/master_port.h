@@ -60,6 +60,15 @@ class MasterPort {
   // without running.
   virtual void Call(flatbuffers::DetachedBuffer request, MasterReplyFn done) = 0;
 
+  // Call for an idempotent request whose outcome the caller must learn (a write's End): while
+  // the link to the master is down, or when it drops with the request in flight, the port keeps
+  // the request and sends it again once registered again, until `retry_until`; only then does
+  // `done` get MASTER_UNAVAILABLE. The embedded master answers at once, as Call.
+  virtual void CallUntilAnswered(flatbuffers::DetachedBuffer request, MasterReplyFn done,
+                                 Clock::time_point /*retry_until*/) {
+    Call(std::move(request), std::move(done));
+  }
+
   // True when Call can reach a registered master now (a Call may still fail later).
   virtual bool ready() const = 0;
   // Valid while ready(); the master may assign new ids after it restarted.

@@ -73,6 +73,7 @@ struct CompletionData {
   std::vector<std::string> messages;
   std::vector<uint64_t> lengths;  // Get
   std::vector<bool> exists;       // Exist
+  std::vector<uint8_t> replicas;  // Put/Upsert: replicas written per key
   uint64_t removed_count = 0;     // RemoveAll
   std::vector<ListedKey> listed;  // List
   uint64_t next_cursor = 0;       // List

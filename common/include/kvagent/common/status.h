@@ -30,9 +30,12 @@ enum class ErrorCode : uint16_t {
   kAgentUnavailable = 11,
   kMasterUnavailable = 12,
   kInternal = 13,
+  // Get: every replica of the value failed its checksum (the bytes in the pools are not what
+  // was stored); the replicas were dropped. Put the value again.
+  kDataCorrupted = 14,
 };
 
-inline constexpr uint16_t kMaxErrorCode = 13;
+inline constexpr uint16_t kMaxErrorCode = 14;
 
 // "OK", "INVALID_PARAMS", ... exactly as SEMANTICS.md spells them.
 std::string_view ErrorCodeName(ErrorCode code);

@@ -63,8 +63,9 @@ struct MasterOptions {
   double low_watermark = 0.85;               // ... which runs until use is at or below this
   uint64_t max_part_bytes = 64ull << 20;     // larger values are stored as several parts
   // An agent silent for agent_ttl_ms becomes suspect (no new replicas are placed on it, reads
-  // prefer its objects' other replicas); silent for agent_dead_ms it is dropped with its objects.
-  int64_t agent_dead_ms = 120'000;
+  // prefer its objects' other replicas); silent for agent_dead_ms it is dropped with its objects
+  // (0: twelve TTLs, 2 minutes with the default TTL).
+  int64_t agent_dead_ms = 0;
   // Ticks normally come every few milliseconds. A longer gap between two Ticks means the master
   // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it.
   int64_t max_tick_gap_ms = 1000;

@@ -74,6 +74,7 @@ typedef enum kv_status {
   KV_AGENT_UNAVAILABLE = 11, /* request level: the agent is gone or refused us */
   KV_MASTER_UNAVAILABLE = 12,
   KV_INTERNAL = 13,
+  KV_DATA_CORRUPTED = 14, /* Get: every replica failed its checksum (dropped): put it again */
 } kv_status_t;
 
 /* "OK", "INVALID_PARAMS", ... as SEMANTICS.md spells them; "INTERNAL" for unknown values.
@@ -210,6 +211,9 @@ typedef struct kv_key_result {
   uint64_t length;     /* Get: the value's length in bytes */
   const char* message; /* what went wrong and what to do; "" when OK; NUL-terminated */
   size_t message_size; /* strlen(message) */
+  /* Put/Upsert that stored the value: replicas written (of its part with the fewest; fewer than
+   * asked when some could not be written). 0 otherwise. */
+  uint32_t replicas;
 } kv_key_result_t;
 
 /* List: one stored object. The bytes point into the kv_result_t. */

@@ -11,7 +11,11 @@
 //    the socket is discarded (so no stale reply can arrive later), and the link reconnects with
 //    exponential backoff (backoff_min doubling up to backoff_max);
 //  - while not ready, Call fails at once with MASTER_UNAVAILABLE: nothing ever waits for a
-//    master that is not there.
+//    master that is not there. CallUntilAnswered (a write's End) instead keeps its request
+//    across link failures and sends it again after the next registration, until its retry
+//    deadline: a put the master committed is then answered, not failed;
+//  - applies the master's fences: the epoch at registration, the fenced writes of every
+//    heartbeat reply (acknowledged in the next heartbeat).
 // Requests from the service thread reach the link thread through a queue and an eventfd; replies
 // go back through the PostFn given to Bind. Never hangs: every request has a deadline.
 #pragma once
@@ -31,6 +35,14 @@
 
 namespace kvagent::master_link {
 
+// The fences of one heartbeat reply (see master.fbs Heartbeat).
+struct Fences {
+  uint64_t master_epoch = 0;
+  uint64_t fence_seq = 0;
+  uint64_t write_watermark = 0;
+  std::vector<uint64_t> fenced_writes;
+};
+
 struct RemoteMasterOptions {
   std::string endpoint;       // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051
   std::string agent_name;     // stable across restarts of this agent (host name + run dir)
@@ -45,6 +57,14 @@ struct RemoteMasterOptions {
   // restarted; its event stream started over): e.g. ask the event relay to re-announce. Not
   // after a reconnect to the same master. Must not block.
   std::function<void()> on_master_restarted;
+  // Runs on the link thread after every registration reply, before the pool is mounted, with
+  // the master's epoch (its incarnation): the pool must refuse ops placed by any other master
+  // from when it returns (PoolFence::SetEpoch, then the data plane's Refence). May block briefly.
+  std::function<void(uint64_t master_epoch)> set_master_epoch;
+  // Runs on the link thread with each heartbeat reply's fences (master.fbs HeartbeatReply):
+  // once it returns, no write the master fenced may land in the pool any more (PoolFence::Apply,
+  // then Refence), and the next heartbeat acknowledges `fence_seq`. May block briefly.
+  std::function<void(const Fences&)> apply_fences;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).
@@ -87,6 +107,8 @@ class RemoteMaster final : public agent::MasterPort {
   // MasterPort (service thread, except ready/identity/Describe/AppendStats: any thread).
   void Bind(agent::PostFn post) override;
   void Call(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done) override;
+  void CallUntilAnswered(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done,
+                         Clock::time_point retry_until) override;
   bool ready() const override;
   agent::MasterIdentity identity() const override;
   std::string Describe() const override;

@@ -34,6 +34,7 @@
 #include "kvagent/common/status.h"
 #include "kvagent/transfer/endpoint.h"
 #include "kvagent/transfer/node_pool.h"
+#include "kvagent/transfer/pool_fence.h"
 
 namespace kvagent::transfer {
 
@@ -50,6 +51,11 @@ struct TransferOp {
   uint64_t remote_offset = 0;  // offset in the peer's pool
   void* local = nullptr;       // inside memory given to RegisterMemory (or the node pool)
   uint64_t length = 0;         // bytes, at least 1
+  // What the peer's fence checks (pool_fence.h); 0: not checked. The peer's pool incarnation
+  // and the master epoch come with the placement; a write also names its write id.
+  uint64_t pool_incarnation = 0;
+  uint64_t master_epoch = 0;
+  uint64_t write_id = 0;
 };
 
 // Receives one Status per op, in the order of the submitted ops. OK: the bytes are in place (a
@@ -86,6 +92,9 @@ struct TransferEngineOptions {
   // (connect, send, receive or completion) for this long. Large transfers that keep moving
   // never time out.
   std::chrono::milliseconds peer_timeout{5000};
+  // Which peers' ops the data server accepts for this pool (must outlive the engine); null:
+  // every op inside the pool (tools and tests of the data plane alone).
+  const PoolFence* fence = nullptr;
 };
 
 // Counters since Create; cheap to read from any thread.
@@ -98,7 +107,8 @@ struct TransferStats {
   uint64_t connections_opened = 0;
   uint64_t served_writes = 0;               // peers' writes stored into our pool
   uint64_t served_reads = 0;                // peers' reads answered from our pool
-  uint64_t served_rejected = 0;             // peers' requests refused (range outside the pool)
+  uint64_t served_rejected = 0;             // peers' requests refused (range, or the fence)
+  uint64_t served_fenced = 0;               // of those, refused by the fence
   uint64_t served_dropped_connections = 0;  // peers disconnected for sending garbage
 };
 
@@ -143,6 +153,11 @@ class TransferEngine {
   // Submit, then block the calling thread until the batch completes. For tools and tests; never
   // call it from a completion callback.
   std::vector<Status> TransferAndWait(std::vector<TransferOp> ops);
+
+  // After the fence changed (PoolFence::Apply / SetEpoch): the data server checks every WRITE
+  // whose payload is still arriving again and discards the rest of a refused one; then `done`
+  // runs on the engine thread. Once it ran, no byte of a fenced write reaches the pool.
+  void Refence(std::function<void()> done);
 
   TransferStats stats() const;
 

@@ -1,0 +1,203 @@
+// The pool fence: which ops a pool refuses (another pool incarnation, another master epoch, an
+// abandoned write), enforced by the data server, the client's hello check, a WRITE whose
+// payload is arriving while the fence changes, and local copies.
+#include "kvagent/transfer/pool_fence.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "tcp_wire.h"
+#include "test_support.h"
+
+namespace kvagent::transfer {
+namespace {
+
+using testing::MakeNode;
+using testing::Node;
+using testing::ReadExactly;
+using testing::WriteAll;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kPool = 0x1111;   // pool incarnation of the node under test
+constexpr uint64_t kEpoch = 0x2222;  // the master it is registered with
+
+TEST(PoolFence, RefusesOtherPoolsOtherMastersAndAbandonedWrites) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  EXPECT_TRUE(fence.CheckRead(kPool, kEpoch).ok());
+  EXPECT_TRUE(fence.CheckWrite(kPool, kEpoch, 5).ok());
+  EXPECT_FALSE(fence.CheckRead(kPool + 1, kEpoch).ok());  // placed in an earlier pool
+  EXPECT_FALSE(fence.CheckRead(kPool, kEpoch + 1).ok());  // placed by another master
+  EXPECT_FALSE(fence.CheckWrite(kPool, kEpoch + 1, 5).ok());
+  ASSERT_TRUE(fence.Apply(kEpoch, /*watermark=*/10, std::vector<uint64_t>{12, 15}));
+  EXPECT_FALSE(fence.CheckWrite(kPool, kEpoch, 9).ok());  // below the watermark: ended
+  EXPECT_TRUE(fence.CheckWrite(kPool, kEpoch, 10).ok());
+  EXPECT_FALSE(fence.CheckWrite(kPool, kEpoch, 12).ok());  // fenced
+  EXPECT_TRUE(fence.CheckWrite(kPool, kEpoch, 13).ok());
+  EXPECT_TRUE(fence.CheckRead(kPool, kEpoch).ok());  // reads do not care about writes
+  EXPECT_FALSE(fence.Apply(kEpoch + 1, 100, {}));    // another master's fences are ignored
+  EXPECT_TRUE(fence.CheckWrite(kPool, kEpoch, 13).ok());
+  // A new master: the old one's ops are refused, its fences forgotten.
+  fence.SetEpoch(kEpoch + 1);
+  EXPECT_FALSE(fence.CheckWrite(kPool, kEpoch, 13).ok());
+  EXPECT_TRUE(fence.CheckWrite(kPool, kEpoch + 1, 12).ok());
+  EXPECT_EQ(fence.refused(), 6u);
+}
+
+TEST(PoolFence, ApplyWaitsForALocalWriteInProgress) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  auto write = fence.BeginLocalWrite(kEpoch, 7);
+  ASSERT_TRUE(write.ok());
+  std::atomic<bool> applied{false};
+  std::thread t([&] {
+    fence.Apply(kEpoch, 0, std::vector<uint64_t>{7});
+    applied = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(applied.load());  // the copy still runs
+  *write = PoolFence::LocalWrite();
+  t.join();
+  EXPECT_TRUE(applied.load());
+  EXPECT_FALSE(fence.BeginLocalWrite(kEpoch, 7).ok());
+  EXPECT_FALSE(fence.BeginLocalWrite(kEpoch + 1, 8).ok());
+}
+
+uint16_t PortOf(const std::string& endpoint) {
+  return static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
+int ConnectTo(const std::string& endpoint) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(PortOf(endpoint));
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+wire::Reply ReadReply(int fd, std::string* body) {
+  uint8_t bytes[wire::kReplyBytes];
+  wire::Reply reply;
+  EXPECT_TRUE(ReadExactly(fd, bytes, sizeof(bytes)));
+  EXPECT_TRUE(wire::DecodeReply(bytes, &reply).ok());
+  body->assign(reply.length, '\0');
+  EXPECT_TRUE(ReadExactly(fd, body->data(), body->size()));
+  return reply;
+}
+
+void SendWrite(int fd, uint64_t id, uint64_t offset, uint64_t length, uint64_t pool, uint64_t epoch,
+               uint64_t write_id) {
+  uint8_t bytes[wire::kRequestBytes];
+  wire::EncodeRequest({.opcode = wire::Opcode::kWrite,
+                       .id = id,
+                       .offset = offset,
+                       .length = length,
+                       .pool_incarnation = pool,
+                       .master_epoch = epoch,
+                       .write_id = write_id},
+                      bytes);
+  ASSERT_TRUE(WriteAll(fd, bytes, sizeof(bytes)));
+}
+
+TEST(FencedDataServer, AnnouncesItsPoolAndRefusesWritesTheFenceRefuses) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  Node node = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &fence);
+  const int fd = ConnectTo(node.engine->endpoint());
+  uint8_t hello_bytes[wire::kHelloBytes];
+  ASSERT_TRUE(ReadExactly(fd, hello_bytes, sizeof(hello_bytes)));
+  wire::Hello hello;
+  ASSERT_TRUE(wire::DecodeHello(hello_bytes, &hello).ok());
+  EXPECT_EQ(hello.pool_incarnation, kPool);
+  ASSERT_TRUE(fence.Apply(kEpoch, 1, std::vector<uint64_t>{40}));
+  std::string body;
+  struct Case {
+    uint64_t pool, epoch, write_id;
+    bool stored;
+  } cases[] = {{kPool, kEpoch, 41, true},
+               {kPool + 1, kEpoch, 41, false},
+               {kPool, kEpoch + 1, 41, false},
+               {kPool, kEpoch, 40, false}};
+  uint64_t id = 1;
+  for (const Case& c : cases) {
+    std::memset(node.pool->base(), 0, 64);
+    SendWrite(fd, id, 0, 8, c.pool, c.epoch, c.write_id);
+    ASSERT_TRUE(WriteAll(fd, "ABCDEFGH", 8));
+    wire::Reply r = ReadReply(fd, &body);
+    EXPECT_EQ(r.id, id++);
+    EXPECT_EQ(r.status == 0, c.stored) << body;
+    EXPECT_EQ(std::memcmp(node.pool->base(), "ABCDEFGH", 8) == 0, c.stored);
+  }
+  EXPECT_EQ(node.engine->stats().served_fenced, 3u);
+  close(fd);
+}
+
+TEST(FencedDataServer, AWriteFencedWhileItsPayloadArrivesStoresNothingMore) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  Node node = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &fence);
+  std::memset(node.pool->base(), 0, kMiB);
+  const int fd = ConnectTo(node.engine->endpoint());
+  uint8_t hello[wire::kHelloBytes];
+  ASSERT_TRUE(ReadExactly(fd, hello, sizeof(hello)));
+  const std::vector<uint8_t> payload(kMiB, 0x5A);
+  SendWrite(fd, 1, 0, kMiB, kPool, kEpoch, 9);
+  ASSERT_TRUE(WriteAll(fd, payload.data(), kMiB / 2));
+  // Wait until the first half is in the pool (the write was accepted and is arriving).
+  for (int i = 0; i < 500 && node.pool->base()[kMiB / 2 - 1] != 0x5A; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(node.pool->base()[kMiB / 2 - 1], 0x5A);
+  // The master fenced write 9 (a revoke): apply, cut the payload off, then the rest arrives.
+  ASSERT_TRUE(fence.Apply(kEpoch, 0, std::vector<uint64_t>{9}));
+  std::promise<void> refenced;
+  node.engine->Refence([&] { refenced.set_value(); });
+  refenced.get_future().wait();
+  ASSERT_TRUE(WriteAll(fd, payload.data() + kMiB / 2, kMiB / 2));
+  std::string body;
+  wire::Reply r = ReadReply(fd, &body);
+  EXPECT_NE(r.status, 0u);
+  EXPECT_NE(body.find("abandoned"), std::string::npos) << body;
+  for (uint64_t i = kMiB / 2; i < kMiB; i += 4096) {
+    ASSERT_EQ(node.pool->base()[i], 0) << "byte " << i << " of a fenced write landed";
+  }
+  close(fd);
+}
+
+TEST(FencedDataServer, AClientFailsAnOpForARestartedPeerWithoutSendingIt) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  Node server = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &fence);
+  Node client = MakeNode(4 * kMiB);
+  std::vector<uint8_t> src(4096, 0x77);
+  ASSERT_TRUE(client.engine->RegisterMemory(src.data(), src.size()).ok());
+  TransferOp op{.kind = TransferKind::kWrite,
+                .peer = server.engine->endpoint(),
+                .remote_offset = 0,
+                .local = src.data(),
+                .length = src.size(),
+                .pool_incarnation = kPool - 1,  // the placement was made in the peer's last life
+                .master_epoch = kEpoch,
+                .write_id = 3};
+  std::vector<Status> r = client.engine->TransferAndWait({op});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].code(), ErrorCode::kTransferFailed);
+  EXPECT_NE(r[0].message().find("restarted"), std::string::npos) << r[0].message();
+  EXPECT_EQ(server.engine->stats().served_writes + server.engine->stats().served_rejected, 0u);
+  op.pool_incarnation = kPool;
+  r = client.engine->TransferAndWait({op});
+  EXPECT_TRUE(r[0].ok()) << r[0].ToString();
+  EXPECT_EQ(server.pool->base()[100], 0x77);
+}
+
+}  // namespace
+}  // namespace kvagent::transfer
