@@ -71,7 +71,9 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   }
   if (Agent* a = store_->FindAgentByName(name)) {
     if (a->incarnation == incarnation) {
-      store_->Touch(a);
+      // Alive; a suspect agent (silent, or restored from the log) is trusted with new replicas
+      // only once it mounted its pool again, after it set its pool to this master's epoch.
+      a->last_seen_live = store_->LiveNow();
       return a->id;
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
@@ -398,7 +400,12 @@ Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commi
     }
     fewest = std::min(fewest, kept);
   }
-  if (!store_->CommitWrite(e, checksums, failed)) return store_->LogRefused();
+  if (!store_->CommitWrite(e, checksums, failed)) {
+    // The commit cannot be logged: the write is abandoned (its writer learns nothing is
+    // stored), and its space goes back once its pools fenced it.
+    store_->AbortWrite(e);
+    return store_->LogRefused();
+  }
   if (out) out->replicas.back() = static_cast<uint8_t>(fewest);
   return Status::Ok();
 }

@@ -348,9 +348,11 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
 
 bool OpLog::Probe() {
   if (writable_) return true;
+  // Room for a chunk beyond what is reserved: the disk really has space again.
   next_retry_ns_ = 0;
-  if (!Reserve(0, 0)) return false;
-  return true;
+  const uint64_t base = file_bytes_ == 0 ? kHeaderBytes : file_bytes_;
+  const uint64_t used = base + buffer_.size() + granted_;
+  return Reserve(reserved_end_ - std::min(reserved_end_, used) + options_.reserve_chunk, 0);
 }
 
 void OpLog::Append(std::string_view payload) {

@@ -50,6 +50,15 @@ class KvmasterProcess {
     p->Spawn(primary.rpc(), primary.events(), primary.replay());
     return p;
   }
+  // A standby of `primary` on endpoints of its own (OS-picked ports): once promoted, a second
+  // master next to the first, as a virtual-IP or DNS deployment has. Does not wait (WaitServing).
+  static std::unique_ptr<KvmasterProcess> FollowerOf(const KvmasterProcess& primary,
+                                                     std::vector<std::string> extra) {
+    std::unique_ptr<KvmasterProcess> p(new KvmasterProcess(NoLaunch{}));
+    p->extra_ = Concat({"--follow", primary.rpc()}, extra);
+    p->Spawn("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+    return p;
+  }
   // Waits (bounded) until the process serves; false when it exited or did not come up.
   bool WaitServing() {
     ReadReady();

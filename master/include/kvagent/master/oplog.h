@@ -96,7 +96,8 @@ class OpLog {
   // state dir cannot give them: writable() turns false and error() says why, until a later
   // Reserve or Probe succeeds. Retries the disk at most every 100 ms while refusing.
   bool Reserve(uint64_t payload_bytes, uint64_t records = 1);
-  // Asks the disk again (periodic work while not writable); true when writable.
+  // Asks the disk again for a chunk of room (periodic work while not writable, whatever the
+  // pause); true when writable.
   bool Probe();
   bool writable() const { return writable_; }
   const std::string& error() const { return error_; }

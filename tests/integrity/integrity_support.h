@@ -1,0 +1,373 @@
+// Test support for the integrity fault tests: agents that restart on the same run dir and data
+// port, a raw RPC client of kvmaster (to see placements as an agent does), a process's memory
+// through /proc/PID/mem (to flip bytes in a node pool), a TCP proxy that holds traffic, and the
+// SDK round trips the tests repeat. Every process and thread started here is stopped when its
+// owner goes, pass or fail.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <flatbuffers/flatbuffers.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "kvagent/schemas/master_generated.h"
+#include "master_stats.h"
+#include "pipeline_support.h"
+
+namespace kvagent::testing {
+
+namespace mfb = kvagent::master_proto;
+
+// The port of an endpoint "tcp://HOST:PORT".
+inline uint16_t PortOf(const std::string& endpoint) {
+  return static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
+// A TCP port on 127.0.0.1 nobody listens on right now (bound and released).
+inline uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A kvagent that can be killed and started again on the same run dir with the same arguments
+// (so the same --data-listen port, the same agent name: the restart the master sees as a new
+// incarnation of the same agent).
+class NodeAgent {
+ public:
+  explicit NodeAgent(Args args) : args_(std::move(args)) {
+    run_dir_ = dir_.path() + "/run";
+    Start();
+  }
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Starts the agent with its arguments and then `extra` (later flags win).
+  bool Start(const Args& extra = {}) {
+    std::vector<std::string> args = {KVAGENT_BINARY,    "--run-dir", run_dir_,
+                                     "--pool-size",     kPoolSize,   "--agent-name",
+                                     "node-" + run_dir_};
+    args.insert(args.end(), args_.begin(), args_.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const std::string socket = run_dir_ + "/agent.sock";
+    unlink(socket.c_str());
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+      }
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    process_.Reset(pid);
+    started_ = WaitUntil([&] { return access(socket.c_str(), F_OK) == 0 || !process_.Running(); });
+    started_ = started_ && process_.Running();
+    return started_;
+  }
+  // SIGKILL and start again (with `extra` arguments for the new process only).
+  bool Restart(const Args& extra = {}) {
+    process_.Kill();
+    return Start(extra);
+  }
+  // The size of every NodeAgent's pool: distinctive, so its mapping can be found (MappingOfSize).
+  static constexpr const char* kPoolSize = "48MiB";
+  static constexpr uint64_t kPoolBytes = uint64_t{48} << 20;
+  void Kill() { process_.Kill(); }
+  void Signal(int sig) { process_.Signal(sig); }
+  bool started() const { return started_; }
+  pid_t pid() const { return process_.pid(); }
+  const std::string& run_dir() const { return run_dir_; }
+
+  std::unique_ptr<Client> Connect(uint64_t arena = 32 << 20) const {
+    ClientOptions options;
+    options.run_dir = run_dir_;
+    options.arena_bytes = arena;
+    options.client_name = "integrity-test";
+    options.call_timeout = std::chrono::milliseconds(30000);
+    auto client = Client::Connect(options);
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+ private:
+  TempDir dir_;
+  Args args_;
+  std::string run_dir_;
+  ProcessGuard process_;
+  bool started_ = false;
+};
+
+// ---- SDK round trips -------------------------------------------------------------------------
+
+inline KeyResult PutValue(Client& c, const std::string& key, const std::string& value,
+                          uint8_t replicas = 1) {
+  std::vector<std::string> keys = {key};
+  std::vector<Value> values = {Value(std::string_view(value))};
+  CallOptions o;
+  o.write.replica_count = replicas;
+  Reply r = c.Put(keys, values, o);
+  if (r.keys.empty()) return KeyResult{r.status.code(), r.status.message()};
+  return r.keys[0];
+}
+
+// The value of `key` (capacity `capacity`) and its code; the bytes only when the code is OK.
+struct Read {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string bytes;
+  std::string message;
+};
+inline Read GetValue(Client& c, const std::string& key, size_t capacity) {
+  Read out;
+  auto buffer = c.Allocate(capacity);
+  if (!buffer.ok()) return out;
+  std::vector<std::string> keys = {key};
+  std::vector<const ArenaBuffer*> targets = {&*buffer};
+  Reply r = c.Get(keys, targets);
+  out.code = r.keys.empty() ? r.status.code() : r.keys[0].code;
+  out.message = r.keys.empty() ? r.status.message() : r.keys[0].message;
+  if (out.code == ErrorCode::kOk) {
+    out.bytes.assign(reinterpret_cast<const char*>(buffer->data()), r.keys[0].length);
+  }
+  return out;
+}
+
+inline bool KeyExists(Client& c, const std::string& key) {
+  std::vector<std::string> keys = {key};
+  Reply r = c.Exist(keys);
+  return r.ok() && r.keys.size() == 1 && r.keys[0].exists;
+}
+
+// ---- kvmaster, seen as an agent sees it --------------------------------------------------------
+
+// Where a key's replicas are, straight from kvmaster (a BatchGet over a DEALER).
+struct Placed {
+  uint32_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t incarnation = 0;  // the segment's pool
+};
+inline std::vector<Placed> PlacementsOf(const std::string& master, const std::string& key) {
+  std::vector<Placed> out;
+  zmq::context_t context(1);
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 2000);
+  dealer.connect(master);
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<std::string> keys = {key};
+  b.Finish(mfb::CreateRequest(b, 1, mfb::Body::BatchGet,
+                              mfb::CreateBatchGet(b, b.CreateVectorOfStrings(keys)).Union()));
+  dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+  dealer.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+  zmq::message_t empty, body;
+  if (!dealer.recv(empty) || !dealer.recv(body)) return out;
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(body.data()), body.size());
+  if (!verifier.VerifyBuffer<mfb::Reply>(nullptr)) return out;
+  const auto* p = flatbuffers::GetRoot<mfb::Reply>(body.data())->body_as_PlacementReply();
+  if (p == nullptr || p->placements() == nullptr || p->segments() == nullptr) return out;
+  for (const mfb::Placement* pl : *p->placements()) {
+    Placed x{pl->segment_id(), pl->offset(), pl->length(), 0};
+    for (const mfb::SegmentInfo* s : *p->segments()) {
+      if (s->segment_id() == pl->segment_id()) x.incarnation = s->incarnation();
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+// ---- another process's memory ------------------------------------------------------------------
+
+// The start of `pid`'s mapping that is exactly `size` bytes (a node pool of a distinctive size),
+// or 0.
+inline uint64_t MappingOfSize(pid_t pid, uint64_t size) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uint64_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream in(line);
+    in >> std::hex >> begin >> dash >> end;
+    if (end - begin == size) return begin;
+  }
+  return 0;
+}
+
+// Reads or writes `n` bytes at `address` of process `pid` (root: /proc/PID/mem).
+inline bool PokeMemory(pid_t pid, uint64_t address, const void* bytes, size_t n) {
+  const int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDWR);
+  if (fd < 0) return false;
+  const bool ok = pwrite(fd, bytes, n, static_cast<off_t>(address)) == static_cast<ssize_t>(n);
+  close(fd);
+  return ok;
+}
+inline std::string PeekMemory(pid_t pid, uint64_t address, size_t n) {
+  std::string out(n, '\0');
+  const int fd = open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY);
+  if (fd < 0) return "";
+  const bool ok = pread(fd, out.data(), n, static_cast<off_t>(address)) == static_cast<ssize_t>(n);
+  close(fd);
+  return ok ? out : "";
+}
+
+// ---- a TCP proxy that can hold traffic ---------------------------------------------------------
+
+// Listens on `listen_host`:`port` and forwards every connection to 127.0.0.1:`target_port`
+// (Retarget moves it, like a virtual IP moving to another host: open connections are cut).
+// While held, bytes from clients are read and kept (the client sees its sends succeed, as a
+// network path that buffers them would) instead of forwarded; Release() delivers what was kept
+// and forwards again. Replies flow back unchanged. A client that goes away while held does not
+// take its kept bytes with it: they are still delivered at Release, as TCP retransmissions after
+// a partition heals would be.
+class HoldProxy {
+ public:
+  HoldProxy(const std::string& listen_host, uint16_t port, uint16_t target_port)
+      : target_port_(target_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, listen_host.c_str(), &a.sin_addr);
+    ok_ = bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+          listen(listener_, 16) == 0;
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~HoldProxy() {
+    stop_ = true;
+    thread_.join();
+    close(listener_);
+    for (Pair& p : pairs_) {
+      if (p.client >= 0) close(p.client);
+      if (p.server >= 0) close(p.server);
+    }
+  }
+  bool ok() const { return ok_; }
+  void Hold() { held_ = true; }
+  void Release() { held_ = false; }
+  void Retarget(uint16_t target_port) {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_port_ = target_port;
+    for (Pair& p : pairs_) {
+      if (p.client >= 0) close(p.client);
+      if (p.server >= 0) close(p.server);
+    }
+    pairs_.clear();
+  }
+  // Bytes kept so far (all connections).
+  size_t kept() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const Pair& p : pairs_) n += p.kept.size();
+    return n;
+  }
+  // Bytes forwarded to the server so far.
+  size_t forwarded() const { return forwarded_.load(); }
+
+ private:
+  struct Pair {
+    int client = -1;
+    int server = -1;
+    std::string kept;
+  };
+
+  void Run() {
+    while (!stop_) {
+      std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const Pair& p : pairs_) {
+          fds.push_back({p.client, POLLIN, 0});
+          fds.push_back({p.server, POLLIN, 0});
+        }
+      }
+      poll(fds.data(), fds.size(), 20);
+      if (fds[0].revents & POLLIN) Accept();
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < pairs_.size(); ++i) {
+        Pair& p = pairs_[i];
+        const size_t at = 1 + 2 * i;
+        char buf[65536];
+        if (at < fds.size() && p.client >= 0 && (fds[at].revents & (POLLIN | POLLHUP))) {
+          const ssize_t n = read(p.client, buf, sizeof(buf));
+          if (n <= 0) {
+            close(p.client);
+            p.client = -1;
+          } else {
+            p.kept.append(buf, static_cast<size_t>(n));
+          }
+        }
+        if (at + 1 < fds.size() && p.server >= 0 && (fds[at + 1].revents & (POLLIN | POLLHUP))) {
+          const ssize_t n = read(p.server, buf, sizeof(buf));
+          if (n <= 0 || p.client < 0 || write(p.client, buf, static_cast<size_t>(n)) != n) {
+            // The server or the client went: replies have nowhere to go.
+            if (n <= 0) {
+              close(p.server);
+              p.server = -1;
+            }
+          }
+        }
+        if (!held_ && p.server >= 0 && !p.kept.empty()) {
+          const ssize_t n = write(p.server, p.kept.data(), p.kept.size());
+          if (n > 0) {
+            p.kept.erase(0, static_cast<size_t>(n));
+            forwarded_ += static_cast<size_t>(n);
+          }
+        }
+      }
+    }
+  }
+
+  void Accept() {
+    const int client = accept(listener_, nullptr, nullptr);
+    if (client < 0) return;
+    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(target_port_.load());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      close(client);
+      close(server);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_.push_back(Pair{client, server, {}});
+  }
+
+  std::atomic<uint16_t> target_port_;
+  int listener_ = -1;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> held_{false};
+  std::atomic<size_t> forwarded_{0};
+  std::mutex mu_;
+  std::vector<Pair> pairs_;
+  std::thread thread_;
+};
+
+}  // namespace kvagent::testing
