@@ -375,13 +375,19 @@ Status MetadataStore::Open() {
     if (!count.ok()) return count.status();
     FinishRestore();
     restoring_ = false;
-    // Compact: the new log is the restored state, written as fresh records.
-    KVAGENT_RETURN_IF_ERROR(
-        oplog_->Rewrite([this](const std::function<void(std::string_view)>& append) {
-          snapshot_sink_ = &append;
-          WriteSnapshot();
-          snapshot_sink_ = nullptr;
-        }));
+    // Compact: the new log is the restored state, written as fresh records. The records
+    // replayed stay valid without it, so a disk too full for the copy only costs the compaction
+    // (a version-1 log, though, must be rewritten before records can be appended to it).
+    Status compacted = oplog_->Rewrite([this](const std::function<void(std::string_view)>& append) {
+      snapshot_sink_ = &append;
+      WriteSnapshot();
+      snapshot_sink_ = nullptr;
+    });
+    if (!compacted.ok()) {
+      if (oplog_->needs_rewrite()) return compacted;
+      LOG(WARNING) << "operation log: not compacted at start (" << compacted.message()
+                   << "); kvmaster goes on appending to the log as it is";
+    }
     snapshot_bytes_ = oplog_->file_bytes();
     LOG(INFO) << "restored " << objects_.size() << " object(s), " << agents_.size() << " agent(s), "
               << segments_.size() << " segment(s) from " << oplog_->path() << " (" << count.value()

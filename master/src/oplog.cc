@@ -21,6 +21,7 @@ constexpr uint64_t kHeaderBytes = sizeof(kHeader);
 constexpr uint32_t kRecordMagic = 0x4352564B;  // "KVRC" little-endian
 constexpr uint32_t kMaxRecordBytes = 64u << 20;
 constexpr uint64_t kV1FrameBytes = 8;
+constexpr uint64_t kProbeBytes = 64 << 10;  // what Probe asks of a disk that was full
 
 uint32_t LoadU32(const char* p) {
   uint32_t v = 0;
@@ -177,6 +178,9 @@ Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir, OpLogOptions 
     ::close(fd);
     return Internal("cannot stat " + path + ": " + std::strerror(errno));
   }
+  // Space a previous process preallocated beyond its last record (it died before giving it
+  // back) is released: a nearly full disk needs it to compact and to take new records.
+  (void)::ftruncate(fd, st.st_size);
   auto log = std::unique_ptr<OpLog>(new OpLog(dir, std::move(path), fd, options));
   log->file_bytes_ = static_cast<uint64_t>(st.st_size);
   log->reserved_end_ = log->file_bytes_;
@@ -209,6 +213,7 @@ Result<uint64_t> OpLog::Replay(const std::function<Status(std::string_view)>& ap
   if (data.empty()) return count;
   if (data.size() < kHeaderBytes || std::memcmp(data.data(), kHeader, 8) != 0) {
     KVAGENT_RETURN_IF_ERROR(ReplayV1(data, apply, &count));
+    needs_rewrite_ = true;  // records can only be appended in format 2
     return count;
   }
   uint64_t pos = kHeaderBytes;
@@ -348,11 +353,14 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
 
 bool OpLog::Probe() {
   if (writable_) return true;
-  // Room for a chunk beyond what is reserved: the disk really has space again.
+  // Room beyond what is reserved: the disk really has space again.
+  if (!Preallocate(reserved_end_ + kProbeBytes)) return false;
+  LOG(WARNING) << "operation log " << path_ << ": the state dir takes records again; "
+               << "mutating requests resume";
+  writable_ = true;
+  error_.clear();
   next_retry_ns_ = 0;
-  const uint64_t base = file_bytes_ == 0 ? kHeaderBytes : file_bytes_;
-  const uint64_t used = base + buffer_.size() + granted_;
-  return Reserve(reserved_end_ - std::min(reserved_end_, used) + options_.reserve_chunk, 0);
+  return true;
 }
 
 void OpLog::Append(std::string_view payload) {
@@ -422,6 +430,7 @@ Status OpLog::Rewrite(
   fd_ = nfd;
   file_bytes_ = reserved_end_ = written;
   granted_ = 0;
+  needs_rewrite_ = false;
   return Status::Ok();
 }
 

@@ -108,6 +108,8 @@ class OpLog {
   // as it was before the call (a partial write is cut off again).
   Status Flush();
 
+  // True after replaying a version-1 file: it must be rewritten (Rewrite) before Append.
+  bool needs_rewrite() const { return needs_rewrite_; }
   const std::string& path() const { return path_; }
   uint64_t records_appended() const { return records_; }
   uint64_t file_bytes() const { return file_bytes_; }
@@ -130,6 +132,7 @@ class OpLog {
   uint64_t reserved_end_ = 0;  // the file's space is allocated up to here
   uint64_t granted_ = 0;       // bytes reserved for records not appended yet
   bool writable_ = true;
+  bool needs_rewrite_ = false;
   std::string error_;
   int64_t next_retry_ns_ = 0;
 };
