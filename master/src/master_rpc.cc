@@ -387,6 +387,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
           {"oplog_records", st.oplog_records},
           {"replication_last_seq", st.replication_last_seq},
           {"suspect_agents", st.suspect_agents},
+          {"agents_suspected", st.agents_suspected},
           {"fenced_bytes", st.fenced_bytes},
           {"pending_fences", st.pending_fences},
           {"bad_replicas", st.bad_replicas},

@@ -251,6 +251,7 @@ class MetadataStore {
   void AppendReadPlacements(const Object& o, std::vector<Placement>* out) const;
   // Milliseconds of the master's own running time (see AdvanceLiveClock).
   int64_t LiveNow() const;
+  int64_t TickCredit() const;
   const ObjectTable& objects() const { return objects_; }
   SessionTags& tags() { return tags_; }
   const std::map<SegmentId, Segment>& segments() const { return segments_; }

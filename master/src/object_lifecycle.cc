@@ -271,20 +271,26 @@ HeartbeatResult MetadataStore::Fences(Agent* a, uint64_t acked) {
 
 // ---- liveness ------------------------------------------------------------------------------
 
+// The most of one gap between Ticks the live clock counts: a quarter of the TTL at most, so a
+// stall never eats much of an agent's TTL.
+int64_t MetadataStore::TickCredit() const {
+  return std::max<int64_t>(1, std::min(options_.max_tick_gap_ms, options_.agent_ttl_ms / 4));
+}
+
 int64_t MetadataStore::LiveNow() const {
-  return live_ms_ + std::clamp<int64_t>(now() - live_mark_ms_, 0, options_.max_tick_gap_ms);
+  return live_ms_ + std::clamp<int64_t>(now() - live_mark_ms_, 0, TickCredit());
 }
 
 void MetadataStore::AdvanceLiveClock() {
   const int64_t t = now();
   const int64_t gap = t - live_mark_ms_;
-  if (gap > options_.max_tick_gap_ms && live_mark_ms_ != 0) {
+  if (gap > TickCredit() && live_mark_ms_ != 0) {
     ++counters_.stalls_forgiven;
     LOG(WARNING) << "kvmaster did not run for " << gap
                  << " ms (stopped or starved of CPU); its agents are not blamed for silence "
                     "during that time";
   }
-  live_ms_ += std::clamp<int64_t>(gap, 0, options_.max_tick_gap_ms);
+  live_ms_ += std::clamp<int64_t>(gap, 0, TickCredit());
   live_mark_ms_ = t;
 }
 
@@ -301,6 +307,7 @@ void MetadataStore::SetSuspect(Agent& a, bool suspect) {
   if (a.suspect == suspect) return;
   a.suspect = suspect;
   suspects_ += suspect ? 1 : -1;
+  if (suspect) ++counters_.agents_suspected;
   RefreshCandidates();
 }
 

@@ -56,7 +56,9 @@ inline uint16_t FreePort() {
 // incarnation of the same agent).
 class NodeAgent {
  public:
-  explicit NodeAgent(Args args) : args_(std::move(args)) {
+  // `netns`: run inside that network namespace (ip netns exec).
+  explicit NodeAgent(Args args, std::string netns = "")
+      : args_(std::move(args)), netns_(std::move(netns)) {
     run_dir_ = dir_.path() + "/run";
     Start();
   }
@@ -70,6 +72,7 @@ class NodeAgent {
                                      "node-" + run_dir_};
     args.insert(args.end(), args_.begin(), args_.end());
     args.insert(args.end(), extra.begin(), extra.end());
+    if (!netns_.empty()) args.insert(args.begin(), {"/usr/sbin/ip", "netns", "exec", netns_});
     const std::string socket = run_dir_ + "/agent.sock";
     unlink(socket.c_str());
     const pid_t pid = fork();
@@ -116,6 +119,7 @@ class NodeAgent {
  private:
   TempDir dir_;
   Args args_;
+  std::string netns_;
   std::string run_dir_;
   ProcessGuard process_;
   bool started_ = false;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "netns_pair.h"
 #include "test_support.h"
 
 namespace kvagent::transfer {
@@ -53,15 +54,6 @@ std::unique_ptr<Spawned> Spawn(const std::vector<std::string>& args, bool merge_
   return spawned;
 }
 
-// Runs a command to completion; returns its exit status (-1 if it could not run).
-int RunCommand(const std::vector<std::string>& args) {
-  auto spawned = Spawn(args);
-  if (!spawned) return -1;
-  close(spawned->stdin_fd);
-  spawned->stdin_fd = -1;
-  return spawned->process.Wait();
-}
-
 // Everything a child printed until it closed stdout, waiting at most `timeout_ms` per read.
 std::string ReadOutput(int fd, int timeout_ms) {
   std::string text;
@@ -89,58 +81,10 @@ std::string ReadLine(int fd, int timeout_ms) {
   return line;
 }
 
-// Two namespaces and the veth pair between them; deleted on destruction.
-class NamespacePair {
- public:
-  NamespacePair() {
-    std::random_device random;
-    subnet_ = static_cast<int>(random() % 250) + 1;
-    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(subnet_);
-    a_ = "kvt-" + tag + "a";
-    b_ = "kvt-" + tag + "b";
-    const std::string short_tag = std::to_string(random() % 100000);
-    const std::string veth_a = "kvt" + short_tag + "a";
-    const std::string veth_b = "kvt" + short_tag + "b";
-    ok_ = RunCommand({"ip", "netns", "add", a_}) == 0;
-    created_a_ = ok_;
-    ok_ = ok_ && RunCommand({"ip", "netns", "add", b_}) == 0;
-    created_b_ = ok_;
-    // Created directly inside the namespaces: the root namespace never sees these links.
-    ok_ = ok_ && RunCommand({"ip", "link", "add", veth_a, "netns", a_, "type", "veth", "peer",
-                             "name", veth_b, "netns", b_}) == 0;
-    ok_ =
-        ok_ && RunCommand({"ip", "-n", a_, "addr", "add", address_a() + "/24", "dev", veth_a}) == 0;
-    ok_ =
-        ok_ && RunCommand({"ip", "-n", b_, "addr", "add", address_b() + "/24", "dev", veth_b}) == 0;
-    for (const auto& [ns, dev] : {std::pair{a_, veth_a}, std::pair{b_, veth_b}}) {
-      ok_ = ok_ && RunCommand({"ip", "-n", ns, "link", "set", dev, "up"}) == 0;
-      ok_ = ok_ && RunCommand({"ip", "-n", ns, "link", "set", "lo", "up"}) == 0;
-    }
-  }
-  ~NamespacePair() {
-    if (created_a_)
-      RunCommand({"ip", "netns", "del", a_});  // takes its veth end (and the pair) along
-    if (created_b_) RunCommand({"ip", "netns", "del", b_});
-  }
-  bool ok() const { return ok_; }
-  const std::string& a() const { return a_; }
-  const std::string& b() const { return b_; }
-  std::string address_a() const { return "10.213." + std::to_string(subnet_) + ".1"; }
-  std::string address_b() const { return "10.213." + std::to_string(subnet_) + ".2"; }
-  // An address in the pair's subnet that no interface has.
-  std::string address_nobody() const { return "10.213." + std::to_string(subnet_) + ".9"; }
-
- private:
-  int subnet_ = 0;
-  std::string a_, b_;
-  bool ok_ = false;
-  bool created_a_ = false;
-  bool created_b_ = false;
-};
+using kvagent::testing::NamespacePair;
 
 TEST(NetnsTransferTest, EnginesInTwoNamespacesWriteAndReadAcrossAVethPair) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (RunCommand({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "`ip netns` is not available";
+  if (!kvagent::testing::CanUseNetns()) GTEST_SKIP() << "needs root and `ip netns`";
   NamespacePair pair;
   ASSERT_TRUE(pair.ok()) << "could not set up namespaces " << pair.a() << " / " << pair.b();
 
@@ -169,8 +113,7 @@ TEST(NetnsTransferTest, EnginesInTwoNamespacesWriteAndReadAcrossAVethPair) {
 }
 
 TEST(NetnsTransferTest, AServerInAnotherNamespaceIsUnreachableOverLoopback) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (RunCommand({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "`ip netns` is not available";
+  if (!kvagent::testing::CanUseNetns()) GTEST_SKIP() << "needs root and `ip netns`";
   NamespacePair pair;
   ASSERT_TRUE(pair.ok());
   auto server = Spawn({"ip", "netns", "exec", pair.b(), KVAGENT_TRANSFER_PEER, "serve",
@@ -189,8 +132,7 @@ TEST(NetnsTransferTest, AServerInAnotherNamespaceIsUnreachableOverLoopback) {
 }
 
 TEST(NetnsTransferTest, APeerAddressNobodyAnswersTimesOutWhileConnecting) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
-  if (RunCommand({"ip", "netns", "list"}) != 0) GTEST_SKIP() << "`ip netns` is not available";
+  if (!kvagent::testing::CanUseNetns()) GTEST_SKIP() << "needs root and `ip netns`";
   NamespacePair pair;
   ASSERT_TRUE(pair.ok());
   // ARP for the address goes unanswered for seconds; the 300 ms peer timeout fires first.

@@ -67,7 +67,8 @@ struct MasterOptions {
   // (0: twelve TTLs, 2 minutes with the default TTL).
   int64_t agent_dead_ms = 0;
   // Ticks normally come every few milliseconds. A longer gap between two Ticks means the master
-  // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it.
+  // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it
+  // (and at most a quarter of the agent TTL).
   int64_t max_tick_gap_ms = 1000;
   std::string state_dir;  // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
@@ -260,6 +261,7 @@ struct MasterStats {
   uint64_t oplog_records = 0;
   uint64_t replication_last_seq = 0;  // newest record a standby can fetch
   uint64_t suspect_agents = 0;        // silent past the TTL, not yet dropped
+  uint64_t agents_suspected = 0;      // times an agent became suspect
   uint64_t fenced_bytes = 0;          // space of abandoned writes waiting for their fences
   uint64_t pending_fences = 0;        // fences not acknowledged yet
   uint64_t bad_replicas = 0;          // replicas dropped because a reader found them corrupt
