@@ -18,10 +18,15 @@
 //   <p>.memcpy.from_pool.{1m,16m}                      GB/s, the baseline of a get
 //   <p>.stream_copy.to_pool.{1m,16m}                   GB/s, the agent's own streaming-store copy
 //   <p>.{put,get}.{1m,16m}[.depth4].vs_memcpy, <p>.put.{1m,16m}.vs_stream_copy     ratios
+//   <p>.crc_copy.{to,from}_pool.{1m,16m}[.vs_*]        GB/s of the copies with CRC32C a put and
+//                                                      a get make with checksums on
 //   <p>.put.lat.p50/p99, <p>.get.lat.p50/p99           us, single-key 4 KiB calls back to back
 //                                                      (the agent is still polling)
 //   e2e.remote.master_rtt.p50                          us, one kvmaster RPC (Exist of a key)
 //                                                      from a plain DEALER, without the agent
+//   e2e.checksums.{on,off}.{put,get}.{4k.b128,1m}      the cost of end-to-end checksums: two
+//   e2e.checksums.{put,get}.{4k.b128,1m}.vs_off        standalone stores, one with
+//                                                      --checksums=false, in alternating rounds
 //   e2e.remote.zmq_rtt.p50                             us, the transport under a master RPC:
 //                                                      a DEALER->ROUTER echo over loopback TCP
 //                                                      (a remote put makes two master RPCs, a
@@ -55,6 +60,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/checksum.h"
 #include "pipeline_support.h"
 #include "stream_copy.h"
 #include "zmq_test_client.h"
@@ -160,6 +166,14 @@ double CopyBandwidth(size_t value, int sources, bool to_pool, const CopyFn& copy
 }
 
 void MemcpyFn(uint8_t* d, const uint8_t* s, size_t n) { std::memcpy(d, s, n); }
+
+uint32_t crc_sink = 0;  // keeps the checksums the copies below take
+void CrcStreamFn(uint8_t* d, const uint8_t* s, size_t n) {
+  crc_sink ^= kvagent::CopyWithCrc32c(d, s, n, kvagent::CopyStores::kStreaming);
+}
+void CrcCachedFn(uint8_t* d, const uint8_t* s, size_t n) {
+  crc_sink ^= kvagent::CopyWithCrc32c(d, s, n, kvagent::CopyStores::kCached);
+}
 
 // ---- the store -------------------------------------------------------------------------------
 
@@ -373,6 +387,10 @@ void LargeValues(Store& store, const std::string& p, size_t value, const std::st
   const double to_pool = CopyBandwidth(value, sources_count, true, MemcpyFn);
   const double from_pool = CopyBandwidth(value, 4, false, MemcpyFn);
   const double streamed = CopyBandwidth(value, sources_count, true, kvagent::agent::StreamCopy);
+  // The copies a put and a get make with checksums on: the same loads and stores, the CRC32C
+  // taken on the way (common/checksum.h).
+  const double crc_to_pool = CopyBandwidth(value, sources_count, true, CrcStreamFn);
+  const double crc_from_pool = CopyBandwidth(value, 4, false, CrcCachedFn);
   Bench(p + ".put." + name, put, "GB/s");
   Bench(p + ".get." + name, get, "GB/s");
   Bench(p + ".put." + name + ".depth4", put4, "GB/s");
@@ -385,6 +403,10 @@ void LargeValues(Store& store, const std::string& p, size_t value, const std::st
   Bench(p + ".put." + name + ".depth4.vs_memcpy", put4 / to_pool, "x");
   Bench(p + ".get." + name + ".depth4.vs_memcpy", get4 / from_pool, "x");
   Bench(p + ".put." + name + ".vs_stream_copy", put / streamed, "x");
+  Bench(p + ".crc_copy.to_pool." + name, crc_to_pool, "GB/s");
+  Bench(p + ".crc_copy.from_pool." + name, crc_from_pool, "GB/s");
+  Bench(p + ".crc_copy.to_pool." + name + ".vs_stream_copy", crc_to_pool / streamed, "x");
+  Bench(p + ".crc_copy.from_pool." + name + ".vs_memcpy", crc_from_pool / from_pool, "x");
 }
 
 // The transport under a master RPC: p50 round trip (us) of a ZMQ DEALER in this process to a
@@ -449,6 +471,58 @@ double MasterRoundTripP50(const std::string& endpoint) {
   return Percentile(us, 0.5);
 }
 
+// What checksums cost: two standalone stores side by side, one with --checksums=false, measured
+// in alternating rounds (so drift of the shared machine hits both alike). 4 KiB values at 128
+// keys per request (median of 7 rounds each) and 1 MiB values (best of 3 rounds, 3 times each).
+void ChecksumCost() {
+  Store on(false, {});
+  Store off(false, {"--checksums=false"});
+  std::vector<double> put_on, get_on, put_off, get_off;
+  {
+    auto src_on = AllocateFilled(on.client(), 128, k4K, 1);
+    auto dst_on = AllocateFilled(on.client(), 128, k4K, 0);
+    auto src_off = AllocateFilled(off.client(), 128, k4K, 1);
+    auto dst_off = AllocateFilled(off.client(), 128, k4K, 0);
+    const auto keys = Keys("cs-", 32768);
+    PutGetRounds(on, Keys("warm-", 1024), 128, 1, src_on, dst_on, 1);
+    PutGetRounds(off, Keys("warm-", 1024), 128, 1, src_off, dst_off, 1);
+    for (int round = 0; round < 7; ++round) {
+      const RoundRates a = PutGetRounds(on, keys, 128, 1, src_on, dst_on, 1);
+      const RoundRates b = PutGetRounds(off, keys, 128, 1, src_off, dst_off, 1);
+      put_on.push_back(a.put[0]);
+      get_on.push_back(a.get[0]);
+      put_off.push_back(b.put[0]);
+      get_off.push_back(b.get[0]);
+    }
+  }
+  Bench("e2e.checksums.on.put.4k.b128", Median(put_on), "keys/s");
+  Bench("e2e.checksums.off.put.4k.b128", Median(put_off), "keys/s");
+  Bench("e2e.checksums.on.get.4k.b128", Median(get_on), "keys/s");
+  Bench("e2e.checksums.off.get.4k.b128", Median(get_off), "keys/s");
+  Bench("e2e.checksums.put.4k.b128.vs_off", Median(put_on) / Median(put_off), "x");
+  Bench("e2e.checksums.get.4k.b128.vs_off", Median(get_on) / Median(get_off), "x");
+  const size_t mib = size_t{1} << 20;
+  auto src_on = AllocateFilled(on.client(), 8, mib, 3);
+  auto dst_on = AllocateFilled(on.client(), 4, mib, 0);
+  auto src_off = AllocateFilled(off.client(), 8, mib, 3);
+  auto dst_off = AllocateFilled(off.client(), 4, mib, 0);
+  double best_put_on = 0, best_get_on = 0, best_put_off = 0, best_get_off = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto [pa, ga] = LargeRates(on, mib, "1m", 1, src_on, dst_on);
+    const auto [pb, gb] = LargeRates(off, mib, "1m", 1, src_off, dst_off);
+    best_put_on = std::max(best_put_on, pa);
+    best_get_on = std::max(best_get_on, ga);
+    best_put_off = std::max(best_put_off, pb);
+    best_get_off = std::max(best_get_off, gb);
+  }
+  Bench("e2e.checksums.on.put.1m", best_put_on, "GB/s");
+  Bench("e2e.checksums.off.put.1m", best_put_off, "GB/s");
+  Bench("e2e.checksums.on.get.1m", best_get_on, "GB/s");
+  Bench("e2e.checksums.off.get.1m", best_get_off, "GB/s");
+  Bench("e2e.checksums.put.1m.vs_off", best_put_on / best_put_off, "x");
+  Bench("e2e.checksums.get.1m.vs_off", best_get_on / best_get_off, "x");
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -466,8 +540,8 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `e2e_bench standalone|remote [KVAGENT FLAGS...]` runs one store only, its kvagent with the
-  // extra flags (for profiling and experiments).
+  // `e2e_bench standalone|remote|checksums [KVAGENT FLAGS...]` runs one part only, its kvagent
+  // with the extra flags (for profiling and experiments).
   const std::string only = argc > 1 ? argv[1] : "";
   const kvagent::testing::Args agent_flags(argv + std::min(argc, 2), argv + argc);
   PinSelf(0);
@@ -477,5 +551,6 @@ int main(int argc, char** argv) {
       LastCpu());
   if (only.empty() || only == "standalone") Run(false, agent_flags);
   if (only.empty() || only == "remote") Run(true, agent_flags);
+  if (only.empty() || only == "checksums") ChecksumCost();
   return 0;
 }
