@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kHelloMagic = 0x4352564B;     // "KVRC"
 constexpr uint32_t kPoolInfoMagic = 0x5352564B;  // "KVRS"
-constexpr uint16_t kRdmaVersion = 1;
+constexpr uint16_t kRdmaVersion = 2;
 constexpr uint32_t kSendDepth = 128;  // signaled work requests in flight per QP
 constexpr uint8_t kMaxReadsInFlight = 16;
 constexpr int kPollBatch = 32;
@@ -61,6 +61,7 @@ void EncodePoolInfo(const PoolInfo& info, uint8_t out[kPoolInfoBytes]) {
   PutLe<uint64_t>(out + 8, info.addr);
   PutLe<uint64_t>(out + 16, info.size);
   PutLe<uint32_t>(out + 24, info.rkey);
+  PutLe<uint64_t>(out + 32, info.incarnation);
 }
 
 bool DecodePoolInfo(const std::vector<uint8_t>& data, PoolInfo* info) {
@@ -72,6 +73,7 @@ bool DecodePoolInfo(const std::vector<uint8_t>& data, PoolInfo* info) {
   info->addr = GetLe<uint64_t>(data.data() + 8);
   info->size = GetLe<uint64_t>(data.data() + 16);
   info->rkey = GetLe<uint32_t>(data.data() + 24);
+  info->incarnation = GetLe<uint64_t>(data.data() + 32);
   return true;
 }
 
@@ -121,7 +123,8 @@ Status ServerConnection::Accept(const CmEvent& request) {
   uint8_t info[kPoolInfoBytes];
   EncodePoolInfo({.addr = reinterpret_cast<uint64_t>(state_->pool_->base()),
                   .size = state_->pool_->size(),
-                  .rkey = device->pool_rkey()},
+                  .rkey = device->pool_rkey(),
+                  .incarnation = state_->fence_ ? state_->fence_->pool_incarnation() : 0},
                  info);
   rdma_conn_param param{};
   param.private_data = info;
@@ -329,6 +332,17 @@ void ClientConnection::Established(const CmEvent& event) {
 
 bool ClientConnection::Admit(uint64_t slot) {
   Op& op = ops_.at(slot);
+  // One-sided ops cannot be refused by the target's CPU: the pool incarnation is checked here,
+  // against what the peer announced when the connection was made.
+  if (op.op.pool_incarnation != 0 && remote_.incarnation != 0 &&
+      op.op.pool_incarnation != remote_.incarnation) {
+    op.op.Fail(ErrorCode::kTransferFailed,
+               "the peer restarted: its pool is incarnation " +
+                   std::to_string(remote_.incarnation) + ", the placement was made in " +
+                   std::to_string(op.op.pool_incarnation) + " (the value there is gone)");
+    ops_.erase(slot);
+    return false;
+  }
   Status range = CheckPoolRange(op.op.remote_offset, op.op.length, remote_.size, "pool of " + key_);
   if (!range.ok()) {
     op.op.Finish(Status(range.code(), op.op.Describe() + ": " + range.message()));

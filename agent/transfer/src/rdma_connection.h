@@ -32,14 +32,15 @@ namespace kvagent::transfer {
 
 // Connection private data, little-endian. Client -> server (rdma_connect): "KVRC" u32 |
 // version u16 | 0 u16. Server -> client (rdma_accept): "KVRS" u32 | version u16 | 0 u16 |
-// pool addr u64 | pool size u64 | rkey u32 | 0 u32.
+// pool addr u64 | pool size u64 | rkey u32 | 0 u32 | pool incarnation u64.
 struct PoolInfo {
   uint64_t addr = 0;
   uint64_t size = 0;
   uint32_t rkey = 0;
+  uint64_t incarnation = 0;  // the client fails an op placed in another (pool_fence.h)
 };
 inline constexpr size_t kRdmaHelloBytes = 8;
-inline constexpr size_t kPoolInfoBytes = 32;
+inline constexpr size_t kPoolInfoBytes = 40;
 void EncodeRdmaHello(uint8_t out[kRdmaHelloBytes]);
 bool IsRdmaHello(const std::vector<uint8_t>& data);
 void EncodePoolInfo(const PoolInfo& info, uint8_t out[kPoolInfoBytes]);
@@ -78,8 +79,9 @@ class ServerConnection;
 
 class RdmaTransport::State {
  public:
-  State(NodePool* pool, std::chrono::milliseconds timeout, EngineCounters* counters)
-      : pool_(pool), timeout_(timeout), counters_(counters) {}
+  State(NodePool* pool, const PoolFence* fence, std::chrono::milliseconds timeout,
+        EngineCounters* counters)
+      : pool_(pool), fence_(fence), timeout_(timeout), counters_(counters) {}
   ~State();
   Status Init(const ListenAddress& listen);
   // Fails every outstanding op, closes every connection, joins the thread.
@@ -95,6 +97,7 @@ class RdmaTransport::State {
   int Tick();
 
   NodePool* pool_;
+  const PoolFence* fence_;  // may be null
   std::chrono::milliseconds timeout_;
   EngineCounters* counters_;
   ibv_context** device_list_ = nullptr;  // rdma_get_devices; owns nothing we free ourselves

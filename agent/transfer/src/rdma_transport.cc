@@ -210,10 +210,11 @@ RdmaTransport::State::~State() {
 }
 
 Result<std::unique_ptr<RdmaTransport>> RdmaTransport::Start(NodePool* pool,
+                                                            const PoolFence* fence,
                                                             const ListenAddress& listen,
                                                             std::chrono::milliseconds timeout,
                                                             EngineCounters* counters) {
-  auto state = std::make_unique<State>(pool, timeout, counters);
+  auto state = std::make_unique<State>(pool, fence, timeout, counters);
   KVAGENT_RETURN_IF_ERROR(state->Init(listen));
   return std::unique_ptr<RdmaTransport>(new RdmaTransport(std::move(state)));
 }

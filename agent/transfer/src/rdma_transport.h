@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "kvagent/transfer/endpoint.h"
 #include "kvagent/transfer/node_pool.h"
+#include "kvagent/transfer/pool_fence.h"
 
 namespace kvagent::transfer {
 
@@ -26,9 +27,10 @@ class RdmaTransport {
   // Opens every rdma_cm device, registers `pool` with each, listens on `listen` and starts the
   // transport thread. INTERNAL naming the step and errno (with the memlock hint where it
   // applies) on failure. `pool` must outlive the transport.
+  // `fence` (may be null): its pool incarnation is announced to peers when they connect.
   [[nodiscard]] static Result<std::unique_ptr<RdmaTransport>> Start(
-      NodePool* pool, const ListenAddress& listen, std::chrono::milliseconds peer_timeout,
-      EngineCounters* counters);
+      NodePool* pool, const PoolFence* fence, const ListenAddress& listen,
+      std::chrono::milliseconds peer_timeout, EngineCounters* counters);
 
   // Fails outstanding ops ("engine shutting down"), destroys every QP, CQ, MR and PD.
   ~RdmaTransport();

@@ -86,7 +86,8 @@ class TransferEngine::Core {
         LOG(INFO) << NoRdmaDeviceLine(probe);
       } else {
         Result<std::unique_ptr<RdmaTransport>> rdma =
-            RdmaTransport::Start(&pool_, *listen, options_.peer_timeout, &counters_);
+            RdmaTransport::Start(&pool_, options_.fence, *listen, options_.peer_timeout,
+                                 &counters_);
         if (rdma.ok()) {
           rdma_ = std::move(*rdma);
         } else if (options_.transport == TransportMode::kRdma) {
