@@ -34,7 +34,9 @@ Status ValidateMasterOptions(const MasterOptions& o) {
   if (!(o.low_watermark > 0 && o.low_watermark <= o.high_watermark && o.high_watermark <= 1)) {
     return InvalidParams("watermarks must satisfy 0 < low <= high <= 1");
   }
-  if (o.max_part_bytes < 4096) return InvalidParams("max part bytes must be at least 4096");
+  if (o.max_part_bytes < 4096 || o.max_part_bytes > kMaxPartBytes) {
+    return InvalidParams("max part bytes must be 4096.." + std::to_string(kMaxPartBytes));
+  }
   return Status::Ok();
 }
 
@@ -172,8 +174,9 @@ Status MasterService::ValidateWriteStart(const WriteStartRequest& req) const {
 }
 
 void MasterService::AppendPlacements(const Object& o, PlacementBatch* out) const {
-  out->placements.insert(out->placements.end(), o.replica_data(),
-                         o.replica_data() + o.replica_total);
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    out->placements.push_back(o.replica(i).ToPlacement(false));
+  }
 }
 
 Status MasterService::WriteStart(const WriteStartRequest& req, bool upsert, PlacementBatch* out) {
@@ -221,13 +224,13 @@ Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upse
                   "no room for " + std::to_string(size) + " bytes of key '" + std::string(key) +
                       "' even after eviction; add agents or memory, or remove objects");
   };
-  std::vector<Replica>& replicas = scratch_replicas_;
+  std::vector<Placement>& replicas = scratch_replicas_;
   replicas.clear();
   // A value that takes more than the pools may hold before eviction starts would be evicted
   // at once after its put: refuse it rather than acknowledge what can never be read.
-  const double watermark_share =
-      static_cast<double>(store_->bytes_capacity()) * options_.high_watermark;
-  if (static_cast<double>(size) > watermark_share && store_->bytes_capacity() > 0) {
+  const uint64_t capacity = store_->bytes_capacity();
+  const double watermark_share = static_cast<double>(capacity) * options_.high_watermark;
+  if (static_cast<double>(size) > watermark_share && capacity > 0) {
     if (fresh) store_->EraseFresh(e);
     store_->CountOversized();
     return Status(ErrorCode::kNoSpace,
@@ -422,7 +425,8 @@ Status MasterService::FinishWrites(const WriteEndRequest& req, bool commit, KeyR
                        n, &out->results);
   }
   // Checksums: part_counts[i] of them per key, in key order.
-  std::vector<uint32_t> first_checksum;
+  std::vector<uint32_t>& first_checksum = scratch_first_checksum_;
+  first_checksum.clear();
   if (!req.part_counts.empty() || !req.checksums.empty()) {
     if (req.part_counts.size() != n) {
       return RejectBatch(InvalidParams("part_counts has " + std::to_string(req.part_counts.size()) +

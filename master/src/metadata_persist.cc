@@ -113,7 +113,7 @@ void MetadataStore::LogAgentDropped(AgentId id) {
 // The object record of `o` as it is, or (with `w`) as it will be once write `w` commits.
 void MetadataStore::EncodeObject(std::string_view key, const Object& o, TagId tag,
                                  const PendingWrite* w, std::span<const Replica> replicas,
-                                 std::string* out) const {
+                                 bool checksummed, std::string* out) const {
   RecordWriter rw(out);
   rw.U8(kObjectRecord);
   rw.Str(key);
@@ -141,7 +141,7 @@ void MetadataStore::EncodeObject(std::string_view key, const Object& o, TagId ta
     rw.U64(r.offset);
     rw.U64(r.length);
     rw.U32(r.checksum);
-    rw.U8(r.checksummed ? 1 : 0);
+    rw.U8(checksummed ? 1 : 0);
   }
 }
 
@@ -149,7 +149,7 @@ void MetadataStore::LogObject(const ObjectEntry& e) {
   if (!ShouldLog()) return;
   record_.clear();
   EncodeObject(e.first, e.second, e.second.tag, nullptr,
-               {e.second.replica_data(), e.second.replica_total}, &record_);
+               {e.second.replica_data(), e.second.replica_total}, e.second.checksummed, &record_);
   AppendRecord();
 }
 
@@ -241,14 +241,17 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
   // Each replica takes at least 24 bytes: a count beyond what is left is damage, not a size.
   if (!r.ok() || n > r.remaining() / 24) return Internal("malformed object record");
   std::vector<Replica> replicas(n);
+  bool checksummed = false;
   for (Replica& rep : replicas) {
     rep.segment_id = r.U32();
     rep.part = r.U32();
     rep.offset = r.U64();
-    rep.length = r.U64();
+    const uint64_t length = r.U64();
+    if (length > kMaxPartBytes) return Internal("malformed object record (part length)");
+    rep.length = static_cast<uint32_t>(length);
     if (v2) {
       rep.checksum = r.U32();
-      rep.checksummed = (r.U8() & 1) != 0;
+      checksummed = (r.U8() & 1) != 0;
     }
   }
   if (!r.ok() || !IsValidUtf8(session) || !IsValidUtf8(key) || key.empty()) {
@@ -269,6 +272,7 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
         static_cast<uint32_t>((now() + static_cast<int64_t>(soft_left) + 999) / 1000);
   }
   o.meta = std::move(meta);
+  o.checksummed = checksummed;
   o.AssignReplicas(replicas.data(), n);
   o.readable = true;
   o.tag = tags_.Acquire(session);

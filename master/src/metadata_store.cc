@@ -171,8 +171,10 @@ Agent* MetadataStore::FindAgentByName(std::string_view name) {
 
 void MetadataStore::RefreshPartBytes() {
   uint64_t smallest = 0;
+  capacity_ = 0;
   for (auto& [id, s] : segments_) {
     if (smallest == 0 || s.allocator.size() < smallest) smallest = s.allocator.size();
+    capacity_ += s.allocator.size();
   }
   part_bytes_ = options_.max_part_bytes;
   if (smallest > 0) part_bytes_ = std::min(part_bytes_, smallest);
@@ -318,9 +320,10 @@ bool MetadataStore::DropAgent(AgentId id) {
 }
 
 void MetadataStore::AppendReadPlacements(const Object& o, std::vector<Placement>* out) const {
-  const Replica* r = o.replica_data();
   const size_t start = out->size();
-  out->insert(out->end(), r, r + o.replica_total);
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    out->push_back(o.replica(i).ToPlacement(o.checksummed));
+  }
   if (suspects_ == 0 || o.replicas_per_part < 2) return;
   // Within each part, replicas on suspect agents go last (a stable partition keeps parts
   // grouped and in order).
@@ -342,7 +345,7 @@ void MetadataStore::AppendReadPlacements(const Object& o, std::vector<Placement>
 // ---- allocation ----------------------------------------------------------------------------
 
 bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
-                                std::vector<Replica>* out) {
+                                std::vector<Placement>* out) {
   const size_t mark = out->size();
   const uint64_t parts = size == 0 ? 1 : size / part_bytes_ + (size % part_bytes_ != 0);
   AgentId used[256];
@@ -370,11 +373,11 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
       auto off = best->allocator.Allocate(len);
       if (!off) break;
       used[n_used++] = best->agent;
-      out->push_back(Replica{static_cast<uint32_t>(p), best->id, *off, len});
+      out->push_back(Placement{static_cast<uint32_t>(p), best->id, *off, len, 0, false});
     }
     if (n_used == 0) {
       for (size_t i = mark; i < out->size(); ++i) {
-        const Replica& r = (*out)[i];
+        const Placement& r = (*out)[i];
         segments_.at(r.segment_id).allocator.Free(r.offset, r.length);
       }
       out->resize(mark);
@@ -385,7 +388,7 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
 }
 
 bool MetadataStore::AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,
-                                     std::vector<Replica>* out) {
+                                     std::vector<Placement>* out) {
   if (TryAllocate(writer, size, replicas_per_part, out)) return true;
   // No room: evict down to the low watermark (and at least the bytes needed), retry once.
   const uint64_t capacity = bytes_capacity();
@@ -404,11 +407,7 @@ uint64_t MetadataStore::bytes_used() const {
   return u;
 }
 
-uint64_t MetadataStore::bytes_capacity() const {
-  uint64_t c = 0;
-  for (const auto& [id, s] : segments_) c += s.allocator.size();
-  return c;
-}
+uint64_t MetadataStore::bytes_capacity() const { return capacity_; }
 
 void MetadataStore::FreeReplicas(const Object& o) {
   for (uint32_t r = 0; r < o.replica_total; ++r) FreeReplica(o.replica(r));
@@ -419,9 +418,11 @@ void MetadataStore::FreeReplica(const Replica& rep) {
   if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
 }
 
-void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas) {
+void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Placement>* replicas) {
   o.size = size;
-  o.AssignReplicas(replicas->data(), static_cast<uint32_t>(replicas->size()));
+  scratch_replicas_.clear();
+  for (const Placement& p : *replicas) scratch_replicas_.push_back(Replica::Of(p));
+  o.AssignReplicas(scratch_replicas_.data(), static_cast<uint32_t>(scratch_replicas_.size()));
 }
 
 bool MetadataStore::SoftPinned(const Object& o) const {

@@ -47,8 +47,24 @@ struct StoredBlockMeta {
   static std::unique_ptr<StoredBlockMeta> From(const BlockMetaView& view);
 };
 
-// A replica of one part: where it lives (the same record the API returns).
-using Replica = Placement;
+// A replica of one part: where it lives, and the part's checksum. 24 bytes (at a million keys
+// every byte is a megabyte): a part is at most kMaxPartBytes, so its length fits 32 bits; whether
+// the checksum is set is the object's (Object::checksummed).
+struct Replica {
+  uint32_t part = 0;
+  SegmentId segment_id = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  uint32_t checksum = 0;
+
+  static Replica Of(const Placement& p) {
+    return {p.part, p.segment_id, p.offset, static_cast<uint32_t>(p.length), p.checksum};
+  }
+  Placement ToPlacement(bool checksummed) const {
+    return {part, segment_id, offset, length, checksum, checksummed};
+  }
+};
+static_assert(sizeof(Replica) == 24);
 
 // An in-flight Put or Upsert. Exists only between *Start and *End/*Revoke (or takeover).
 struct PendingWrite {
@@ -107,7 +123,8 @@ struct Object {
   bool readable : 1 = false;
   bool hard_pin : 1 = false;
   bool soft_pin : 1 = false;
-  bool listed : 1 = false;  // in one of the intrusive lists
+  bool listed : 1 = false;       // in one of the intrusive lists
+  bool checksummed : 1 = false;  // the replicas' checksums are set (written with checksums)
 };
 
 // Intrusive doubly linked list of objects (head = oldest).
@@ -166,8 +183,8 @@ class MetadataStore {
   bool log_writable() const { return !oplog_ || oplog_->writable(); }
   void CountOversized() { ++counters_.oversized_values; }
   // Gives back replicas AllocateReplicas handed out for a write that did not start.
-  void FreeAllocated(std::span<const Replica> replicas) {
-    for (const Replica& r : replicas) FreeReplica(r);
+  void FreeAllocated(std::span<const Placement> replicas) {
+    for (const Placement& r : replicas) FreeReplica(Replica::Of(r));
   }
 
   // ---- agents and segments ----
@@ -192,7 +209,7 @@ class MetadataStore {
   // Allocates replicas for a value of `size` bytes (eviction + one retry on no room). Returns
   // false when not even one replica per part fits.
   bool AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,
-                        std::vector<Replica>* out);
+                        std::vector<Placement>* out);
   // The entry of `key`; inserts an empty one (second = true) when there is none. An empty
   // entry must be turned into a write (CreateWrite) or erased (EraseFresh) before the request
   // ends: nothing else may see it.
@@ -201,16 +218,16 @@ class MetadataStore {
   // A new write id (PendingWrite::write_id).
   uint64_t NewWriteId() { return next_write_id_++; }
   // Turns a fresh entry into an object being written (not readable, no event, not persisted).
-  void CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
+  void CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Placement>* replicas,
                    std::unique_ptr<PendingWrite> pending);
   // Starts rewriting a readable object (upsert): it becomes unreadable (BlockRemoved; the log
   // records the removal since its bytes are about to change). `replicas` == nullptr: in place.
   [[nodiscard]] bool BeginRewrite(ObjectEntry* e, uint64_t size,
-                                  const std::vector<Replica>* replicas,
+                                  const std::vector<Placement>* replicas,
                                   std::unique_ptr<PendingWrite> pending);
   // Takes over a timed-out write: its replicas are fenced (the old writer may still be
   // writing), then the new write starts in new replicas.
-  void TakeOverWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
+  void TakeOverWrite(ObjectEntry* e, uint64_t size, const std::vector<Placement>* replicas,
                      std::unique_ptr<PendingWrite> pending);
   // Makes a written object readable: commits tag, metadata, options, the parts' checksums
   // (`checksums` has one per part, or is empty: not checksummed) and its version; drops the
@@ -298,14 +315,14 @@ class MetadataStore {
   void RefreshCandidates();
   bool ReserveLog(uint64_t payload_bytes, uint64_t records);
   void EncodeObject(std::string_view key, const Object& o, TagId tag, const PendingWrite* w,
-                    std::span<const Replica> replicas, std::string* out) const;
-  void SetReplicas(Object& o, uint64_t size, const std::vector<Replica>* replicas);
+                    std::span<const Replica> replicas, bool checksummed, std::string* out) const;
+  void SetReplicas(Object& o, uint64_t size, const std::vector<Placement>* replicas);
   bool SoftPinned(const Object& o) const;
   void Erase(ObjectEntry* e);
   void Unlist(ObjectEntry* e);
   void RefreshPartBytes();
   bool TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
-                   std::vector<Replica>* out);
+                   std::vector<Placement>* out);
   // Operation log.
   void LogAgent(const Agent& a);
   void LogSegment(const Segment& s);
@@ -330,6 +347,7 @@ class MetadataStore {
   SegmentId next_segment_id_ = 1;
   uint64_t next_write_id_ = 1;
   uint64_t suspects_ = 0;
+  uint64_t capacity_ = 0;        // the size of all segments (RefreshPartBytes)
   int64_t live_ms_ = 0;          // the live clock at live_mark_ms_
   int64_t live_mark_ms_ = 0;     // now() at the last AdvanceLiveClock
   uint64_t snapshot_bytes_ = 0;  // the log's size after its last compaction
@@ -343,6 +361,7 @@ class MetadataStore {
   std::unique_ptr<OpLog> oplog_;
   ReplicationLog replication_{options_.replication_log_bytes};
   std::string record_;  // scratch for one log record
+  std::vector<Replica> scratch_replicas_;
   // While compacting: where records go instead of the live log.
   const std::function<void(std::string_view)>* snapshot_sink_ = nullptr;
   bool restoring_ = false;

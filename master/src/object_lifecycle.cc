@@ -42,7 +42,8 @@ void MetadataStore::EraseFresh(ObjectEntry* e) {
   objects_.Erase(e);
 }
 
-void MetadataStore::CreateWrite(ObjectEntry* e, uint64_t size, const std::vector<Replica>* replicas,
+void MetadataStore::CreateWrite(ObjectEntry* e, uint64_t size,
+                                const std::vector<Placement>* replicas,
                                 std::unique_ptr<PendingWrite> pending) {
   SetReplicas(e->second, size, replicas);
   e->second.pending = std::move(pending);
@@ -50,7 +51,7 @@ void MetadataStore::CreateWrite(ObjectEntry* e, uint64_t size, const std::vector
 }
 
 bool MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
-                                 const std::vector<Replica>* replicas,
+                                 const std::vector<Placement>* replicas,
                                  std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.readable && !o.pending);
@@ -69,7 +70,7 @@ bool MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
 }
 
 void MetadataStore::TakeOverWrite(ObjectEntry* e, uint64_t size,
-                                  const std::vector<Replica>* replicas,
+                                  const std::vector<Placement>* replicas,
                                   std::unique_ptr<PendingWrite> pending) {
   Object& o = e->second;
   assert(o.pending);
@@ -102,17 +103,14 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
       dropped.push_back(r);
       continue;
     }
-    if (!checksums.empty()) {
-      r.checksum = checksums[r.part];
-      r.checksummed = true;
-    }
+    if (!checksums.empty()) r.checksum = checksums[r.part];
     if (kept != i) std::swap(o.replica(kept), r);
     ++kept;
   }
   const bool log = ShouldLog();
   if (log) {
     record_.clear();
-    EncodeObject(e->first, o, w.tag, &w, {o.replica_data(), kept}, &record_);
+    EncodeObject(e->first, o, w.tag, &w, {o.replica_data(), kept}, !checksums.empty(), &record_);
     if (!ReserveLog(record_.size(), 1)) return false;
   }
   writing_.Remove(e);
@@ -124,6 +122,7 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
   o.tag = w.tag;  // the reference moves from the write to the object
   o.meta = std::move(w.meta);
   o.version = w.write_id;
+  o.checksummed = !checksums.empty();
   o.replicas_per_part = w.options.replica_count;
   o.hard_pin = w.options.hard_pin;
   o.soft_pin = w.options.soft_pin;
@@ -185,7 +184,7 @@ bool MetadataStore::DropReplica(ObjectEntry* e, uint32_t part, SegmentId segment
   }
   if (ShouldLog()) {
     record_.clear();
-    EncodeObject(e->first, o, o.tag, nullptr, kept, &record_);
+    EncodeObject(e->first, o, o.tag, nullptr, kept, o.checksummed, &record_);
     if (!ReserveLog(record_.size(), 1)) return false;
   }
   FreeReplica(o.replica(at));

@@ -184,6 +184,7 @@ class MasterService {
   uint64_t bad_requests_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
+  std::vector<uint32_t> scratch_first_checksum_;
 };
 
 }  // namespace kvagent::master

@@ -105,6 +105,9 @@ Status ValidateMasterOptions(const MasterOptions& options);
 // size arithmetic (rounding, parts) cannot overflow.
 inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
 
+// Largest part a value is split into (--max-part-bytes): a part's length fits 32 bits.
+inline constexpr uint64_t kMaxPartBytes = (uint64_t{1} << 32) - 4096;
+
 struct WriteOptions {
   uint8_t replica_count = 1;  // per part, on distinct agents (best effort, at least one)
   bool soft_pin = false;
