@@ -9,6 +9,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libmsgpack-cxx-dev
   libzmq3-dev cppzmq-dev
+  libsodium-dev
   libgoogle-glog-dev
   libgtest-dev
   libibverbs-dev librdmacm-dev

@@ -37,6 +37,9 @@ constexpr std::string_view kUsage =
     "                              measure puts and gets through the SDK (removes its keys)\n"
     "  events tail [--json] [--session ID] [--count N] [--from-seq N]\n"
     "                              follow the KV events (which session stored which block)\n"
+    "  secret generate|fingerprint FILE\n"
+    "                              write a new cluster secret / check one and print its "
+    "fingerprint\n"
     "\n"
     "Global options:\n"
     "  --run-dir DIR      the agent's run directory (default: /run/kvagent)\n"
@@ -110,7 +113,7 @@ int main(int argc, char** argv) {
       {"put", kvagent::kvctl::PutCommand},     {"get", kvagent::kvctl::GetCommand},
       {"rm", kvagent::kvctl::RmCommand},       {"ls", kvagent::kvctl::LsCommand},
       {"stat", kvagent::kvctl::StatCommand},   {"ping", kvagent::kvctl::PingCommand},
-      {"bench", kvagent::kvctl::BenchCommand},
+      {"bench", kvagent::kvctl::BenchCommand}, {"secret", kvagent::kvctl::SecretCommand},
   };
   for (const auto& [command_name, run] : kCommands) {
     if (name == command_name) return run(global, sub_argc, sub_argv, std::cout, std::cerr);

@@ -44,6 +44,9 @@ int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
                 std::ostream& err);
 int BenchCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                  std::ostream& err);
+// `secret generate|fingerprint FILE` (kvctl_secret.cc): needs no agent.
+int SecretCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
+                  std::ostream& err);
 
 // `key` as ls prints it: bytes below 0x20, 0x7f and the backslash become \xNN escapes, so one
 // key is always one field on one line (UTF-8 text passes unchanged).

@@ -1,6 +1,7 @@
 // kvctl, the binary, against a real standalone kvagent in a fresh run directory: what it
 // prints, the bytes it moves, and its exit status and one-line reasons on failure.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -324,6 +325,30 @@ TEST(Kvctl, BadUsagePrintsOneUsageLineAndExits2) {
             "kvctl put: give exactly one of --value, --file; usage: kvctl [--run-dir DIR] put KEY "
             "(--value STR | --file PATH) [--session ID] [--replicas N] [--hard-pin] "
             "[--soft-pin-ttl-ms N]\n");
+}
+
+TEST(Kvctl, SecretGenerateWritesAnOwnerOnlySecretItsFingerprintReadsBack) {
+  TempDir dir;
+  const std::string path = dir.path() + "/cluster-secret";
+  CommandOutput gen = RunCommand({KVCTL_BINARY, "secret", "generate", path});
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  ASSERT_EQ(gen.out.rfind("wrote " + path + ": fingerprint ", 0), 0u) << gen.out;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  CommandOutput fp = RunCommand({KVCTL_BINARY, "secret", "fingerprint", path});
+  EXPECT_EQ(fp.exit_code, 0) << fp.err;
+  EXPECT_EQ("wrote " + fp.out, gen.out);
+  CommandOutput again = RunCommand({KVCTL_BINARY, "secret", "generate", path});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(OneLine(again.err)) << again.err;
+  EXPECT_NE(again.err.find("never overwritten"), std::string::npos) << again.err;
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  CommandOutput loose = RunCommand({KVCTL_BINARY, "secret", "fingerprint", path});
+  EXPECT_EQ(loose.exit_code, 1);
+  EXPECT_NE(loose.err.find("chmod 600 " + path), std::string::npos) << loose.err;
+  EXPECT_EQ(RunCommand({KVCTL_BINARY, "secret", "rotate", path}).exit_code, 2);
+  EXPECT_EQ(RunCommand({KVCTL_BINARY, "secret", "generate"}).exit_code, 2);
 }
 
 TEST(Kvctl, HelpIsPerCommandAndExits0) {
