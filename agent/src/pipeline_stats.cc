@@ -45,6 +45,8 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   out.push_back({"agent.data.served_reads", ts.served_reads, ""});
   out.push_back({"agent.data.served_rejected", ts.served_rejected, ""});
   out.push_back({"agent.data.served_fenced", ts.served_fenced, ""});
+  out.push_back({"agent.data.served_unauthenticated", ts.served_unauthenticated, ""});
+  out.push_back({"agent.data.served_shed_connections", ts.served_shed_connections, ""});
   out.push_back({"agent.data.ops_failed", ts.ops_failed, ""});
   out.push_back({"agent.master_failures", c.master_failures, ""});
   out.push_back({"agent.abandoned_requests", c.abandoned_requests, ""});

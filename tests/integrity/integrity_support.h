@@ -56,9 +56,9 @@ inline uint16_t FreePort() {
 // incarnation of the same agent).
 class NodeAgent {
  public:
-  // `netns`: run inside that network namespace (ip netns exec).
-  explicit NodeAgent(Args args, std::string netns = "")
-      : args_(std::move(args)), netns_(std::move(netns)) {
+  // `prefix`: a command the agent runs under, e.g. NamespacePair::In or prlimit.
+  explicit NodeAgent(Args args, Args prefix = {})
+      : args_(std::move(args)), prefix_(std::move(prefix)) {
     run_dir_ = dir_.path() + "/run";
     Start();
   }
@@ -72,7 +72,7 @@ class NodeAgent {
                                      "node-" + run_dir_};
     args.insert(args.end(), args_.begin(), args_.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    if (!netns_.empty()) args.insert(args.begin(), {"/usr/sbin/ip", "netns", "exec", netns_});
+    args.insert(args.begin(), prefix_.begin(), prefix_.end());
     const std::string socket = run_dir_ + "/agent.sock";
     unlink(socket.c_str());
     const pid_t pid = fork();
@@ -119,7 +119,7 @@ class NodeAgent {
  private:
   TempDir dir_;
   Args args_;
-  std::string netns_;
+  Args prefix_;
   std::string run_dir_;
   ProcessGuard process_;
   bool started_ = false;

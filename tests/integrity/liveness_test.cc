@@ -129,7 +129,7 @@ TEST(Liveness, AnAgentPartitionedFromItsMasterKeepsItsObjectsAfterTheHeal) {
                    "--master-events-replay", "tcp://" + net.address_a() + ":5558", "--data-listen",
                    net.address_b() + ":0", "--heartbeat-ms", "200", "--master-timeout-ms", "1000",
                    "--master-ready-wait-ms", "5000"},
-                  net.b());
+                  NamespacePair::In(net.b(), {}));
   ASSERT_TRUE(agent.started());
   auto c = agent.Connect();
   ASSERT_TRUE(c);

@@ -259,7 +259,8 @@ TEST(DataClientTest, NonKvagentPeerIsRejectedOnItsHello) {
   RawSocket fake = RawSocket::Listen();
   std::thread peer([&] {
     int fd = accept(fake.fd, nullptr, nullptr);
-    const char response[] = "HTTP/1.1 400 Bad Request\r\n\r\n";  // longer than a hello
+    const char response[] =
+        "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";  // longer than a hello
     WriteAll(fd, response, sizeof(response) - 1);
     uint8_t sink[64];
     testing::WaitReadable(fd);

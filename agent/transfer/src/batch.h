@@ -27,6 +27,8 @@ struct EngineCounters {
   std::atomic<uint64_t> served_reads{0};
   std::atomic<uint64_t> served_rejected{0};
   std::atomic<uint64_t> served_fenced{0};
+  std::atomic<uint64_t> served_unauthenticated{0};   // connections closed: no proof of membership
+  std::atomic<uint64_t> served_shed_connections{0};  // closed at once: too many, or no fds
   std::atomic<uint64_t> served_dropped_connections{0};
 
   static void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {

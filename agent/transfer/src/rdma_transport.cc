@@ -209,8 +209,7 @@ RdmaTransport::State::~State() {
   if (device_list_ != nullptr) rdma_free_devices(device_list_);
 }
 
-Result<std::unique_ptr<RdmaTransport>> RdmaTransport::Start(NodePool* pool,
-                                                            const PoolFence* fence,
+Result<std::unique_ptr<RdmaTransport>> RdmaTransport::Start(NodePool* pool, const PoolFence* fence,
                                                             const ListenAddress& listen,
                                                             std::chrono::milliseconds timeout,
                                                             EngineCounters* counters) {

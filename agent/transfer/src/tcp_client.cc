@@ -24,9 +24,10 @@ constexpr int kMaxIov = 64;  // iovecs gathered into one sendmsg (2 per op at mo
 }  // namespace
 
 // One connection to one peer. States: connecting -> waiting for the hello (which carries the
-// peer's pool size) -> ready. Ops wait in `to_send_` until ready; an op moves to `awaiting_`
-// once its request (and payload) is fully sent, and leaves it when its reply has arrived. The
-// peer answers in order, so the reply on the wire always belongs to awaiting_.front().
+// peer's pool size and incarnation) -> with a cluster secret, waiting for the peer's proof of
+// membership (after sending ours) -> ready. Ops wait in `to_send_` until ready; an op moves to
+// `awaiting_` once its request (and payload) is fully sent, and leaves it when its reply has
+// arrived. The peer answers in order, so the reply on the wire always belongs to awaiting_.front().
 class TcpDataClient::Connection final : public EventLoop::Handler {
  public:
   Connection(TcpDataClient* owner, Endpoint peer, std::string key)
@@ -35,7 +36,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   const std::string& key() const { return key_; }
   int fd() const { return fd_.get(); }
   bool has_work() const {
-    return state_ != State::kReady || !to_send_.empty() || !awaiting_.empty();
+    return state_ != State::kReady || !to_send_.empty() || !awaiting_.empty() || !preamble_.empty();
   }
   Clock::time_point last_progress() const { return last_progress_; }
 
@@ -73,7 +74,12 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
 
   // Sends what it can now, then watches for what it still needs.
   void Kick() {
-    if (dead_ || state_ != State::kReady) return;
+    if (dead_) return;
+    if (!preamble_.empty()) {
+      Step step = SendPreamble();
+      if (step == Step::kClosed) return;
+    }
+    if (state_ != State::kReady) return UpdateWatch();
     for (int i = 0; i < kStepsPerWake && !to_send_.empty(); ++i) {
       Step step = SendStep();
       if (step == Step::kClosed) return;
@@ -131,6 +137,8 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
         return "connecting";
       case State::kHello:
         return "waiting for the peer's hello";
+      case State::kAuth:
+        return "waiting for the peer's proof of membership";
       case State::kReady:
         return to_send_.empty() ? "waiting for replies" : "sending requests";
     }
@@ -147,12 +155,13 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       return wire::kRequestBytes + (op.kind == TransferKind::kWrite ? op.length : 0);
     }
   };
-  enum class State { kConnecting, kHello, kReady };
+  enum class State { kConnecting, kHello, kAuth, kReady };
 
   void Touch() { last_progress_ = Clock::now(); }
 
   bool HasBufferedReply() const {
     if (state_ == State::kHello) return in_.size() >= wire::kHelloBytes;
+    if (state_ == State::kAuth) return in_.size() >= wire::kAuthOkBytes;
     return in_body_ ? in_.size() > 0 : in_.size() >= wire::kReplyBytes;
   }
 
@@ -175,7 +184,10 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
 
   void UpdateWatch() {
     uint32_t mask = EPOLLIN;
-    if (state_ == State::kReady && !to_send_.empty()) mask |= EPOLLOUT;
+    if ((state_ == State::kReady && !to_send_.empty()) || !preamble_.empty() ||
+        state_ == State::kConnecting) {
+      mask |= EPOLLOUT;
+    }
     if (mask == mask_) return;
     mask_ = mask;
     Status changed = owner_->loop_->Modify(fd_.get(), mask_, this);
@@ -205,12 +217,24 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       owner_->Drop(this, ErrorCode::kTransferFailed, "peer closed an idle connection");
       return Step::kClosed;
     }
+    if (state_ == State::kAuth) {
+      return Fail(
+          "the peer closed the connection during authentication: it does not accept this "
+          "agent's cluster secret (check that every node has the same "
+          "--cluster-secret-file)");
+    }
     return Fail(state_ == State::kHello ? "peer closed the connection before its hello (is this "
                                           "a kvagent data endpoint?)"
                                         : "peer closed the connection mid-transfer");
   }
 
   Step ReadStep() {
+    if (state_ == State::kAuth) {
+      if (in_.size() < wire::kAuthOkBytes) return Outcome(in_.Fill(fd_.get()));
+      Step step = CheckServerProof(in_.data());
+      if (step != Step::kClosed) in_.Consume(wire::kAuthOkBytes);
+      return step;
+    }
     if (state_ == State::kHello || !in_body_) {
       const size_t need = state_ == State::kHello ? wire::kHelloBytes : wire::kReplyBytes;
       if (in_.size() < need) return Outcome(in_.Fill(fd_.get()));
@@ -233,6 +257,57 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     if (!decoded.ok()) return Fail("bad hello: " + decoded.message());
     pool_size_ = hello.pool_size;
     pool_incarnation_ = hello.pool_incarnation;
+    const bool required = (hello.flags & wire::kHelloAuthRequired) != 0;
+    const SymmetricKey* key = owner_->key_;
+    if (required && key == nullptr) {
+      return Fail(
+          "the peer requires authentication: start this agent with the cluster's "
+          "--cluster-secret-file");
+    }
+    if (!required && key != nullptr) {
+      return Fail(
+          "the peer does not authenticate itself, so it cannot be a member of this "
+          "cluster (an agent without --cluster-secret-file, or not a kvagent): refused");
+    }
+    if (required) {
+      std::memcpy(hello_.data(), bytes, wire::kHelloBytes);
+      wire::Auth auth;
+      RandomBytes(auth.nonce);
+      client_nonce_ = auth.nonce;
+      auth.proof = wire::AuthProof(*key, /*server=*/false, hello_.data(), auth.nonce);
+      preamble_.assign(wire::kAuthBytes, '\0');
+      wire::EncodeAuth(auth, reinterpret_cast<uint8_t*>(preamble_.data()));
+      state_ = State::kAuth;
+      return SendPreamble() == Step::kClosed ? Step::kClosed : Step::kProgress;
+    }
+    return Ready();
+  }
+
+  // The peer proved membership: the connection is ready.
+  Step CheckServerProof(const uint8_t* bytes) {
+    std::array<uint8_t, wire::kProofBytes> proof;
+    Status decoded = wire::DecodeAuthOk(bytes, &proof);
+    if (!decoded.ok()) return Fail("bad authentication answer: " + decoded.message());
+    const auto expected =
+        wire::AuthProof(*owner_->key_, /*server=*/true, hello_.data(), client_nonce_);
+    if (!ConstantTimeEqual(proof, expected)) {
+      return Fail(
+          "the peer failed to prove it holds the cluster secret: not a member of this "
+          "cluster (check that every node has the same --cluster-secret-file)");
+    }
+    return Ready();
+  }
+
+  Step SendPreamble() {
+    const ssize_t n = ::send(fd_.get(), preamble_.data(), preamble_.size(), MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kBlocked;
+    if (n < 0) return Fail(std::string("send failed: ") + std::strerror(errno));
+    preamble_.erase(0, static_cast<size_t>(n));
+    Touch();
+    return Step::kProgress;
+  }
+
+  Step Ready() {
     state_ = State::kReady;
     // Ops queued while connecting are checked now that the peer's pool is known.
     std::deque<Outgoing> queued = std::move(to_send_);
@@ -319,6 +394,10 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   Clock::time_point last_progress_;
   uint64_t pool_size_ = 0;
   uint64_t pool_incarnation_ = 0;
+  // Authentication: the hello as received, our nonce, and our proof while it is being sent.
+  std::array<uint8_t, wire::kHelloBytes> hello_{};
+  std::array<uint8_t, wire::kNonceBytes> client_nonce_{};
+  std::string preamble_;
 
   InputBuffer in_;  // hello, reply headers, small bodies
 
@@ -334,8 +413,8 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
 };
 
 TcpDataClient::TcpDataClient(EventLoop* loop, std::chrono::milliseconds peer_timeout,
-                             EngineCounters* counters)
-    : loop_(loop), peer_timeout_(peer_timeout), counters_(counters) {}
+                             EngineCounters* counters, const SymmetricKey* key)
+    : loop_(loop), peer_timeout_(peer_timeout), counters_(counters), key_(key) {}
 
 TcpDataClient::~TcpDataClient() = default;
 

@@ -18,12 +18,16 @@
 
 #include "batch.h"
 #include "event_loop.h"
+#include "kvagent/common/cluster_secret.h"
 
 namespace kvagent::transfer {
 
 class TcpDataClient {
  public:
-  TcpDataClient(EventLoop* loop, std::chrono::milliseconds peer_timeout, EngineCounters* counters);
+  // `key` (may be null: no cluster secret): the data-plane key this side proves membership with;
+  // with one, every peer must prove it too.
+  TcpDataClient(EventLoop* loop, std::chrono::milliseconds peer_timeout, EngineCounters* counters,
+                const SymmetricKey* key = nullptr);
   // Call on the loop thread or after it has joined; FailAll first if ops may be outstanding.
   ~TcpDataClient();
   TcpDataClient(const TcpDataClient&) = delete;
@@ -47,6 +51,7 @@ class TcpDataClient {
   EventLoop* loop_;
   std::chrono::milliseconds peer_timeout_;
   EngineCounters* counters_;
+  const SymmetricKey* key_;
   uint64_t next_request_id_ = 1;
   std::unordered_map<std::string, std::unique_ptr<Connection>> peers_;  // by endpoint
   std::vector<std::unique_ptr<Connection>> graveyard_;

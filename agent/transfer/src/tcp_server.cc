@@ -1,12 +1,15 @@
 #include "tcp_server.h"
 
+#include <fcntl.h>
 #include <glog/logging.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -32,19 +35,32 @@ constexpr int kStepsPerWake = 256;
 class TcpDataServer::Connection final : public EventLoop::Handler {
  public:
   Connection(TcpDataServer* server, Fd fd, std::string peer)
-      : server_(server), fd_(std::move(fd)), peer_(std::move(peer)) {}
+      : server_(server),
+        fd_(std::move(fd)),
+        peer_(std::move(peer)),
+        accepted_at_(std::chrono::steady_clock::now()) {}
 
   int fd() const { return fd_.get(); }
   void MarkClosed() { closed_ = true; }
+  const std::string& peer() const { return peer_; }
+  bool authenticated() const { return phase_ != Phase::kAuth; }
+  std::chrono::steady_clock::time_point accepted_at() const { return accepted_at_; }
 
   // Queues the hello and registers with the loop. False when the connection is already gone.
   bool Start() {
     uint8_t* head = NewHead(wire::kHelloBytes);
-    wire::EncodeHello(
-        {.version = wire::kVersion,
-         .pool_size = server_->pool_->size(),
-         .pool_incarnation = server_->fence_ ? server_->fence_->pool_incarnation() : 0},
-        head);
+    wire::Hello hello{
+        .version = wire::kVersion,
+        .flags = 0,
+        .pool_size = server_->pool_->size(),
+        .pool_incarnation = server_->fence_ ? server_->fence_->pool_incarnation() : 0};
+    if (server_->key_ != nullptr) {
+      hello.flags = wire::kHelloAuthRequired;
+      RandomBytes(hello.nonce);
+      phase_ = Phase::kAuth;  // nothing but the peer's proof is read until it checks out
+    }
+    wire::EncodeHello(hello, head);
+    std::memcpy(hello_.data(), head, wire::kHelloBytes);
     if (Flush() == Step::kClosed) return false;
     mask_ = WantedMask();
     Status added = server_->loop_->Add(fd_.get(), mask_, this);
@@ -110,6 +126,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   };
 
   bool HasBufferedWork() const {
+    if (phase_ == Phase::kAuth) return in_.size() >= wire::kAuthBytes;
     return phase_ == Phase::kPayload ? in_.size() > 0 : in_.size() >= wire::kRequestBytes;
   }
   bool OutputFull() const {
@@ -156,6 +173,14 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   }
 
   Step ReadStep() {
+    if (phase_ == Phase::kAuth) {
+      if (in_.size() < wire::kAuthBytes) {
+        return Outcome(in_.Fill(fd_.get()), "peer closed before proving membership", false);
+      }
+      Step step = CheckProof(in_.data());
+      if (step != Step::kClosed) in_.Consume(wire::kAuthBytes);
+      return step;
+    }
     if (phase_ == Phase::kHeader) {
       if (in_.size() < wire::kRequestBytes) {
         const bool clean = in_.size() == 0;
@@ -172,6 +197,29 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     payload_got_ += moved;
     if (payload_got_ == request_.length) QueueReply();
     return Outcome(io, "peer closed in the middle of a WRITE payload", true);
+  }
+
+  // The peer's proof of membership: on success ours goes back and requests are read.
+  Step CheckProof(const uint8_t* bytes) {
+    wire::Auth auth;
+    Status decoded = wire::DecodeAuth(bytes, &auth);
+    const bool member =
+        decoded.ok() &&
+        ConstantTimeEqual(auth.proof, wire::AuthProof(*server_->key_, /*server=*/false,
+                                                      hello_.data(), auth.nonce));
+    if (!member) {
+      EngineCounters::Add(server_->counters_->served_unauthenticated);
+      LOG_EVERY_N(WARNING, 100) << "data server: " << peer_
+                                << " did not prove it holds the cluster secret ("
+                                << (decoded.ok() ? "wrong proof" : decoded.message())
+                                << "); connection closed (every 100th refusal is logged)";
+      server_->Drop(this);
+      return Step::kClosed;
+    }
+    wire::EncodeAuthOk(wire::AuthProof(*server_->key_, /*server=*/true, hello_.data(), auth.nonce),
+                       NewHead(wire::kAuthOkBytes));
+    phase_ = Phase::kHeader;
+    return Step::kProgress;
   }
 
   Step StartRequest(const uint8_t* header) {
@@ -269,11 +317,13 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     return Step::kProgress;
   }
 
-  enum class Phase { kHeader, kPayload };
+  enum class Phase { kAuth, kHeader, kPayload };
 
   TcpDataServer* server_;
   Fd fd_;
   std::string peer_;
+  std::chrono::steady_clock::time_point accepted_at_;
+  std::array<uint8_t, wire::kHelloBytes> hello_{};  // as sent: both proofs cover it
   uint32_t mask_ = 0;
   bool closed_ = false;
 
@@ -288,7 +338,8 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   // Output, in send order. deque: push_back/pop_front keep the other elements in place, so
   // segments may point into heads_ and messages_.
   std::deque<Segment> segments_;
-  static constexpr size_t kHeadBytes = std::max(wire::kReplyBytes, wire::kHelloBytes);
+  static constexpr size_t kHeadBytes =
+      std::max({wire::kReplyBytes, wire::kHelloBytes, wire::kAuthOkBytes});
   std::deque<std::array<uint8_t, kHeadBytes>> heads_;
   std::deque<std::string> messages_;
   uint64_t first_sent_ = 0;  // bytes of segments_.front() already sent
@@ -297,6 +348,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
 
 Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, const NodePool* pool,
                                                              const PoolFence* fence,
+                                                             const SymmetricKey* key,
                                                              const ListenAddress& address,
                                                              EngineCounters* counters) {
   Result<SocketAddress> wanted = NumericAddress(address.host, address.port);
@@ -306,32 +358,85 @@ Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, co
   Result<SocketAddress> bound = LocalAddress(listener->get());
   if (!bound.ok()) return bound.status();
   std::unique_ptr<TcpDataServer> server(
-      new TcpDataServer(loop, pool, fence, std::move(*listener), *bound, counters));
+      new TcpDataServer(loop, pool, fence, key, std::move(*listener), *bound, counters));
   KVAGENT_RETURN_IF_ERROR(loop->Add(server->listener_.get(), EPOLLIN, server.get()));
   return server;
 }
 
 TcpDataServer::TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence,
-                             Fd listener, SocketAddress bound, EngineCounters* counters)
+                             const SymmetricKey* key, Fd listener, SocketAddress bound,
+                             EngineCounters* counters)
     : loop_(loop),
       pool_(pool),
       fence_(fence),
+      key_(key),
       listener_(std::move(listener)),
+      spare_(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
       bound_(bound),
       counters_(counters) {}
 
 TcpDataServer::~TcpDataServer() = default;
+
+void TcpDataServer::ShedConnection(int error) {
+  static std::chrono::steady_clock::time_point last_said;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_said > std::chrono::minutes(1)) {
+    last_said = now;
+    LOG(ERROR) << "data server: cannot accept: " << std::strerror(error)
+               << "; connections are closed at once until descriptors are free (raise "
+                  "LimitNOFILE for kvagent)";
+  }
+  EngineCounters::Add(counters_->served_shed_connections);
+  spare_ = Fd();  // frees one descriptor
+  Fd shed(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  shed = Fd();
+  spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
+size_t TcpDataServer::MaxConnections() {
+  rlimit limit{};
+  size_t cap = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    cap = std::min<size_t>(cap, std::max<size_t>(8, limit.rlim_cur / 4));
+  }
+  return cap;
+}
+
+int TcpDataServer::Tick() {
+  if (key_ == nullptr) return -1;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Connection*> late;
+  bool waiting = false;
+  for (auto& [raw, connection] : connections_) {
+    if (connection->authenticated()) continue;
+    if (now - connection->accepted_at() >= kHandshakeTimeout) {
+      late.push_back(raw);
+    } else {
+      waiting = true;
+    }
+  }
+  for (Connection* c : late) {
+    EngineCounters::Add(counters_->served_unauthenticated);
+    VLOG(1) << "data server: " << c->peer() << " did not authenticate in time; closed";
+    Drop(c);
+  }
+  return waiting ? 500 : -1;
+}
 
 void TcpDataServer::OnEvents(uint32_t /*events*/) {
   for (;;) {
     SocketAddress peer;
     Fd fd = AcceptConnection(listener_.get(), &peer);
     if (!fd.valid()) {
-      if (errno == EMFILE || errno == ENFILE) {
-        LOG_EVERY_N(ERROR, 1000) << "data server: cannot accept: " << std::strerror(errno)
-                                 << "; raise LimitNOFILE for kvagent";
-      }
+      if (errno == EMFILE || errno == ENFILE) ShedConnection(errno);
       return;
+    }
+    if (connections_.size() >= max_connections_) {
+      EngineCounters::Add(counters_->served_shed_connections);
+      LOG_EVERY_N(WARNING, 1000) << "data server: " << max_connections_
+                                 << " connections already open; closing one from "
+                                 << FormatAddress(peer) << " (every 1000th is logged)";
+      continue;  // fd closes here
     }
     auto connection = std::make_unique<Connection>(this, std::move(fd), FormatAddress(peer));
     Connection* raw = connection.get();

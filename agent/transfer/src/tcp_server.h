@@ -8,6 +8,7 @@
 // peer cannot starve the others (the loop is level-triggered and comes back).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 
 #include "batch.h"
 #include "event_loop.h"
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/transfer/endpoint.h"
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/pool_fence.h"
@@ -26,12 +28,12 @@ class TcpDataServer final : public EventLoop::Handler {
  public:
   // Binds and listens, and registers the listener with `loop` (call before loop->Start or on
   // the loop thread). INTERNAL naming the address when the bind fails.
-  // `fence` (may be null: no checks beyond the range) decides which ops the pool accepts.
-  [[nodiscard]] static Result<std::unique_ptr<TcpDataServer>> Listen(EventLoop* loop,
-                                                                     const NodePool* pool,
-                                                                     const PoolFence* fence,
-                                                                     const ListenAddress& address,
-                                                                     EngineCounters* counters);
+  // `fence` (may be null: no checks beyond the range) decides which ops the pool accepts; `key`
+  // (may be null: no cluster secret) is the data-plane key every peer must prove it holds
+  // before its first request is read.
+  [[nodiscard]] static Result<std::unique_ptr<TcpDataServer>> Listen(
+      EventLoop* loop, const NodePool* pool, const PoolFence* fence, const SymmetricKey* key,
+      const ListenAddress& address, EngineCounters* counters);
 
   // Closes the listener and every connection. Call on the loop thread or after it has joined.
   ~TcpDataServer() override;
@@ -45,19 +47,37 @@ class TcpDataServer final : public EventLoop::Handler {
   // the rest of a refused one is discarded and the write answered with the refusal.
   void Refence();
 
+  // Loop thread: closes connections that did not authenticate within kHandshakeTimeout;
+  // returns how long the loop may sleep before the next check (-1: none pending).
+  int Tick();
+
+  // Connections peers may hold open at once: 1024, and at most a quarter of the process's
+  // descriptor limit, so a flood of connections cannot starve the rest of the agent (master
+  // link, clients) of descriptors. More are accepted and closed at once.
+  static size_t MaxConnections();
+  // How long a connection has to prove membership.
+  static constexpr std::chrono::seconds kHandshakeTimeout{5};
+
  private:
   class Connection;
-  TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence, Fd listener,
-                SocketAddress bound, EngineCounters* counters);
+  TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence,
+                const SymmetricKey* key, Fd listener, SocketAddress bound,
+                EngineCounters* counters);
+  // Out of descriptors: accepts with the spare one and closes at once, so the pending
+  // connection does not keep the listener readable (no busy loop), and says so once a minute.
+  void ShedConnection(int error);
   // Removes `connection` from the loop and destroys it after the current wake-up.
   void Drop(Connection* connection);
 
   EventLoop* loop_;
   const NodePool* pool_;
   const PoolFence* fence_;
+  const SymmetricKey* key_;
   Fd listener_;
+  Fd spare_;  // a descriptor given up when accept runs out of them
   SocketAddress bound_;
   EngineCounters* counters_;
+  const size_t max_connections_ = MaxConnections();
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
   std::vector<std::unique_ptr<Connection>> graveyard_;
 };

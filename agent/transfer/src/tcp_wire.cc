@@ -48,9 +48,52 @@ Status BadMagic(const char* what, uint32_t got) {
 void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]) {
   Put32(out, kHelloMagic);
   Put16(out + 4, hello.version);
-  Put16(out + 6, 0);
+  Put16(out + 6, hello.flags);
   Put64(out + 8, hello.pool_size);
   Put64(out + 16, hello.pool_incarnation);
+  std::memcpy(out + 24, hello.nonce.data(), kNonceBytes);
+}
+
+void EncodeAuth(const Auth& auth, uint8_t out[kAuthBytes]) {
+  Put32(out, kAuthMagic);
+  Put32(out + 4, 0);
+  std::memcpy(out + 8, auth.nonce.data(), kNonceBytes);
+  std::memcpy(out + 24, auth.proof.data(), kProofBytes);
+}
+
+void EncodeAuthOk(const std::array<uint8_t, kProofBytes>& proof, uint8_t out[kAuthOkBytes]) {
+  Put32(out, kAuthOkMagic);
+  Put32(out + 4, 0);
+  std::memcpy(out + 8, proof.data(), kProofBytes);
+}
+
+Status DecodeAuth(const uint8_t in[kAuthBytes], Auth* auth) {
+  if (Get32(in) != kAuthMagic) return BadMagic("authentication", Get32(in));
+  if (Get32(in + 4) != 0) return InvalidParams("authentication has non-zero reserved bytes");
+  std::memcpy(auth->nonce.data(), in + 8, kNonceBytes);
+  std::memcpy(auth->proof.data(), in + 24, kProofBytes);
+  return Status::Ok();
+}
+
+Status DecodeAuthOk(const uint8_t in[kAuthOkBytes], std::array<uint8_t, kProofBytes>* proof) {
+  if (Get32(in) != kAuthOkMagic) return BadMagic("authentication answer", Get32(in));
+  if (Get32(in + 4) != 0) return InvalidParams("authentication answer has non-zero reserved bytes");
+  std::memcpy(proof->data(), in + 8, kProofBytes);
+  return Status::Ok();
+}
+
+std::array<uint8_t, kProofBytes> AuthProof(const SymmetricKey& key, bool server,
+                                           const uint8_t hello[kHelloBytes],
+                                           const std::array<uint8_t, kNonceBytes>& client_nonce) {
+  static constexpr char kClient[] = "kvagent data plane client";
+  static constexpr char kServer[] = "kvagent data plane server";
+  const char* label = server ? kServer : kClient;
+  const size_t label_bytes = (server ? sizeof(kServer) : sizeof(kClient)) - 1;
+  std::array<uint8_t, 64 + kHelloBytes + kNonceBytes> message{};
+  std::memcpy(message.data(), label, label_bytes);
+  std::memcpy(message.data() + label_bytes, hello, kHelloBytes);
+  std::memcpy(message.data() + label_bytes + kHelloBytes, client_nonce.data(), kNonceBytes);
+  return HmacSha256(key, std::span(message.data(), label_bytes + kHelloBytes + kNonceBytes));
 }
 
 void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]) {
@@ -81,8 +124,13 @@ Status DecodeHello(const uint8_t in[kHelloBytes], Hello* hello) {
                          ", this agent speaks " + std::to_string(kVersion) +
                          "; run the same kvagent version on every node");
   }
+  hello->flags = Get16(in + 6);
+  if ((hello->flags & ~kHelloAuthRequired) != 0) {
+    return InvalidParams("hello has unknown flags " + std::to_string(hello->flags));
+  }
   hello->pool_size = Get64(in + 8);
   hello->pool_incarnation = Get64(in + 16);
+  std::memcpy(hello->nonce.data(), in + 24, kNonceBytes);
   return Status::Ok();
 }
 

@@ -1,8 +1,19 @@
-// The TCP data-plane protocol (version 2). One TCP connection per peer pair, requests pipelined
+// The TCP data-plane protocol (version 3). One TCP connection per peer pair, requests pipelined
 // and answered strictly in order. All integers little-endian, fixed-size headers:
 //
-//   server -> client, once, on accept      Hello   24 B  magic "KVTH" | version u16 | 0 u16 |
-//                                                        pool_size u64 | pool incarnation u64
+//   server -> client, once, on accept      Hello   40 B  magic "KVTH" | version u16 | flags u16
+//                                                        (bit 0: authentication required) |
+//                                                        pool_size u64 | pool incarnation u64 |
+//                                                        server nonce u8[16] (zero without auth)
+//   with authentication (a cluster secret), before anything else:
+//   client -> server                       Auth    56 B  magic "KVTA" | 0 u32 | client nonce
+//                                                        u8[16] | proof u8[32]
+//   server -> client                       AuthOk  40 B  magic "KVTK" | 0 u32 | proof u8[32]
+//     client proof: HMAC-SHA-256(data-plane key, "kvagent data plane client" ++ Hello ++ client
+//     nonce); server proof: the same with "kvagent data plane server". Each side proves it holds
+//     the cluster secret; the nonces make a recorded exchange useless. A server requiring auth
+//     closes a connection whose Auth is wrong or late; a client holding a secret refuses a server
+//     that does not require auth (it could not prove membership).
 //   client -> server                       Request 56 B  magic "KVTQ" | opcode u8 (1 WRITE,
 //                                                        2 READ) | 0 u8[3] | id u64 |
 //                                                        offset u64 | length u64 |
@@ -28,10 +39,12 @@
 // one each op names and fails a mismatching op without sending it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 
 namespace kvagent::transfer::wire {
@@ -39,9 +52,16 @@ namespace kvagent::transfer::wire {
 inline constexpr uint32_t kHelloMagic = 0x4854564B;    // "KVTH" in little-endian byte order
 inline constexpr uint32_t kRequestMagic = 0x5154564B;  // "KVTQ"
 inline constexpr uint32_t kReplyMagic = 0x5254564B;    // "KVTR"
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint32_t kAuthMagic = 0x4154564B;     // "KVTA"
+inline constexpr uint32_t kAuthOkMagic = 0x4B54564B;   // "KVTK"
+inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kHelloAuthRequired = 1;
 
-inline constexpr size_t kHelloBytes = 24;
+inline constexpr size_t kHelloBytes = 40;
+inline constexpr size_t kNonceBytes = 16;
+inline constexpr size_t kProofBytes = 32;
+inline constexpr size_t kAuthBytes = 56;
+inline constexpr size_t kAuthOkBytes = 40;
 inline constexpr size_t kRequestBytes = 56;
 inline constexpr size_t kReplyBytes = 24;
 inline constexpr uint64_t kMaxErrorMessage = 4096;
@@ -50,8 +70,15 @@ enum class Opcode : uint8_t { kWrite = 1, kRead = 2 };
 
 struct Hello {
   uint16_t version = kVersion;
+  uint16_t flags = 0;
   uint64_t pool_size = 0;
   uint64_t pool_incarnation = 0;
+  std::array<uint8_t, kNonceBytes> nonce{};
+};
+
+struct Auth {
+  std::array<uint8_t, kNonceBytes> nonce{};
+  std::array<uint8_t, kProofBytes> proof{};
 };
 
 struct Request {
@@ -71,6 +98,8 @@ struct Reply {
 };
 
 void EncodeHello(const Hello& hello, uint8_t out[kHelloBytes]);
+void EncodeAuth(const Auth& auth, uint8_t out[kAuthBytes]);
+void EncodeAuthOk(const std::array<uint8_t, kProofBytes>& proof, uint8_t out[kAuthOkBytes]);
 void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]);
 void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]);
 
@@ -79,5 +108,14 @@ void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]);
 [[nodiscard]] Status DecodeHello(const uint8_t in[kHelloBytes], Hello* hello);
 [[nodiscard]] Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request);
 [[nodiscard]] Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply);
+[[nodiscard]] Status DecodeAuth(const uint8_t in[kAuthBytes], Auth* auth);
+[[nodiscard]] Status DecodeAuthOk(const uint8_t in[kAuthOkBytes],
+                                  std::array<uint8_t, kProofBytes>* proof);
+
+// The proof of the client (`server` false) or the server of a connection: HMAC-SHA-256 under
+// the data-plane key of the role's label, the hello as sent, and the client's nonce.
+std::array<uint8_t, kProofBytes> AuthProof(const SymmetricKey& key, bool server,
+                                           const uint8_t hello[kHelloBytes],
+                                           const std::array<uint8_t, kNonceBytes>& client_nonce);
 
 }  // namespace kvagent::transfer::wire

@@ -85,9 +85,8 @@ class TransferEngine::Core {
         }
         LOG(INFO) << NoRdmaDeviceLine(probe);
       } else {
-        Result<std::unique_ptr<RdmaTransport>> rdma =
-            RdmaTransport::Start(&pool_, options_.fence, *listen, options_.peer_timeout,
-                                 &counters_);
+        Result<std::unique_ptr<RdmaTransport>> rdma = RdmaTransport::Start(
+            &pool_, options_.fence, *listen, options_.peer_timeout, &counters_);
         if (rdma.ok()) {
           rdma_ = std::move(*rdma);
         } else if (options_.transport == TransportMode::kRdma) {
@@ -104,18 +103,24 @@ class TransferEngine::Core {
     Result<std::unique_ptr<EventLoop>> loop = EventLoop::Create("kvagent-data");
     if (!loop.ok()) return loop.status();
     loop_ = std::move(*loop);
-    tcp_client_ = std::make_unique<TcpDataClient>(loop_.get(), options_.peer_timeout, &counters_);
+    const SymmetricKey* key = options_.data_plane_key ? &*options_.data_plane_key : nullptr;
+    tcp_client_ =
+        std::make_unique<TcpDataClient>(loop_.get(), options_.peer_timeout, &counters_, key);
     if (rdma_) {
       self_ = Endpoint{Scheme::kRdma, *host, rdma_->port()};
     } else {
       Result<std::unique_ptr<TcpDataServer>> server =
-          TcpDataServer::Listen(loop_.get(), &pool_, options_.fence, *listen, &counters_);
+          TcpDataServer::Listen(loop_.get(), &pool_, options_.fence, key, *listen, &counters_);
       if (!server.ok()) return server.status();
       tcp_server_ = std::move(*server);
       self_ = Endpoint{Scheme::kTcp, *host, PortOf(tcp_server_->bound())};
     }
     endpoint_ = self_.ToString();
-    loop_->Start([client = tcp_client_.get()] { return client->Tick(); });
+    loop_->Start([client = tcp_client_.get(), server = tcp_server_.get()] {
+      const int a = client->Tick();
+      const int b = server ? server->Tick() : -1;
+      return a < 0 ? b : (b < 0 ? a : std::min(a, b));
+    });
     LOG(INFO) << "data plane: serving the " << FormatBytes(pool_.size()) << " node pool at "
               << endpoint_ << " (listening on " << options_.listen_address << ")";
     return Status::Ok();
@@ -214,6 +219,8 @@ class TransferEngine::Core {
     s.served_reads = get(counters_.served_reads);
     s.served_rejected = get(counters_.served_rejected);
     s.served_fenced = get(counters_.served_fenced);
+    s.served_unauthenticated = get(counters_.served_unauthenticated);
+    s.served_shed_connections = get(counters_.served_shed_connections);
     s.served_dropped_connections = get(counters_.served_dropped_connections);
     return s;
   }

@@ -27,10 +27,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 #include "kvagent/transfer/endpoint.h"
 #include "kvagent/transfer/node_pool.h"
@@ -95,6 +97,11 @@ struct TransferEngineOptions {
   // Which peers' ops the data server accepts for this pool (must outlive the engine); null:
   // every op inside the pool (tools and tests of the data plane alone).
   const PoolFence* fence = nullptr;
+  // The data-plane key of the cluster secret (ClusterSecret::MacKey(KeyPlane::kDataPlaneMac)):
+  // with one, the server serves and the client talks only to peers that prove they hold it
+  // (wire protocol: tcp_wire.h); without, neither side authenticates (loopback or a trusted
+  // network only).
+  std::optional<SymmetricKey> data_plane_key;
 };
 
 // Counters since Create; cheap to read from any thread.
@@ -109,6 +116,8 @@ struct TransferStats {
   uint64_t served_reads = 0;                // peers' reads answered from our pool
   uint64_t served_rejected = 0;             // peers' requests refused (range, or the fence)
   uint64_t served_fenced = 0;               // of those, refused by the fence
+  uint64_t served_unauthenticated = 0;      // connections closed for no proof of membership
+  uint64_t served_shed_connections = 0;     // connections closed at once (too many, no fds)
   uint64_t served_dropped_connections = 0;  // peers disconnected for sending garbage
 };
 
