@@ -45,6 +45,7 @@ struct Flags {
   bool standalone = false;
   std::string agent_name;
   bool checksums = true;
+  bool serve_data = true;  // false: standalone without --data-listen (no data server)
   int64_t heartbeat_ms = 1000;
   int64_t master_timeout_ms = 5000;
   int64_t ready_wait_ms = -1;  // -1: --master-timeout-ms
@@ -122,10 +123,10 @@ Status Check(Flags& v) {
   }
   if (v.master.empty()) {
     if (Status st = kvagent::master::ValidateMasterOptions(v.embedded); !st.ok()) return st;
-    // A standalone agent has no peers, so its data server need not face the network: unless
-    // --data-listen says otherwise it listens on loopback only.
+    // A standalone agent has no peers: unless --data-listen says otherwise it runs no data
+    // server at all (a port on loopback would still let any local user read and write the pool).
     if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
-      v.transfer.data_listen = "127.0.0.1:0";
+      v.serve_data = false;
     }
   } else {
     KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
@@ -236,6 +237,7 @@ int main(int argc, char** argv) {
   // abandoned writes). It outlives the engine and the pipeline that consult it.
   auto fence = std::make_unique<kvagent::transfer::PoolFence>(incarnation);
   engine_options->fence = fence.get();
+  engine_options->serve = v.serve_data;
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
 

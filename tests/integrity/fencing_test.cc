@@ -20,18 +20,22 @@ TEST(Fencing, AWriteHeldByTheNetworkPastItsFailureNeverLandsOnTheNextValue) {
   KvmasterProcess master({"--agent-ttl-ms", "60000"});
   ASSERT_TRUE(master.started());
   // The peer listens on 127.0.0.1 and advertises 127.0.0.2, where the proxy forwards from.
-  const uint16_t peer_port = FreePort();
+  NodeAgent peer(
+      Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:0", "--data-advertise-host",
+                                  "127.0.0.2", "--heartbeat-ms", "200"}));
+  ASSERT_TRUE(peer.started());
+  auto cp = peer.Connect();
+  ASSERT_TRUE(cp);
+  std::string endpoint;
+  CounterOf(cp->Stat(), "agent.data_endpoint", &endpoint);
+  const uint16_t peer_port = PortOf(endpoint);
   HoldProxy path("127.0.0.2", peer_port, peer_port);
   ASSERT_TRUE(path.ok());
-  NodeAgent peer(
-      Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(peer_port),
-                                  "--data-advertise-host", "127.0.0.2", "--heartbeat-ms", "200"}));
   NodeAgent writer(Concat(master.AgentArgs(),
                           {"--data-listen", "127.0.0.1:0", "--data-peer-timeout-ms", "1000"}));
-  ASSERT_TRUE(peer.started() && writer.started());
+  ASSERT_TRUE(writer.started());
   auto cw = writer.Connect();
-  auto cp = peer.Connect();
-  ASSERT_TRUE(cw && cp);
+  ASSERT_TRUE(cw);
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "segments") == 2; }));
 
   const std::string first = Pattern("first", 64 << 10);
@@ -79,9 +83,9 @@ TEST(Fencing, TwoMastersServingAtOnceNeverMixTheirWritersBytes) {
   auto m2 = KvmasterProcess::FollowerOf(m1, {"--state-dir", s2.path(), "--agent-ttl-ms", "60000",
                                              "--status-file", s2.path() + "/status"});
   // The shared pool reaches its master through a "virtual IP" (a proxy that can move).
-  const uint16_t vip = FreePort();
-  HoldProxy master_vip("127.0.0.2", vip, PortOf(m1.rpc()));
+  HoldProxy master_vip("127.0.0.2", 0, PortOf(m1.rpc()));
   ASSERT_TRUE(master_vip.ok());
+  const uint16_t vip = master_vip.port();
   auto agent_args = [](const std::string& rpc, const KvmasterProcess& events) {
     return Args{"--master",
                 rpc,

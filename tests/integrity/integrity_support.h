@@ -259,6 +259,9 @@ class HoldProxy {
     inet_pton(AF_INET, listen_host.c_str(), &a.sin_addr);
     ok_ = bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
           listen(listener_, 16) == 0;
+    socklen_t len = sizeof(a);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { Run(); });
   }
   ~HoldProxy() {
@@ -271,6 +274,7 @@ class HoldProxy {
     }
   }
   bool ok() const { return ok_; }
+  uint16_t port() const { return port_; }  // (port 0 given: the one the OS picked)
   void Hold() { held_ = true; }
   void Release() { held_ = false; }
   void Retarget(uint16_t target_port) {
@@ -365,6 +369,7 @@ class HoldProxy {
 
   std::atomic<uint16_t> target_port_;
   int listener_ = -1;
+  uint16_t port_ = 0;
   bool ok_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<bool> held_{false};

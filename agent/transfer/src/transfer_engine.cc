@@ -108,6 +108,8 @@ class TransferEngine::Core {
         std::make_unique<TcpDataClient>(loop_.get(), options_.peer_timeout, &counters_, key);
     if (rdma_) {
       self_ = Endpoint{Scheme::kRdma, *host, rdma_->port()};
+    } else if (!options_.serve) {
+      endpoint_ = std::string(kLocalOnlyEndpoint);
     } else {
       Result<std::unique_ptr<TcpDataServer>> server =
           TcpDataServer::Listen(loop_.get(), &pool_, options_.fence, key, *listen, &counters_);
@@ -115,14 +117,20 @@ class TransferEngine::Core {
       tcp_server_ = std::move(*server);
       self_ = Endpoint{Scheme::kTcp, *host, PortOf(tcp_server_->bound())};
     }
-    endpoint_ = self_.ToString();
+    if (endpoint_.empty()) endpoint_ = self_.ToString();
     loop_->Start([client = tcp_client_.get(), server = tcp_server_.get()] {
       const int a = client->Tick();
       const int b = server ? server->Tick() : -1;
       return a < 0 ? b : (b < 0 ? a : std::min(a, b));
     });
-    LOG(INFO) << "data plane: serving the " << FormatBytes(pool_.size()) << " node pool at "
-              << endpoint_ << " (listening on " << options_.listen_address << ")";
+    if (options_.serve || rdma_) {
+      LOG(INFO) << "data plane: serving the " << FormatBytes(pool_.size()) << " node pool at "
+                << endpoint_ << " (listening on " << options_.listen_address << ")"
+                << (options_.data_plane_key ? "; peers must prove the cluster secret"
+                                            : "; peers are not authenticated (no cluster secret)");
+    } else {
+      LOG(INFO) << "data plane: no data server (standalone: no peer reads or writes the pool)";
+    }
     return Status::Ok();
   }
 
@@ -202,6 +210,7 @@ class TransferEngine::Core {
   }
 
   bool IsLocal(std::string_view endpoint) const {
+    if (!options_.serve && !rdma_) return endpoint == endpoint_;
     Result<Endpoint> parsed = ParseEndpoint(endpoint);
     return parsed.ok() && *parsed == self_;
   }

@@ -40,6 +40,9 @@
 
 namespace kvagent::transfer {
 
+// The endpoint of an engine that serves no peer (TransferEngineOptions::serve false).
+inline constexpr std::string_view kLocalOnlyEndpoint = "local://no-data-server";
+
 enum class TransferKind : uint8_t {
   kWrite = 1,  // local bytes -> peer's pool at remote_offset
   kRead = 2,   // peer's pool at remote_offset -> local bytes
@@ -102,6 +105,9 @@ struct TransferEngineOptions {
   // (wire protocol: tcp_wire.h); without, neither side authenticates (loopback or a trusted
   // network only).
   std::optional<SymmetricKey> data_plane_key;
+  // false: no data server at all (a standalone agent: no peer ever reads or writes its pool,
+  // so no port offers it); endpoint() is then kLocalOnlyEndpoint. Ops to peers still work.
+  bool serve = true;
 };
 
 // Counters since Create; cheap to read from any thread.
