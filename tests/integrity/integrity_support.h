@@ -189,9 +189,12 @@ inline std::vector<Placed> PlacementsOf(const std::string& master, const std::st
   dealer.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
   zmq::message_t empty, body;
   if (!dealer.recv(empty) || !dealer.recv(body)) return out;
-  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(body.data()), body.size());
+  // ZMQ may hand the body at any address; FlatBuffers reads it aligned (UBSan checks), so copy.
+  const std::vector<uint8_t> bytes(static_cast<const uint8_t*>(body.data()),
+                                   static_cast<const uint8_t*>(body.data()) + body.size());
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!verifier.VerifyBuffer<mfb::Reply>(nullptr)) return out;
-  const auto* p = flatbuffers::GetRoot<mfb::Reply>(body.data())->body_as_PlacementReply();
+  const auto* p = flatbuffers::GetRoot<mfb::Reply>(bytes.data())->body_as_PlacementReply();
   if (p == nullptr || p->placements() == nullptr || p->segments() == nullptr) return out;
   for (const mfb::Placement* pl : *p->placements()) {
     Placed x{pl->segment_id(), pl->offset(), pl->length(), 0};

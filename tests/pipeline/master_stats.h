@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "kvagent/schemas/master_generated.h"
@@ -28,9 +29,12 @@ inline std::optional<std::map<std::string, uint64_t>> MasterStats(const std::str
   dealer.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
   zmq::message_t empty, body;
   if (!dealer.recv(empty) || !dealer.recv(body)) return std::nullopt;
-  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(body.data()), body.size());
+  // ZMQ may hand the body at any address; FlatBuffers reads it aligned (UBSan checks), so copy.
+  const std::vector<uint8_t> bytes(static_cast<const uint8_t*>(body.data()),
+                                   static_cast<const uint8_t*>(body.data()) + body.size());
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!verifier.VerifyBuffer<fb::Reply>(nullptr)) return std::nullopt;
-  const fb::StatsReply* r = flatbuffers::GetRoot<fb::Reply>(body.data())->body_as_StatsReply();
+  const fb::StatsReply* r = flatbuffers::GetRoot<fb::Reply>(bytes.data())->body_as_StatsReply();
   if (r == nullptr || r->names() == nullptr || r->values() == nullptr) return std::nullopt;
   std::map<std::string, uint64_t> out;
   for (flatbuffers::uoffset_t i = 0; i < r->names()->size() && i < r->values()->size(); ++i) {
