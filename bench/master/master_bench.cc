@@ -5,6 +5,9 @@
 //   master.put.zmq.b{1,16,128,1024}     keys/s  the same through a real ROUTER (MasterServer
 //                                               thread + its event publisher) from a DEALER in
 //                                               this process, 8 batches in flight
+//   master.put.zmq.agents{16,64}.b16    keys/s  16 / 64 simulated agents, one DEALER each, 2
+//                                               batches in flight each; .p99 us (one put's
+//                                               master part); .vs_one_agent ratio to b16 above
 //   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
 //                                               the key's own bytes (replication log off: it
 //                                               is a fixed budget, not per key)
@@ -176,7 +179,9 @@ Bytes Message(flatbuffers::FlatBufferBuilder& b, uint64_t id, fb::Body type,
 
 class Dealer {
  public:
-  explicit Dealer(const std::string& ep) : sock_(ctx_, zmq::socket_type::dealer) {
+  // On its own ZMQ context, or on `shared` (many simulated agents on one I/O thread).
+  explicit Dealer(const std::string& ep, zmq::context_t* shared = nullptr)
+      : sock_(shared != nullptr ? *shared : ctx_, zmq::socket_type::dealer) {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::rcvtimeo, 30000);
     sock_.connect(ep);
@@ -194,6 +199,7 @@ class Dealer {
     }
     return frames[1].to_string();
   }
+  zmq::socket_t& socket() { return sock_; }
 
  private:
   zmq::context_t ctx_{1};
@@ -275,6 +281,119 @@ double EchoBaseline(size_t batch) {
   d.Send(Bytes{});
   echo.join();
   return rate;
+}
+
+// Registers and mounts an agent through the wire (as kvagent does); returns its id.
+uint32_t JoinThroughWire(Dealer& d, const std::string& name, uint64_t pool_bytes) {
+  flatbuffers::FlatBufferBuilder fbb;
+  d.Send(Message(fbb, 1, fb::Body::RegisterAgent,
+                 fb::CreateRegisterAgent(fbb, fbb.CreateString(name), 1).Union()));
+  const std::string reply = d.Receive();
+  const uint32_t agent =
+      flatbuffers::GetRoot<fb::Reply>(reply.data())->body_as_RegisterAgentReply()->agent_id();
+  fbb.Clear();
+  std::vector<std::string> eps = {"tcp://127.0.0.1:1"};
+  d.Send(Message(
+      fbb, 2, fb::Body::MountSegment,
+      fb::CreateMountSegment(fbb, agent, 0, pool_bytes, fbb.CreateVectorOfStrings(eps)).Union()));
+  d.Receive();
+  return agent;
+}
+
+struct ManyAgentsResult {
+  double keys_per_s = 0;
+  double p99_us = 0;
+};
+
+// `agents` simulated agents, each with its own DEALER (its own connection, as every node has),
+// registered and mounted through the wire, all driven by one thread (zmq::poll) with 2 b16 put
+// batches in flight each: keys/s over all of them, and the p99 of one put (start sent → end
+// answered, the master's part of a put's latency).
+ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t total_keys) {
+  const size_t batch = 16, window = 2;
+  zmq::context_t ctx(1);
+  struct Sim {
+    std::unique_ptr<Dealer> dealer;
+    std::vector<Bytes> starts, ends;
+    std::vector<Clock::time_point> sent;
+    size_t next = 0, done = 0;
+  };
+  std::vector<Sim> sims(agents);
+  const size_t batches = total_keys / agents / batch;
+  std::vector<uint64_t> sizes(batch, 4096);
+  std::vector<uint32_t> ones(batch, 1), sums(batch, 0x1234);
+  flatbuffers::FlatBufferBuilder b;
+  for (size_t a = 0; a < agents; ++a) {
+    Sim& s = sims[a];
+    s.dealer = std::make_unique<Dealer>(endpoint, &ctx);
+    const std::string name = "many" + std::to_string(agents) + "-" + std::to_string(a);
+    const uint32_t id = JoinThroughWire(*s.dealer, name, uint64_t{1} << 36);
+    for (size_t i = 0; i < batches; ++i) {
+      std::vector<std::string> k, sess;
+      for (size_t j = 0; j < batch; ++j) {
+        k.push_back(name + "/blk-" + std::to_string(i * batch + j));
+        sess.push_back("session-" + std::to_string((i * batch + j) % 97));
+      }
+      b.Clear();
+      auto ws =
+          fb::CreateWriteStart(b, id, b.CreateVectorOfStrings(k), b.CreateVector(sizes),
+                               b.CreateVectorOfStrings(sess), 0, fb::CreateWriteOptions(b, 1));
+      s.starts.push_back(Message(b, 2 * i, fb::Body::BatchPutStart, ws.Union()));
+      b.Clear();
+      auto wf = fb::CreateWriteFinish(b, id, b.CreateVectorOfStrings(k), 0, b.CreateVector(ones),
+                                      b.CreateVector(sums));
+      s.ends.push_back(Message(b, 2 * i + 1, fb::Body::BatchPutEnd, wf.Union()));
+    }
+    s.sent.resize(batches);
+  }
+  std::vector<zmq::pollitem_t> items;
+  for (Sim& s : sims) items.push_back({s.dealer->socket().handle(), 0, ZMQ_POLLIN, 0});
+  std::vector<double> latencies_us;
+  latencies_us.reserve(agents * batches);
+  auto t0 = Clock::now();
+  for (Sim& s : sims) {
+    while (s.next < batches && s.next < window) {
+      s.sent[s.next] = Clock::now();
+      s.dealer->Send(s.starts[s.next++]);
+    }
+  }
+  size_t finished = 0;
+  while (finished < agents) {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(30000));
+    for (size_t a = 0; a < agents; ++a) {
+      if ((items[a].revents & ZMQ_POLLIN) == 0) continue;
+      Sim& s = sims[a];
+      for (;;) {
+        std::vector<zmq::message_t> frames;
+        if (!zmq::recv_multipart(s.dealer->socket(), std::back_inserter(frames),
+                                 zmq::recv_flags::dontwait)) {
+          break;
+        }
+        const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(frames.back().data());
+        if (r->status() != 0) {
+          std::fprintf(stderr, "master_bench: request failed: %s\n", r->message()->c_str());
+          std::exit(1);
+        }
+        const uint64_t id = r->request_id();
+        if (id % 2 == 0) {
+          s.dealer->Send(s.ends[id / 2]);
+          continue;
+        }
+        latencies_us.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - s.sent[id / 2]).count());
+        if (++s.done == batches) ++finished;
+        if (s.next < batches) {
+          s.sent[s.next] = Clock::now();
+          s.dealer->Send(s.starts[s.next++]);
+        }
+      }
+    }
+  }
+  ManyAgentsResult out;
+  out.keys_per_s = static_cast<double>(agents * batches * batch) / Seconds(t0, Clock::now());
+  std::sort(latencies_us.begin(), latencies_us.end());
+  out.p99_us = latencies_us[latencies_us.size() * 99 / 100];
+  return out;
 }
 
 // ---- memory and events ---------------------------------------------------------------------
@@ -410,19 +529,8 @@ int main(int argc, char** argv) {
     auto server = std::move(MasterServer::Start(so, &clock).value());
     // Register and mount through the wire like an agent.
     Dealer d(server->endpoint());
-    flatbuffers::FlatBufferBuilder fbb;
-    d.Send(Message(fbb, 1, fb::Body::RegisterAgent,
-                   fb::CreateRegisterAgent(fbb, fbb.CreateString("bench-zmq"), 1).Union()));
-    const uint32_t agent = flatbuffers::GetRoot<fb::Reply>(d.Receive().data())
-                               ->body_as_RegisterAgentReply()
-                               ->agent_id();
-    fbb.Clear();
-    std::vector<std::string> eps = {"tcp://127.0.0.1:1"};
-    d.Send(Message(
-        fbb, 2, fb::Body::MountSegment,
-        fb::CreateMountSegment(fbb, agent, 0, uint64_t{1} << 42, fbb.CreateVectorOfStrings(eps))
-            .Union()));
-    d.Receive();
+    const uint32_t agent = JoinThroughWire(d, "bench-zmq", uint64_t{1} << 42);
+    double one_agent_b16 = 0;
     for (size_t b : sizes) {
       const double echo = EchoBaseline(b);
       Bench("master.put.zmq.baseline_echo.b" + std::to_string(b), echo, "keys/s");
@@ -433,6 +541,15 @@ int main(int argc, char** argv) {
       Bench("master.put.zmq.b" + std::to_string(b), put, "keys/s");
       // An echo moves one message per key batch; a put is two round trips (start + end).
       if (b == 128) Bench("master.put.zmq.b128.vs_echo", put / echo, "x");
+      if (b == 16) one_agent_b16 = put;
+    }
+    // Many nodes on one master: where it scales and where it stops (issue 14).
+    for (size_t n : {16, 64}) {
+      const ManyAgentsResult r = ManyAgents(server->endpoint(), n, 256'000);
+      const std::string name = "master.put.zmq.agents" + std::to_string(n) + ".b16";
+      Bench(name, r.keys_per_s, "keys/s");
+      Bench(name + ".p99", r.p99_us, "us");
+      Bench(name + ".vs_one_agent", r.keys_per_s / one_agent_b16, "x");
     }
   }
 
