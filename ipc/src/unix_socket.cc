@@ -151,7 +151,17 @@ Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds ti
         return Status(ErrorCode::kAgentUnavailable,
                       "the agent closed the connection during the handshake; see its log");
       case MessageReader::State::kError:
-        return Status(ErrorCode::kAgentUnavailable, "handshake read failed or was malformed");
+        if (reader.oversized() != 0) {
+          return Status(ErrorCode::kAgentUnavailable,
+                        "the agent's handshake message announces " +
+                            std::to_string(reader.oversized()) + " bytes, above the limit of " +
+                            std::to_string(kMaxHandshakeMessage) +
+                            "; it is not a kvagent this SDK can talk to (check the run dir and "
+                            "that agent and SDK are of the same release)");
+        }
+        return Status(ErrorCode::kAgentUnavailable,
+                      "reading the agent's handshake failed (a read error, or more bytes than a "
+                      "handshake holds); check the agent's log and retry");
       case MessageReader::State::kNeedMore:
         break;
     }
@@ -170,7 +180,10 @@ MessageReader::State MessageReader::Read(int fd) {
     if (buffer_.size() >= 4) {
       uint32_t n = 0;
       for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(buffer_[i]) << (8 * i);
-      if (n > kMaxHandshakeMessage) return State::kError;
+      if (n > kMaxHandshakeMessage) {
+        oversized_ = n;
+        return State::kError;
+      }
       if (buffer_.size() >= 4 + n) {
         message_.assign(buffer_.begin() + 4, buffer_.begin() + 4 + n);
         buffer_.erase(buffer_.begin(), buffer_.begin() + 4 + n);

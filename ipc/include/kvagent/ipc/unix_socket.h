@@ -65,8 +65,10 @@ struct PeerCredentials {
 [[nodiscard]] Status SendMessage(int fd, std::span<const uint8_t> message,
                                  std::chrono::milliseconds timeout);
 
-// Reads one length-prefixed message, waiting at most `timeout`. AGENT_UNAVAILABLE on EOF,
-// TIMEOUT on timeout, INVALID_PARAMS when the peer announces more than kMaxHandshakeMessage.
+// Reads one length-prefixed message (the SDK reads the agent's Welcome with it), waiting at most
+// `timeout`. TIMEOUT on timeout; AGENT_UNAVAILABLE on EOF, a read error, or when the peer
+// announces more than kMaxHandshakeMessage (no agent this SDK can talk to: nothing the caller
+// passed is at fault, so not INVALID_PARAMS).
 [[nodiscard]] Result<std::vector<uint8_t>> ReceiveMessage(int fd,
                                                           std::chrono::milliseconds timeout);
 
@@ -80,10 +82,13 @@ class MessageReader {
   // an oversized message (the connection should be closed).
   State Read(int fd);
   const std::vector<uint8_t>& message() const { return message_; }
+  // After kError: the length the peer announced when it was above kMaxHandshakeMessage, else 0.
+  uint64_t oversized() const { return oversized_; }
 
  private:
   std::vector<uint8_t> buffer_;
   std::vector<uint8_t> message_;
+  uint64_t oversized_ = 0;
 };
 
 }  // namespace kvagent::ipc
