@@ -141,6 +141,7 @@ class ReadBatch final : public Batch {
     uint32_t checksum = 0;
     bool checksummed = false;
     bool corrupt_seen = false;  // some replica's bytes failed the checksum
+    bool failed_seen = false;   // some replica could not be read at all
     std::vector<Replica> left;  // in the order to try them
   };
   void OnPlaced(Result<std::span<const uint8_t>> reply);

@@ -17,10 +17,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data_plane.h"
 #include "kvagent/agent/master_port.h"
 #include "kvagent/agent/request_handler.h"
 #include "kvagent/transfer/node_pool.h"
-#include "kvagent/transfer/transfer_engine.h"
 
 namespace kvagent::agent {
 
@@ -94,7 +94,7 @@ struct KeyRef {
 // no transfer uses it any more.
 class ArenaRegistry {
  public:
-  explicit ArenaRegistry(transfer::TransferEngine* engine) : engine_(engine) {}
+  explicit ArenaRegistry(DataPlane* engine) : engine_(engine) {}
   // Registers the client's arena if needed and counts one more transfer batch using it.
   [[nodiscard]] Status Acquire(const ClientRequest& request);
   void Release(ClientId client);
@@ -107,14 +107,14 @@ class ArenaRegistry {
     bool gone = false;
   };
   void Unregister(ClientId client, Entry& entry);
-  transfer::TransferEngine* engine_;
+  DataPlane* engine_;
   std::unordered_map<ClientId, Entry> entries_;
 };
 
 struct PipelineContext {
   MasterPort* master = nullptr;
   transfer::NodePool* pool = nullptr;
-  transfer::TransferEngine* engine = nullptr;
+  DataPlane* engine = nullptr;
   // Which writes may still land in this node's pool; local copies ask it too (may be null in
   // tests of the pipeline alone: no fencing of local copies).
   const transfer::PoolFence* fence = nullptr;

@@ -37,6 +37,10 @@ class RequestPipeline final : public RequestHandler {
   RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                   transfer::TransferEngine* engine, const transfer::PoolFence* fence = nullptr,
                   bool checksums = true);
+  // The same over any data plane (the pipeline's unit tests give it a test double).
+  RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
+                  std::unique_ptr<DataPlane> data_plane, const transfer::PoolFence* fence,
+                  bool checksums);
   ~RequestPipeline() override;
   RequestPipeline(const RequestPipeline&) = delete;
   RequestPipeline& operator=(const RequestPipeline&) = delete;
@@ -65,6 +69,7 @@ class RequestPipeline final : public RequestHandler {
   void Sweep();
 
   std::unique_ptr<MasterPort> master_;
+  std::unique_ptr<DataPlane> data_plane_;
   PipelineContext ctx_;
   MasterMessages messages_;
   std::array<std::vector<HeldRequest>, PipelineCounters::kOps> queued_;
