@@ -1,6 +1,7 @@
 # kvagent: the user's entry points. `make demo` and `make test` work on a fresh Debian 12 machine.
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
+CROSS_DIR ?= build-aarch64
 JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # A compiler cache speeds up rebuilds where one is installed (not needed, not installed by deps).
@@ -9,7 +10,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test format clean
+.PHONY: all deps configure build test bench demo asan-test cross-aarch64 format clean
 
 all: build
 
@@ -37,8 +38,12 @@ asan-test: deps
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE no_sanitizer
 
+# The SDK side cross-compiled for aarch64, its per-architecture tests run under qemu (run by CI).
+cross-aarch64: deps
+	@scripts/cross-aarch64.sh $(CROSS_DIR) $(JOBS) $(CMAKE_FLAGS)
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(CROSS_DIR)

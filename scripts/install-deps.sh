@@ -16,6 +16,7 @@ packages=(
   libsystemd-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
+  g++-aarch64-linux-gnu qemu-user-static
 )
 
 missing=()
