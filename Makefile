@@ -1,6 +1,7 @@
 # kvagent: the user's entry points. `make demo` and `make test` work on a fresh Debian 12 machine.
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
+TSAN_DIR  ?= build-tsan
 CROSS_DIR ?= build-aarch64
 JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -10,7 +11,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test cross-aarch64 format clean
+.PHONY: all deps configure build test bench demo asan-test tsan-test cross-aarch64 format clean
 
 all: build
 
@@ -38,6 +39,11 @@ asan-test: deps
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE no_sanitizer
 
+# The tests again under ThreadSanitizer (run by CI): a race anywhere in our code, the tests or
+# the binaries they start fails the test. scripts/tsan-test.sh says what runs and why.
+tsan-test: deps
+	@scripts/tsan-test.sh $(TSAN_DIR) $(JOBS) $(CMAKE_FLAGS)
+
 # The SDK side cross-compiled for aarch64, its per-architecture tests run under qemu (run by CI).
 cross-aarch64: deps
 	@scripts/cross-aarch64.sh $(CROSS_DIR) $(JOBS) $(CMAKE_FLAGS)
@@ -46,4 +52,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(CROSS_DIR)
+	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(CROSS_DIR)
