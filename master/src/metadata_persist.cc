@@ -362,7 +362,11 @@ void MetadataStore::WriteSnapshot() {
     LogAgent(a);
     for (SegmentId sid : a.segments) LogSegment(segments_.at(sid));
   }
-  objects_.ForEach([&](const ObjectEntry& entry) { LogObject(entry); });
+  // Committed state only: a write in flight (a put not ended, an upsert rewriting its object)
+  // has bytes that may never arrive, so it must not come back readable from a snapshot.
+  objects_.ForEach([&](const ObjectEntry& entry) {
+    if (entry.second.readable) LogObject(entry);
+  });
 }
 
 Status MetadataStore::Open() {
