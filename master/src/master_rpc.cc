@@ -200,7 +200,8 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     service_->CountBadRequest();
     return Finish(b, id, status, fb::ReplyBody::NONE, 0);
   };
-  auto write_start = [&](const fb::WriteStart* m, bool upsert) {
+  // The typed view of a WriteStart (spans into the message and the scratch).
+  auto read_start = [&](const fb::WriteStart* m) {
     CollectStrings(m->keys(), &s.keys);
     CollectStrings(m->session_ids(), &s.sessions);
     s.blocks.clear();
@@ -243,15 +244,19 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       w.options.soft_pin_ttl_ms = o->soft_pin_ttl_ms();
       w.options.hard_pin = o->hard_pin();
     }
+    return w;
+  };
+  auto write_start = [&](const fb::WriteStart* m, bool upsert) {
+    const WriteStartRequest w = read_start(m);
     Status st = upsert ? service_->BatchUpsertStart(w, &s.placement_batch)
                        : service_->BatchPutStart(w, &s.placement_batch);
     return placement_reply(st);
   };
-  auto write_end = [&](const fb::WriteFinish* m) {
-    CollectStrings(m->keys(), &s.keys);
+  // The typed view of a WriteFinish for `keys`.
+  auto read_finish = [&](const fb::WriteFinish* m, std::span<const std::string_view> keys) {
     WriteEndRequest w;
     w.agent = m->agent_id();
-    w.keys = s.keys;
+    w.keys = keys;
     w.write_ids = SpanOf(m->write_ids());
     w.part_counts = SpanOf(m->part_counts());
     w.checksums = SpanOf(m->checksums());
@@ -263,7 +268,34 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       }
     }
     w.failed = s.failed;
-    return codes_reply(service_->BatchPutEnd(w, &s.key_results), 0);
+    return w;
+  };
+  auto write_end = [&](const fb::WriteFinish* m) {
+    CollectStrings(m->keys(), &s.keys);
+    return codes_reply(service_->BatchPutEnd(read_finish(m, s.keys), &s.key_results), 0);
+  };
+  auto write_commit = [&](const fb::WriteCommit* m) {
+    if (m == nullptr || m->start() == nullptr || m->finish() == nullptr) {
+      return bad(InvalidParams("BatchPutCommit needs its start and its finish"));
+    }
+    WriteCommitRequest c;
+    c.start = read_start(m->start());
+    c.finish = read_finish(m->finish(), s.keys);  // the start's keys
+    if (c.finish.agent != c.start.agent) {
+      return bad(InvalidParams("a commit's start and finish name different agents"));
+    }
+    c.master_epoch = m->master_epoch();
+    return codes_reply(service_->BatchPutCommit(c, &s.key_results), 0);
+  };
+  auto reserve_writes = [&](const fb::ReserveWrites* m) {
+    if (m == nullptr) return bad(InvalidParams("ReserveWrites without its body"));
+    ReserveWritesRequest r;
+    r.agent = m->agent_id();
+    r.size = m->size();
+    r.replica_count = m->replica_count();
+    r.count = m->count();
+    r.returned = SpanOf(m->returned());
+    return placement_reply(service_->ReserveWrites(r, &s.placement_batch));
   };
   auto write_revoke = [&](const fb::WriteFinish* m) {
     CollectStrings(m->keys(), &s.keys);
@@ -310,6 +342,10 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       return write_end(req->body_as_BatchUpsertEnd());
     case fb::Body::BatchUpsertRevoke:
       return write_revoke(req->body_as_BatchUpsertRevoke());
+    case fb::Body::ReserveWrites:
+      return reserve_writes(req->body_as_ReserveWrites());
+    case fb::Body::BatchPutCommit:
+      return write_commit(req->body_as_BatchPutCommit());
     case fb::Body::ReportBadReplicas: {
       const auto* m = req->body_as_ReportBadReplicas();
       CollectStrings(m->keys(), &s.keys);
@@ -397,6 +433,11 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
           {"log_bytes", st.log_bytes},
           {"log_compactions", st.log_compactions},
           {"oversized_values", st.oversized_values},
+          {"reserved_writes", st.reserved_writes},
+          {"reserved_bytes", st.reserved_bytes},
+          {"writes_reserved", st.writes_reserved},
+          {"reserved_commits", st.reserved_commits},
+          {"reserved_returned", st.reserved_returned},
       };
       if (extra_stats_) extra_stats_(&all);
       std::vector<flatbuffers::Offset<flatbuffers::String>> names;

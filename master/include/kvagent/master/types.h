@@ -171,6 +171,34 @@ struct WriteEndRequest {
   std::span<const FailedReplica> failed;
 };
 
+// ReserveWrites: writes placed as a put's would be (replica_count replicas of each part of a
+// value of `size` bytes, the writer's own pool first) but not bound to a key yet, so that the
+// put that uses one needs a single master round trip (BatchPutCommit). `returned` are reserved
+// writes the agent gives back unused (abandoned and fenced like a revoked write).
+struct ReserveWritesRequest {
+  AgentId agent = kNoAgent;
+  uint64_t size = 0;
+  uint8_t replica_count = 1;
+  uint32_t count = 0;
+  std::span<const uint64_t> returned;
+};
+// The most writes one ReserveWrites may ask for or return, and the most an agent may hold.
+inline constexpr uint32_t kMaxReservedWritesPerCall = 1024;
+inline constexpr uint32_t kMaxReservedWritesPerAgent = 4096;
+// The most of all pools' capacity one agent may hold in reserved writes (1/8).
+inline constexpr uint64_t kReservedShareDivisor = 8;
+
+// BatchPutCommit: a put of each key into a write reserved for this agent — WriteStart and End
+// in one message. start.* as for BatchPutStart (the sizes must be the reserved writes');
+// finish.keys must equal start.keys and finish.write_ids names the reserved write of each key;
+// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the incarnation of the
+// master that reserved them: another master refuses the whole commit (MASTER_UNAVAILABLE).
+struct WriteCommitRequest {
+  WriteStartRequest start;
+  WriteEndRequest finish;
+  uint64_t master_epoch = 0;
+};
+
 // A replica whose bytes did not match its checksum when a reader's agent read it.
 struct BadReplica {
   std::string_view key;
@@ -274,6 +302,11 @@ struct MasterStats {
   uint64_t log_bytes = 0;             // size of the operation log file
   uint64_t log_compactions = 0;       // snapshots written while running
   uint64_t oversized_values = 0;      // puts refused as larger than the pools' high watermark
+  uint64_t reserved_writes = 0;       // reserved writes held by agents now (not bound to a key)
+  uint64_t reserved_bytes = 0;        // their space
+  uint64_t writes_reserved = 0;       // reserved writes handed out
+  uint64_t reserved_commits = 0;      // keys committed into a reserved write (one round trip)
+  uint64_t reserved_returned = 0;     // reserved writes given back unused, or refused at commit
 };
 
 }  // namespace kvagent::master
