@@ -12,18 +12,22 @@ namespace kvagent::agent {
 void SegmentTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ctx) {
   entries_.clear();
   if (reply.segments() == nullptr) return;
-  const uint32_t own = ctx.master->identity().segment_id;
   for (const mfb::SegmentInfo* s : *reply.segments()) {
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
-    Entry e;
-    e.id = s->segment_id();
-    e.endpoint = s->endpoints()->Get(0)->string_view();
-    e.incarnation = s->incarnation();
-    // The id is the fast answer; the endpoint check also holds across a master restart that
-    // renumbered our segment while this batch was in flight.
-    e.local = e.id == own || ctx.engine->IsLocal(e.endpoint);
-    entries_.push_back(e);
+    Add(s->segment_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
   }
+}
+
+void SegmentTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
+                       const PipelineContext& ctx) {
+  Entry e;
+  e.id = id;
+  e.endpoint = endpoint;
+  e.incarnation = incarnation;
+  // The id is the fast answer; the endpoint check also holds across a master restart that
+  // renumbered our segment while this batch was in flight.
+  e.local = id == ctx.master->identity().segment_id || ctx.engine->IsLocal(endpoint);
+  entries_.push_back(e);
 }
 
 const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {

@@ -45,6 +45,7 @@ struct Flags {
   bool standalone = false;
   std::string agent_name;
   bool checksums = true;
+  uint64_t reserved_write_bytes = 64ull << 20;
   bool serve_data = true;  // false: standalone without --data-listen (no data server)
   int64_t heartbeat_ms = 1000;
   int64_t master_timeout_ms = 5000;
@@ -66,6 +67,9 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.Bool("checksums", &v.checksums,
          "take a CRC32C of every value as it is stored and verify it on every read (turn off "
          "only to measure what it costs: a get can then not tell corrupt bytes)");
+  f.Size("reserved-write-bytes", &v.reserved_write_bytes,
+         "with --master: space the agent keeps reserved at kvmaster for puts of the value sizes "
+         "it has seen, so a put takes one master round trip instead of two (0: off)");
   f.Int("heartbeat-ms", &v.heartbeat_ms, "heartbeat period towards kvmaster");
   f.Int("master-timeout-ms", &v.master_timeout_ms,
         "a kvmaster request unanswered this long fails with MASTER_UNAVAILABLE and the link "
@@ -327,6 +331,11 @@ int main(int argc, char** argv) {
   }
   auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(
       std::move(port), pool->get(), engine->get(), fence.get(), v.checksums);
+  if (!v.master.empty() && v.reserved_write_bytes > 0) {
+    kvagent::agent::WriteReservations::Options reserved;
+    reserved.budget_bytes = v.reserved_write_bytes;
+    pipeline->EnableReservedWrites(reserved);
+  }
   pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
     if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
   });

@@ -81,9 +81,9 @@ flatbuffers::DetachedBuffer MasterMessages::Finish(uint64_t id, mfb::Body type, 
   return fbb_.Release();
 }
 
-flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t agent, bool upsert,
-                                                       std::span<const HeldRequest> requests,
-                                                       std::span<const KeyRef> keys) {
+Offset<mfb::WriteStart> MasterMessages::StartTable(uint32_t agent,
+                                                   std::span<const HeldRequest> requests,
+                                                   std::span<const KeyRef> keys) {
   const auto key_vec = Keys(requests, keys);
   sizes_.clear();
   bool any_session = false;
@@ -114,8 +114,13 @@ flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t age
                            ? mfb::CreateWriteOptions(fbb_)
                            : mfb::CreateWriteOptions(fbb_, o->replica_count(), o->soft_pin(),
                                                      o->soft_pin_ttl_ms(), o->hard_pin());
-  const auto body =
-      mfb::CreateWriteStart(fbb_, agent, key_vec, size_vec, session_vec, block_vec, options);
+  return mfb::CreateWriteStart(fbb_, agent, key_vec, size_vec, session_vec, block_vec, options);
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t agent, bool upsert,
+                                                       std::span<const HeldRequest> requests,
+                                                       std::span<const KeyRef> keys) {
+  const auto body = StartTable(agent, requests, keys);
   return Finish(id, upsert ? mfb::Body::BatchUpsertStart : mfb::Body::BatchPutStart, body.Union());
 }
 
@@ -124,6 +129,33 @@ flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t ag
                                                         std::span<const KeyRef> keys,
                                                         const WriteFinishFields& fields) {
   const auto key_vec = Keys(requests, keys);
+  return Finish(id, type, FinishTable(agent, key_vec, fields).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteCommit(uint64_t id, uint32_t agent,
+                                                        std::span<const HeldRequest> requests,
+                                                        std::span<const KeyRef> keys,
+                                                        const WriteFinishFields& fields,
+                                                        uint64_t master_epoch) {
+  const auto start = StartTable(agent, requests, keys);
+  const auto finish = FinishTable(agent, 0, fields);  // the keys are the start's
+  return Finish(id, mfb::Body::BatchPutCommit,
+                mfb::CreateWriteCommit(fbb_, start, finish, master_epoch).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::ReserveWrites(uint64_t id, uint32_t agent,
+                                                          uint64_t size, uint8_t replica_count,
+                                                          uint32_t count,
+                                                          std::span<const uint64_t> returned) {
+  Offset<flatbuffers::Vector<uint64_t>> returned_vec;
+  if (!returned.empty()) returned_vec = fbb_.CreateVector(returned.data(), returned.size());
+  return Finish(
+      id, mfb::Body::ReserveWrites,
+      mfb::CreateReserveWrites(fbb_, agent, size, replica_count, count, returned_vec).Union());
+}
+
+Offset<mfb::WriteFinish> MasterMessages::FinishTable(uint32_t agent, Offset<StringVector> key_vec,
+                                                     const WriteFinishFields& fields) {
   const auto write_ids = fbb_.CreateVector(fields.write_ids.data(), fields.write_ids.size());
   Offset<flatbuffers::Vector<uint32_t>> part_counts, checksums;
   if (!fields.part_counts.empty()) {
@@ -134,10 +166,7 @@ flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t ag
   if (!fields.failed.empty()) {
     failed = fbb_.CreateVectorOfStructs(fields.failed.data(), fields.failed.size());
   }
-  return Finish(
-      id, type,
-      mfb::CreateWriteFinish(fbb_, agent, key_vec, write_ids, part_counts, checksums, failed)
-          .Union());
+  return mfb::CreateWriteFinish(fbb_, agent, key_vec, write_ids, part_counts, checksums, failed);
 }
 
 flatbuffers::DetachedBuffer MasterMessages::ReportBadReplicas(
@@ -244,6 +273,26 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
     }
     if (pl->length() == 0) return Malformed("a placement has length 0");
   }
+  return p;
+}
+
+Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> bytes, size_t max) {
+  const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
+  KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::PlacementReply));
+  const mfb::PlacementReply* p = reply->body_as_PlacementReply();
+  if (p == nullptr) return Malformed("no PlacementReply body");
+  const size_t granted = Count(p->codes());
+  if (granted > max) return Malformed("more reserved writes than asked for");
+  auto checked = ReadPlacements(bytes, granted, false);
+  if (!checked.ok()) return checked.status();
+  for (size_t i = 0; i < granted; ++i) {
+    if (p->codes()->Get(static_cast<uoffset_t>(i)) != 0)
+      return Malformed("a reserved write failed");
+    if (p->first()->Get(static_cast<uoffset_t>(i)) ==
+        p->first()->Get(static_cast<uoffset_t>(i + 1)))
+      return Malformed("a reserved write has no placement");
+  }
+  if (p->segments() == nullptr) return Malformed("no segments");
   return p;
 }
 

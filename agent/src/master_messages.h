@@ -50,6 +50,16 @@ class MasterMessages {
                                           std::span<const HeldRequest> requests,
                                           std::span<const KeyRef> keys,
                                           const WriteFinishFields& fields);
+  // BatchPutCommit: a put of `keys` into reserved writes (fields.write_ids) that master
+  // `master_epoch` reserved: WriteStart and End in one message.
+  flatbuffers::DetachedBuffer WriteCommit(uint64_t id, uint32_t agent,
+                                          std::span<const HeldRequest> requests,
+                                          std::span<const KeyRef> keys,
+                                          const WriteFinishFields& fields, uint64_t master_epoch);
+  // ReserveWrites: `count` writes of `size` bytes, giving back `returned`.
+  flatbuffers::DetachedBuffer ReserveWrites(uint64_t id, uint32_t agent, uint64_t size,
+                                            uint8_t replica_count, uint32_t count,
+                                            std::span<const uint64_t> returned);
   flatbuffers::DetachedBuffer ReportBadReplicas(uint64_t id, uint32_t agent,
                                                 std::span<const BadReplicaReport> bad);
   // BatchGet / BatchExist / BatchRemove (with `force`).
@@ -68,6 +78,13 @@ class MasterMessages {
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<mfb::BlockMeta>>> Blocks(
       std::span<const HeldRequest> requests, std::span<const KeyRef> keys);
   flatbuffers::DetachedBuffer Finish(uint64_t id, mfb::Body type, flatbuffers::Offset<void> body);
+  using StringVector = flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>;
+  flatbuffers::Offset<mfb::WriteStart> StartTable(uint32_t agent,
+                                                  std::span<const HeldRequest> requests,
+                                                  std::span<const KeyRef> keys);
+  flatbuffers::Offset<mfb::WriteFinish> FinishTable(uint32_t agent,
+                                                    flatbuffers::Offset<StringVector> keys,
+                                                    const WriteFinishFields& fields);
 
   flatbuffers::FlatBufferBuilder fbb_{4096};
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
@@ -89,6 +106,10 @@ Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 // reply.
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
                                                   bool with_sizes);
+
+// The PlacementReply of a ReserveWrites: at most `max` reserved writes, checked as
+// ReadPlacements checks a WriteStart's.
+Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> bytes, size_t max);
 
 // The segment `segment_id` of a PlacementReply with at least one endpoint, or null.
 const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id);

@@ -24,6 +24,8 @@
 
 namespace kvagent::agent {
 
+class WriteReservations;
+
 // Posts tasks to the service thread while it runs and drops them once it stopped, so threads
 // that finish work late (the data plane's callbacks, the master link) never touch a destroyed
 // service. Shared by everything that posts.
@@ -59,6 +61,7 @@ struct PipelineCounters {
   uint64_t corrupted_keys = 0;            // gets answered DATA_CORRUPTED (every replica failed)
   uint64_t degraded_puts = 0;             // puts stored with fewer replicas than asked
   uint64_t fenced_local_writes = 0;       // local copies the pool fence refused
+  uint64_t reserved_puts = 0;             // keys put with one master round trip (reserved writes)
 };
 
 // A request held by a batch, with the answer under construction.
@@ -120,6 +123,8 @@ struct PipelineContext {
   const transfer::PoolFence* fence = nullptr;
   // Checksums taken on put and verified on get (--checksums; off only to measure their cost).
   bool checksums = true;
+  // Writes reserved ahead for puts (remote master only; null: every put starts its writes).
+  WriteReservations* reservations = nullptr;
   CompletionSink* sink = nullptr;
   std::shared_ptr<ServiceGate> gate;
   PipelineCounters counters;

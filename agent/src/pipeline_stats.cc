@@ -1,4 +1,5 @@
 #include "pipeline_stats.h"
+#include "write_reservations.h"
 
 #include <string>
 #include <utility>
@@ -35,6 +36,10 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   out.push_back({"agent.corrupted_keys", c.corrupted_keys, ""});
   out.push_back({"agent.degraded_puts", c.degraded_puts, ""});
   out.push_back({"agent.fenced_local_writes", c.fenced_local_writes, ""});
+  out.push_back({"agent.reserved_puts", c.reserved_puts, ""});
+  if (ctx.reservations != nullptr) {
+    out.push_back({"agent.reserved_writes", ctx.reservations->held(), ""});
+  }
   out.push_back({"agent.checksums", ctx.checksums ? 1u : 0u, ctx.checksums ? "on" : "off"});
   if (ctx.fence != nullptr) {
     out.push_back({"agent.pool_incarnation", ctx.fence->pool_incarnation(), ""});

@@ -74,6 +74,21 @@ RequestPipeline::~RequestPipeline() {
   master_->Stop();
 }
 
+void RequestPipeline::EnableReservedWrites(const WriteReservations::Options& options) {
+  reservations_ = std::make_unique<WriteReservations>(ctx_, messages_, options);
+  ctx_.reservations = reservations_.get();
+}
+
+RequestPipeline::Clock::time_point RequestPipeline::NextDeadline() const {
+  const Clock::time_point master = master_->NextDeadline();
+  return reservations_ ? std::min(master, reservations_->NextDeadline()) : master;
+}
+
+void RequestPipeline::OnTimer(Clock::time_point now) {
+  master_->OnTimer(now);
+  if (reservations_) reservations_->Maintain();
+}
+
 void RequestPipeline::OnStart(CompletionSink& sink) {
   ctx_.sink = &sink;
   ctx_.gate->Open(&sink);
@@ -109,6 +124,7 @@ void RequestPipeline::OnPassEnd() {
   FlushKeys(proto::Op::Exist);
   FlushSingles(proto::Op::List);
   FlushSingles(proto::Op::Stat);
+  if (reservations_) reservations_->Maintain();
   Sweep();
 }
 

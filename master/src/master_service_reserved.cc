@@ -11,6 +11,9 @@
 // them (the commit names the master's epoch).
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "kvagent/common/validate.h"
 #include "kvagent/master/master_service.h"
 #include "metadata_store.h"
@@ -64,25 +67,42 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
     out->results.push_back(Status::Ok());
   }
   out->first.push_back(static_cast<uint32_t>(out->placements.size()));
+  // How long they last: abandoned when not committed within the release timeout.
+  out->lease_ttl_ms = static_cast<uint32_t>(
+      std::min<int64_t>(options_.put_release_timeout_ms, std::numeric_limits<uint32_t>::max()));
   return store_->FlushLog();
 }
 
 Status MasterService::BatchPutCommit(const WriteCommitRequest& req, KeyResults* out) {
   out->Clear();
   const size_t n = req.start.keys.size();
-  if (req.master_epoch != incarnation_) {
-    // Not a bad request: the master restarted, or another one took over, since the agent
-    // reserved these writes. Their ids mean nothing here.
-    Status st(ErrorCode::kMasterUnavailable,
-              "the writes were reserved by another master (epoch " +
-                  std::to_string(req.master_epoch) + "; this one is " +
-                  std::to_string(incarnation_) +
-                  ": it restarted or took over); nothing was stored: put again");
-    out->results.assign(n, st);
-    return st;
-  }
   if (Status st = ValidateWriteStart(req.start); !st.ok()) {
     return RejectBatch(st, n, &out->results);
+  }
+  if (req.master_epoch != incarnation_) {
+    // Not a bad request: the master restarted, or another one took over, since the agent
+    // reserved these writes; their ids mean nothing here. Only a commit sent again finds its
+    // key: the one that reached the previous master's log before it went down.
+    const Status gone(ErrorCode::kMasterUnavailable,
+                      "the write was reserved by another master (epoch " +
+                          std::to_string(req.master_epoch) + "; this one is " +
+                          std::to_string(incarnation_) +
+                          ": it restarted or took over); nothing was stored: put again");
+    out->results.reserve(n);
+    out->replicas.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const ObjectEntry* e = store_->Find(req.start.keys[i]);
+      const bool committed = e != nullptr && e->second.readable &&
+                             i < req.finish.write_ids.size() &&
+                             e->second.version == req.finish.write_ids[i];
+      out->results.push_back(committed ? Status::Ok() : gone);
+      if (committed) {
+        const Object& o = e->second;
+        out->replicas[i] = static_cast<uint8_t>(
+            std::min<uint32_t>(255, o.replica_total / std::max<uint32_t>(1, o.parts())));
+      }
+    }
+    return Status::Ok();
   }
   const WriteEndRequest& finish = req.finish;
   if (finish.keys.size() != n || finish.write_ids.size() != n) {
@@ -123,12 +143,12 @@ Status MasterService::CommitOne(const WriteCommitRequest& req, size_t i, KeyResu
                       "dropped); nothing was stored: put it again");
   }
   const Object& reserved = r->second;
-  if (reserved.size != start.sizes[i] ||
+  if (start.sizes[i] > reserved.size ||
       reserved.pending->options.replica_count != start.options.replica_count) {
     store_->AbortWrite(r);
     return InvalidParams("key '" + std::string(key) + "' of " + std::to_string(start.sizes[i]) +
-                         " bytes does not fit reserved write " + std::to_string(id) +
-                         " (its size or replica count differs)");
+                         " bytes does not fit reserved write " + std::to_string(id) + " (" +
+                         std::to_string(reserved.size) + " bytes; or its replica count differs)");
   }
   const int64_t now = clock_->NowMs();
   auto [e, fresh] = store_->FindOrInsert(key);
@@ -149,7 +169,7 @@ Status MasterService::CommitOne(const WriteCommitRequest& req, size_t i, KeyResu
     LOG(INFO) << "agent " << start.agent << " takes over the write of key '" << key << "' started "
               << (now - w.started_ms) << " ms ago by agent " << w.writer;
   }
-  store_->BindReservation(r, e);
+  store_->BindReservation(r, e, start.sizes[i]);
   PendingWrite& w = *e->second.pending;
   // Rule 3: the session ID is held by the write and committed by the End just below.
   w.tag =

@@ -249,9 +249,11 @@ class MetadataStore {
   // write id, or 0 when it does not fit.
   uint64_t Reserve(AgentId writer, uint64_t size, uint8_t replica_count);
   // Binds reserved write `r` to entry `e` (fresh, or a write of another agent past the put
-  // timeout, which is taken over: its replicas are fenced). `r`'s entry is erased; `e` is then
-  // a write in flight with r's replicas and write id, ready for CommitWrite.
-  void BindReservation(ObjectEntry* r, ObjectEntry* e);
+  // timeout, which is taken over: its replicas are fenced) for a value of `size` bytes, at most
+  // r's: its parts are filled in order (ReservedLayout) and the space past the value goes back
+  // at once (nothing was written there). `r`'s entry is erased; `e` is then a write in flight
+  // with r's write id, ready for CommitWrite.
+  void BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t size);
   // Abandons a write: its replicas are fenced (freed once their pools refuse the write) and
   // the object erased. No event: it was not readable.
   void AbortWrite(ObjectEntry* e);

@@ -181,11 +181,37 @@ void MetadataStore::Unreserve(const ObjectEntry& r) {
   a->reserved_bytes -= std::min(a->reserved_bytes, bytes);
 }
 
-void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e) {
+void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t size) {
   Object& from = r->second;
   Object& o = e->second;
-  assert(from.pending && IsReservedKey(r->first) && !o.readable);
+  assert(from.pending && IsReservedKey(r->first) && !o.readable && size <= from.size);
   Unreserve(*r);
+  // The value fills the reserved parts in order; what it leaves is freed.
+  std::vector<Replica>& kept = scratch_replicas_;
+  kept.clear();
+  uint64_t left = size;
+  uint32_t part = UINT32_MAX;
+  uint64_t part_length = 0;
+  for (uint32_t i = 0; i < from.replica_total; ++i) {
+    Replica rep = from.replica(i);
+    if (rep.part != part) {
+      part = rep.part;
+      part_length = std::min<uint64_t>(rep.length, left);
+      left -= part_length;
+    }
+    if (part_length == 0) {
+      FreeReplica(rep);
+      continue;
+    }
+    const uint64_t keep = SegmentAllocator::Rounded(part_length);
+    const uint64_t had = SegmentAllocator::Rounded(rep.length);
+    if (keep < had) {
+      auto seg = segments_.find(rep.segment_id);
+      if (seg != segments_.end()) seg->second.allocator.Free(rep.offset + keep, had - keep);
+    }
+    rep.length = static_cast<uint32_t>(part_length);
+    kept.push_back(rep);
+  }
   if (o.pending) {
     // A write of another agent past the put timeout: taken over, as WriteStart would.
     Fence(o.pending->write_id, {o.replica_data(), o.replica_total});
@@ -196,8 +222,8 @@ void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e) {
     ++counters_.taken_over_puts;
   }
   writing_.Remove(r);
-  o.size = from.size;
-  o.AssignReplicas(from.replica_data(), from.replica_total);
+  o.size = size;
+  o.AssignReplicas(kept.data(), static_cast<uint32_t>(kept.size()));
   from.KeepReplicas(0);
   o.pending = std::move(from.pending);
   writing_.PushBack(e);
@@ -478,6 +504,7 @@ MasterStats MetadataStore::stats() const {
   for (const auto& [id, a] : agents_) {
     s.reserved_writes += a.reserved_writes;
     s.reserved_bytes += a.reserved_bytes;
+    s.writes_in_flight -= std::min<uint64_t>(s.writes_in_flight, a.reserved_writes);
     s.pending_fences += a.fences.size();
     for (const PendingFence& f : a.fences) {
       for (const Replica& r : f.replicas) s.fenced_bytes += SegmentAllocator::Rounded(r.length);

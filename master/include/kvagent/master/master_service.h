@@ -101,17 +101,20 @@ class MasterService {
   // not bound to any key. Fewer (even none) when the pools lack room below the high watermark
   // (reservations never evict) or the agent holds its share already (kMaxReservedWritesPerAgent
   // writes, 1/kReservedShareDivisor of all pools). out: per reserved write, OK, its placements
-  // and its write id. Each is abandoned like a write in flight when not committed within
-  // options().put_release_timeout_ms. INVALID_PARAMS for a bad size, count or replica count;
+  // and its write id; out->lease_ttl_ms: each is abandoned like a write in flight when not
+  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count or replica count;
   // AGENT_UNAVAILABLE for an unknown agent.
   Status ReserveWrites(const ReserveWritesRequest& request, PlacementBatch* out);
   // A put of each key into a reserved write of this agent: BatchPutStart's checks and session
-  // rules, then BatchPutEnd's commit, in one call. Per key: OK (readable, BlockStored; its
+  // rules, then BatchPutEnd's commit, in one call. A value may be smaller than its reserved
+  // write: it fills the reserved parts in order (each part up to its length; the parts it does
+  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key: OK (readable, BlockStored; its
   // replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored or being written: the
   // reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write is unknown here
   // (abandoned, expired, or reserved by another master: nothing is stored; put again), or the
-  // End's errors. Committing the same key and reserved write twice is OK. The whole batch is
-  // refused with MASTER_UNAVAILABLE when request.master_epoch is not this master's incarnation.
+  // End's errors. Committing the same key and reserved write twice is OK, also when the first
+  // commit reached the log of a master that went down and this one restored it. Otherwise, when
+  // request.master_epoch is not this master's incarnation, each key is MASTER_UNAVAILABLE.
   Status BatchPutCommit(const WriteCommitRequest& request, KeyResults* out);
 
   // Readable replicas of every part of each key, in part order (within a part, replicas on

@@ -277,7 +277,7 @@ struct ListPage {
 // Counters for Stats and logs.
 struct MasterStats {
   uint64_t keys = 0;  // readable objects
-  uint64_t writes_in_flight = 0;
+  uint64_t writes_in_flight = 0;  // puts and upserts started, not ended (reserved writes apart)
   uint64_t bytes_used = 0;      // allocated in all segments (including in-flight and discarded)
   uint64_t bytes_capacity = 0;  // size of all mounted segments
   uint64_t agents = 0;
