@@ -14,8 +14,10 @@ packages=(
   libgtest-dev
   libibverbs-dev librdmacm-dev
   libsystemd-dev
+  libcivetweb-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
+  prometheus
 )
 
 missing=()

@@ -184,7 +184,7 @@ void SingleCall::OnListPage(Result<std::span<const uint8_t>> reply) {
 
 void SingleCall::OnStats(Result<std::span<const uint8_t>> reply) {
   HeldRequest& h = requests_.front();
-  h.result.counters = AgentCounters(ctx_);
+  h.result.counters = AgentCounters(ctx_, ctx_.sink->ClientCount());
   // The agent's counters are worth having even when the master is away.
   if (!reply.ok()) {
     ++ctx_.counters.master_failures;

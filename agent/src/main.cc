@@ -18,10 +18,12 @@
 #include <iostream>
 #include <random>
 
+#include "agent_metrics.h"
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
@@ -52,6 +54,7 @@ struct Flags {
   kvagent::transfer::TransferFlags transfer;
   kvagent::relay::EventRelayFlags relay;
   kvagent::master::MasterOptions embedded;  // the standalone master's options
+  std::string metrics_listen;               // empty: no /metrics endpoint
 };
 
 void Declare(kvagent::FlagSet& f, Flags& v) {
@@ -81,6 +84,9 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
                "uid allowed to attach (repeatable; default: the agent's uid and root)");
   f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
+  f.String("metrics-listen", &v.metrics_listen,
+           "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; default: "
+           "off)");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
   f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
@@ -115,6 +121,10 @@ Status Check(Flags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return kvagent::InvalidParams("--spin-us must be >= 0");
+  if (!v.metrics_listen.empty()) {
+    KVAGENT_RETURN_IF_ERROR(
+        kvagent::metrics::CheckListenAddress(v.metrics_listen, "--metrics-listen"));
+  }
   if (v.standalone && !v.master.empty()) {
     return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
   }
@@ -230,6 +240,19 @@ int main(int argc, char** argv) {
     return fail("run dir", kvagent::InvalidParams("another kvagent serves " + v.agent.SocketPath() +
                                                   "; stop it or pick another --run-dir"));
   }
+  // /metrics answers from the start (kvagent_up 0) and in full once the agent serves.
+  std::atomic<const kvagent::agent::MetricsSources*> metrics_sources{nullptr};
+  kvagent::agent::MetricsSources sources;
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!v.metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(v.metrics_listen, [&metrics_sources] {
+      return kvagent::agent::RenderAgentMetrics(metrics_sources.load(std::memory_order_acquire));
+    });
+    if (!started.ok()) return fail("metrics", started.status());
+    metrics_server = std::move(*started);
+  }
+  const std::string metrics_url = metrics_server ? metrics_server->url() : "";
+
   auto pool = kvagent::transfer::NodePool::Create(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
   const uint64_t incarnation = NewIncarnation();
@@ -248,6 +271,7 @@ int main(int argc, char** argv) {
   auto relay_slot = std::make_shared<std::atomic<kvagent::relay::EventRelay*>>(nullptr);
   std::string mode;
   std::string events;
+  kvagent::agent::EmbeddedMaster* embedded_master = nullptr;
   if (v.master.empty()) {
     kvagent::agent::EmbeddedMasterOptions o;
     o.master = v.embedded;
@@ -267,6 +291,7 @@ int main(int argc, char** argv) {
     events = (*embedded)->events_endpoint();
     for (const std::string& e : (*embedded)->extra_endpoints()) events += " and " + e;
     mode = "standalone";
+    embedded_master = embedded->get();
     port = std::move(*embedded);
   } else {
     kvagent::master_link::RemoteMasterOptions o;
@@ -327,24 +352,31 @@ int main(int argc, char** argv) {
   }
   auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(
       std::move(port), pool->get(), engine->get(), fence.get(), v.checksums);
-  pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
-    if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
-  });
+  pipeline->set_extra_counters(
+      [relay_slot, metrics_url](std::vector<kvagent::agent::Counter>* out) {
+        if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
+        if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
+      });
+  const kvagent::agent::RequestPipeline* pipeline_view = pipeline.get();
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
+  sources = {pipeline_view, agent->get(), engine->get(), embedded_master};
+  metrics_sources.store(&sources, std::memory_order_release);
 
   const std::string status =
       "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
-      ", heap on " + kvagent::HeapPagesDescription();
+      ", heap on " + kvagent::HeapPagesDescription() +
+      (metrics_url.empty() ? "" : ", metrics " + metrics_url);
   LOG(INFO) << status;
   sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
 
   const char* signal_name = stop_signals.Wait();
   sd_notify(0, "STOPPING=1");
   LOG(INFO) << "received " << signal_name << "; shutting down";
-  (*agent)->Stop();  // the service thread stops the master link too
+  metrics_server.reset();  // before what it reads
+  (*agent)->Stop();        // the service thread stops the master link too
   relay_slot->store(nullptr);
   relay.reset();   // before the link its content source reads through
   agent->reset();  // the pipeline and its master port

@@ -12,10 +12,10 @@ constexpr const char* kOpNames[PipelineCounters::kOps] = {
 
 }  // namespace
 
-std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
+std::vector<Counter> AgentCounters(const PipelineContext& ctx, size_t clients) {
   const PipelineCounters& c = ctx.counters;
   std::vector<Counter> out;
-  out.push_back({"agent.clients", ctx.sink->ClientCount(), ""});
+  out.push_back({"agent.clients", clients, ""});
   for (size_t op = 1; op < PipelineCounters::kOps; ++op) {
     const std::string name = kOpNames[op];
     out.push_back({"agent.requests." + name, c.requests[op], ""});

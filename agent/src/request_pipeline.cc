@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvagent/common/validate.h"
+#include "pipeline_stats.h"
 
 namespace kvagent::agent {
 namespace {
@@ -55,6 +56,10 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
 }
 
 }  // namespace
+
+std::vector<Counter> RequestPipeline::Counters(size_t clients) const {
+  return AgentCounters(ctx_, clients);
+}
 
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                                  transfer::TransferEngine* engine, const transfer::PoolFence* fence,

@@ -47,6 +47,12 @@ class RequestPipeline final : public RequestHandler {
     ctx_.extra_counters = std::move(fn);
   }
 
+  // The `kvctl stat` counters ("agent.*"), with `clients` attached now. Any thread (the metrics
+  // endpoint calls it).
+  std::vector<Counter> Counters(size_t clients) const;
+  // The data plane, for its own counters.
+  const transfer::TransferEngine& engine() const { return *ctx_.engine; }
+
   void OnStart(CompletionSink& sink) override;
   void Handle(ClientRequest request, CompletionSink& sink) override;
   void OnPassEnd() override;

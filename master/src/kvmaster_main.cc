@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -14,20 +15,44 @@
 
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/metrics.h"
+#include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
+#include "kvagent/common/version.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/standby.h"
 
 namespace {
 
+// What /metrics shows: the master's counters while it serves; while it starts or follows a
+// primary as a standby, only whether it is up.
+struct MetricsState {
+  std::atomic<const kvagent::master::MasterServer*> server{nullptr};
+  std::atomic<bool> standby{false};
+
+  std::string Render() const {
+    kvagent::metrics::Exposition out;
+    out.Gauge("kvmaster_build_info", "the kvmaster release serving these metrics", 1,
+              {{"version", kvagent::kVersion}});
+    const kvagent::master::MasterServer* s = server.load(std::memory_order_acquire);
+    out.Gauge("kvmaster_up", "1 while this kvmaster serves agents", s != nullptr ? 1 : 0);
+    out.Gauge("kvmaster_standby", "1 while this kvmaster follows a primary (--follow)",
+              standby.load(std::memory_order_relaxed) ? 1 : 0);
+    if (s != nullptr) kvagent::master::AppendMasterMetrics(s->StatsSnapshot(), &out);
+    return out.Text();
+  }
+};
+
 // Writes the bound endpoints for whoever started us (tests, scripts), atomically.
-bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer& server) {
+bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer& server,
+                    const std::string& metrics_url) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << "rpc=" << server.endpoint() << "\n"
         << "events=" << server.events_endpoint() << "\n"
         << "replay=" << server.replay_endpoint() << "\n";
+    if (!metrics_url.empty()) out << "metrics=" << metrics_url << "\n";
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
@@ -81,6 +106,7 @@ int main(int argc, char** argv) {
   m.replication_log_bytes = 64ull << 20;
   kvagent::master::StandbyOptions standby_options;
   int64_t promote_after_ms = 0;
+  std::string metrics_listen;
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
@@ -111,7 +137,7 @@ int main(int argc, char** argv) {
   flags.Int("tick-ms", &tick_ms, "period of expiry, timeout and eviction checks");
   flags.String("log-dir", &log_dir, "write glog files here (default: stderr)");
   flags.String("ready-file", &ready_file,
-               "once serving, write the bound endpoints here (rpc=, events=, replay=)");
+               "once serving, write the bound endpoints here (rpc=, events=, replay=, metrics=)");
   flags.String("log-sync", &log_sync,
                "when operation-log records reach the disk before a change is acknowledged: "
                "write (write(2): survives a kvmaster crash) or fsync (also fdatasync(2): "
@@ -122,6 +148,9 @@ int main(int argc, char** argv) {
   flags.Bool("truncate-damaged-log", &m.truncate_damaged_log,
              "start even when the operation log is damaged in the middle, keeping the records "
              "before the damage and dropping the rest (default: refuse to start)");
+  flags.String("metrics-listen", &metrics_listen,
+               "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9479; "
+               "default: off)");
   flags.Size("replication-log-bytes", &m.replication_log_bytes,
              "operation-log records kept for standbys to fetch (0: serve no standby)");
   flags.String("follow", &standby_options.primary,
@@ -151,6 +180,14 @@ int main(int argc, char** argv) {
     std::cerr << "kvmaster: " << st.message() << " (see kvmaster --help)\n";
     return 2;
   }
+  if (!metrics_listen.empty()) {
+    if (kvagent::Status st =
+            kvagent::metrics::CheckListenAddress(metrics_listen, "--metrics-listen");
+        !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
   opts.tick_ms = static_cast<int>(tick_ms);
   opts.replay_batches = replay_batches;
   standby_options.state_dir = m.state_dir;
@@ -173,11 +210,25 @@ int main(int argc, char** argv) {
 
   // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
   const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
+  MetricsState metrics_state;
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(
+        metrics_listen, [&metrics_state] { return metrics_state.Render(); });
+    if (!started.ok()) {
+      LOG(ERROR) << "kvmaster cannot start: " << started.status().ToString();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    LOG(INFO) << "kvmaster: metrics on " << metrics_server->url();
+  }
   if (!standby_options.primary.empty()) {
+    metrics_state.standby.store(true, std::memory_order_relaxed);
     if (const char* stop = FollowUntilPromoted(standby_options, promote_after_ms, stop_signals)) {
       LOG(INFO) << "kvmaster standby: " << stop << ", stopped";
       return std::string_view(stop) == "error" ? 1 : 0;
     }
+    metrics_state.standby.store(false, std::memory_order_relaxed);
   }
 
   kvagent::master::SteadyClock clock;
@@ -191,8 +242,11 @@ int main(int argc, char** argv) {
             << server.value()->replay_endpoint()
             << (m.state_dir.empty() ? ", no persistence" : ", state in " + m.state_dir)
             << ", heap on " << kvagent::HeapPagesDescription();
-  if (!ready_file.empty() && !WriteReadyFile(ready_file, *server.value())) {
+  metrics_state.server.store(server.value().get(), std::memory_order_release);
+  const std::string metrics_url = metrics_server ? metrics_server->url() : "";
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, *server.value(), metrics_url)) {
     LOG(ERROR) << "cannot write --ready-file " << ready_file;
+    metrics_server.reset();
     return 1;
   }
   const char* stop = stop_signals.Wait();
@@ -201,6 +255,7 @@ int main(int argc, char** argv) {
     stop = stop_signals.Wait();
   }
   LOG(INFO) << "kvmaster: " << stop << ", shutting down";
+  metrics_server.reset();  // before the server it reads
   server.value().reset();
   LOG(INFO) << "kvmaster: stopped";
   return 0;

@@ -405,41 +405,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       return Finish(b, id, st, fb::ReplyBody::ListKeysReply, body.Union());
     }
     case fb::Body::Stats: {
-      const MasterStats st = service_->Stats();
-      std::vector<std::pair<std::string, uint64_t>> all = {
-          {"keys", st.keys},
-          {"writes_in_flight", st.writes_in_flight},
-          {"bytes_used", st.bytes_used},
-          {"bytes_capacity", st.bytes_capacity},
-          {"agents", st.agents},
-          {"segments", st.segments},
-          {"session_tags", st.session_tags},
-          {"evictions", st.evictions},
-          {"expired_agents", st.expired_agents},
-          {"taken_over_puts", st.taken_over_puts},
-          {"timed_out_writes", st.timed_out_writes},
-          {"bad_requests", st.bad_requests},
-          {"events_emitted", st.events_emitted},
-          {"oplog_records", st.oplog_records},
-          {"replication_last_seq", st.replication_last_seq},
-          {"suspect_agents", st.suspect_agents},
-          {"agents_suspected", st.agents_suspected},
-          {"fenced_bytes", st.fenced_bytes},
-          {"pending_fences", st.pending_fences},
-          {"bad_replicas", st.bad_replicas},
-          {"stalls_forgiven", st.stalls_forgiven},
-          {"log_writable", st.log_writable},
-          {"log_refusals", st.log_refusals},
-          {"log_bytes", st.log_bytes},
-          {"log_compactions", st.log_compactions},
-          {"oversized_values", st.oversized_values},
-          {"reserved_writes", st.reserved_writes},
-          {"reserved_bytes", st.reserved_bytes},
-          {"writes_reserved", st.writes_reserved},
-          {"reserved_commits", st.reserved_commits},
-          {"reserved_returned", st.reserved_returned},
-      };
-      if (extra_stats_) extra_stats_(&all);
+      const std::vector<std::pair<std::string, uint64_t>> all = StatCounters();
       std::vector<flatbuffers::Offset<flatbuffers::String>> names;
       std::vector<uint64_t> values;
       for (const auto& [n, v] : all) {
@@ -467,6 +433,45 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   return bad(InvalidParams("unknown request type " +
                            std::to_string(static_cast<int>(req->body_type())) +
                            "; the master speaks master.fbs as of this build: upgrade it"));
+}
+
+std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
+  const MasterStats st = service_->Stats();
+  std::vector<std::pair<std::string, uint64_t>> all = {
+      {"keys", st.keys},
+      {"writes_in_flight", st.writes_in_flight},
+      {"bytes_used", st.bytes_used},
+      {"bytes_capacity", st.bytes_capacity},
+      {"agents", st.agents},
+      {"segments", st.segments},
+      {"session_tags", st.session_tags},
+      {"evictions", st.evictions},
+      {"expired_agents", st.expired_agents},
+      {"taken_over_puts", st.taken_over_puts},
+      {"timed_out_writes", st.timed_out_writes},
+      {"bad_requests", st.bad_requests},
+      {"events_emitted", st.events_emitted},
+      {"oplog_records", st.oplog_records},
+      {"replication_last_seq", st.replication_last_seq},
+      {"suspect_agents", st.suspect_agents},
+      {"agents_suspected", st.agents_suspected},
+      {"fenced_bytes", st.fenced_bytes},
+      {"pending_fences", st.pending_fences},
+      {"bad_replicas", st.bad_replicas},
+      {"stalls_forgiven", st.stalls_forgiven},
+      {"log_writable", st.log_writable},
+      {"log_refusals", st.log_refusals},
+      {"log_bytes", st.log_bytes},
+      {"log_compactions", st.log_compactions},
+      {"oversized_values", st.oversized_values},
+      {"reserved_writes", st.reserved_writes},
+      {"reserved_bytes", st.reserved_bytes},
+      {"writes_reserved", st.writes_reserved},
+      {"reserved_commits", st.reserved_commits},
+      {"reserved_returned", st.reserved_returned},
+  };
+  if (extra_stats_) extra_stats_(&all);
+  return all;
 }
 
 }  // namespace kvagent::master

@@ -35,6 +35,7 @@ class MasterServer::Loop {
       out->emplace_back("bad_messages", bad_frames_);
     });
     PublishEvents();
+    board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -47,6 +48,7 @@ class MasterServer::Loop {
   }
 
   events::EventPublisher& publisher() { return *publisher_; }
+  const StatsBoard& board() const { return board_; }
 
  private:
   void PublishEvents() {
@@ -98,6 +100,7 @@ class MasterServer::Loop {
       if (clock_->NowMs() >= next_tick) {
         service_->Tick();
         PublishEvents();
+        board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
       }
     }
@@ -112,6 +115,7 @@ class MasterServer::Loop {
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_frames_ = 0;
+  StatsBoard board_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -153,5 +157,6 @@ MasterServer::~MasterServer() = default;
 
 std::string MasterServer::events_endpoint() const { return loop_->publisher().endpoint(); }
 std::string MasterServer::replay_endpoint() const { return loop_->publisher().replay_endpoint(); }
+StatCounterList MasterServer::StatsSnapshot() const { return loop_->board().Read(); }
 
 }  // namespace kvagent::master

@@ -34,6 +34,10 @@ class MasterRpc {
   // until the next call.
   std::span<const uint8_t> Handle(std::span<const uint8_t> request);
 
+  // The counters of the Stats reply (`kvctl stat` shows them as "master.*"): the service's,
+  // then the extra ones. Same thread as Handle.
+  std::vector<std::pair<std::string, uint64_t>> StatCounters() const;
+
   // Extra counters appended to the Stats reply (e.g. the event publisher's). Optional.
   using ExtraStats = std::function<void(std::vector<std::pair<std::string, uint64_t>>*)>;
   void set_extra_stats(ExtraStats fn) { extra_stats_ = std::move(fn); }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kvagent/common/status.h"
+#include "kvagent/master/master_metrics.h"
 #include "kvagent/master/types.h"
 
 namespace kvagent::master {
@@ -40,6 +41,10 @@ class MasterServer {
   const std::string& endpoint() const { return endpoint_; }
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
+
+  // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).
+  // Any thread: the metrics endpoint reads them without disturbing the serving thread.
+  StatCounterList StatsSnapshot() const;
 
  private:
   class Loop;

@@ -1,0 +1,72 @@
+#include "kvagent/master/master_metrics.h"
+
+#include <string_view>
+
+namespace kvagent::master {
+namespace {
+
+struct Mapping {
+  std::string_view stat;  // kvctl stat name without "master."
+  std::string_view metric;
+  bool counter;  // else a gauge
+  std::string_view help;
+};
+
+// Stable names: renaming one breaks dashboards.
+constexpr Mapping kTable[] = {
+    {"keys", "kvmaster_keys", false, "readable objects"},
+    {"writes_in_flight", "kvmaster_writes_in_flight", false,
+     "writes started and not yet ended or revoked"},
+    {"bytes_used", "kvmaster_used_bytes", false,
+     "bytes allocated in all pools (64-byte granularity, in-flight writes included)"},
+    {"bytes_capacity", "kvmaster_capacity_bytes", false, "size of all mounted pools"},
+    {"agents", "kvmaster_agents", false, "registered agents"},
+    {"segments", "kvmaster_segments", false, "mounted pools"},
+    {"session_tags", "kvmaster_session_tags", false, "distinct session IDs referenced"},
+    {"evictions", "kvmaster_evictions_total", true, "objects evicted"},
+    {"expired_agents", "kvmaster_expired_agents_total", true,
+     "agents dropped for missing heartbeats"},
+    {"taken_over_puts", "kvmaster_taken_over_puts_total", true,
+     "puts taken over after --put-timeout-ms"},
+    {"timed_out_writes", "kvmaster_timed_out_writes_total", true,
+     "writes abandoned at the release timeout"},
+    {"bad_requests", "kvmaster_bad_requests_total", true,
+     "requests rejected whole (malformed, failed validation)"},
+    {"bad_messages", "kvmaster_bad_messages_total", true,
+     "ZMQ messages not shaped [identity, \"\", request]"},
+    {"events_emitted", "kvmaster_events_emitted_total", true,
+     "KV events produced by state changes"},
+    {"events_published", "kvmaster_events_published_total", true,
+     "KV events handed to the PUB socket"},
+    {"event_batches_published", "kvmaster_event_batches_published_total", true,
+     "KV event batches handed to the PUB socket"},
+    {"events_dropped", "kvmaster_events_dropped_total", true,
+     "KV events dropped because the publisher's queue was full"},
+    {"event_next_seq", "kvmaster_event_next_seq", false, "seq of the next event batch"},
+    {"oplog_records", "kvmaster_oplog_records_total", true, "operation-log records appended"},
+    {"replication_last_seq", "kvmaster_replication_last_seq", false,
+     "newest operation-log record a standby can fetch"},
+};
+
+}  // namespace
+
+void AppendMasterMetrics(const StatCounterList& counters, metrics::Exposition* out) {
+  for (const auto& [name, value] : counters) {
+    bool found = false;
+    for (const Mapping& m : kTable) {
+      if (m.stat != name) continue;
+      found = true;
+      if (m.counter) {
+        out->Counter(m.metric, m.help, value);
+      } else {
+        out->Gauge(m.metric, m.help, static_cast<double>(value));
+      }
+    }
+    if (found) continue;
+    out->Gauge(metrics::FallbackName("kvmaster_", name),
+               "kvctl stat counter master." + name + " (no stable name yet)",
+               static_cast<double>(value));
+  }
+}
+
+}  // namespace kvagent::master
