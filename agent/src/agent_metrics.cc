@@ -122,6 +122,7 @@ std::string RenderAgentMetrics(const MetricsSources* sources) {
   if (sources == nullptr) return out.Text();
   AppendAgentMetrics(sources->pipeline->Counters(sources->agent->client_count()), &out);
   AppendTransferMetrics(sources->engine->stats(), &out);
+  sources->pipeline->latency().Append(&out);
   if (sources->embedded != nullptr) {
     master::AppendMasterMetrics(sources->embedded->StatsSnapshot(), &out);
   }

@@ -61,6 +61,7 @@ class Batch {
   std::vector<HeldRequest> requests_;
   std::vector<KeyRef> keys_;
   bool finished_ = false;
+  PhaseTimer phase_;  // put/get phase latencies (phase_latency.h)
 };
 
 class WriteBatch final : public Batch {

@@ -22,6 +22,7 @@
 #include "kvagent/common/metrics.h"
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/transfer_engine.h"
+#include "phase_latency.h"
 
 namespace kvagent::agent {
 
@@ -126,6 +127,7 @@ struct PipelineContext {
   CompletionSink* sink = nullptr;
   std::shared_ptr<ServiceGate> gate;
   PipelineCounters counters;
+  PhaseLatency latency;  // per-phase histograms of puts and gets (/metrics)
   std::unique_ptr<ArenaRegistry> arenas;
   // Appends counters of parts the pipeline does not own (the event relay) to a Stat reply.
   // Runs on the service thread; may be empty.

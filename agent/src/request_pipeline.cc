@@ -91,7 +91,9 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
   HeldRequest held;
   held.result.codes.assign(request.key_count(), ErrorCode::kOk);
   held.request = std::move(request);
-  if (held.Expired(std::chrono::steady_clock::now())) {
+  const auto now = std::chrono::steady_clock::now();
+  ctx_.latency.RecordRingWait(held.request, now);
+  if (held.Expired(now)) {
     // It waited in the ring past the caller's deadline (agent stalled or overloaded): the
     // caller has its TIMEOUT already; doing the work now would only surprise it.
     ctx_.counters.expired_keys += held.result.codes.size();

@@ -52,6 +52,8 @@ class RequestPipeline final : public RequestHandler {
   std::vector<Counter> Counters(size_t clients) const;
   // The data plane, for its own counters.
   const transfer::TransferEngine& engine() const { return *ctx_.engine; }
+  // Put/get phase histograms (any thread may read them).
+  const PhaseLatency& latency() const { return ctx_.latency; }
 
   void OnStart(CompletionSink& sink) override;
   void Handle(ClientRequest request, CompletionSink& sink) override;

@@ -121,6 +121,28 @@ class MetricsNamesTest(unittest.TestCase):
         self.assertNotIn("kvmaster_keys", m)
 
 
+class DashboardTest(unittest.TestCase):
+    """Every metric the Grafana dashboard queries exists in a live scrape."""
+
+    def test_dashboard_names_exist(self):
+        p = Processes("kvagent-dashboard-")
+        self.addCleanup(p.stop)
+        master = p.kvmaster("--metrics-listen", "127.0.0.1:0")
+        run_dir, _ = p.kvagent("a", "--metrics-listen", "127.0.0.1:0", master=master)
+        url = p.stat(run_dir)["agent.metrics_endpoint"][1]
+        families = set()
+        for text in (http_get(url)[1], http_get(master["metrics"])[1]):
+            families |= set(re.findall(r"^# TYPE (\w+) ", text, re.M))
+        with open(os.environ["DASHBOARD_JSON"]) as f:
+            dashboard = json.load(f)
+        exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+        self.assertGreater(len(exprs), 10)
+        for expr in exprs:
+            for name in re.findall(r"\b(kv(?:agent|master)_\w+)", expr):
+                family = re.sub(r"_(bucket|sum|count)$", "", name)
+                self.assertIn(family, families, f"dashboard query {expr!r}")
+
+
 class BadListenTest(unittest.TestCase):
     def setUp(self):
         self.p = Processes("kvagent-metrics-bad-")
@@ -207,6 +229,15 @@ scrape_configs:
         single('kvmaster_keys{job="kvmaster"}', 4.0)
         single('kvmaster_session_tags{job="kvmaster"}', 2.0)
         single('kvmaster_agents{job="kvmaster"}', 1.0)
+        # Phase histograms: every put and get went through each phase once (one key per batch).
+        for phase in ("ring_wait", "master_start", "data", "master_end"):
+            single(f'kvagent_put_phase_seconds_count{{job="kvagent",phase="{phase}"}}', 4.0)
+        for phase in ("ring_wait", "master", "data"):
+            single(f'kvagent_get_phase_seconds_count{{job="kvagent",phase="{phase}"}}', 1.0)
+        q = self.query(web, 'histogram_quantile(0.5, kvagent_put_phase_seconds_bucket'
+                            '{job="kvagent",phase="master_start"})')
+        self.assertEqual(len(q), 1)
+        self.assertGreater(list(q.values())[0], 0)
 
 
 if __name__ == "__main__":
