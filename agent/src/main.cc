@@ -8,7 +8,6 @@
 // relay); then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come last. SIGTERM or
 // SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad flag.
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
@@ -25,6 +24,7 @@
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
+#include "kvagent/common/watchdog.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
@@ -358,6 +358,9 @@ int main(int argc, char** argv) {
         if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
       });
   const kvagent::agent::RequestPipeline* pipeline_view = pipeline.get();
+  // systemd's watchdog (WatchdogSec=): pinged from the ring-service thread, with a status line.
+  v.agent.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
+  v.agent.watchdog_status = [pipeline_view] { return "kvagent " + pipeline_view->StatusLine(); };
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
   sources = {pipeline_view, agent->get(), engine->get(), embedded_master};
@@ -370,10 +373,10 @@ int main(int argc, char** argv) {
       ", heap on " + kvagent::HeapPagesDescription() +
       (metrics_url.empty() ? "" : ", metrics " + metrics_url);
   LOG(INFO) << status;
-  sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+  kvagent::NotifyServiceManager("READY=1\nSTATUS=" + status);
 
   const char* signal_name = stop_signals.Wait();
-  sd_notify(0, "STOPPING=1");
+  kvagent::NotifyServiceManager("STOPPING=1");
   LOG(INFO) << "received " << signal_name << "; shutting down";
   metrics_server.reset();  // before what it reads
   (*agent)->Stop();        // the service thread stops the master link too

@@ -61,6 +61,15 @@ std::vector<Counter> RequestPipeline::Counters(size_t clients) const {
   return AgentCounters(ctx_, clients);
 }
 
+std::string RequestPipeline::StatusLine() const {
+  const PipelineCounters& c = ctx_.counters;
+  auto count = [&c](proto::Op op) { return std::to_string(c.requests[static_cast<size_t>(op)]); };
+  return "serving " + std::to_string(ctx_.sink != nullptr ? ctx_.sink->ClientCount() : 0) +
+         " client(s); requests so far: " + count(proto::Op::Put) + " put, " +
+         count(proto::Op::Upsert) + " upsert, " + count(proto::Op::Get) + " get, " +
+         count(proto::Op::Remove) + " remove; master: " + ctx_.master->Describe();
+}
+
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                                  transfer::TransferEngine* engine, const transfer::PoolFence* fence,
                                  bool checksums)

@@ -52,6 +52,8 @@ class RequestPipeline final : public RequestHandler {
   std::vector<Counter> Counters(size_t clients) const;
   // The data plane, for its own counters.
   const transfer::TransferEngine& engine() const { return *ctx_.engine; }
+  // One line for systemd's STATUS= (service thread): clients, requests so far, the master link.
+  std::string StatusLine() const;
   // Put/get phase histograms (any thread may read them).
   const PhaseLatency& latency() const { return ctx_.latency; }
 

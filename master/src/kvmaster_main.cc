@@ -19,6 +19,7 @@
 #include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/common/version.h"
+#include "kvagent/common/watchdog.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/standby.h"
 
@@ -72,8 +73,18 @@ const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
             << (promote_after_ms > 0 ? " or after " + std::to_string(promote_after_ms) +
                                            " ms without an answer from the primary"
                                      : std::string());
+  // The watchdog is pinged from this loop, which checks the standby every 100 ms.
+  kvagent::Watchdog watchdog(kvagent::Watchdog::IntervalFromEnvironment(), [&] {
+    return "kvmaster standby of " + options.primary + ": " +
+           ((*standby)->synced()
+                ? "in sync, applied record " + std::to_string((*standby)->applied_seq())
+                : std::string("waiting for the primary's snapshot"));
+  });
+  kvagent::NotifyServiceManager("READY=1\nSTATUS=kvmaster standby of " + options.primary +
+                                ": starting");
   std::string why;
   while (why.empty()) {
+    watchdog.Poll(std::chrono::steady_clock::now());
     const char* sig = signals.WaitFor(std::chrono::milliseconds(100));
     const bool synced = (*standby)->synced();
     if (sig != nullptr && std::string_view(sig) != "SIGUSR1") return sig;
@@ -231,6 +242,10 @@ int main(int argc, char** argv) {
     metrics_state.standby.store(false, std::memory_order_relaxed);
   }
 
+  kvagent::NotifyServiceManager(
+      std::string("STATUS=kvmaster: ") +
+      (m.state_dir.empty() ? "starting" : "replaying the operation log in " + m.state_dir));
+  opts.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
   kvagent::master::SteadyClock clock;
   auto server = kvagent::master::MasterServer::Start(opts, &clock);
   if (!server.ok()) {
@@ -249,12 +264,15 @@ int main(int argc, char** argv) {
     metrics_server.reset();
     return 1;
   }
+  kvagent::NotifyServiceManager("READY=1\nSTATUS=kvmaster serving: requests on " +
+                                server.value()->endpoint());
   const char* stop = stop_signals.Wait();
   while (std::string_view(stop) == "SIGUSR1") {
     LOG(INFO) << "kvmaster: SIGUSR1 ignored: already serving";
     stop = stop_signals.Wait();
   }
   LOG(INFO) << "kvmaster: " << stop << ", shutting down";
+  kvagent::NotifyServiceManager("STOPPING=1");
   metrics_server.reset();  // before the server it reads
   server.value().reset();
   LOG(INFO) << "kvmaster: stopped";

@@ -7,6 +7,7 @@
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,9 @@ struct MasterServerOptions {
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
+  // systemd watchdog: the serving thread sends WATCHDOG=1 and a STATUS= line this often (0:
+  // never), so a hung loop stops the pings (common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
 };
 
