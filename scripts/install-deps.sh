@@ -17,7 +17,7 @@ packages=(
   libcivetweb-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
-  prometheus
+  prometheus lintian
 )
 
 missing=()
