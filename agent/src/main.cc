@@ -2,11 +2,14 @@
 // master — the embedded one (standalone, the default) or kvmaster (--master tcp://HOST:PORT) —
 // and moves the bytes between client arenas and the node pools.
 //
-// Start-up order: flags; the node pool (allocated and pre-faulted); the data plane; the master
-// (embedded: registered and mounted at once; remote: registered in the background — ready when
-// the link is, or explicitly degraded); the event stream (embedded master's publisher, or the
-// relay); then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come last. SIGTERM or
-// SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad flag.
+// Start-up order: flags; the run dir (refused when another agent serves it); the metrics port;
+// the node pool mapped; the data plane (its port bound); the master (embedded: registered and
+// mounted at once; remote: registered in the background — ready when the link is, or explicitly
+// degraded); the event stream (embedded master's publisher, or the relay: its sockets bound);
+// only then the pool pre-faulted (EXTEND_TIMEOUT_USEC to systemd meanwhile), so a taken port
+// fails start-up at once; then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come
+// last. SIGTERM or SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad
+// flag.
 #include <signal.h>
 #include <unistd.h>
 
@@ -253,7 +256,13 @@ int main(int argc, char** argv) {
   }
   const std::string metrics_url = metrics_server ? metrics_server->url() : "";
 
-  auto pool = kvagent::transfer::NodePool::Create(*pool_options);
+  if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
+    return fail("run dir", st);
+  }
+  // Every port is bound (data plane, event sockets, --events-tcp, metrics) before the pool is
+  // pre-faulted, so that a taken port is reported at once, not after minutes of pre-faulting a
+  // large pool. The mapping itself touches no page yet.
+  auto pool = kvagent::transfer::NodePool::Map(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
   const uint64_t incarnation = NewIncarnation();
   // The pool's fence: which data-plane ops may still touch it (pool incarnation, master epoch,
@@ -283,9 +292,6 @@ int main(int argc, char** argv) {
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
     o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
     auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
     if (!embedded.ok()) return fail("embedded master", embedded.status());
     events = (*embedded)->events_endpoint();
@@ -325,10 +331,17 @@ int main(int argc, char** argv) {
     link = remote->get();
     auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
     if (!relay_options.ok()) return fail("event relay", relay_options.status());
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
     relay_options->list_content = ContentThrough(link);
+    if (relay_options->master_events.empty()) {  // where kvmaster says its events are
+      relay_options->master_endpoints =
+          [link, master = v.master]() -> std::optional<std::pair<std::string, std::string>> {
+        auto e = link->EventEndpoints();
+        if (!e) return std::nullopt;
+        return std::pair{kvagent::relay::ResolveAdvertised(e->first, master),
+                         e->second.empty() ? std::string()
+                                           : kvagent::relay::ResolveAdvertised(e->second, master)};
+      };
+    }
     auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
@@ -345,6 +358,16 @@ int main(int argc, char** argv) {
     }
     port = std::move(*remote);
   }
+
+  // Now the long part: fault every page of the pool in, telling systemd that start-up goes on
+  // (EXTEND_TIMEOUT_USEC: a 64 GiB pool must not trip the unit's start timeout) and how far.
+  const Status prefaulted = (*pool)->Prefault([](uint64_t done, uint64_t total) {
+    kvagent::NotifyServiceManager(
+        "EXTEND_TIMEOUT_USEC=60000000\nSTATUS=kvagent: pre-faulting "
+        "the node pool: " +
+        kvagent::FormatBytes(done) + " of " + kvagent::FormatBytes(total));
+  });
+  if (!prefaulted.ok()) return fail("node pool", prefaulted);
 
   if (!v.checksums) {
     LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "

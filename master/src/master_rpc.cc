@@ -309,7 +309,11 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
       if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
       return Finish(b, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-                    fb::CreateRegisterAgentReply(b, r.value(), service_->incarnation()).Union());
+                    fb::CreateRegisterAgentReplyDirect(
+                        b, r.value(), service_->incarnation(),
+                        events_endpoint_.empty() ? nullptr : events_endpoint_.c_str(),
+                        events_endpoint_.empty() ? nullptr : events_replay_endpoint_.c_str())
+                        .Union());
     }
     case fb::Body::MountSegment: {
       const auto* m = req->body_as_MountSegment();

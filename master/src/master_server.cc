@@ -38,6 +38,8 @@ class MasterServer::Loop {
       out->emplace_back("event_next_seq", st.next_seq);
       out->emplace_back("bad_messages", bad_frames_);
     });
+    // Agents learn where the events are from their registration reply.
+    rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
     PublishEvents();
     board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });

@@ -92,13 +92,17 @@ class Processes:
         with open(ready) as f:
             return dict(line.strip().split("=", 1) for line in f if "=" in line)
 
-    def kvagent(self, name, *extra, master=None, env=None):
-        """Starts kvagent (64 MiB pool) in run dir <tmp>/<name>; waits until it answers."""
+    def kvagent(self, name, *extra, master=None, env=None, event_flags=True):
+        """Starts kvagent (64 MiB pool) in run dir <tmp>/<name>; waits until it answers. With a
+        master, passes its event endpoints as flags unless event_flags is False (the master
+        then tells them at registration)."""
         run_dir = os.path.join(self.dir, name)
         args = [os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "64MiB"]
         if master:
-            args += ["--master", master["rpc"], "--master-events", master["events"],
-                     "--master-events-replay", master["replay"]]
+            args += ["--master", master["rpc"]]
+            if event_flags:
+                args += ["--master-events", master["events"],
+                         "--master-events-replay", master["replay"]]
         p = self.start(args + list(extra), name + ".log", env=env)
         if self.kvctl(run_dir, "ping", "--wait-ms", str(LIMIT_S * 1000)).returncode != 0:
             raise AssertionError("kvagent did not answer: " + self.log(name + ".log"))
