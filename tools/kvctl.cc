@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kvagent/common/flags.h"
+#include "kvagent/common/version.h"
 #include "kvctl_commands.h"
 #include "kvctl_events.h"
 
@@ -44,6 +45,7 @@ constexpr std::string_view kUsage =
     "Global options:\n"
     "  --run-dir DIR      the agent's run directory (default: /run/kvagent)\n"
     "  --timeout-ms MS    give up on the agent after this long (default: 10000)\n"
+    "  --version          print the version and exit\n"
     "\n"
     "`kvctl COMMAND --help` shows a command's options. Exit status: 0 success; 1 failure, with\n"
     "one line on stderr saying what failed and what to do; 2 bad usage.\n";
@@ -55,7 +57,9 @@ int CommandIndex(int argc, char** argv) {
   while (i < argc) {
     const std::string_view a = argv[i];
     if (a.rfind("--", 0) != 0 && a != "-h") return i;
-    i += (a == "--help" || a == "-h" || a.find('=') != std::string_view::npos) ? 1 : 2;
+    i += (a == "--help" || a == "-h" || a == "--version" || a.find('=') != std::string_view::npos)
+             ? 1
+             : 2;
   }
   return argc;
 }
@@ -99,6 +103,10 @@ int main(int argc, char** argv) {
   if (kvagent::Status st = flags.Parse(command, argv); !st.ok()) return UsageError(st.message());
   if (flags.help_requested() || (command < argc && std::string_view(argv[command]) == "help")) {
     std::cout << kUsage;
+    return kExitOk;
+  }
+  if (flags.version_requested()) {
+    std::cout << "kvctl " << kvagent::kVersion << "\n";
     return kExitOk;
   }
   if (command >= argc) return UsageError("missing command");

@@ -27,6 +27,7 @@
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
+#include "kvagent/common/version.h"
 #include "kvagent/common/watchdog.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
@@ -217,6 +218,10 @@ int main(int argc, char** argv) {
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
     std::cout << flags.Usage();
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::cout << "kvagent " << kvagent::kVersion << "\n";
     return 0;
   }
   if (parsed.ok()) parsed = Check(v);

@@ -312,6 +312,10 @@ Status FlagSet::Parse(int argc, char** argv, std::vector<std::string>* positiona
       help_requested_ = true;
       continue;
     }
+    if (arg == "--version") {
+      version_requested_ = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
       if (positionals == nullptr) {
         return InvalidParams("unexpected argument '" + std::string(arg) + "' (see " + program_ +
@@ -361,6 +365,7 @@ std::string FlagSet::Usage() const {
     }
     out += "\n";
   }
+  out += "  --version\n      print the version and exit\n";
   out += "  --help\n      show this help\n";
   return out;
 }

@@ -4,10 +4,14 @@
 // 2 for a bad flag.
 #include <glog/logging.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -43,6 +47,23 @@ struct MetricsState {
     return out.Text();
   }
 };
+
+// A --log-dir must be a directory this process can create files in.
+kvagent::Status CheckLogDir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return kvagent::InvalidParams("--log-dir " + dir + ": " + std::strerror(errno) +
+                                  "; create it or pick another directory");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return kvagent::InvalidParams("--log-dir " + dir + " is not a directory");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return kvagent::InvalidParams("--log-dir " + dir + ": " + std::strerror(errno) +
+                                  " (kvmaster cannot create log files there)");
+  }
+  return kvagent::Status::Ok();
+}
 
 // Writes the bound endpoints for whoever started us (tests, scripts), atomically.
 bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer& server,
@@ -118,6 +139,8 @@ int main(int argc, char** argv) {
   kvagent::master::StandbyOptions standby_options;
   int64_t promote_after_ms = 0;
   std::string metrics_listen;
+  int64_t log_max_mb = 100;
+  int64_t log_keep_days = 7;
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
@@ -146,7 +169,12 @@ int main(int argc, char** argv) {
   flags.Size("max-part-bytes", &m.max_part_bytes,
              "values larger than this are stored as several parts");
   flags.Int("tick-ms", &tick_ms, "period of expiry, timeout and eviction checks");
-  flags.String("log-dir", &log_dir, "write glog files here (default: stderr)");
+  flags.String("log-dir", &log_dir,
+               "write log files here, rotated by --log-max-mb and removed after --log-keep-days "
+               "(default: stderr, which systemd's journal keeps)");
+  flags.Int("log-max-mb", &log_max_mb, "with --log-dir: start a new log file past this size (MB)");
+  flags.Int("log-keep-days", &log_keep_days,
+            "with --log-dir: remove log files older than this many days (0: keep them all)");
   flags.String("ready-file", &ready_file,
                "once serving, write the bound endpoints here (rpc=, events=, replay=, metrics=)");
   flags.String("log-sync", &log_sync,
@@ -181,6 +209,10 @@ int main(int argc, char** argv) {
     std::cout << flags.Usage();
     return 0;
   }
+  if (flags.version_requested()) {
+    std::cout << "kvmaster " << kvagent::kVersion << "\n";
+    return 0;
+  }
   if (auto sync = kvagent::master::ParseLogSync(log_sync); sync.ok()) {
     m.log_sync = *sync;
   } else {
@@ -212,12 +244,29 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (log_max_mb < 1 || log_max_mb > 4095 || log_keep_days < 0) {
+    std::cerr << "kvmaster: --log-max-mb must be 1..4095 and --log-keep-days >= 0\n";
+    return 2;
+  }
+  if (!log_dir.empty()) {
+    // glog would fall back to other directories (or drop the logs) without a word: a log dir
+    // that cannot take files is a configuration error, said at once.
+    if (kvagent::Status st = CheckLogDir(log_dir); !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
   if (log_dir.empty()) {
     FLAGS_logtostderr = true;
   } else {
     FLAGS_log_dir = log_dir;
+    FLAGS_max_log_size = static_cast<uint32_t>(log_max_mb);  // glog starts a new file past it
+    FLAGS_stop_logging_if_full_disk = true;
   }
   google::InitGoogleLogging(argv[0]);
+  if (!log_dir.empty() && log_keep_days > 0) {
+    google::EnableLogCleaner(static_cast<unsigned>(log_keep_days));
+  }
 
   // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
   const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);

@@ -48,6 +48,8 @@ class FlagSet {
   Status ApplyConfigText(std::string_view text, std::string_view origin);
 
   bool help_requested() const { return help_requested_; }
+  // `--version` was given: print the program's version (kvagent::kVersion) and exit 0.
+  bool version_requested() const { return version_requested_; }
   std::string Usage() const;
 
  private:
@@ -71,6 +73,7 @@ class FlagSet {
   std::vector<Flag> flags_;
   std::string config_path_;
   bool help_requested_ = false;
+  bool version_requested_ = false;
 };
 
 // "1GiB" -> 1073741824. Exposed for tests and for kvctl.
