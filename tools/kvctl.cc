@@ -33,7 +33,9 @@ constexpr std::string_view kUsage =
     "  rm KEY [--force]            remove a key\n"
     "  ls [--prefix P] [--limit N] stored keys: KEY<TAB>SIZE<TAB>SESSION per line\n"
     "  stat [--raw]                the agent's and the master's counters\n"
-    "  ping [--wait-ms MS]         is the agent there? (round-trip time)\n"
+    "  ping [--wait-ms MS]         is the agent there? (round-trip time; says when degraded)\n"
+    "  sessions [--session ID] [--top N] [--json]\n"
+    "                              blocks and bytes the cluster stores per session ID now\n"
     "  bench [--op put|get|both] [--value-bytes N] [--keys-per-request N] [--seconds S]\n"
     "                              measure puts and gets through the SDK (removes its keys)\n"
     "  events tail [--json] [--session ID] [--count N] [--from-seq N]\n"
@@ -121,7 +123,8 @@ int main(int argc, char** argv) {
       {"put", kvagent::kvctl::PutCommand},     {"get", kvagent::kvctl::GetCommand},
       {"rm", kvagent::kvctl::RmCommand},       {"ls", kvagent::kvctl::LsCommand},
       {"stat", kvagent::kvctl::StatCommand},   {"ping", kvagent::kvctl::PingCommand},
-      {"bench", kvagent::kvctl::BenchCommand}, {"secret", kvagent::kvctl::SecretCommand},
+      {"bench", kvagent::kvctl::BenchCommand},       {"secret", kvagent::kvctl::SecretCommand},
+      {"sessions", kvagent::kvctl::SessionsCommand},
   };
   for (const auto& [command_name, run] : kCommands) {
     if (name == command_name) return run(global, sub_argc, sub_argv, std::cout, std::cerr);

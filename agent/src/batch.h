@@ -191,6 +191,7 @@ class SingleCall final : public Batch {
   void ListPage();
   void OnListPage(Result<std::span<const uint8_t>> reply);
   void OnStats(Result<std::span<const uint8_t>> reply);
+  void OnSessions(Result<std::span<const uint8_t>> reply);
 
   uint64_t cursor_ = 0;
   uint32_t pages_ = 0;

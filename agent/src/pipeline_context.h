@@ -44,7 +44,7 @@ class ServiceGate {
 // read them (the metrics HTTP thread does). Indexed by proto::Op.
 struct PipelineCounters {
   using Count = metrics::SingleWriterCounter;
-  static constexpr size_t kOps = 9;
+  static constexpr size_t kOps = 10;
   std::array<Count, kOps> requests{};  // requests handed in
   std::array<Count, kOps> batches{};   // master calls carrying them
   std::array<Count, kOps> keys{};      // keys in those calls

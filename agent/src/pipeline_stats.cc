@@ -8,7 +8,7 @@ namespace {
 
 // Counter names of the ops, indexed by proto::Op.
 constexpr const char* kOpNames[PipelineCounters::kOps] = {
-    "ping", "put", "upsert", "get", "exist", "remove", "remove_all", "list", "stat"};
+    "ping", "put", "upsert", "get", "exist", "remove", "remove_all", "list", "stat", "sessions"};
 
 }  // namespace
 

@@ -125,6 +125,7 @@ void RequestPipeline::OnPassEnd() {
   FlushKeys(proto::Op::Exist);
   FlushSingles(proto::Op::List);
   FlushSingles(proto::Op::Stat);
+  FlushSingles(proto::Op::Sessions);
   Sweep();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kvagent/common/validate.h"
 #include "kvagent/schemas/master_generated.h"
 
 namespace kvagent::master {
@@ -407,6 +408,24 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       auto body =
           fb::CreateListKeysReply(b, b.CreateVector(keys), s.page.next_cursor, s.page.restarted);
       return Finish(b, id, st, fb::ReplyBody::ListKeysReply, body.Union());
+    }
+    case fb::Body::SessionStats: {
+      const auto* m = req->body_as_SessionStats();
+      const std::string_view session =
+          m->session_id() ? m->session_id()->string_view() : std::string_view();
+      if (!session.empty()) {
+        if (Status st = ValidateSessionId(session); !st.ok()) return bad(st);
+      }
+      std::vector<MasterService::SessionUsage> usage;
+      uint64_t next_cursor = 0;
+      service_->SessionStats(session, m->cursor(), m->limit(), &usage, &next_cursor);
+      std::vector<flatbuffers::Offset<fb::SessionUsage>> out;
+      out.reserve(usage.size());
+      for (const MasterService::SessionUsage& u : usage) {
+        out.push_back(fb::CreateSessionUsageDirect(b, u.session_id.c_str(), u.blocks, u.bytes));
+      }
+      auto body = fb::CreateSessionStatsReply(b, b.CreateVector(out), next_cursor);
+      return Finish(b, id, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
     }
     case fb::Body::Stats: {
       const std::vector<std::pair<std::string, uint64_t>> all = StatCounters();
