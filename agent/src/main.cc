@@ -30,6 +30,7 @@
 #include "kvagent/common/version.h"
 #include "kvagent/common/watchdog.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "kvagent/master/master_flags.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
 #include "kvagent/relay/relay_flags.h"
@@ -93,17 +94,8 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
            "off)");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
-  f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
-  f.Int("put-timeout-ms", &v.embedded.put_timeout_ms,
-        "standalone: an unfinished put older than this may be taken over");
-  f.Int("put-release-timeout-ms", &v.embedded.put_release_timeout_ms,
-        "standalone: replicas of a taken-over put are freed this long after it started");
-  f.Size("max-part-bytes", &v.embedded.max_part_bytes,
-         "standalone: values larger than this are stored as several parts");
-  f.Double("high-watermark", &v.embedded.high_watermark,
-           "standalone: pool use that starts eviction (0..1)");
-  f.Double("low-watermark", &v.embedded.low_watermark,
-           "standalone: pool use eviction brings it down to (0..1)");
+  // The embedded master's options: the same flags as kvmaster's, declared once.
+  kvagent::master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
 }
 
 Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {

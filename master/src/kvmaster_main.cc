@@ -24,6 +24,7 @@
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/common/version.h"
 #include "kvagent/common/watchdog.h"
+#include "kvagent/master/master_flags.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/standby.h"
 
@@ -158,16 +159,7 @@ int main(int argc, char** argv) {
   flags.Int("agent-dead-ms", &m.agent_dead_ms,
             "an agent silent this long is dropped with the objects only it held (0: 12 times "
             "--agent-ttl-ms)");
-  flags.Int("lease-ttl-ms", &m.lease_ttl_ms, "read lease granted by BatchGet");
-  flags.Int("put-timeout-ms", &m.put_timeout_ms,
-            "an unfinished put older than this may be taken over");
-  flags.Int("put-release-timeout-ms", &m.put_release_timeout_ms,
-            "replicas of a taken-over put are freed this long after it started");
-  flags.Int("soft-pin-ttl-ms", &m.soft_pin_ttl_ms, "default soft pin lifetime");
-  flags.Double("high-watermark", &m.high_watermark, "pool use that starts eviction (0..1)");
-  flags.Double("low-watermark", &m.low_watermark, "pool use eviction brings it down to (0..1)");
-  flags.Size("max-part-bytes", &m.max_part_bytes,
-             "values larger than this are stored as several parts");
+  kvagent::master::DeclareMasterFlags(&flags, &m, /*embedded=*/false);
   flags.Int("tick-ms", &tick_ms, "period of expiry, timeout and eviction checks");
   flags.String("log-dir", &log_dir,
                "write log files here, rotated by --log-max-mb and removed after --log-keep-days "

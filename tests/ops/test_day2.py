@@ -76,6 +76,46 @@ class PingDegradedTest(unittest.TestCase):
         self.assertNotIn("DEGRADED", r.stdout)
 
 
+class ConfigAndFlagsTest(unittest.TestCase):
+    """The real kvagent with config files: toml++ errors name file and line, --config needs a
+    path, and a list flag on the command line replaces the file's list."""
+
+    def setUp(self):
+        self.p = Processes("kvagent-config-")
+        self.addCleanup(self.p.stop)
+
+    def write(self, name, text):
+        path = os.path.join(self.p.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_errors_name_the_file_and_line(self):
+        bad_key = self.write("a.toml", 'pool_size = "64MiB"\n\npool_sise = "1GiB"\n')
+        r = run([os.environ["KVAGENT"], "--config", bad_key, "--help"], text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr, f"kvagent: {bad_key}:3: unknown option 'pool_sise'\n")
+        bad_value = self.write("b.toml", '[data]\nlisten = "0.0.0.0:7000"\ntransport = "udp"\n')
+        r = run([os.environ["KVAGENT"], "--config", bad_value, "--run-dir",
+                 os.path.join(self.p.dir, "run")], text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("udp", r.stderr)
+        r = run([os.environ["KVAGENT"], "--config"], text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr, "kvagent: --config needs a value: the config file's path\n")
+
+    def test_a_list_flag_replaces_the_files_list(self):
+        # The file allows root (uid 0); the command line allows only uid 12345: root is refused.
+        conf = self.write("c.toml", 'allow_uid = ["0"]\n')
+        run_dir = os.path.join(self.p.dir, "run")
+        self.p.start([os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "16MiB",
+                      "--config", conf, "--allow-uid", "12345"], "agent.log")
+        wait_for(lambda: os.path.exists(os.path.join(run_dir, "agent.sock")), "agent.sock")
+        r = self.p.kvctl(run_dir, "ping")
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("may not attach", r.stderr)
+
+
 class PutFromStdinTest(unittest.TestCase):
     def test_a_large_value_from_standard_input_round_trips(self):
         p = Processes("kvagent-stdin-")
