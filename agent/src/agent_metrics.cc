@@ -11,10 +11,12 @@ namespace kvagent::agent {
 namespace {
 
 enum class Kind : uint8_t {
-  kCounter,  // value as a counter
-  kGauge,    // value as a gauge
-  kInfo,     // `text` as the label `label` of <metric> 1
-  kNone,     // not exported (said in docs/operations.md)
+  kCounter,    // value as a counter
+  kGauge,      // value as a gauge
+  kInfo,       // `text` as the label `label` of <metric> 1
+  kInfoValue,  // the value, as the label `label` of <metric> 1 (an identifier, not a quantity)
+  kElsewhere,  // exported under `metric` from its own source (the data plane's TransferStats)
+  kNone,       // not exported (said in docs/operations.md)
 };
 
 struct Mapping {
@@ -50,6 +52,25 @@ constexpr Mapping kTable[] = {
      "master calls that failed (unreachable, timed out)"},
     {"agent.abandoned_requests", "kvagent_abandoned_requests_total", Kind::kCounter,
      "requests of clients that left before their answer"},
+    {"agent.checksum_mismatches", "kvagent_checksum_mismatches_total", Kind::kCounter,
+     "replicas read whose bytes failed their checksum"},
+    {"agent.corrupted_keys", "kvagent_corrupted_keys_total", Kind::kCounter,
+     "gets answered DATA_CORRUPTED (every replica failed its checksum)"},
+    {"agent.degraded_puts", "kvagent_degraded_puts_total", Kind::kCounter,
+     "puts stored with fewer replicas than asked"},
+    {"agent.fenced_local_writes", "kvagent_fenced_local_writes_total", Kind::kCounter,
+     "local copies the pool fence refused"},
+    {"agent.checksums", "kvagent_checksums_enabled", Kind::kGauge,
+     "1 when values are stored and read with checksums (--checksums)"},
+    {"agent.pool_incarnation", "kvagent_pool_incarnation_info", Kind::kInfoValue,
+     "the node pool's incarnation (new at every agent start)", "incarnation"},
+    {"agent.fence_refusals", "kvagent_fence_refusals_total", Kind::kCounter,
+     "data-plane ops the pool fence refused (another pool, master epoch or abandoned write)"},
+    {"agent.data.served_writes", "kvagent_transfer_served_writes_total", Kind::kElsewhere, ""},
+    {"agent.data.served_reads", "kvagent_transfer_served_reads_total", Kind::kElsewhere, ""},
+    {"agent.data.served_rejected", "kvagent_transfer_served_rejected_total", Kind::kElsewhere, ""},
+    {"agent.data.served_fenced", "kvagent_transfer_served_fenced_total", Kind::kElsewhere, ""},
+    {"agent.data.ops_failed", "kvagent_transfer_failed_ops_total", Kind::kElsewhere, ""},
     {"agent.pool_bytes", "kvagent_pool_bytes", Kind::kGauge, "size of this node's memory pool"},
     {"agent.pool_bytes", "kvagent_pool_info", Kind::kInfo, "which pages back the node pool",
      "pages"},
@@ -73,6 +94,10 @@ constexpr Mapping kTable[] = {
      Kind::kCounter, "master requests in flight when the link went down"},
     {"agent.master_link.in_flight", "kvagent_master_link_in_flight_requests", Kind::kGauge,
      "master requests waiting for an answer now"},
+    {"agent.master_link.retried_calls", "kvagent_master_link_retried_calls_total", Kind::kCounter,
+     "End calls sent again after the link came back"},
+    {"agent.master_link.fences_applied", "kvagent_master_link_fences_applied_total", Kind::kCounter,
+     "fences from kvmaster's heartbeats applied to the pool"},
     {"agent.relay.phase", "kvagent_relay_phase_info", Kind::kInfo,
      "the event relay's phase (joining, syncing, live)", "phase"},
     {"agent.relay.next_seq", "kvagent_relay_next_seq", Kind::kGauge,
@@ -153,6 +178,10 @@ void AppendAgentMetrics(const std::vector<Counter>& counters, metrics::Expositio
         case Kind::kInfo:
           if (!c.text.empty()) out->Gauge(m.metric, m.help, 1, {{std::string(m.label), c.text}});
           break;
+        case Kind::kInfoValue:
+          out->Gauge(m.metric, m.help, 1, {{std::string(m.label), std::to_string(c.value)}});
+          break;
+        case Kind::kElsewhere:
         case Kind::kNone:
           break;
       }
@@ -184,7 +213,9 @@ void AppendTransferMetrics(const transfer::TransferStats& s, metrics::Exposition
   out->Counter("kvagent_transfer_served_reads_total", "peers' reads answered from this pool",
                s.served_reads);
   out->Counter("kvagent_transfer_served_rejected_total",
-               "peers' requests refused (range outside the pool)", s.served_rejected);
+               "peers' requests refused (range outside the pool, or the fence)", s.served_rejected);
+  out->Counter("kvagent_transfer_served_fenced_total", "peers' requests refused by the pool fence",
+               s.served_fenced);
   out->Counter("kvagent_transfer_dropped_peer_connections_total",
                "peer connections dropped for breaking the protocol", s.served_dropped_connections);
 }

@@ -43,7 +43,7 @@ def row_for(rows, stat_name):
     return None, None
 
 
-def expected_samples(metric_cells, stat_name, pattern, text):
+def expected_samples(metric_cells, stat_name, pattern, text, value):
     """The sample keys a scrape must hold for one stat counter."""
     out = []
     for cell in metric_cells:
@@ -54,8 +54,8 @@ def expected_samples(metric_cells, stat_name, pattern, text):
             op = stat_name[len(pattern.split("<op>")[0]):]
             out.append(f'{name}{{op="{op}"}}')
         elif label:
-            if text:
-                out.append(f'{name}{{{label}="{text}"}}')
+            # Info metrics carry the counter's text, or (an identifier) its value, as the label.
+            out.append(f'{name}{{{label}="{text or value}"}}')
         else:
             out.append(name)
     return out
@@ -81,7 +81,7 @@ class MetricsNamesTest(unittest.TestCase):
             if cells == ["-"] or not cells:
                 continue
             prefix = name.split(".")[0] + "."
-            for key in expected_samples(cells, name, pattern, text):
+            for key in expected_samples(cells, name, pattern, text, value):
                 self.assertIn(key, samples[prefix], f"{name}: {key} missing from /metrics")
 
     def test_standalone_agent(self):
