@@ -113,7 +113,8 @@ TEST(SessionUsage, QueryAgreesWithAnEventConsumerThroughARandomizedRun) {
       case 3: {  // upsert: a session moves the key to it, none keeps the old one
         auto p = c.Start(agent, {key}, {size}, {session}, {}, /*upsert=*/true);
         if (p.results[0].ok()) {
-          auto k = testing::Views({key});
+          const std::vector<std::string> one = {key};
+          auto k = testing::Views(one);
           KeyResults out;
           EXPECT_TRUE(c.svc->BatchUpsertEnd(agent, k, &out).ok());
         }
