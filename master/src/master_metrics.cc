@@ -48,6 +48,8 @@ constexpr Mapping kTable[] = {
      "newest operation-log record a standby can fetch"},
     {"suspect_agents", "kvmaster_suspect_agents", false,
      "agents silent past the TTL, not yet dropped"},
+    {"agents_suspected", "kvmaster_agents_suspected_total", true,
+     "times an agent went silent past the TTL and became suspect"},
     {"fenced_bytes", "kvmaster_fenced_bytes", false,
      "space of abandoned writes waiting for their fences"},
     {"pending_fences", "kvmaster_pending_fences", false, "fences not acknowledged yet"},
