@@ -50,7 +50,9 @@ libdir=$(dirname "$(find "$root/usr/lib" -name 'libkvclient.so.0' | head -1)")
 grep -qx /etc/kvagent/agent.toml "$root/var/lib/dpkg/info/kvagent.conffiles" || fail "agent.toml is not a conffile"
 
 echo "== installed binaries"
-"$root/usr/bin/kvagent" --help | grep -q -- "--metrics-listen" || fail "kvagent --help"
+help=$("$root/usr/bin/kvagent" --help) || fail "kvagent --help"
+[[ "$help" == *"--metrics-listen"* ]] || fail "kvagent --help lacks --metrics-listen"
+[[ $("$root/usr/bin/kvagent" --version) == "kvagent "* ]] || fail "kvagent --version"
 "$root/usr/bin/kvmaster" --help >/dev/null || fail "kvmaster --help"
 "$root/usr/bin/kvagent" --config "$root/etc/kvagent/agent.toml" --help >/dev/null || fail "agent.toml does not parse"
 "$root/usr/bin/kvmaster" --config "$root/etc/kvagent/master.toml" --help >/dev/null || fail "master.toml does not parse"
