@@ -70,6 +70,10 @@ constexpr Mapping kTable[] = {
     {"agent.data.served_reads", "kvagent_transfer_served_reads_total", Kind::kElsewhere, ""},
     {"agent.data.served_rejected", "kvagent_transfer_served_rejected_total", Kind::kElsewhere, ""},
     {"agent.data.served_fenced", "kvagent_transfer_served_fenced_total", Kind::kElsewhere, ""},
+    {"agent.data.served_unauthenticated", "kvagent_transfer_served_unauthenticated_total",
+     Kind::kElsewhere, ""},
+    {"agent.data.served_shed_connections", "kvagent_transfer_shed_connections_total",
+     Kind::kElsewhere, ""},
     {"agent.data.ops_failed", "kvagent_transfer_failed_ops_total", Kind::kElsewhere, ""},
     {"agent.pool_bytes", "kvagent_pool_bytes", Kind::kGauge, "size of this node's memory pool"},
     {"agent.pool_bytes", "kvagent_pool_info", Kind::kInfo, "which pages back the node pool",
@@ -216,6 +220,12 @@ void AppendTransferMetrics(const transfer::TransferStats& s, metrics::Exposition
                "peers' requests refused (range outside the pool, or the fence)", s.served_rejected);
   out->Counter("kvagent_transfer_served_fenced_total", "peers' requests refused by the pool fence",
                s.served_fenced);
+  out->Counter("kvagent_transfer_served_unauthenticated_total",
+               "data connections closed for no proof of cluster membership",
+               s.served_unauthenticated);
+  out->Counter("kvagent_transfer_shed_connections_total",
+               "data connections closed at once (too many, or no file descriptors)",
+               s.served_shed_connections);
   out->Counter("kvagent_transfer_dropped_peer_connections_total",
                "peer connections dropped for breaking the protocol", s.served_dropped_connections);
 }
