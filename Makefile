@@ -9,7 +9,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test format clean
+.PHONY: all deps configure build test bench demo asan-test format clean package install
 
 all: build
 
@@ -30,6 +30,18 @@ bench: build
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
+
+# Debian packages (kvagent, kvmaster, libkvclient0, libkvclient-dev, python3-kvagent) in
+# $(BUILD_DIR)/packages/, built by CPack from this build (packaging/CMakeLists.txt).
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
+	@ls $(BUILD_DIR)/packages/*.deb
+
+# Installs under $(PREFIX): the systemd units name the binaries and configs there, and ldconfig
+# runs so that libkvclient.so.0 is found at once.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (run by CI).
 asan-test: deps

@@ -14,8 +14,11 @@ packages=(
   libgtest-dev
   libibverbs-dev librdmacm-dev
   libsystemd-dev
+  libcivetweb-dev
+  libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
+  prometheus lintian
 )
 
 missing=()

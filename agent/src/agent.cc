@@ -82,6 +82,7 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
   State& s = *agent->state_;
   // The service reports corrupt clients to the acceptor, which owns their connections.
   s.service = std::make_unique<RingService>(s.handler.get(), s.config.spin,
+                                            s.config.watchdog_interval, s.config.watchdog_status,
                                             [&s](ClientId id, const std::string&) {
                                               if (s.acceptor) s.acceptor->Disconnect(id);
                                             });

@@ -82,7 +82,7 @@ struct Pending {
   std::vector<Status> results;
   std::vector<size_t> submitted;  // positions in `results` of the ops handed to the engine
   std::vector<uint64_t> lengths;  // of the submitted ops
-  uint64_t* moved = nullptr;
+  metrics::SingleWriterCounter* moved = nullptr;
   std::vector<ClientId> arenas;  // arenas acquired for this batch
   RemoteMoves::DoneFn done;
 };
@@ -90,7 +90,7 @@ struct Pending {
 }  // namespace
 
 void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requests,
-                         uint64_t* moved, DoneFn done) {
+                         metrics::SingleWriterCounter* moved, DoneFn done) {
   auto pending = std::make_shared<Pending>();
   pending->moved = moved;
   pending->keys = std::move(keys_);

@@ -2,13 +2,15 @@
 // master — the embedded one (standalone, the default) or kvmaster (--master tcp://HOST:PORT) —
 // and moves the bytes between client arenas and the node pools.
 //
-// Start-up order: flags; the node pool (allocated and pre-faulted); the data plane; the master
-// (embedded: registered and mounted at once; remote: registered in the background — ready when
-// the link is, or explicitly degraded); the event stream (embedded master's publisher, or the
-// relay); then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come last. SIGTERM or
-// SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad flag.
+// Start-up order: flags; the run dir (refused when another agent serves it); the metrics port;
+// the node pool mapped; the data plane (its port bound); the master (embedded: registered and
+// mounted at once; remote: registered in the background — ready when the link is, or explicitly
+// degraded); the event stream (embedded master's publisher, or the relay: its sockets bound);
+// only then the pool pre-faulted (EXTEND_TIMEOUT_USEC to systemd meanwhile), so a taken port
+// fails start-up at once; then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come
+// last. SIGTERM or SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad
+// flag.
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
@@ -18,12 +20,17 @@
 #include <iostream>
 #include <random>
 
+#include "agent_metrics.h"
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
+#include "kvagent/common/version.h"
+#include "kvagent/common/watchdog.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "kvagent/master/master_flags.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
 #include "kvagent/relay/relay_flags.h"
@@ -53,6 +60,7 @@ struct Flags {
   kvagent::transfer::TransferFlags transfer;
   kvagent::relay::EventRelayFlags relay;
   kvagent::master::MasterOptions embedded;  // the standalone master's options
+  std::string metrics_listen;               // empty: no /metrics endpoint
 };
 
 void Declare(kvagent::FlagSet& f, Flags& v) {
@@ -85,19 +93,13 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
                "uid allowed to attach (repeatable; default: the agent's uid and root)");
   f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
+  f.String("metrics-listen", &v.metrics_listen,
+           "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; default: "
+           "off)");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
-  f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
-  f.Int("put-timeout-ms", &v.embedded.put_timeout_ms,
-        "standalone: an unfinished put older than this may be taken over");
-  f.Int("put-release-timeout-ms", &v.embedded.put_release_timeout_ms,
-        "standalone: replicas of a taken-over put are freed this long after it started");
-  f.Size("max-part-bytes", &v.embedded.max_part_bytes,
-         "standalone: values larger than this are stored as several parts");
-  f.Double("high-watermark", &v.embedded.high_watermark,
-           "standalone: pool use that starts eviction (0..1)");
-  f.Double("low-watermark", &v.embedded.low_watermark,
-           "standalone: pool use eviction brings it down to (0..1)");
+  // The embedded master's options: the same flags as kvmaster's, declared once.
+  kvagent::master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
 }
 
 Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {
@@ -119,6 +121,10 @@ Status Check(Flags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return kvagent::InvalidParams("--spin-us must be >= 0");
+  if (!v.metrics_listen.empty()) {
+    KVAGENT_RETURN_IF_ERROR(
+        kvagent::metrics::CheckListenAddress(v.metrics_listen, "--metrics-listen"));
+  }
   if (v.standalone && !v.master.empty()) {
     return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
   }
@@ -210,6 +216,10 @@ int main(int argc, char** argv) {
     std::cout << flags.Usage();
     return 0;
   }
+  if (flags.version_requested()) {
+    std::cout << "kvagent " << kvagent::kVersion << "\n";
+    return 0;
+  }
   if (parsed.ok()) parsed = Check(v);
   auto pool_options = v.transfer.PoolOptions();
   auto engine_options = v.transfer.EngineOptions();
@@ -234,7 +244,26 @@ int main(int argc, char** argv) {
     return fail("run dir", kvagent::InvalidParams("another kvagent serves " + v.agent.SocketPath() +
                                                   "; stop it or pick another --run-dir"));
   }
-  auto pool = kvagent::transfer::NodePool::Create(*pool_options);
+  // /metrics answers from the start (kvagent_up 0) and in full once the agent serves.
+  std::atomic<const kvagent::agent::MetricsSources*> metrics_sources{nullptr};
+  kvagent::agent::MetricsSources sources;
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!v.metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(v.metrics_listen, [&metrics_sources] {
+      return kvagent::agent::RenderAgentMetrics(metrics_sources.load(std::memory_order_acquire));
+    });
+    if (!started.ok()) return fail("metrics", started.status());
+    metrics_server = std::move(*started);
+  }
+  const std::string metrics_url = metrics_server ? metrics_server->url() : "";
+
+  if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
+    return fail("run dir", st);
+  }
+  // Every port is bound (data plane, event sockets, --events-tcp, metrics) before the pool is
+  // pre-faulted, so that a taken port is reported at once, not after minutes of pre-faulting a
+  // large pool. The mapping itself touches no page yet.
+  auto pool = kvagent::transfer::NodePool::Map(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
   const uint64_t incarnation = NewIncarnation();
   // The pool's fence: which data-plane ops may still touch it (pool incarnation, master epoch,
@@ -252,6 +281,7 @@ int main(int argc, char** argv) {
   auto relay_slot = std::make_shared<std::atomic<kvagent::relay::EventRelay*>>(nullptr);
   std::string mode;
   std::string events;
+  kvagent::agent::EmbeddedMaster* embedded_master = nullptr;
   if (v.master.empty()) {
     kvagent::agent::EmbeddedMasterOptions o;
     o.master = v.embedded;
@@ -263,14 +293,12 @@ int main(int argc, char** argv) {
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
     o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
     auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
     if (!embedded.ok()) return fail("embedded master", embedded.status());
     events = (*embedded)->events_endpoint();
     for (const std::string& e : (*embedded)->extra_endpoints()) events += " and " + e;
     mode = "standalone";
+    embedded_master = embedded->get();
     port = std::move(*embedded);
   } else {
     kvagent::master_link::RemoteMasterOptions o;
@@ -304,10 +332,17 @@ int main(int argc, char** argv) {
     link = remote->get();
     auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
     if (!relay_options.ok()) return fail("event relay", relay_options.status());
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
     relay_options->list_content = ContentThrough(link);
+    if (relay_options->master_events.empty()) {  // where kvmaster says its events are
+      relay_options->master_endpoints =
+          [link, master = v.master]() -> std::optional<std::pair<std::string, std::string>> {
+        auto e = link->EventEndpoints();
+        if (!e) return std::nullopt;
+        return std::pair{kvagent::relay::ResolveAdvertised(e->first, master),
+                         e->second.empty() ? std::string()
+                                           : kvagent::relay::ResolveAdvertised(e->second, master)};
+      };
+    }
     auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
@@ -325,6 +360,16 @@ int main(int argc, char** argv) {
     port = std::move(*remote);
   }
 
+  // Now the long part: fault every page of the pool in, telling systemd that start-up goes on
+  // (EXTEND_TIMEOUT_USEC: a 64 GiB pool must not trip the unit's start timeout) and how far.
+  const Status prefaulted = (*pool)->Prefault([](uint64_t done, uint64_t total) {
+    kvagent::NotifyServiceManager(
+        "EXTEND_TIMEOUT_USEC=60000000\nSTATUS=kvagent: pre-faulting "
+        "the node pool: " +
+        kvagent::FormatBytes(done) + " of " + kvagent::FormatBytes(total));
+  });
+  if (!prefaulted.ok()) return fail("node pool", prefaulted);
+
   if (!v.checksums) {
     LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
                     "a get cannot tell corrupt bytes (for measuring their cost only)";
@@ -336,24 +381,34 @@ int main(int argc, char** argv) {
     reserved.budget_bytes = v.reserved_write_bytes;
     pipeline->EnableReservedWrites(reserved);
   }
-  pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
-    if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
-  });
+  pipeline->set_extra_counters(
+      [relay_slot, metrics_url](std::vector<kvagent::agent::Counter>* out) {
+        if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
+        if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
+      });
+  const kvagent::agent::RequestPipeline* pipeline_view = pipeline.get();
+  // systemd's watchdog (WatchdogSec=): pinged from the ring-service thread, with a status line.
+  v.agent.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
+  v.agent.watchdog_status = [pipeline_view] { return "kvagent " + pipeline_view->StatusLine(); };
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
+  sources = {pipeline_view, agent->get(), engine->get(), embedded_master};
+  metrics_sources.store(&sources, std::memory_order_release);
 
   const std::string status =
       "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
-      ", heap on " + kvagent::HeapPagesDescription();
+      ", heap on " + kvagent::HeapPagesDescription() +
+      (metrics_url.empty() ? "" : ", metrics " + metrics_url);
   LOG(INFO) << status;
-  sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+  kvagent::NotifyServiceManager("READY=1\nSTATUS=" + status);
 
   const char* signal_name = stop_signals.Wait();
-  sd_notify(0, "STOPPING=1");
+  kvagent::NotifyServiceManager("STOPPING=1");
   LOG(INFO) << "received " << signal_name << "; shutting down";
-  (*agent)->Stop();  // the service thread stops the master link too
+  metrics_server.reset();  // before what it reads
+  (*agent)->Stop();        // the service thread stops the master link too
   relay_slot->store(nullptr);
   relay.reset();   // before the link its content source reads through
   agent->reset();  // the pipeline and its master port

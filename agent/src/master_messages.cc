@@ -213,6 +213,16 @@ flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t curso
   return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit, p).Union());
 }
 
+flatbuffers::DetachedBuffer MasterMessages::SessionStats(uint64_t id, std::string_view session_id,
+                                                         uint64_t cursor, uint32_t limit) {
+  fbb_.Clear();
+  const auto session = session_id.empty() ? 0 : fbb_.CreateString(session_id).o;
+  return Finish(id, mfb::Body::SessionStats,
+                mfb::CreateSessionStats(fbb_, flatbuffers::Offset<flatbuffers::String>(session),
+                                        cursor, limit)
+                    .Union());
+}
+
 flatbuffers::DetachedBuffer MasterMessages::Stats(uint64_t id) {
   return Finish(id, mfb::Body::Stats, mfb::CreateStats(fbb_).Union());
 }

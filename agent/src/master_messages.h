@@ -71,6 +71,8 @@ class MasterMessages {
   flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit,
                                        std::string_view prefix);
   flatbuffers::DetachedBuffer Stats(uint64_t id);
+  flatbuffers::DetachedBuffer SessionStats(uint64_t id, std::string_view session_id,
+                                           uint64_t cursor, uint32_t limit);
 
  private:
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Keys(

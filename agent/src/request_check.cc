@@ -123,6 +123,20 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
     case Op::Stat:
       KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
       return MustBeAbsent(Count(req.buffers()), "buffers", op);
+    case Op::Sessions:
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.buffers()), "buffers", op));
+      if (Count(req.session_ids()) > 1) {
+        return InvalidParams("Sessions takes at most one session ID (none: every session)");
+      }
+      if (Count(req.session_ids()) == 1) {
+        KVAGENT_RETURN_IF_ERROR(ValidateSessionId(View(req.session_ids()->Get(0))));
+      }
+      if (req.limit() > kMaxListLimit) {
+        return InvalidParams("limit " + std::to_string(req.limit()) + " is above " +
+                             std::to_string(kMaxListLimit) + "; page with next_cursor instead");
+      }
+      return Status::Ok();
   }
   return InvalidParams("unknown op " + std::to_string(static_cast<int>(op)) +
                        "; the SDK is newer than this agent: upgrade the agent");

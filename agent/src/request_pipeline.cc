@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvagent/common/validate.h"
+#include "pipeline_stats.h"
 
 namespace kvagent::agent {
 namespace {
@@ -56,6 +57,19 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
 
 }  // namespace
 
+std::vector<Counter> RequestPipeline::Counters(size_t clients) const {
+  return AgentCounters(ctx_, clients);
+}
+
+std::string RequestPipeline::StatusLine() const {
+  const PipelineCounters& c = ctx_.counters;
+  auto count = [&c](proto::Op op) { return std::to_string(c.requests[static_cast<size_t>(op)]); };
+  return "serving " + std::to_string(ctx_.sink != nullptr ? ctx_.sink->ClientCount() : 0) +
+         " client(s); requests so far: " + count(proto::Op::Put) + " put, " +
+         count(proto::Op::Upsert) + " upsert, " + count(proto::Op::Get) + " get, " +
+         count(proto::Op::Remove) + " remove; master: " + ctx_.master->Describe();
+}
+
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                                  transfer::TransferEngine* engine, const transfer::PoolFence* fence,
                                  bool checksums)
@@ -101,7 +115,9 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
   HeldRequest held;
   held.result.codes.assign(request.key_count(), ErrorCode::kOk);
   held.request = std::move(request);
-  if (held.Expired(std::chrono::steady_clock::now())) {
+  const auto now = std::chrono::steady_clock::now();
+  ctx_.latency.RecordRingWait(held.request, now);
+  if (held.Expired(now)) {
     // It waited in the ring past the caller's deadline (agent stalled or overloaded): the
     // caller has its TIMEOUT already; doing the work now would only surprise it.
     ctx_.counters.expired_keys += held.result.codes.size();
@@ -124,6 +140,7 @@ void RequestPipeline::OnPassEnd() {
   FlushKeys(proto::Op::Exist);
   FlushSingles(proto::Op::List);
   FlushSingles(proto::Op::Stat);
+  FlushSingles(proto::Op::Sessions);
   if (reservations_) reservations_->Maintain();
   Sweep();
 }

@@ -10,6 +10,8 @@
 #include <zmq_addon.hpp>
 
 #include "kvagent/common/event_publisher.h"
+#include "kvagent/common/format.h"
+#include "kvagent/common/watchdog.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 
@@ -18,14 +20,16 @@ namespace kvagent::master {
 class MasterServer::Loop {
  public:
   Loop(std::unique_ptr<MasterService> service, std::unique_ptr<events::EventPublisher> publisher,
-       zmq::context_t context, zmq::socket_t router, int tick_ms, const Clock* clock)
+       zmq::context_t context, zmq::socket_t router, int tick_ms, const Clock* clock,
+       std::chrono::microseconds watchdog_interval)
       : service_(std::move(service)),
         publisher_(std::move(publisher)),
         rpc_(service_.get()),
         context_(std::move(context)),
         router_(std::move(router)),
         tick_ms_(tick_ms),
-        clock_(clock) {
+        clock_(clock),
+        watchdog_(watchdog_interval, [this] { return StatusLine(); }) {
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
       const events::EventPublisherStats st = publisher_->stats();
       out->emplace_back("events_published", st.published_events);
@@ -34,7 +38,10 @@ class MasterServer::Loop {
       out->emplace_back("event_next_seq", st.next_seq);
       out->emplace_back("bad_messages", bad_frames_);
     });
+    // Agents learn where the events are from their registration reply.
+    rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
     PublishEvents();
+    board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -47,6 +54,7 @@ class MasterServer::Loop {
   }
 
   events::EventPublisher& publisher() { return *publisher_; }
+  const StatsBoard& board() const { return board_; }
 
  private:
   void PublishEvents() {
@@ -75,6 +83,14 @@ class MasterServer::Loop {
     }
   }
 
+  // systemd's STATUS= (this thread).
+  std::string StatusLine() const {
+    const MasterStats s = service_->Stats();
+    return "kvmaster serving " + std::to_string(s.agents) + " agent(s), " + std::to_string(s.keys) +
+           " key(s), " + FormatBytes(s.bytes_used) + " of " + FormatBytes(s.bytes_capacity) +
+           " used";
+  }
+
   void Run() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
     int64_t next_tick = clock_->NowMs() + tick_ms_;
@@ -98,8 +114,11 @@ class MasterServer::Loop {
       if (clock_->NowMs() >= next_tick) {
         service_->Tick();
         PublishEvents();
+        board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
       }
+      // From this loop (it wakes at least every tick): if it hangs, systemd stops hearing us.
+      watchdog_.Poll(std::chrono::steady_clock::now());
     }
   }
 
@@ -112,6 +131,8 @@ class MasterServer::Loop {
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_frames_ = 0;
+  StatsBoard board_;
+  Watchdog watchdog_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -143,9 +164,9 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
 
   std::unique_ptr<MasterServer> server(new MasterServer());
   server->endpoint_ = endpoint;
-  server->loop_ = std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
-                                         std::move(context), std::move(router),
-                                         std::max(1, options.tick_ms), clock);
+  server->loop_ = std::make_unique<Loop>(
+      std::move(service.value()), std::move(publisher.value()), std::move(context),
+      std::move(router), std::max(1, options.tick_ms), clock, options.watchdog_interval);
   return server;
 }
 
@@ -153,5 +174,6 @@ MasterServer::~MasterServer() = default;
 
 std::string MasterServer::events_endpoint() const { return loop_->publisher().endpoint(); }
 std::string MasterServer::replay_endpoint() const { return loop_->publisher().replay_endpoint(); }
+StatCounterList MasterServer::StatsSnapshot() const { return loop_->board().Read(); }
 
 }  // namespace kvagent::master

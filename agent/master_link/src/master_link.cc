@@ -168,6 +168,11 @@ class Link {
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
         agent_id_ = r->agent_id();
         registered_master_ = r->master_incarnation();
+        if (r->events_endpoint() != nullptr && r->events_endpoint()->size() > 0) {
+          s_.SetEventEndpoints(r->events_endpoint()->str(), r->events_replay_endpoint()
+                                                                ? r->events_replay_endpoint()->str()
+                                                                : "");
+        }
         // From here on the pool refuses ops placed by any other master; only then is it
         // mounted (offered for new replicas).
         if (o_.set_master_epoch) o_.set_master_epoch(registered_master_);

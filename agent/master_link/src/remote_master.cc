@@ -51,6 +51,16 @@ std::string RemoteMaster::Shared::detail() const {
   return detail_;
 }
 
+void RemoteMaster::Shared::SetEventEndpoints(std::string events, std::string replay) {
+  std::lock_guard<std::mutex> lock(state_mu);
+  event_endpoints_ = {std::move(events), std::move(replay)};
+}
+
+std::pair<std::string, std::string> RemoteMaster::Shared::event_endpoints() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(state_mu));
+  return event_endpoints_;
+}
+
 // ---- RemoteMaster -------------------------------------------------------------------------
 
 Status CheckMasterEndpoint(std::string_view endpoint) {
@@ -166,6 +176,12 @@ bool RemoteMaster::ready() const {
 agent::MasterIdentity RemoteMaster::identity() const {
   return {shared_->agent_id.load(std::memory_order_acquire),
           shared_->segment_id.load(std::memory_order_acquire)};
+}
+
+std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints() const {
+  auto e = shared_->event_endpoints();
+  if (e.first.empty()) return std::nullopt;
+  return e;
 }
 
 std::string RemoteMaster::Describe() const {

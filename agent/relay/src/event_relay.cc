@@ -106,6 +106,16 @@ class EventRelay::Thread {
   }
 
   void Run(std::promise<Status>* connected) {
+    if (options_.master_events.empty()) {  // the master will tell where its events are
+      connected->set_value(Status::Ok());
+      if (AwaitMasterEndpoints() && Join()) {
+        while (!stopping()) {
+          if (Sync()) Live();
+        }
+      }
+      RetireSubscriber();
+      return;
+    }
     auto sub = Subscribe(std::nullopt);
     connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
     if (!sub.ok()) return;
@@ -116,6 +126,36 @@ class EventRelay::Thread {
       }
     }
     RetireSubscriber();
+  }
+
+  // Asks options_.master_endpoints until it knows them and they connect. False when stopped.
+  bool AwaitMasterEndpoints() {
+    SetPhase(RelayPhase::kJoining);
+    bool said = false;
+    while (!stopping()) {
+      if (auto e = options_.master_endpoints()) {
+        options_.master_events = e->first;
+        options_.master_events_replay = e->second;
+        auto sub = Subscribe(std::nullopt);
+        if (sub.ok()) {
+          LOG(INFO) << "event relay: following kvmaster's events at " << e->first
+                    << (e->second.empty() ? "" : ", replay at " + e->second)
+                    << " (as its registration reply said)";
+          sub_ = std::move(*sub);
+          return true;
+        }
+        LOG_EVERY_N(ERROR, 100) << "event relay: kvmaster's event endpoint " << e->first
+                                << " does not connect: " << sub.status().ToString()
+                                << "; set --master-events and --master-events-replay";
+        options_.master_events.clear();
+      } else if (!said) {
+        LOG(INFO) << "event relay: waiting for kvmaster's event endpoints (it tells them when "
+                     "this agent registers)";
+        said = true;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    return false;
   }
 
   // ---- join ----------------------------------------------------------------------------------
@@ -352,7 +392,7 @@ class EventRelay::Thread {
 };
 
 Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
-  if (options.master_events.empty()) {
+  if (options.master_events.empty() && !options.master_endpoints) {
     return InvalidParams("event relay: no master event endpoint; set --master-events");
   }
   if (!options.list_content) {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct AgentConfig {
   std::vector<uint32_t> allow_gids;
   // How long the ring service keeps spinning after the last request before it sleeps.
   std::chrono::microseconds spin{50};
+  // systemd watchdog: the ring-service thread sends WATCHDOG=1 (and STATUS=<watchdog_status()>,
+  // called on that thread) every watchdog_interval; 0: no pings (Watchdog, common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
+  std::function<std::string()> watchdog_status;
 
   // "<run_dir>/agent.sock".
   std::string SocketPath() const { return run_dir + "/agent.sock"; }

@@ -7,10 +7,12 @@
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "kvagent/common/status.h"
+#include "kvagent/master/master_metrics.h"
 #include "kvagent/master/types.h"
 
 namespace kvagent::master {
@@ -21,6 +23,9 @@ struct MasterServerOptions {
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
+  // systemd watchdog: the serving thread sends WATCHDOG=1 and a STATUS= line this often (0:
+  // never), so a hung loop stops the pings (common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
 };
 
@@ -40,6 +45,10 @@ class MasterServer {
   const std::string& endpoint() const { return endpoint_; }
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
+
+  // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).
+  // Any thread: the metrics endpoint reads them without disturbing the serving thread.
+  StatCounterList StatsSnapshot() const;
 
  private:
   class Loop;

@@ -157,6 +157,19 @@ class MasterService {
   // True while some object or in-flight write references `session_id`.
   bool HasSessionTag(std::string_view session_id) const;
 
+  // What the cluster stores per session ID now: readable objects tagged with it and their
+  // bytes, from counters kept next to the session tags (no scan of the objects). With a
+  // `session_id`: that one (zeros when nothing is stored). Without: sessions that store
+  // something, a page of at most `limit` (1..10000) from `cursor` (0 to start); *next_cursor is
+  // where to go on, 0 at the end.
+  struct SessionUsage {
+    std::string session_id;
+    uint64_t blocks = 0;
+    uint64_t bytes = 0;
+  };
+  void SessionStats(std::string_view session_id, uint64_t cursor, uint32_t limit,
+                    std::vector<SessionUsage>* out, uint64_t* next_cursor) const;
+
   MasterStats Stats() const;
   // Counted in Stats().bad_requests: the RPC layer reports malformed or unknown messages here.
   void CountBadRequest();

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -103,6 +104,11 @@ class RemoteMaster final : public agent::MasterPort {
   // than the service thread and the link thread (the event relay's content source).
   // MASTER_UNAVAILABLE when the link is down or the master does not answer.
   Result<KeyPage> ListKeys(uint64_t cursor, uint32_t limit);
+
+  // The master's KV-event PUB and replay endpoints as its last registration reply told them
+  // (host as the master bound it: a wildcard means the master's own address); nullopt until
+  // registered with a master that tells them. Any thread.
+  std::optional<std::pair<std::string, std::string>> EventEndpoints() const;
 
   // MasterPort (service thread, except ready/identity/Describe/AppendStats: any thread).
   void Bind(agent::PostFn post) override;

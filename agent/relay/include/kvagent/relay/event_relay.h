@@ -60,8 +60,15 @@ using ContentSource = std::function<Result<ContentPage>(uint64_t cursor)>;
 // medium EXTERNAL. For a ListKeys page whose entries carry only key and session.
 events::BlockStored AnnouncementFromKey(std::string_view key, std::string_view session_id);
 
+// The master's event endpoints (PUB, replay ROUTER) once known; nullopt while not.
+using MasterEventEndpoints = std::function<std::optional<std::pair<std::string, std::string>>()>;
+
 struct EventRelayOptions {
-  std::string master_events;                 // the master's PUB, e.g. tcp://master:5557 (required)
+  // The master's PUB, e.g. tcp://master:5557. Empty: asked from `master_endpoints` (required
+  // then), which the relay thread calls until it answers (the master tells its endpoints when
+  // the agent registers); the relay stays `joining` meanwhile.
+  std::string master_events;
+  MasterEventEndpoints master_endpoints;
   std::string master_events_replay;          // its replay ROUTER; empty: gaps are never repaired
   std::string endpoint;                      // our PUB, ipc://<run-dir>/events.sock (required)
   std::string replay_endpoint;               // our replay ROUTER; empty: none
