@@ -5,7 +5,6 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost-dev
   libflatbuffers-dev flatbuffers-compiler
   libmsgpack-cxx-dev
   libzmq3-dev cppzmq-dev

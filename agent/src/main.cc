@@ -39,6 +39,7 @@ struct Flags {
   kvagent::agent::AgentConfig agent;
   int64_t max_clients = agent.max_clients;
   int64_t spin_us = agent.spin.count();
+  int64_t handshake_timeout_ms = agent.handshake_timeout.count();
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_gids;
   std::string master;
@@ -82,8 +83,11 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");
   f.Int("max-clients", &v.max_clients, "clients served at once (1..127)");
   f.StringList("allow-uid", &v.allow_uids,
-               "uid allowed to attach (repeatable; default: the agent's uid and root)");
-  f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
+               "uid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.StringList("allow-gid", &v.allow_gids,
+               "gid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.Int("handshake-timeout-ms", &v.handshake_timeout_ms,
+        "close a client connection that has not completed its handshake this long");
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
@@ -143,6 +147,7 @@ Status Check(Flags& v) {
   v.agent.allow_gids = *gids;
   v.agent.max_clients = static_cast<int>(v.max_clients);
   v.agent.spin = std::chrono::microseconds(v.spin_us);
+  v.agent.handshake_timeout = std::chrono::milliseconds(v.handshake_timeout_ms);
   if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
   if (v.agent_name.empty()) {
     char host[256] = {};
