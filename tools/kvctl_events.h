@@ -41,7 +41,8 @@ struct EventsTailOptions {
   bool json = false;            // --json
   std::string session;          // --session: only BlockStored events of this session
   uint64_t count = 0;           // --count: exit after this many events; 0: never
-  int64_t from_seq = -1;        // --from-seq: replay from this seq first; -1: live only
+  int64_t from_seq = -1;        // replay from this seq first; -1: live only
+  std::string from_seq_flag;    // --from-seq as given: a seq (0 or more) or empty (live only)
   int64_t timeout_ms = 10000;   // --timeout-ms: with --count, give up after this silence
   const std::atomic<bool>* stop = nullptr;  // when set and true, return 0 (checked each 100 ms)
 

@@ -123,6 +123,9 @@ Status Check(Flags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return kvagent::InvalidParams("--spin-us must be >= 0");
+  if (auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group); !group.ok()) {
+    return group.status();
+  }
   if (v.standalone && !v.master.empty()) {
     return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
   }
@@ -268,6 +271,9 @@ int main(int argc, char** argv) {
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
     o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
+    auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
+    if (!group.ok()) return fail("event sockets", group.status());
+    o.events.ipc_group = *group;
     if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
       return fail("run dir", st);
     }

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "event_socket.h"
+#include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {
@@ -50,6 +51,7 @@ class EventSubscriber::Sockets {
   Status Connect() {
     sub_.set(zmq::sockopt::rcvhwm, options_.rcvhwm);
     sub_.set(zmq::sockopt::linger, 0);
+    sub_.set(zmq::sockopt::maxmsgsize, kMaxEventFrameBytes);
     sub_.set(zmq::sockopt::subscribe, "");
     KVAGENT_RETURN_IF_ERROR(ConnectEventSocket(sub_, options_.endpoint, "event SUB"));
     if (!options_.replay_endpoint.empty()) KVAGENT_RETURN_IF_ERROR(NewDealer());
@@ -100,6 +102,7 @@ class EventSubscriber::Sockets {
       dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       dealer_->set(zmq::sockopt::linger, 0);
       dealer_->set(zmq::sockopt::rcvhwm, kReplayRcvHwm);
+      dealer_->set(zmq::sockopt::maxmsgsize, kMaxEventFrameBytes);
     } catch (const zmq::error_t& e) {  // EMFILE: out of file descriptors
       dealer_.reset();
       return Internal(std::string("event subscriber: cannot create the replay DEALER: ") +

@@ -10,6 +10,7 @@
 #include <zmq_addon.hpp>
 
 #include "kvagent/common/event_publisher.h"
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 
@@ -124,8 +125,9 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   zmq::context_t context(1);
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::sndhwm, 100000);
-  router.set(zmq::sockopt::rcvhwm, 100000);
+  router.set(zmq::sockopt::sndhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::rcvhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::maxmsgsize, kMaxMasterRequestBytes);
   try {
     router.bind(options.listen);
   } catch (const zmq::error_t& e) {

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/oplog.h"
 #include "kvagent/schemas/master_generated.h"
 #include "replication_log.h"
@@ -48,6 +49,7 @@ class Standby::Follower {
   void Connect() {
     socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     socket_->set(zmq::sockopt::linger, 0);
+    socket_->set(zmq::sockopt::maxmsgsize, kMaxReplicationReplyBytes);
     socket_->connect(options_.primary);
   }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
 
@@ -93,6 +94,7 @@ class Link {
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::sndhwm, 100000);
     dealer_->set(zmq::sockopt::rcvhwm, 100000);
+    dealer_->set(zmq::sockopt::maxmsgsize, kMaxMasterReplyBytes);
     const std::string monitor = "inproc://kvagent-master-link-" + std::to_string(++sockets_);
     zmq_socket_monitor(dealer_->handle(), monitor.c_str(),
                        ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED);

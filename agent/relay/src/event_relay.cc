@@ -362,6 +362,7 @@ Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options)
   p.endpoint = options.endpoint;
   p.replay_endpoint = options.replay_endpoint;
   p.extra_endpoints = options.extra_endpoints;
+  p.ipc_group = options.ipc_group;
   p.topic = options.topic;
   p.replay_batches = options.replay_batches;
   p.replay_max_bytes = options.replay_max_bytes;

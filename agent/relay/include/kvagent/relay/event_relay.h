@@ -66,6 +66,7 @@ struct EventRelayOptions {
   std::string endpoint;                      // our PUB, ipc://<run-dir>/events.sock (required)
   std::string replay_endpoint;               // our replay ROUTER; empty: none
   std::vector<std::string> extra_endpoints;  // more PUB endpoints (--events-tcp), same seq
+  std::optional<uint32_t> ipc_group;         // who may connect to our ipc sockets (publisher)
   ContentSource list_content;                // the store's content (required)
   std::string topic;                         // frame 0 of our batches
   size_t replay_batches = 10000;             // our retention for replay (EVENTS.md default)
