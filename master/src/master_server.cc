@@ -33,6 +33,7 @@ class MasterServer::Loop {
       out->emplace_back("event_batches_published", st.published_batches);
       out->emplace_back("events_dropped", st.dropped_events);
       out->emplace_back("event_next_seq", st.next_seq);
+      out->emplace_back("event_replay_requests", st.replay_requests);
       out->emplace_back("bad_messages", bad_frames_);
     });
     PublishEvents();
