@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/event_subscriber.h"
 #include "kvagent/common/validate.h"
 
@@ -237,6 +238,9 @@ void EventsTailOptions::Declare(FlagSet* flags) {
                 "endpoint: ipc://<run-dir>/events-replay.sock)");
   flags->Int("timeout-ms", &timeout_ms,
              "with --count: exit 1 when no batch arrives for this long (0: wait forever)");
+  flags->String("cluster-secret-file", &cluster_secret_file,
+                "the cluster secret, to follow a tcp:// publisher of a cluster that has one "
+                "(kvmaster, or an agent's --events-tcp)");
 }
 
 int RunEventsTail(const EventsTailOptions& options, std::ostream& out, std::ostream& err) {
@@ -256,6 +260,14 @@ int RunEventsTail(const EventsTailOptions& options, std::ostream& out, std::ostr
   so.replay_endpoint = o.replay_endpoint;
   if (o.from_seq >= 0) so.from_seq = static_cast<uint64_t>(o.from_seq);
   so.decode = true;
+  if (!o.cluster_secret_file.empty()) {
+    Result<ClusterSecret> secret = ClusterSecret::LoadFromFile(o.cluster_secret_file);
+    if (!secret.ok()) {
+      err << "kvctl events tail: " << secret.status().message() << "\n";
+      return 2;
+    }
+    so.curve = secret->CurveKeys(KeyPlane::kEvents);
+  }
   auto sub = events::EventSubscriber::Start(so);
   if (!sub.ok()) {
     err << "kvctl events tail: " << sub.status().message() << "\n";

@@ -20,6 +20,7 @@
 
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
+#include "kvagent/common/cluster_auth_flags.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
@@ -54,6 +55,8 @@ struct Flags {
   kvagent::transfer::TransferFlags transfer;
   kvagent::relay::EventRelayFlags relay;
   kvagent::master::MasterOptions embedded;  // the standalone master's options
+  kvagent::ClusterAuthFlags auth;
+  std::optional<kvagent::ClusterSecret> secret;  // loaded by Check
 };
 
 void Declare(kvagent::FlagSet& f, Flags& v) {
@@ -102,6 +105,7 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
            "standalone: pool use that starts eviction (0..1)");
   f.Double("low-watermark", &v.embedded.low_watermark,
            "standalone: pool use eviction brings it down to (0..1)");
+  v.auth.Declare(&f);
 }
 
 Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {
@@ -139,12 +143,22 @@ Status Check(Flags& v) {
     if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
       v.serve_data = false;
     }
-  } else {
+  }
+  auto secret = v.auth.Load();
+  if (!secret.ok()) return secret.status();
+  v.secret = std::move(*secret);
+  const bool have_secret = v.secret.has_value();
+  KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.relay.events_tcp, "--events-tcp", have_secret));
+  if (!v.master.empty()) {
     KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
     // The relay's endpoints follow from --master unless given.
-    if (auto relay = v.relay.Options(v.agent.run_dir, v.master); !relay.ok()) {
-      return relay.status();
-    }
+    auto relay = v.relay.Options(v.agent.run_dir, v.master);
+    if (!relay.ok()) return relay.status();
+    KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.master, "--master", have_secret));
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events, "--master-events", have_secret));
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events_replay, "--master-events-replay", have_secret));
   }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
@@ -274,6 +288,7 @@ int main(int argc, char** argv) {
     auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
     if (!group.ok()) return fail("event sockets", group.status());
     o.events.ipc_group = *group;
+    if (v.secret) o.events.curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
       return fail("run dir", st);
     }
@@ -310,6 +325,7 @@ int main(int argc, char** argv) {
     o.on_master_restarted = [relay_slot] {
       if (auto* r = relay_slot->load()) r->RequestResync();
     };
+    if (v.secret) o.curve = v.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
     auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
     if (!remote.ok()) return fail("master link", remote.status());
     link = remote->get();
@@ -319,6 +335,7 @@ int main(int argc, char** argv) {
       return fail("run dir", st);
     }
     relay_options->list_content = ContentThrough(link);
+    if (v.secret) relay_options->curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
@@ -357,7 +374,8 @@ int main(int argc, char** argv) {
       "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
-      ", heap on " + kvagent::HeapPagesDescription();
+      ", heap on " + kvagent::HeapPagesDescription() +
+      (v.secret ? ", cluster secret " + v.secret->Fingerprint() : std::string());
   LOG(INFO) << status;
   sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
 

@@ -38,6 +38,7 @@
 
 #include "event_replay.h"
 #include "event_socket.h"
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
@@ -101,6 +102,19 @@ struct EncodedPayload {
 };
 struct DropMarker {};  // one skipped seq
 using QueuedItem = std::variant<KvEvent, EncodedPayload, DropMarker>;
+
+// The PUB side: plain (ipc://, inproc://, and tcp:// without CURVE) and CURVE (tcp:// with
+// it). A batch goes to every socket that has an endpoint.
+struct PubSockets {
+  explicit PubSockets(zmq::context_t& context)
+      : plain(context, zmq::socket_type::pub), curve(context, zmq::socket_type::pub) {}
+  zmq::socket_t plain;
+  zmq::socket_t curve;
+  bool plain_bound = false;
+  bool curve_bound = false;
+};
+
+bool IsTcp(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
 
 // While replays are pending, the thread looks at them at least this often.
 constexpr auto kReplayPumpInterval = std::chrono::milliseconds(10);
@@ -215,20 +229,39 @@ class EventPublisher::Thread {
 
   // ---- the publisher thread ------------------------------------------------------------------
 
-  Status BindSockets(zmq::socket_t& pub, zmq::socket_t& router) {
-    pub.set(zmq::sockopt::sndhwm, options_.sndhwm);
-    pub.set(zmq::sockopt::linger, 0);
-    pub.set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
-    KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, options_.endpoint, "event PUB"));
-    endpoint_ = pub.get(zmq::sockopt::last_endpoint);
-    KVAGENT_RETURN_IF_ERROR(RestrictIpcFile(endpoint_, options_.ipc_group));
+  // Binds `endpoint` on the plain or the CURVE PUB; returns the endpoint actually bound.
+  Result<std::string> BindPub(PubSockets& pub, const std::string& endpoint) {
+    const bool curve = options_.curve && IsTcp(endpoint);
+    zmq::socket_t& socket = curve ? pub.curve : pub.plain;
+    KVAGENT_RETURN_IF_ERROR(BindEventSocket(socket, endpoint, "event PUB"));
+    (curve ? pub.curve_bound : pub.plain_bound) = true;
+    std::string bound = socket.get(zmq::sockopt::last_endpoint);
+    KVAGENT_RETURN_IF_ERROR(RestrictIpcFile(bound, options_.ipc_group));
+    return bound;
+  }
+
+  Status BindSockets(PubSockets& pub, zmq::socket_t& router) {
+    for (zmq::socket_t* socket : {&pub.plain, &pub.curve}) {
+      socket->set(zmq::sockopt::sndhwm, options_.sndhwm);
+      socket->set(zmq::sockopt::linger, 0);
+      socket->set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
+    }
+    if (options_.curve) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveServer(pub.curve.handle(), *options_.curve));
+    }
+    auto main = BindPub(pub, options_.endpoint);
+    if (!main.ok()) return main.status();
+    endpoint_ = *main;
     for (const std::string& extra : options_.extra_endpoints) {
-      KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, extra, "event PUB"));
-      extra_endpoints_.push_back(pub.get(zmq::sockopt::last_endpoint));
-      KVAGENT_RETURN_IF_ERROR(RestrictIpcFile(extra_endpoints_.back(), options_.ipc_group));
+      auto bound = BindPub(pub, extra);
+      if (!bound.ok()) return bound.status();
+      extra_endpoints_.push_back(*bound);
     }
     if (options_.replay_endpoint.empty()) return Status::Ok();
     EventReplay::Configure(router);
+    if (options_.curve && IsTcp(options_.replay_endpoint)) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveServer(router.handle(), *options_.curve));
+    }
     KVAGENT_RETURN_IF_ERROR(
         BindEventSocket(router, options_.replay_endpoint, "event replay ROUTER"));
     replay_endpoint_ = router.get(zmq::sockopt::last_endpoint);
@@ -237,11 +270,18 @@ class EventPublisher::Thread {
 
   void Run(std::promise<Status>* bound) {
     zmq::context_t context(1);
-    zmq::socket_t pub(context, zmq::socket_type::pub);
+    // Checks the clients of the CURVE sockets; goes before the context does.
+    std::unique_ptr<ZapHandler> zap;
+    PubSockets pub(context);
     zmq::socket_t router(context, zmq::socket_type::router);
     Status status;
     try {
-      status = BindSockets(pub, router);
+      if (options_.curve) {
+        auto handler = ZapHandler::Start(context.handle(), {options_.curve->client.public_key});
+        status = handler.ok() ? Status::Ok() : handler.status();
+        if (handler.ok()) zap = std::move(*handler);
+      }
+      if (status.ok()) status = BindSockets(pub, router);
     } catch (const zmq::error_t& e) {  // a socket option refused: a bug, not an operator error
       status = Internal(std::string("event publisher: cannot set up its sockets: ") + e.what());
     }
@@ -303,7 +343,7 @@ class EventPublisher::Thread {
 
   // Turns the queued items into batches: events are grouped up to max_batch_events and
   // max_batch_bytes; an encoded payload or a drop marker closes the batch being built.
-  void Publish(zmq::socket_t& pub, std::vector<QueuedItem>& work, bool retain) {
+  void Publish(PubSockets& pub, std::vector<QueuedItem>& work, bool retain) {
     for (QueuedItem& item : work) {
       if (auto* event = std::get_if<KvEvent>(&item)) {
         builder_.Add(*event);
@@ -329,7 +369,7 @@ class EventPublisher::Thread {
     SendBuilt(pub, retain);
   }
 
-  void SendBuilt(zmq::socket_t& pub, bool retain) {
+  void SendBuilt(PubSockets& pub, bool retain) {
     if (builder_.empty()) return;
     const size_t events = builder_.event_count();
     builder_.Finish(NowSeconds(), options_.dp_rank, &payload_);
@@ -337,12 +377,16 @@ class EventPublisher::Thread {
   }
 
   // Sends payload_ with the next seq, then moves it into the replay ring.
-  void SendPayload(zmq::socket_t& pub, bool retain, size_t events) {
+  void SendPayload(PubSockets& pub, bool retain, size_t events) {
     const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
     const std::string seq_frame = EncodeSeq(seq);
-    if (!(SendFrame(pub, options_.topic, true) && SendFrame(pub, seq_frame, true) &&
-          SendFrame(pub, payload_, false))) {
-      LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
+    for (auto [socket, bound] :
+         {std::pair{&pub.plain, pub.plain_bound}, std::pair{&pub.curve, pub.curve_bound}}) {
+      if (!bound) continue;
+      if (!(SendFrame(*socket, options_.topic, true) && SendFrame(*socket, seq_frame, true) &&
+            SendFrame(*socket, payload_, false))) {
+        LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
+      }
     }
     next_seq_.store(seq + 1, std::memory_order_relaxed);
     published_batches_.fetch_add(1, std::memory_order_relaxed);

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "event_socket.h"
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
@@ -53,6 +54,9 @@ class EventSubscriber::Sockets {
     sub_.set(zmq::sockopt::linger, 0);
     sub_.set(zmq::sockopt::maxmsgsize, kMaxEventFrameBytes);
     sub_.set(zmq::sockopt::subscribe, "");
+    if (options_.curve && options_.endpoint.rfind("tcp://", 0) == 0) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveClient(sub_.handle(), *options_.curve));
+    }
     KVAGENT_RETURN_IF_ERROR(ConnectEventSocket(sub_, options_.endpoint, "event SUB"));
     if (!options_.replay_endpoint.empty()) KVAGENT_RETURN_IF_ERROR(NewDealer());
     if (options_.from_seq) {
@@ -107,6 +111,9 @@ class EventSubscriber::Sockets {
       dealer_.reset();
       return Internal(std::string("event subscriber: cannot create the replay DEALER: ") +
                       e.what());
+    }
+    if (options_.curve && options_.replay_endpoint.rfind("tcp://", 0) == 0) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveClient(dealer_->handle(), *options_.curve));
     }
     return ConnectEventSocket(*dealer_, options_.replay_endpoint, "event replay DEALER");
   }

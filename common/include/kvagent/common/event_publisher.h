@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -34,6 +35,11 @@ struct EventPublisherOptions {
   // Who may connect to the ipc:// endpoints: unset, only the owner (socket files mode 0600);
   // set, also this group (mode 0660, group-owned by it). Connecting needs write permission.
   std::optional<uint32_t> ipc_group;
+  // With keys, every tcp:// endpoint (PUB and replay) is a CURVE server of those keys (the
+  // events plane of the cluster secret, curve_auth.h): only members subscribe. ipc:// and
+  // inproc:// endpoints stay plain (their file permissions decide), on a second PUB socket that
+  // carries the same batches with the same seq.
+  std::optional<CurvePlaneKeys> curve;
   std::string topic;                   // frame 0 of every batch; default empty
   std::optional<int64_t> dp_rank = 0;  // third element of every payload built here
   size_t replay_batches = 10000;       // batches retained for replay

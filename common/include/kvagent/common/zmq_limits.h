@@ -19,8 +19,10 @@ inline constexpr int64_t kMaxReplicationReplyBytes = (int64_t{1} << 31) - 1;
 // An event SUB or replay DEALER: one frame of a batch (a batch is at most 1 MiB unless one event
 // alone is larger; no event is larger than the write that made it).
 inline constexpr int64_t kMaxEventFrameBytes = int64_t{64} << 20;
-// An event PUB receives only subscriptions (topic prefixes; ours is empty).
-inline constexpr int64_t kMaxSubscriptionBytes = 256;
+// An event PUB receives only subscriptions (topic prefixes; ours is empty) and, with CURVE, the
+// handshake's commands (INITIATE carries ~300 bytes of vouch and metadata): the limit applies to
+// those too.
+inline constexpr int64_t kMaxSubscriptionBytes = 4096;
 // A replay request: [identity, b"", start_seq].
 inline constexpr int64_t kMaxReplayRequestBytes = 4096;
 

@@ -10,6 +10,9 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 #include "kvagent/master/types.h"
 
@@ -22,6 +25,9 @@ struct MasterServerOptions {
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
   MasterOptions master;
+  // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
+  // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
+  std::optional<ClusterSecret> secret;
 };
 
 class MasterServer {
