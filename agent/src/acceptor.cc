@@ -27,24 +27,6 @@ std::string Describe(const ipc::PeerCredentials& peer) {
 
 }  // namespace
 
-std::string SanitizedClientName(std::string_view name) {
-  constexpr size_t kMaxShown = 64;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < name.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    }
-  }
-  if (name.size() > kMaxShown) out += "...";
-  return out;
-}
-
 Acceptor::Acceptor(const AgentConfig& config, uint64_t epoch, RingService* service)
     : config_(config), epoch_(epoch), service_(service) {
   // The agent's own uid and root may always attach; the flags add to them.

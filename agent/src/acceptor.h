@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "handshake_messages.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/ipc/segment.h"
 #include "kvagent/ipc/unix_socket.h"
@@ -42,10 +43,6 @@ namespace kvagent::agent {
 // Connections that have not sent their Hello yet: per uid, and in all.
 inline constexpr size_t kMaxIdlePerUid = 64;
 inline constexpr size_t kMaxIdle = 256;
-
-// `name` as it may appear in a log line: printable ASCII kept, anything else (newlines, escape
-// sequences, bytes of other scripts) as \xNN, at most 64 bytes of the original.
-std::string SanitizedClientName(std::string_view name);
 
 class Acceptor {
  public:

@@ -12,15 +12,6 @@ namespace {
 
 constexpr auto kSendTimeout = std::chrono::milliseconds(1000);
 
-template <typename T>
-const T* VerifiedRoot(std::span<const uint8_t> message) {
-  flatbuffers::Verifier verifier(message.data(), message.size(), 8, 64);
-  if (message.size() < sizeof(flatbuffers::uoffset_t) || !verifier.VerifyBuffer<T>(nullptr)) {
-    return nullptr;
-  }
-  return flatbuffers::GetRoot<T>(message.data());
-}
-
 bool IsPowerOfTwo(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
 std::string Describe(const ipc::PeerCredentials& peer) {
@@ -43,17 +34,16 @@ void Acceptor::Refuse(Connection& conn, const Status& why) {
 }
 
 bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
-  const proto::Hello* hello = VerifiedRoot<proto::Hello>(message);
-  if (hello == nullptr) {
-    Refuse(conn, InvalidParams("the Hello message is not a valid FlatBuffer"));
+  Result<HelloRequest> hello = ReadHello(message);
+  if (!hello.ok()) {
+    Refuse(conn, hello.status());
     return false;
   }
   const uint32_t ours = static_cast<uint32_t>(proto::ProtocolVersion::Current);
-  if (hello->protocol_version() != ours) {
-    Refuse(conn,
-           InvalidParams("the client speaks protocol version " +
-                         std::to_string(hello->protocol_version()) + " and this agent speaks " +
-                         std::to_string(ours) + "; upgrade the older of the two"));
+  if (hello->protocol_version != ours) {
+    Refuse(conn, InvalidParams("the client speaks protocol version " +
+                               std::to_string(hello->protocol_version) + " and this agent speaks " +
+                               std::to_string(ours) + "; upgrade the older of the two"));
     return false;
   }
   if (!Allowed(conn.peer)) {
@@ -72,23 +62,22 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
                             "); close a client or run another agent with its own --run-dir"));
     return false;
   }
-  const uint64_t ring = hello->ring_bytes() == 0
+  const uint64_t ring = hello->ring_bytes == 0
                             ? config_.ring_bytes
-                            : std::min(hello->ring_bytes(), config_.max_ring_bytes);
+                            : std::min(hello->ring_bytes, config_.max_ring_bytes);
   if (!IsPowerOfTwo(ring)) {
     Refuse(conn, InvalidParams("ring_bytes " + std::to_string(ring) +
                                " is not a power of two; ask for e.g. 1 MiB"));
     return false;
   }
-  const uint64_t arena = std::min(hello->arena_bytes(), config_.max_arena_bytes);
+  const uint64_t arena = std::min(hello->arena_bytes, config_.max_arena_bytes);
   auto layout = ipc::SegmentLayout::Compute(ring, ring, arena);
   if (!layout.ok()) {
     Refuse(conn, layout.status());
     return false;
   }
   const ClientId id = next_client_id_++;
-  conn.client_name =
-      SanitizedClientName(hello->client_name() ? hello->client_name()->string_view() : "");
+  conn.client_name = std::move(hello->client_name);
   auto segment = ipc::Segment::Create(*layout, epoch_, id);
   if (!segment.ok()) {
     Refuse(conn, segment.status());
@@ -117,8 +106,8 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
 }
 
 bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
-  const proto::Attached* attached = VerifiedRoot<proto::Attached>(message);
-  if (attached == nullptr || attached->client_id() != conn.client_id) return false;
+  Result<uint64_t> attached = ReadAttached(message);
+  if (!attached.ok() || *attached != conn.client_id) return false;
   conn.phase = Phase::kLive;
   LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
             << Describe(conn.peer) << ") attached: arena "

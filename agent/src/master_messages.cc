@@ -261,8 +261,9 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
   if (with_sizes && Count(p->sizes()) != key_count) return Malformed("sizes do not match the keys");
   if (Count(p->first()) != key_count + 1) return Malformed("first has the wrong length");
   // 8-byte elements the Verifier only checked for 4-byte alignment.
-  if (!fbcheck::ElementsAligned(p->sizes()) || !fbcheck::ElementsAligned(p->placements())) {
-    return Malformed("sizes or placements are not 8-byte aligned");
+  if (!fbcheck::ElementsAligned(p->sizes()) || !fbcheck::ElementsAligned(p->placements()) ||
+      !fbcheck::ElementsAligned(p->write_ids())) {
+    return Malformed("sizes, placements or write_ids are not 8-byte aligned");
   }
   const size_t placements = Count(p->placements());
   uint32_t previous = 0;

@@ -57,6 +57,20 @@ Result<uint64_t> KeysBytes(fb::Body type, const StringVector* keys) {
   return StringBytes(keys);
 }
 
+Result<uint64_t> WriteFinishBytes(fb::Body type, const fb::WriteFinish& m) {
+  if (m.keys() == nullptr) return Missing(type, "keys");
+  if (!ElementsAligned(m.write_ids())) return Misaligned(type, "write_ids");
+  return StringBytes(m.keys()) + VectorBytes(m.write_ids()) + VectorBytes(m.part_counts()) +
+         VectorBytes(m.checksums()) + VectorBytes(m.failed());
+}
+
+Result<uint64_t> BadReplicasBytes(fb::Body type, const fb::ReportBadReplicas& m) {
+  if (m.keys() == nullptr) return Missing(type, "keys");
+  if (!ElementsAligned(m.versions())) return Misaligned(type, "versions");
+  return StringBytes(m.keys()) + VectorBytes(m.versions()) + VectorBytes(m.parts()) +
+         VectorBytes(m.segment_ids());
+}
+
 // Bytes the body refers to, or why it is malformed.
 Result<uint64_t> BodyBytes(const fb::Request& r) {
   const fb::Body type = r.body_type();
@@ -76,13 +90,15 @@ Result<uint64_t> BodyBytes(const fb::Request& r) {
     case fb::Body::BatchUpsertStart:
       return WriteStartBytes(type, *r.body_as_BatchUpsertStart());
     case fb::Body::BatchPutEnd:
-      return KeysBytes(type, r.body_as_BatchPutEnd()->keys());
+      return WriteFinishBytes(type, *r.body_as_BatchPutEnd());
     case fb::Body::BatchPutRevoke:
-      return KeysBytes(type, r.body_as_BatchPutRevoke()->keys());
+      return WriteFinishBytes(type, *r.body_as_BatchPutRevoke());
     case fb::Body::BatchUpsertEnd:
-      return KeysBytes(type, r.body_as_BatchUpsertEnd()->keys());
+      return WriteFinishBytes(type, *r.body_as_BatchUpsertEnd());
     case fb::Body::BatchUpsertRevoke:
-      return KeysBytes(type, r.body_as_BatchUpsertRevoke()->keys());
+      return WriteFinishBytes(type, *r.body_as_BatchUpsertRevoke());
+    case fb::Body::ReportBadReplicas:
+      return BadReplicasBytes(type, *r.body_as_ReportBadReplicas());
     case fb::Body::BatchGet:
       return KeysBytes(type, r.body_as_BatchGet()->keys());
     case fb::Body::BatchExist:
@@ -103,8 +119,9 @@ Result<uint64_t> BodyBytes(const fb::Request& r) {
     case fb::Body::Replicate:
     case fb::Body::NONE:
       return uint64_t{0};
+    default:  // a body type of a newer peer: MasterRpc answers it
+      return uint64_t{0};
   }
-  return uint64_t{0};  // a body type of a newer peer: MasterRpc answers it
 }
 
 bool KnownBody(fb::Body type) {

@@ -13,6 +13,7 @@
 
 #include "kvagent/common/curve_auth.h"
 #include "kvagent/common/zmq_limits.h"
+#include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
 
@@ -235,6 +236,11 @@ class Link {
   // Applies the fences of a heartbeat reply; the next heartbeat acknowledges them.
   void ApplyFences(const mfb::HeartbeatReply& r) {
     if (r.fence_seq() == acked_fence_seq_ && r.write_watermark() <= applied_watermark_) return;
+    if (!fbcheck::ElementsAligned(r.fenced_writes())) {  // the Verifier checks 4 bytes only
+      LOG_EVERY_N(WARNING, 100) << "master link: a heartbeat reply's fences are misaligned; "
+                                   "ignored (is kvmaster the same version?)";
+      return;
+    }
     Fences f;
     f.master_epoch = fenced_epoch_;
     f.fence_seq = r.fence_seq();
