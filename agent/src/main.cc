@@ -21,6 +21,7 @@
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/cluster_auth_flags.h"
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
@@ -142,6 +143,13 @@ Status Check(Flags& v) {
     // server at all (a port on loopback would still let any local user read and write the pool).
     if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
       v.serve_data = false;
+    } else if (!kvagent::IsLocalEndpoint("tcp://" + v.transfer.data_listen) &&
+               !v.auth.insecure_no_auth) {
+      // Its pool would face the network with nobody who needs it there.
+      return kvagent::InvalidParams(
+          "--data-listen " + v.transfer.data_listen +
+          " faces the network, but a standalone agent has no peers: leave --data-listen out "
+          "(it then runs no data server), or give --master to join a cluster");
     }
   }
   auto secret = v.auth.Load();

@@ -91,6 +91,11 @@ TEST(Auth, WithoutASecretAnAgentRefusesARemoteMasterOrEventsTcp) {
       {KVAGENT_BINARY, "--run-dir", dir.path() + "/run", "--events-tcp", "tcp://0.0.0.0:0"});
   EXPECT_EQ(e.exit_code, 2);
   EXPECT_NE(e.err.find("--events-tcp"), std::string::npos) << e.err;
+  // A standalone agent has no peers: its pool does not face the network.
+  CommandOutput d = RunCommand(
+      {KVAGENT_BINARY, "--run-dir", dir.path() + "/run", "--data-listen", "0.0.0.0:7000"});
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_NE(d.err.find("standalone agent has no peers"), std::string::npos) << d.err;
 }
 
 TEST(Auth, WithASecretOnlyMembersGetAnswersFromKvmaster) {
