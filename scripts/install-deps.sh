@@ -15,6 +15,7 @@ packages=(
   libsystemd-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
