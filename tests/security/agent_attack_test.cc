@@ -152,8 +152,9 @@ TEST(AgentAttack, RunningOutOfDescriptorsNeitherSpinsTheAgentNorFloodsItsLog) {
   ASSERT_GT(hog.pid(), 0);
   const uint64_t ticks_before = CpuTicks(agent.pid());
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  // A busy loop would be ~100 ticks in that second.
-  EXPECT_LT(CpuTicks(agent.pid()) - ticks_before, 30u) << "the acceptor spins";
+  // A busy loop would be ~100 ticks in that second (29 for the old acceptor sharing its CPU
+  // with two busy processes); an idle acceptor takes none.
+  EXPECT_LT(CpuTicks(agent.pid()) - ticks_before, 10u) << "the acceptor spins";
   const std::string log = agent.Log();
   size_t warnings = 0;
   for (size_t at = log.find("accepting a client failed"); at != std::string::npos;
