@@ -167,6 +167,15 @@ Status Check(Flags& v) {
         v.auth.CheckEndpoint(relay->master_events, "--master-events", have_secret));
     KVAGENT_RETURN_IF_ERROR(
         v.auth.CheckEndpoint(relay->master_events_replay, "--master-events-replay", have_secret));
+    // The data server: with a secret, peers prove membership (TransferEngineOptions::
+    // data_plane_key); without one its pool stays on loopback, like every other plane (the
+    // master is on loopback too then, so every peer is on this host).
+    if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen && !have_secret &&
+        !v.auth.insecure_no_auth) {
+      v.transfer.data_listen = "127.0.0.1:0";
+    }
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint("tcp://" + v.transfer.data_listen, "--data-listen", have_secret));
   }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
@@ -272,6 +281,9 @@ int main(int argc, char** argv) {
   auto fence = std::make_unique<kvagent::transfer::PoolFence>(incarnation);
   engine_options->fence = fence.get();
   engine_options->serve = v.serve_data;
+  if (v.secret) {
+    engine_options->data_plane_key = v.secret->MacKey(kvagent::KeyPlane::kDataPlaneMac);
+  }
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
 

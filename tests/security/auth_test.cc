@@ -133,6 +133,23 @@ TEST(Auth, AgentsWithTheSecretFormAClusterAndAnAgentWithAnotherIsKeptOut) {
   const std::string value = "stored through an authenticated link";
   std::vector<Value> values = {Value(std::string_view(value))};
   EXPECT_TRUE(WaitUntil([&] { return (*c)->Put(keys, values).ok(); }));
+  // A second member reads it back over the data plane, which the secret authenticates too.
+  AgentProcess reader(Concat(master.AgentArgs(), {"--cluster-secret-file", secret.path()}));
+  ASSERT_TRUE(reader.started());
+  ClientOptions reader_options;
+  reader_options.run_dir = reader.run_dir();
+  auto rc = Client::Connect(reader_options);
+  ASSERT_TRUE(rc.ok());
+  auto buffer = (*rc)->Allocate(value.size());
+  ASSERT_TRUE(buffer.ok());
+  const ArenaBuffer* into[] = {&*buffer};
+  Reply got;
+  EXPECT_TRUE(WaitUntil([&] {
+    got = (*rc)->Get(keys, into);
+    return got.ok() && got.keys[0].code == ErrorCode::kOk;
+  })) << got.status.ToString()
+      << " " << (got.keys.empty() ? "" : got.keys[0].message);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffer->data()), value.size()), value);
 
   SecretFile other(kOtherSecret);
   AgentProcess outsider(Concat(
