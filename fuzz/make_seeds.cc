@@ -228,7 +228,12 @@ void Handshake() {
 void DataHeaders() {
   namespace wire = kvagent::transfer::wire;
   Bytes hello(wire::kHelloBytes), request(wire::kRequestBytes), reply(wire::kReplyBytes);
-  wire::EncodeHello(wire::Hello{wire::kVersion, 1 << 30, 77}, hello.data());
+  wire::Hello h;
+  h.flags = wire::kHelloAuthRequired;
+  h.pool_size = 1 << 30;
+  h.pool_incarnation = 77;
+  h.nonce.fill(0x5a);
+  wire::EncodeHello(h, hello.data());
   wire::EncodeRequest(wire::Request{wire::Opcode::kWrite, 9, 4096, 65536, 77, 5, 11},
                       request.data());
   wire::EncodeReply(wire::Reply{0, 9, 0}, reply.data());
@@ -238,6 +243,14 @@ void DataHeaders() {
   wire::EncodeRequest(wire::Request{wire::Opcode::kRead, 10, 0, 4096, 77, 5, 0}, read.data());
   Write("fuzz_data_header", "read", read);
   Write("fuzz_data_header", "reply", reply);
+  wire::Auth auth;
+  auth.nonce.fill(1);
+  auth.proof.fill(2);
+  Bytes auth_bytes(wire::kAuthBytes), ok_bytes(wire::kAuthOkBytes);
+  wire::EncodeAuth(auth, auth_bytes.data());
+  wire::EncodeAuthOk(auth.proof, ok_bytes.data());
+  Write("fuzz_data_header", "auth", auth_bytes);
+  Write("fuzz_data_header", "auth_ok", ok_bytes);
 }
 
 // ---- events -------------------------------------------------------------------------------
