@@ -183,6 +183,21 @@ void MasterMessages() {
                               .Union();
                         }));
   requests.emplace_back(
+      "reserve", MasterRequest(mp::Body::ReserveWrites, [&](B& b) {
+        const std::vector<uint64_t> returned = {3};
+        return mp::CreateReserveWrites(b, agent, 4096, 2, 4, b.CreateVector(returned)).Union();
+      }));
+  requests.emplace_back("commit", MasterRequest(mp::Body::BatchPutCommit, [&](B& b) {
+                          const std::vector<uint64_t> sizes = {4096, 4096};
+                          const auto start = mp::CreateWriteStart(
+                              b, agent, b.CreateVectorOfStrings(keys), b.CreateVector(sizes), 0, 0,
+                              mp::CreateWriteOptions(b, 2));
+                          const std::vector<uint64_t> ids = {5, 6};
+                          const auto finish =
+                              mp::CreateWriteFinish(b, agent, 0, b.CreateVector(ids));
+                          return mp::CreateWriteCommit(b, start, finish, 1).Union();
+                        }));
+  requests.emplace_back(
       "remove", MasterRequest(mp::Body::BatchRemove, [&](B& b) {
         return mp::CreateBatchRemove(b, b.CreateVectorOfStrings(keys), true).Union();
       }));

@@ -64,6 +64,23 @@ Result<uint64_t> WriteFinishBytes(fb::Body type, const fb::WriteFinish& m) {
          VectorBytes(m.checksums()) + VectorBytes(m.failed());
 }
 
+// A commit's finish names no keys (the start's); its per-key vectors are checked as an End's.
+Result<uint64_t> CommitBytes(fb::Body type, const fb::WriteCommit& m) {
+  if (m.start() == nullptr) return Missing(type, "start");
+  if (m.finish() == nullptr) return Missing(type, "finish");
+  Result<uint64_t> start = WriteStartBytes(type, *m.start());
+  if (!start.ok()) return start.status();
+  const fb::WriteFinish& f = *m.finish();
+  if (!ElementsAligned(f.write_ids())) return Misaligned(type, "finish.write_ids");
+  return *start + StringBytes(f.keys()) + VectorBytes(f.write_ids()) +
+         VectorBytes(f.part_counts()) + VectorBytes(f.checksums()) + VectorBytes(f.failed());
+}
+
+Result<uint64_t> ReserveBytes(fb::Body type, const fb::ReserveWrites& m) {
+  if (!ElementsAligned(m.returned())) return Misaligned(type, "returned");
+  return VectorBytes(m.returned());
+}
+
 Result<uint64_t> BadReplicasBytes(fb::Body type, const fb::ReportBadReplicas& m) {
   if (m.keys() == nullptr) return Missing(type, "keys");
   if (!ElementsAligned(m.versions())) return Misaligned(type, "versions");
@@ -99,6 +116,10 @@ Result<uint64_t> BodyBytes(const fb::Request& r) {
       return WriteFinishBytes(type, *r.body_as_BatchUpsertRevoke());
     case fb::Body::ReportBadReplicas:
       return BadReplicasBytes(type, *r.body_as_ReportBadReplicas());
+    case fb::Body::ReserveWrites:
+      return ReserveBytes(type, *r.body_as_ReserveWrites());
+    case fb::Body::BatchPutCommit:
+      return CommitBytes(type, *r.body_as_BatchPutCommit());
     case fb::Body::BatchGet:
       return KeysBytes(type, r.body_as_BatchGet()->keys());
     case fb::Body::BatchExist:
