@@ -7,9 +7,13 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <atomic>
 #include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "kvagent/client.h"
+#include "kvagent/schemas/master_generated.h"
 #include "raw_session.h"
 #include "security_support.h"
 
@@ -271,6 +275,113 @@ TEST(AgentAttack, EventSocketsServeTheConfiguredGroupAndRefuseOthersWithAClearEr
   };
   EXPECT_EQ(RunAs(4243, 4242, tail), 0) << "a member of the group reads the events";
   EXPECT_EQ(RunAs(4244, 4244, tail), 1) << "anyone else gets a permission error";
+}
+
+// A "kvmaster" that registers and mounts the agent properly, then answers every other request
+// with a reply whose body_type names a table it does not carry (what a buggy or impersonating
+// master could send: the FlatBuffers Verifier accepts it).
+class BodylessMaster {
+ public:
+  BodylessMaster() : router_(context_, zmq::socket_type::router) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.bind("tcp://127.0.0.1:0");
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~BodylessMaster() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  int bodyless_replies() const { return bodyless_.load(); }
+
+ private:
+  void Serve() {
+    namespace mp = kvagent::master_proto;
+    while (!stop_) {
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) <= 0) continue;
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(router_, std::back_inserter(frames)) || frames.size() != 3) continue;
+      std::vector<uint64_t> aligned(frames[2].size() / 8 + 1);
+      std::memcpy(aligned.data(), frames[2].data(), frames[2].size());
+      const auto* request = flatbuffers::GetRoot<mp::Request>(aligned.data());
+      flatbuffers::FlatBufferBuilder b;
+      mp::ReplyBuilder reply(b);
+      switch (request->body_type()) {
+        case mp::Body::RegisterAgent: {
+          const auto body = mp::CreateRegisterAgentReply(b, 7, 1);
+          mp::ReplyBuilder r(b);
+          r.add_request_id(request->request_id());
+          r.add_body_type(mp::ReplyBody::RegisterAgentReply);
+          r.add_body(body.Union());
+          b.Finish(r.Finish());
+          break;
+        }
+        case mp::Body::MountSegment: {
+          const auto body = mp::CreateMountSegmentReply(b, 9, 0);
+          mp::ReplyBuilder r(b);
+          r.add_request_id(request->request_id());
+          r.add_body_type(mp::ReplyBody::MountSegmentReply);
+          r.add_body(body.Union());
+          b.Finish(r.Finish());
+          break;
+        }
+        case mp::Body::Heartbeat: {
+          const auto body = mp::CreateHeartbeatReply(b, true);
+          mp::ReplyBuilder r(b);
+          r.add_request_id(request->request_id());
+          r.add_body_type(mp::ReplyBody::HeartbeatReply);
+          r.add_body(body.Union());
+          b.Finish(r.Finish());
+          break;
+        }
+        default: {
+          const bool placements = request->body_type() == mp::Body::BatchPutStart ||
+                                  request->body_type() == mp::Body::BatchGet;
+          mp::ReplyBuilder r(b);
+          r.add_request_id(request->request_id());
+          r.add_body_type(placements ? mp::ReplyBody::PlacementReply
+                                     : mp::ReplyBody::KeyCodesReply);
+          b.Finish(r.Finish());  // ... and no body
+          ++bodyless_;
+        }
+      }
+      router_.send(frames[0], zmq::send_flags::sndmore);
+      router_.send(zmq::message_t(), zmq::send_flags::sndmore);
+      router_.send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+    }
+  }
+
+  zmq::context_t context_{1};
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> bodyless_{0};
+  std::thread thread_;
+};
+
+TEST(AgentAttack, AMasterReplyWithoutItsBodyFailsTheCallNotTheAgent) {
+  // Was: SIGSEGV in the agent on the first such reply (a null body dereferenced).
+  BodylessMaster master;
+  LoggedAgent agent({"--master", master.endpoint(), "--master-events", "tcp://127.0.0.1:1",
+                     "--master-events-replay", "tcp://127.0.0.1:1", "--master-ready-wait-ms",
+                     "10000"});
+  ASSERT_TRUE(agent.started()) << agent.Log();
+  auto c = ConnectTo(agent.run_dir());
+  ASSERT_TRUE(c);
+  const std::vector<std::string> keys = {"k"};
+  const std::vector<Value> values = {Value(std::string_view("value"))};
+  Reply put = c->Put(keys, values);
+  ASSERT_FALSE(put.keys.empty());
+  EXPECT_EQ(put.keys[0].code, ErrorCode::kInternal) << put.keys[0].message;
+  EXPECT_NE(put.keys[0].message.find("malformed"), std::string::npos) << put.keys[0].message;
+  Reply exist = c->Exist(keys);
+  ASSERT_FALSE(exist.keys.empty());
+  EXPECT_EQ(exist.keys[0].code, ErrorCode::kInternal);
+  EXPECT_GE(master.bodyless_replies(), 2);
+  EXPECT_TRUE(agent.Running());
+  EXPECT_TRUE(c->Ping().ok());
 }
 
 }  // namespace
