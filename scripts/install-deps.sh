@@ -5,7 +5,6 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost-dev
   libflatbuffers-dev flatbuffers-compiler
   libmsgpack-cxx-dev
   libzmq3-dev cppzmq-dev
@@ -19,6 +18,7 @@ packages=(
   python3 python3-msgpack python3-zmq
   iproute2 procps
   prometheus lintian
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

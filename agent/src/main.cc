@@ -23,6 +23,8 @@
 #include "agent_metrics.h"
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
+#include "kvagent/common/cluster_auth_flags.h"
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics_http.h"
@@ -46,6 +48,7 @@ struct Flags {
   kvagent::agent::AgentConfig agent;
   int64_t max_clients = agent.max_clients;
   int64_t spin_us = agent.spin.count();
+  int64_t handshake_timeout_ms = agent.handshake_timeout.count();
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_gids;
   std::string master;
@@ -61,6 +64,8 @@ struct Flags {
   kvagent::relay::EventRelayFlags relay;
   kvagent::master::MasterOptions embedded;  // the standalone master's options
   std::string metrics_listen;               // empty: no /metrics endpoint
+  kvagent::ClusterAuthFlags auth;
+  std::optional<kvagent::ClusterSecret> secret;  // loaded by Check
 };
 
 void Declare(kvagent::FlagSet& f, Flags& v) {
@@ -90,8 +95,11 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");
   f.Int("max-clients", &v.max_clients, "clients served at once (1..127)");
   f.StringList("allow-uid", &v.allow_uids,
-               "uid allowed to attach (repeatable; default: the agent's uid and root)");
-  f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
+               "uid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.StringList("allow-gid", &v.allow_gids,
+               "gid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.Int("handshake-timeout-ms", &v.handshake_timeout_ms,
+        "close a client connection that has not completed its handshake this long");
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
   f.String("metrics-listen", &v.metrics_listen,
            "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; default: "
@@ -100,6 +108,7 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   v.relay.Declare(&f);
   // The embedded master's options: the same flags as kvmaster's, declared once.
   kvagent::master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
+  v.auth.Declare(&f);
 }
 
 Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {
@@ -125,6 +134,9 @@ Status Check(Flags& v) {
     KVAGENT_RETURN_IF_ERROR(
         kvagent::metrics::CheckListenAddress(v.metrics_listen, "--metrics-listen"));
   }
+  if (auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group); !group.ok()) {
+    return group.status();
+  }
   if (v.standalone && !v.master.empty()) {
     return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
   }
@@ -137,18 +149,45 @@ Status Check(Flags& v) {
     // server at all (a port on loopback would still let any local user read and write the pool).
     if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
       v.serve_data = false;
+    } else if (!kvagent::IsLocalEndpoint("tcp://" + v.transfer.data_listen) &&
+               !v.auth.insecure_no_auth) {
+      // Its pool would face the network with nobody who needs it there.
+      return kvagent::InvalidParams(
+          "--data-listen " + v.transfer.data_listen +
+          " faces the network, but a standalone agent has no peers: leave --data-listen out "
+          "(it then runs no data server), or give --master to join a cluster");
     }
-  } else {
+  }
+  auto secret = v.auth.Load();
+  if (!secret.ok()) return secret.status();
+  v.secret = std::move(*secret);
+  const bool have_secret = v.secret.has_value();
+  KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.relay.events_tcp, "--events-tcp", have_secret));
+  if (!v.master.empty()) {
     KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
     // The relay's endpoints follow from --master unless given.
-    if (auto relay = v.relay.Options(v.agent.run_dir, v.master); !relay.ok()) {
-      return relay.status();
+    auto relay = v.relay.Options(v.agent.run_dir, v.master);
+    if (!relay.ok()) return relay.status();
+    KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.master, "--master", have_secret));
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events, "--master-events", have_secret));
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events_replay, "--master-events-replay", have_secret));
+    // The data server: with a secret, peers prove membership (TransferEngineOptions::
+    // data_plane_key); without one its pool stays on loopback, like every other plane (the
+    // master is on loopback too then, so every peer is on this host).
+    if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen && !have_secret &&
+        !v.auth.insecure_no_auth) {
+      v.transfer.data_listen = "127.0.0.1:0";
     }
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint("tcp://" + v.transfer.data_listen, "--data-listen", have_secret));
   }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
   v.agent.max_clients = static_cast<int>(v.max_clients);
   v.agent.spin = std::chrono::microseconds(v.spin_us);
+  v.agent.handshake_timeout = std::chrono::milliseconds(v.handshake_timeout_ms);
   if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
   if (v.agent_name.empty()) {
     char host[256] = {};
@@ -271,6 +310,9 @@ int main(int argc, char** argv) {
   auto fence = std::make_unique<kvagent::transfer::PoolFence>(incarnation);
   engine_options->fence = fence.get();
   engine_options->serve = v.serve_data;
+  if (v.secret) {
+    engine_options->data_plane_key = v.secret->MacKey(kvagent::KeyPlane::kDataPlaneMac);
+  }
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
 
@@ -293,6 +335,10 @@ int main(int argc, char** argv) {
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
     o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
+    auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
+    if (!group.ok()) return fail("event sockets", group.status());
+    o.events.ipc_group = *group;
+    if (v.secret) o.events.curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
     if (!embedded.ok()) return fail("embedded master", embedded.status());
     events = (*embedded)->events_endpoint();
@@ -327,6 +373,7 @@ int main(int argc, char** argv) {
     o.on_master_restarted = [relay_slot] {
       if (auto* r = relay_slot->load()) r->RequestResync();
     };
+    if (v.secret) o.curve = v.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
     auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
     if (!remote.ok()) return fail("master link", remote.status());
     link = remote->get();
@@ -343,6 +390,7 @@ int main(int argc, char** argv) {
                                            : kvagent::relay::ResolveAdvertised(e->second, master)};
       };
     }
+    if (v.secret) relay_options->curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
@@ -400,7 +448,8 @@ int main(int argc, char** argv) {
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
       ", heap on " + kvagent::HeapPagesDescription() +
-      (metrics_url.empty() ? "" : ", metrics " + metrics_url);
+      (metrics_url.empty() ? "" : ", metrics " + metrics_url) +
+      (v.secret ? ", cluster secret " + v.secret->Fingerprint() : std::string());
   LOG(INFO) << status;
   kvagent::NotifyServiceManager("READY=1\nSTATUS=" + status);
 

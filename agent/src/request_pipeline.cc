@@ -8,6 +8,9 @@
 namespace kvagent::agent {
 namespace {
 
+// Client frame bytes per master batch (see Group).
+constexpr size_t kMaxBatchFrameBytes = size_t{16} << 20;
+
 bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
   const proto::WriteOptions* x = a.options();
   const proto::WriteOptions* y = b.options();
@@ -31,24 +34,30 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
   }
 }
 
-// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys, in
-// queue order.
+// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys and
+// (unless one request alone is larger) kMaxBatchFrameBytes of client frames, in queue order.
+// The master message built from a group is about as large as its frames: this keeps it well
+// under kvmaster's message limit (kMaxMasterMessageBytes).
 std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
   std::vector<std::vector<HeldRequest>> groups;
   std::vector<size_t> keys;
+  std::vector<size_t> bytes;
   for (HeldRequest& h : queue) {
     const size_t n = h.result.codes.size();
+    const size_t b = h.request.frame.size();
     size_t g = 0;
     while (g < groups.size() &&
-           !(keys[g] + n <= kMaxBatchKeys &&
+           !(keys[g] + n <= kMaxBatchKeys && bytes[g] + b <= kMaxBatchFrameBytes &&
              Compatible(op, groups[g].front().request.request(), h.request.request()))) {
       ++g;
     }
     if (g == groups.size()) {
       groups.emplace_back();
       keys.push_back(0);
+      bytes.push_back(0);
     }
     keys[g] += n;
+    bytes[g] += b;
     groups[g].push_back(std::move(h));
   }
   queue.clear();

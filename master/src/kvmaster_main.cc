@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvagent/common/cluster_auth_flags.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics.h"
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   int64_t log_max_mb = 100;
   int64_t log_keep_days = 7;
+  kvagent::ClusterAuthFlags auth;
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
   flags.String("status-file", &standby_options.status_file,
                "standby: rewrite this file after each fetch (primary=, incarnation=, "
                "applied_seq=)");
+  auth.Declare(&flags);
   if (kvagent::Status st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << "kvmaster: " << st.message() << "\n";
     return 2;
@@ -234,6 +237,24 @@ int main(int argc, char** argv) {
   if (promote_after_ms < 0 || (promote_after_ms > 0 && standby_options.primary.empty())) {
     std::cerr << "kvmaster: --promote-after-ms must be >= 0 and goes with --follow\n";
     return 2;
+  }
+  auto secret = auth.Load();
+  if (!secret.ok()) {
+    std::cerr << "kvmaster: " << secret.status().message() << "\n";
+    return 2;
+  }
+  for (auto [endpoint, flag] :
+       {std::pair{&opts.listen, "--listen"}, std::pair{&opts.events, "--events"},
+        std::pair{&opts.events_replay, "--events-replay"},
+        std::pair{&standby_options.primary, "--follow"}}) {
+    if (kvagent::Status st = auth.CheckEndpoint(*endpoint, flag, secret->has_value()); !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  opts.secret = *secret;
+  if (opts.secret) {
+    standby_options.curve = opts.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
   }
 
   if (log_max_mb < 1 || log_max_mb > 4095 || log_keep_days < 0) {
@@ -296,6 +317,8 @@ int main(int argc, char** argv) {
   LOG(INFO) << "kvmaster serving: requests on " << server.value()->endpoint() << ", events on "
             << server.value()->events_endpoint() << ", replay on "
             << server.value()->replay_endpoint()
+            << (opts.secret ? ", members only (cluster secret " + opts.secret->Fingerprint() + ")"
+                            : std::string(", no authentication (no --cluster-secret-file)"))
             << (m.state_dir.empty() ? ", no persistence" : ", state in " + m.state_dir)
             << ", heap on " << kvagent::HeapPagesDescription();
   metrics_state.server.store(server.value().get(), std::memory_order_release);

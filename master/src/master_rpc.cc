@@ -7,6 +7,7 @@
 
 #include "kvagent/common/validate.h"
 #include "kvagent/schemas/master_generated.h"
+#include "request_check.h"
 
 namespace kvagent::master {
 
@@ -303,6 +304,8 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     return codes_reply(
         service_->BatchPutRevoke(m->agent_id(), s.keys, SpanOf(m->write_ids()), &s.key_results), 0);
   };
+
+  if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return bad(shape);
 
   switch (req->body_type()) {
     case fb::Body::RegisterAgent: {

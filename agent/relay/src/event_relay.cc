@@ -102,6 +102,7 @@ class EventRelay::Thread {
     o.from_seq = from_seq;
     o.replay_timeout = options_.replay_timeout;
     o.idle_probe_interval = options_.idle_probe_interval;
+    o.curve = options_.curve;
     return events::EventSubscriber::Start(std::move(o));
   }
 
@@ -402,6 +403,8 @@ Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options)
   p.endpoint = options.endpoint;
   p.replay_endpoint = options.replay_endpoint;
   p.extra_endpoints = options.extra_endpoints;
+  p.ipc_group = options.ipc_group;
+  p.curve = options.curve;
   p.topic = options.topic;
   p.replay_batches = options.replay_batches;
   p.replay_max_bytes = options.replay_max_bytes;

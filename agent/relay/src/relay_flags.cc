@@ -1,5 +1,10 @@
 #include "kvagent/relay/relay_flags.h"
 
+#include <grp.h>
+
+#include <cstdlib>
+#include <vector>
+
 namespace kvagent::relay {
 
 void EventRelayFlags::Declare(FlagSet* flags) {
@@ -13,6 +18,25 @@ void EventRelayFlags::Declare(FlagSet* flags) {
                 "also publish the relayed KV events on this tcp endpoint (e.g. "
                 "tcp://0.0.0.0:5560; kvmaster's own are 5557 and 5558), same batches and seq as "
                 "<run-dir>/events.sock");
+  flags->String("events-group", &events_group,
+                "group (name or gid) whose members may read <run-dir>/events.sock and "
+                "events-replay.sock (mode 0660); default: only the agent's user (0600)");
+}
+
+Result<std::optional<uint32_t>> ResolveEventsGroup(std::string_view group) {
+  if (group.empty()) return std::optional<uint32_t>();
+  const std::string name(group);
+  char* end = nullptr;
+  const unsigned long gid = std::strtoul(name.c_str(), &end, 10);
+  if (*end == '\0' && gid <= 0xFFFFFFFEUL)
+    return std::optional<uint32_t>(static_cast<uint32_t>(gid));
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  const int rc = ::getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (rc == 0 && found != nullptr) return std::optional<uint32_t>(found->gr_gid);
+  return InvalidParams("--events-group: no group named \"" + name +
+                       "\" (create it with groupadd, or give a numeric gid)");
 }
 
 std::optional<std::string> WithPort(std::string_view endpoint, int port) {
@@ -68,6 +92,9 @@ Result<EventRelayOptions> EventRelayFlags::Options(std::string_view run_dir,
   o.endpoint = "ipc://" + dir + "/events.sock";
   o.replay_endpoint = "ipc://" + dir + "/events-replay.sock";
   if (!events_tcp.empty()) o.extra_endpoints.push_back(events_tcp);
+  auto group = ResolveEventsGroup(events_group);
+  if (!group.ok()) return group.status();
+  o.ipc_group = *group;
   return o;
 }
 

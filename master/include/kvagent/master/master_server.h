@@ -11,6 +11,9 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 #include "kvagent/master/master_metrics.h"
 #include "kvagent/master/types.h"
@@ -27,6 +30,9 @@ struct MasterServerOptions {
   // never), so a hung loop stops the pings (common/watchdog.h).
   std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
+  // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
+  // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
+  std::optional<ClusterSecret> secret;
 };
 
 class MasterServer {

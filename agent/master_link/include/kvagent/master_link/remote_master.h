@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kvagent/agent/master_port.h"
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -66,6 +67,9 @@ struct RemoteMasterOptions {
   // once it returns, no write the master fenced may land in the pool any more (PoolFence::Apply,
   // then Refence), and the next heartbeat acknowledges `fence_seq`. May block briefly.
   std::function<void(const Fences&)> apply_fences;
+  // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
+  // reaches only a kvmaster that holds the same secret (curve_auth.h).
+  std::optional<CurvePlaneKeys> curve;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).

@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -73,9 +74,13 @@ struct EventRelayOptions {
   std::string endpoint;                      // our PUB, ipc://<run-dir>/events.sock (required)
   std::string replay_endpoint;               // our replay ROUTER; empty: none
   std::vector<std::string> extra_endpoints;  // more PUB endpoints (--events-tcp), same seq
-  ContentSource list_content;                // the store's content (required)
-  std::string topic;                         // frame 0 of our batches
-  size_t replay_batches = 10000;             // our retention for replay (EVENTS.md default)
+  std::optional<uint32_t> ipc_group;         // who may connect to our ipc sockets (publisher)
+  // With a cluster secret: the master's events-plane keys (our SUB and replay DEALER are CURVE
+  // clients), and the same keys for our tcp:// endpoints (CURVE servers).
+  std::optional<CurvePlaneKeys> curve;
+  ContentSource list_content;     // the store's content (required)
+  std::string topic;              // frame 0 of our batches
+  size_t replay_batches = 10000;  // our retention for replay (EVENTS.md default)
   size_t replay_max_bytes = size_t{256} << 20;
   // How long to wait for a first live batch before asking the master's replay for its retained
   // history instead (a quiet master publishes nothing live; that replay can be large).

@@ -24,6 +24,7 @@ struct EventRelayFlags {
   std::string master_events;         // --master-events
   std::string master_events_replay;  // --master-events-replay
   std::string events_tcp;            // --events-tcp
+  std::string events_group;          // --events-group: name or number
 
   // Declares the flags above on `flags`. `this` must outlive flags->Parse().
   void Declare(FlagSet* flags);
@@ -44,6 +45,9 @@ struct EventRelayFlags {
 // anything else is returned as it is. ("tcp://0.0.0.0:6000", "tcp://10.0.0.5:50051") ->
 // "tcp://10.0.0.5:6000".
 std::string ResolveAdvertised(std::string_view advertised, std::string_view master_endpoint);
+// --events-group resolved: a group name or a numeric gid; nullopt for "". INVALID_PARAMS for an
+// unknown group.
+[[nodiscard]] Result<std::optional<uint32_t>> ResolveEventsGroup(std::string_view group);
 
 // "tcp://10.0.0.5:50051", 5557 -> "tcp://10.0.0.5:5557" (IPv6 "[::1]" hosts too); nullopt
 // unless `endpoint` is tcp://HOST:PORT.
