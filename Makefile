@@ -3,6 +3,8 @@ BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
 TSAN_DIR  ?= build-tsan
 CROSS_DIR ?= build-aarch64
+FUZZ_DIR  ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # A compiler cache speeds up rebuilds where one is installed (not needed, not installed by deps).
@@ -11,7 +13,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test tsan-test cross-aarch64 format clean
+.PHONY: all deps configure build test bench demo asan-test tsan-test cross-aarch64 fuzz format clean package install
 
 all: build
 
@@ -33,6 +35,18 @@ bench: build
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
 
+# Debian packages (kvagent, kvmaster, libkvclient0, libkvclient-dev, python3-kvagent) in
+# $(BUILD_DIR)/packages/, built by CPack from this build (packaging/CMakeLists.txt).
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
+	@ls $(BUILD_DIR)/packages/*.deb
+
+# Installs under $(PREFIX): the systemd units name the binaries and configs there, and ldconfig
+# runs so that libkvclient.so.0 is found at once.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
 # The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (run by CI).
 asan-test: deps
 	@cmake -S . -B $(ASAN_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DKVAGENT_SANITIZE=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
@@ -48,8 +62,15 @@ tsan-test: deps
 cross-aarch64: deps
 	@scripts/cross-aarch64.sh $(CROSS_DIR) $(JOBS) $(CMAKE_FLAGS)
 
+# libFuzzer (clang-14) on every boundary decoder, FUZZ_SECONDS (60) per harness, from the seed
+# corpora in fuzz/corpus; crashes land in $(FUZZ_DIR)/fuzz-artifacts.
+fuzz: deps
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVAGENT_FUZZ=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_all
+	@scripts/run-fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(CROSS_DIR)
+	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(CROSS_DIR) $(FUZZ_DIR)

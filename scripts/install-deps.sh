@@ -5,7 +5,6 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost-dev
   libflatbuffers-dev flatbuffers-compiler
   libmsgpack-cxx-dev
   libzmq3-dev cppzmq-dev
@@ -14,9 +13,13 @@ packages=(
   libgtest-dev
   libibverbs-dev librdmacm-dev
   libsystemd-dev
+  libcivetweb-dev
+  libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
   g++-aarch64-linux-gnu qemu-user-static
+  prometheus lintian
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -2,7 +2,9 @@
 // takes them from the master call to their completions.
 //
 //   WriteBatch  Put/Upsert: WriteStart -> copy the bytes (memcpy / data plane) -> End for the
-//               keys whose every replica arrived, Revoke for the others -> completions.
+//               keys whose every replica arrived, Revoke for the others -> completions. A put
+//               whose keys all have reserved writes skips the WriteStart and commits with
+//               one BatchPutCommit instead of the End.
 //   ReadBatch   Get: BatchGet -> copy each part from one replica -> completions.
 //   KeyBatch    Exist, Remove: one call -> per-key codes.
 //   SingleCall  RemoveAll, List (paged), Stat: one request each.
@@ -61,6 +63,7 @@ class Batch {
   std::vector<HeldRequest> requests_;
   std::vector<KeyRef> keys_;
   bool finished_ = false;
+  PhaseTimer phase_;  // put/get phase latencies (phase_latency.h)
 };
 
 class WriteBatch final : public Batch {
@@ -89,7 +92,11 @@ class WriteBatch final : public Batch {
     uint32_t segment_id;
   };
   void OnStarted(Result<std::span<const uint8_t>> reply);
-  void CopyKey(uint32_t key, const mfb::PlacementReply& reply, const SegmentTable& segments);
+  // A put whose every key has a reserved write (write_reservations.h): copies at once, then
+  // one BatchPutCommit. False: none were taken, the batch starts its writes at the master.
+  bool StartReserved();
+  void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements,
+               const SegmentTable& segments);
   void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t segment,
                      const Status& why);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
@@ -99,7 +106,9 @@ class WriteBatch final : public Batch {
   void OnFinished(bool end, Result<std::span<const uint8_t>> reply);
 
   const bool upsert_;
-  uint64_t epoch_ = 0;  // the master that placed the batch
+  bool reserved_ = false;             // its writes were reserved ahead (commit instead of End)
+  uint64_t epoch_ = 0;                // the master that placed the batch
+  std::vector<ReplicaPlace> places_;  // scratch: one key's placements
   std::vector<KeyState> state_;
   std::vector<uint64_t> write_ids_;   // per key
   std::vector<uint32_t> first_part_;  // per key + 1: its parts are parts_[first_part_[k] ..)
@@ -191,6 +200,7 @@ class SingleCall final : public Batch {
   void ListPage();
   void OnListPage(Result<std::span<const uint8_t>> reply);
   void OnStats(Result<std::span<const uint8_t>> reply);
+  void OnSessions(Result<std::span<const uint8_t>> reply);
 
   uint64_t cursor_ = 0;
   uint32_t pages_ = 0;

@@ -27,11 +27,24 @@ class SegmentTable {
   };
   // Reads reply.segments(); a segment is local when the data plane says its endpoint is ours.
   void Load(const mfb::PlacementReply& reply, const PipelineContext& ctx);
+  // One more segment (`endpoint` must outlive the table's use).
+  void Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
+           const PipelineContext& ctx);
+  void Clear() { entries_.clear(); }
   // The entry of `segment_id`; ReadPlacements guarantees every placement's segment is listed.
   const Entry& Find(uint32_t segment_id) const;
 
  private:
   std::vector<Entry> entries_;
+};
+
+// Where one replica of one part of a value goes (a WriteStart's placement, or a reserved
+// write's).
+struct ReplicaPlace {
+  uint32_t part = 0;
+  uint32_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
 };
 
 // What a data-plane op carries for the peer's fence (pool_fence.h).
@@ -70,8 +83,8 @@ class RemoteMoves {
   // arranges for `done` to run on the service thread. The arenas stay mapped until the data
   // plane is done with them, even if the clients leave or the pipeline goes away meanwhile.
   // The bytes of the ops that succeeded are added to `*moved` (a counter) before `done` runs.
-  void Submit(PipelineContext& ctx, std::span<const HeldRequest> requests, uint64_t* moved,
-              DoneFn done);
+  void Submit(PipelineContext& ctx, std::span<const HeldRequest> requests,
+              metrics::SingleWriterCounter* moved, DoneFn done);
 
  private:
   std::vector<transfer::TransferOp> ops_;

@@ -1,6 +1,10 @@
 #include "master_messages.h"
 
+#include <algorithm>
 #include <string_view>
+#include <vector>
+
+#include "kvagent/schemas/flatbuffer_checks.h"
 
 namespace kvagent::agent {
 namespace {
@@ -81,9 +85,9 @@ flatbuffers::DetachedBuffer MasterMessages::Finish(uint64_t id, mfb::Body type, 
   return fbb_.Release();
 }
 
-flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t agent, bool upsert,
-                                                       std::span<const HeldRequest> requests,
-                                                       std::span<const KeyRef> keys) {
+Offset<mfb::WriteStart> MasterMessages::StartTable(uint32_t agent,
+                                                   std::span<const HeldRequest> requests,
+                                                   std::span<const KeyRef> keys) {
   const auto key_vec = Keys(requests, keys);
   sizes_.clear();
   bool any_session = false;
@@ -114,8 +118,13 @@ flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t age
                            ? mfb::CreateWriteOptions(fbb_)
                            : mfb::CreateWriteOptions(fbb_, o->replica_count(), o->soft_pin(),
                                                      o->soft_pin_ttl_ms(), o->hard_pin());
-  const auto body =
-      mfb::CreateWriteStart(fbb_, agent, key_vec, size_vec, session_vec, block_vec, options);
+  return mfb::CreateWriteStart(fbb_, agent, key_vec, size_vec, session_vec, block_vec, options);
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteStart(uint64_t id, uint32_t agent, bool upsert,
+                                                       std::span<const HeldRequest> requests,
+                                                       std::span<const KeyRef> keys) {
+  const auto body = StartTable(agent, requests, keys);
   return Finish(id, upsert ? mfb::Body::BatchUpsertStart : mfb::Body::BatchPutStart, body.Union());
 }
 
@@ -124,6 +133,33 @@ flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t ag
                                                         std::span<const KeyRef> keys,
                                                         const WriteFinishFields& fields) {
   const auto key_vec = Keys(requests, keys);
+  return Finish(id, type, FinishTable(agent, key_vec, fields).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::WriteCommit(uint64_t id, uint32_t agent,
+                                                        std::span<const HeldRequest> requests,
+                                                        std::span<const KeyRef> keys,
+                                                        const WriteFinishFields& fields,
+                                                        uint64_t master_epoch) {
+  const auto start = StartTable(agent, requests, keys);
+  const auto finish = FinishTable(agent, 0, fields);  // the keys are the start's
+  return Finish(id, mfb::Body::BatchPutCommit,
+                mfb::CreateWriteCommit(fbb_, start, finish, master_epoch).Union());
+}
+
+flatbuffers::DetachedBuffer MasterMessages::ReserveWrites(uint64_t id, uint32_t agent,
+                                                          uint64_t size, uint8_t replica_count,
+                                                          uint32_t count,
+                                                          std::span<const uint64_t> returned) {
+  Offset<flatbuffers::Vector<uint64_t>> returned_vec;
+  if (!returned.empty()) returned_vec = fbb_.CreateVector(returned.data(), returned.size());
+  return Finish(
+      id, mfb::Body::ReserveWrites,
+      mfb::CreateReserveWrites(fbb_, agent, size, replica_count, count, returned_vec).Union());
+}
+
+Offset<mfb::WriteFinish> MasterMessages::FinishTable(uint32_t agent, Offset<StringVector> key_vec,
+                                                     const WriteFinishFields& fields) {
   const auto write_ids = fbb_.CreateVector(fields.write_ids.data(), fields.write_ids.size());
   Offset<flatbuffers::Vector<uint32_t>> part_counts, checksums;
   if (!fields.part_counts.empty()) {
@@ -134,10 +170,7 @@ flatbuffers::DetachedBuffer MasterMessages::WriteFinish(uint64_t id, uint32_t ag
   if (!fields.failed.empty()) {
     failed = fbb_.CreateVectorOfStructs(fields.failed.data(), fields.failed.size());
   }
-  return Finish(
-      id, type,
-      mfb::CreateWriteFinish(fbb_, agent, key_vec, write_ids, part_counts, checksums, failed)
-          .Union());
+  return mfb::CreateWriteFinish(fbb_, agent, key_vec, write_ids, part_counts, checksums, failed);
 }
 
 flatbuffers::DetachedBuffer MasterMessages::ReportBadReplicas(
@@ -184,6 +217,16 @@ flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t curso
   return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit, p).Union());
 }
 
+flatbuffers::DetachedBuffer MasterMessages::SessionStats(uint64_t id, std::string_view session_id,
+                                                         uint64_t cursor, uint32_t limit) {
+  fbb_.Clear();
+  const auto session = session_id.empty() ? 0 : fbb_.CreateString(session_id).o;
+  return Finish(id, mfb::Body::SessionStats,
+                mfb::CreateSessionStats(fbb_, flatbuffers::Offset<flatbuffers::String>(session),
+                                        cursor, limit)
+                    .Union());
+}
+
 flatbuffers::DetachedBuffer MasterMessages::Stats(uint64_t id) {
   return Finish(id, mfb::Body::Stats, mfb::CreateStats(fbb_).Union());
 }
@@ -195,6 +238,10 @@ Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected) {
   if (reply.body_type() != expected) {
     return Malformed(std::string("expected ") + mfb::EnumNameReplyBody(expected) + ", got " +
                      mfb::EnumNameReplyBody(reply.body_type()));
+  }
+  // The Verifier accepts a body_type without its table.
+  if (reply.body() == nullptr) {
+    return Malformed(std::string("its ") + mfb::EnumNameReplyBody(expected) + " is missing");
   }
   return Status::Ok();
 }
@@ -210,14 +257,6 @@ Status KeyStatus(const flatbuffers::Vector<uint16_t>* codes, const StringVector*
   return Status(code, std::move(message));
 }
 
-const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id) {
-  if (reply.segments() == nullptr) return nullptr;
-  for (const mfb::SegmentInfo* s : *reply.segments()) {
-    if (s->segment_id() == segment_id && Count(s->endpoints()) > 0) return s;
-  }
-  return nullptr;
-}
-
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
                                                   bool with_sizes) {
   const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
@@ -231,19 +270,54 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
   }
   if (with_sizes && Count(p->sizes()) != key_count) return Malformed("sizes do not match the keys");
   if (Count(p->first()) != key_count + 1) return Malformed("first has the wrong length");
+  // 8-byte elements the Verifier only checked for 4-byte alignment.
+  if (!fbcheck::ElementsAligned(p->sizes()) || !fbcheck::ElementsAligned(p->placements()) ||
+      !fbcheck::ElementsAligned(p->write_ids())) {
+    return Malformed("sizes, placements or write_ids are not 8-byte aligned");
+  }
   const size_t placements = Count(p->placements());
   uint32_t previous = 0;
   for (uint32_t f : *p->first()) {
     if (f < previous || f > placements) return Malformed("first is not a valid index");
     previous = f;
   }
+  // Segments with an endpoint, sorted: each placement is looked up in O(log segments), so a
+  // reply with many of both costs no quadratic time.
+  std::vector<uint32_t> reachable;
+  if (p->segments() != nullptr) {
+    reachable.reserve(p->segments()->size());
+    for (const mfb::SegmentInfo* s : *p->segments()) {
+      if (Count(s->endpoints()) > 0) reachable.push_back(s->segment_id());
+    }
+  }
+  std::sort(reachable.begin(), reachable.end());
   for (size_t i = 0; i < placements; ++i) {
     const mfb::Placement* pl = p->placements()->Get(static_cast<uoffset_t>(i));
-    if (FindSegment(*p, pl->segment_id()) == nullptr) {
+    if (!std::binary_search(reachable.begin(), reachable.end(), pl->segment_id())) {
       return Malformed("a placement names a segment without endpoints");
     }
     if (pl->length() == 0) return Malformed("a placement has length 0");
   }
+  return p;
+}
+
+Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> bytes, size_t max) {
+  const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
+  KVAGENT_RETURN_IF_ERROR(ReplyStatus(*reply, mfb::ReplyBody::PlacementReply));
+  const mfb::PlacementReply* p = reply->body_as_PlacementReply();
+  if (p == nullptr) return Malformed("no PlacementReply body");
+  const size_t granted = Count(p->codes());
+  if (granted > max) return Malformed("more reserved writes than asked for");
+  auto checked = ReadPlacements(bytes, granted, false);
+  if (!checked.ok()) return checked.status();
+  for (size_t i = 0; i < granted; ++i) {
+    if (p->codes()->Get(static_cast<uoffset_t>(i)) != 0)
+      return Malformed("a reserved write failed");
+    if (p->first()->Get(static_cast<uoffset_t>(i)) ==
+        p->first()->Get(static_cast<uoffset_t>(i + 1)))
+      return Malformed("a reserved write has no placement");
+  }
+  if (p->segments() == nullptr) return Malformed("no segments");
   return p;
 }
 

@@ -50,6 +50,16 @@ class MasterMessages {
                                           std::span<const HeldRequest> requests,
                                           std::span<const KeyRef> keys,
                                           const WriteFinishFields& fields);
+  // BatchPutCommit: a put of `keys` into reserved writes (fields.write_ids) that master
+  // `master_epoch` reserved: WriteStart and End in one message.
+  flatbuffers::DetachedBuffer WriteCommit(uint64_t id, uint32_t agent,
+                                          std::span<const HeldRequest> requests,
+                                          std::span<const KeyRef> keys,
+                                          const WriteFinishFields& fields, uint64_t master_epoch);
+  // ReserveWrites: `count` writes of `size` bytes, giving back `returned`.
+  flatbuffers::DetachedBuffer ReserveWrites(uint64_t id, uint32_t agent, uint64_t size,
+                                            uint8_t replica_count, uint32_t count,
+                                            std::span<const uint64_t> returned);
   flatbuffers::DetachedBuffer ReportBadReplicas(uint64_t id, uint32_t agent,
                                                 std::span<const BadReplicaReport> bad);
   // BatchGet / BatchExist / BatchRemove (with `force`).
@@ -61,6 +71,8 @@ class MasterMessages {
   flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit,
                                        std::string_view prefix);
   flatbuffers::DetachedBuffer Stats(uint64_t id);
+  flatbuffers::DetachedBuffer SessionStats(uint64_t id, std::string_view session_id,
+                                           uint64_t cursor, uint32_t limit);
 
  private:
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Keys(
@@ -68,6 +80,13 @@ class MasterMessages {
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<mfb::BlockMeta>>> Blocks(
       std::span<const HeldRequest> requests, std::span<const KeyRef> keys);
   flatbuffers::DetachedBuffer Finish(uint64_t id, mfb::Body type, flatbuffers::Offset<void> body);
+  using StringVector = flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>;
+  flatbuffers::Offset<mfb::WriteStart> StartTable(uint32_t agent,
+                                                  std::span<const HeldRequest> requests,
+                                                  std::span<const KeyRef> keys);
+  flatbuffers::Offset<mfb::WriteFinish> FinishTable(uint32_t agent,
+                                                    flatbuffers::Offset<StringVector> keys,
+                                                    const WriteFinishFields& fields);
 
   flatbuffers::FlatBufferBuilder fbb_{4096};
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
@@ -80,7 +99,8 @@ class MasterMessages {
 std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref);
 
 // A reply's request-level outcome: the master's status when it is not OK, else OK. INTERNAL when
-// the body is not of the expected type (a master speaking another protocol version).
+// the body is not of the expected type (a master speaking another protocol version) or absent,
+// so that after an OK the caller may read reply.body_as_X() without a null check.
 Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 
 // The PlacementReply of a WriteStart or BatchGet for `key_count` keys, checked for internal
@@ -90,8 +110,9 @@ Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
                                                   bool with_sizes);
 
-// The segment `segment_id` of a PlacementReply with at least one endpoint, or null.
-const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id);
+// The PlacementReply of a ReserveWrites: at most `max` reserved writes, checked as
+// ReadPlacements checks a WriteStart's.
+Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> bytes, size_t max);
 
 // The KeyCodesReply of a finish, exist or remove call for `key_count` keys (exists checked when
 // `with_exists`).

@@ -27,6 +27,7 @@
 #include "kvagent/agent/request_handler.h"
 #include "master_messages.h"
 #include "pipeline_context.h"
+#include "write_reservations.h"
 
 namespace kvagent::agent {
 
@@ -51,12 +52,26 @@ class RequestPipeline final : public RequestHandler {
     ctx_.extra_counters = std::move(fn);
   }
 
+  // Puts of sizes seen before use writes reserved ahead at the master (one master round trip
+  // per put instead of two; write_reservations.h). For a remote master; call before the agent
+  // starts.
+  void EnableReservedWrites(const WriteReservations::Options& options);
+  // The `kvctl stat` counters ("agent.*"), with `clients` attached now. Any thread (the metrics
+  // endpoint calls it).
+  std::vector<Counter> Counters(size_t clients) const;
+  // The data plane, for its own counters.
+  const DataPlane& data_plane() const { return *ctx_.engine; }
+  // One line for systemd's STATUS= (service thread): clients, requests so far, the master link.
+  std::string StatusLine() const;
+  // Put/get phase histograms (any thread may read them).
+  const PhaseLatency& latency() const { return ctx_.latency; }
+
   void OnStart(CompletionSink& sink) override;
   void Handle(ClientRequest request, CompletionSink& sink) override;
   void OnPassEnd() override;
   void OnClientGone(ClientId client) override;
-  Clock::time_point NextDeadline() const override { return master_->NextDeadline(); }
-  void OnTimer(Clock::time_point now) override { master_->OnTimer(now); }
+  Clock::time_point NextDeadline() const override;
+  void OnTimer(Clock::time_point now) override;
   bool AwaitingOtherThreads() const override { return !active_.empty(); }
   void OnServiceStop() override;
 
@@ -72,6 +87,7 @@ class RequestPipeline final : public RequestHandler {
   std::unique_ptr<DataPlane> data_plane_;
   PipelineContext ctx_;
   MasterMessages messages_;
+  std::unique_ptr<WriteReservations> reservations_;
   std::array<std::vector<HeldRequest>, PipelineCounters::kOps> queued_;
   std::vector<std::unique_ptr<Batch>> active_;
 };

@@ -1,4 +1,7 @@
-// Put / Upsert: WriteStart -> bytes into every replica -> End or Revoke -> completions.
+// Put / Upsert: WriteStart -> bytes into every replica -> End or Revoke -> completions. A put
+// whose every key has a reserved write (write_reservations.h) skips the WriteStart: its bytes go
+// into the reserved placements at once, and one BatchPutCommit (start and End in one message)
+// commits them; reserved writes of keys that fail are given back.
 //
 // Integrity: each part's CRC32C is taken from the client's bytes as they are copied into this
 // node's pool (folded into that copy), or in one pass over them when the part has no local
@@ -21,6 +24,7 @@
 
 #include "batch.h"
 #include "kvagent/common/checksum.h"
+#include "write_reservations.h"
 
 namespace kvagent::agent {
 namespace {
@@ -52,6 +56,8 @@ void WriteBatch::Start() {
   for (HeldRequest& h : requests_) h.result.replicas.assign(h.result.codes.size(), 0);
   const proto::Op op = upsert_ ? proto::Op::Upsert : proto::Op::Put;
   CountCall(op, keys_.size());
+  phase_.Start();
+  if (!upsert_ && ctx_.reservations != nullptr && StartReserved()) return;
   ctx_.master->Call(
       messages_.WriteStart(ctx_.NextMasterRequestId(), ctx_.master->identity().agent_id, upsert_,
                            requests_, keys_),
@@ -59,6 +65,7 @@ void WriteBatch::Start() {
 }
 
 void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
+  phase_.Lap(ctx_.latency.of(PutPhase::kMasterStart));
   if (!reply.ok()) return FailAll(reply.status());
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/false);
   if (!placements.ok()) return FailAll(placements.status());
@@ -81,7 +88,12 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
       continue;
     }
     if (Expire(k, now, "the value was not stored")) continue;
-    CopyKey(k, p, segments);
+    places_.clear();
+    for (uint32_t i = p.first()->Get(k); i < p.first()->Get(k + 1); ++i) {
+      const mfb::Placement* pl = p.placements()->Get(i);
+      places_.push_back(ReplicaPlace{pl->part(), pl->segment_id(), pl->offset(), pl->length()});
+    }
+    CopyKey(k, places_, segments);
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
@@ -90,23 +102,59 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
                  });
 }
 
+bool WriteBatch::StartReserved() {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(keys_.size());
+  for (const KeyRef& k : keys_) {
+    sizes.push_back(held(k).request.request().buffers()->Get(k.index)->length());
+  }
+  const proto::WriteOptions* o = requests_.front().request.request().options();
+  std::vector<WriteReservations::Reserved> taken;
+  taken.reserve(keys_.size());
+  if (!ctx_.reservations->Take(sizes, o != nullptr ? o->replica_count() : 1, &taken)) return false;
+  reserved_ = true;
+  epoch_ = ctx_.reservations->epoch();
+  const SegmentTable& segments = ctx_.reservations->segments();
+  const auto now = std::chrono::steady_clock::now();
+  for (uint32_t k = 0; k < keys_.size(); ++k) {
+    first_part_[k + 1] = first_part_[k];
+    state_[k] = kStarted;
+    write_ids_[k] = taken[k].write_id;
+    if (held(keys_[k]).gone) {
+      state_[k] = kFailed;
+      continue;
+    }
+    if (Expire(k, now, "the value was not stored")) continue;
+    CopyKey(k, taken[k].replicas, segments);
+  }
+  if (remote_.empty()) {
+    Finish();
+  } else {
+    remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
+                   [this](std::span<const uint32_t> keys, std::span<const Status> results) {
+                     OnMoved(keys, results);
+                   });
+  }
+  return true;
+}
+
 // Every replica of every part of key `k`, from the client's arena. Parts are in order and each
 // part's offset in the value is the sum of the lengths of the parts before it; a part's replicas
-// are adjacent in the reply.
-void WriteBatch::CopyKey(uint32_t k, const mfb::PlacementReply& reply,
+// are adjacent in `placements`.
+void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
                          const SegmentTable& segments) {
   HeldRequest& h = held(keys_[k]);
   const proto::BufferRef* value = h.request.request().buffers()->Get(keys_[k].index);
   uint8_t* src = h.request.arena().data() + value->offset();
-  const uint32_t end = reply.first()->Get(k + 1);
+  const auto end = static_cast<uint32_t>(placements.size());
   const OpStamp base{0, epoch_, write_ids_[k]};
   uint64_t part_offset = 0;
-  uint32_t i = reply.first()->Get(k);
+  uint32_t i = 0;
   while (i < end) {
-    const uint32_t part = reply.placements()->Get(i)->part();
-    const uint64_t length = reply.placements()->Get(i)->length();
+    const uint32_t part = placements[i].part;
+    const uint64_t length = placements[i].length;
     uint32_t group_end = i;
-    while (group_end < end && reply.placements()->Get(group_end)->part() == part) ++group_end;
+    while (group_end < end && placements[group_end].part == part) ++group_end;
     if (part_offset + length > value->length() || part_offset + length < part_offset) {
       state_[k] = kFailed;
       h.SetKey(keys_[k].index, ErrorCode::kInternal,
@@ -120,14 +168,14 @@ void WriteBatch::CopyKey(uint32_t k, const mfb::PlacementReply& reply,
     bool summed = false;
     // The local replica first: its copy also takes the checksum.
     for (uint32_t j = i; j < group_end; ++j) {
-      const mfb::Placement* pl = reply.placements()->Get(j);
-      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
+      const ReplicaPlace& pl = placements[j];
+      const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
       if (!seg.local) continue;
-      Result<uint32_t> copied = CopyToPool(ctx_, base, pl->offset(), src + part_offset, length);
+      Result<uint32_t> copied = CopyToPool(ctx_, base, pl.offset, src + part_offset, length);
       if (!copied.ok()) {
         if (copied.status().code() == ErrorCode::kTransferFailed)
           ++ctx_.counters.fenced_local_writes;
-        ReplicaFailed(k, part_index, part, pl->segment_id(), copied.status());
+        ReplicaFailed(k, part_index, part, pl.segment_id, copied.status());
         continue;
       }
       ctx_.counters.bytes_to_pool += length;
@@ -138,14 +186,20 @@ void WriteBatch::CopyKey(uint32_t k, const mfb::PlacementReply& reply,
       parts_[part_index].checksum = Crc32c(src + part_offset, length);
     }
     for (uint32_t j = i; j < group_end; ++j) {
-      const mfb::Placement* pl = reply.placements()->Get(j);
-      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
+      const ReplicaPlace& pl = placements[j];
+      const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
       if (seg.local) continue;
+      if (seg.endpoint.empty()) {
+        ReplicaFailed(k, part_index, part, pl.segment_id,
+                      Status(ErrorCode::kTransferFailed,
+                             "segment " + std::to_string(pl.segment_id) + " has no endpoint"));
+        continue;
+      }
       OpStamp stamp = base;
       stamp.pool_incarnation = seg.incarnation;
-      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl->offset(),
+      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl.offset,
                   src + part_offset, length, stamp);
-      remote_parts_.push_back(RemoteReplica{part_index, part, pl->segment_id()});
+      remote_parts_.push_back(RemoteReplica{part_index, part, pl.segment_id});
     }
     part_offset += length;
     i = group_end;
@@ -185,6 +239,7 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
 }
 
 void WriteBatch::Finish() {
+  phase_.Lap(ctx_.latency.of(PutPhase::kData));
   const auto now = std::chrono::steady_clock::now();
   std::sort(failed_.begin(), failed_.end(),
             [](const FailedWrite& a, const FailedWrite& b) { return a.key < b.key; });
@@ -223,9 +278,27 @@ void WriteBatch::Finish() {
     }
   }
   ctx_.counters.revoked_keys += to_revoke_.size();
+  const uint32_t agent = ctx_.master->identity().agent_id;
+  if (reserved_) {
+    // Reserved writes not committed go back to the master (which fences them); the others are
+    // committed under their keys with one message.
+    if (!to_revoke_.empty()) ctx_.reservations->GiveBack(revoke_ids_);
+    if (to_end_.empty()) return CompleteAll();
+    finishing_ = 1;
+    WriteFinishFields fields{.write_ids = end_ids_, .failed = end_failed_};
+    if (ctx_.checksums) {
+      fields.part_counts = end_part_counts_;
+      fields.checksums = end_checksums_;
+    }
+    ctx_.master->CallUntilAnswered(
+        messages_.WriteCommit(ctx_.NextMasterRequestId(), agent, requests_, to_end_, fields,
+                              epoch_),
+        [this](Result<std::span<const uint8_t>> reply) { OnFinished(true, reply); },
+        EndRetryUntil());
+    return;
+  }
   finishing_ = (to_end_.empty() ? 0 : 1) + (to_revoke_.empty() ? 0 : 1);
   if (finishing_ == 0) return CompleteAll();
-  const uint32_t agent = ctx_.master->identity().agent_id;
   // Both calls are set up before either is sent: an embedded master answers inside Call.
   if (!to_revoke_.empty()) {
     const auto type = upsert_ ? mfb::Body::BatchUpsertRevoke : mfb::Body::BatchPutRevoke;
@@ -268,11 +341,12 @@ void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
                                                 : Result<const mfb::KeyCodesReply*>(reply.status());
   if (!codes.ok()) {
     // A revoke that never arrived is cleaned up by the master's put timeouts. An End that was
-    // never confirmed (no master answered within the retry window) may still have committed.
+    // never confirmed (no master answered within the retry window) may still have committed;
+    // one the master answered with a request-level error did not.
     if (end) {
       finish_error_ =
-          codes.status().code() == ErrorCode::kMasterUnavailable ||
-                  codes.status().code() == ErrorCode::kTimeout
+          !reply.ok() && (codes.status().code() == ErrorCode::kMasterUnavailable ||
+                          codes.status().code() == ErrorCode::kTimeout)
               ? Status(ErrorCode::kTimeout,
                        "the master did not confirm the commit (" + codes.status().message() +
                            "); the value may be stored: check with exist or get")
@@ -290,6 +364,7 @@ void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
         continue;
       }
       const auto at = static_cast<uoffset_t>(i);
+      if (reserved_) ++ctx_.counters.reserved_puts;
       const uint8_t kept = replicas != nullptr ? replicas->Get(at) : 1;
       h.result.replicas[keys[i].index] = kept;
       const proto::WriteOptions* o = h.request.request().options();
@@ -297,6 +372,7 @@ void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
     }
   }
   if (--finishing_ > 0) return;
+  phase_.Lap(ctx_.latency.of(PutPhase::kMasterEnd));
   if (!finish_error_.ok()) {
     for (const KeyRef& k : to_end_)
       held(k).SetKey(k.index, finish_error_.code(), finish_error_.message());

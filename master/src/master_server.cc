@@ -9,7 +9,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/event_publisher.h"
+#include "kvagent/common/format.h"
+#include "kvagent/common/watchdog.h"
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 
@@ -18,23 +22,31 @@ namespace kvagent::master {
 class MasterServer::Loop {
  public:
   Loop(std::unique_ptr<MasterService> service, std::unique_ptr<events::EventPublisher> publisher,
-       zmq::context_t context, zmq::socket_t router, int tick_ms, const Clock* clock)
+       zmq::context_t context, std::unique_ptr<ZapHandler> zap, zmq::socket_t router, int tick_ms,
+       const Clock* clock, std::chrono::microseconds watchdog_interval)
       : service_(std::move(service)),
         publisher_(std::move(publisher)),
         rpc_(service_.get()),
         context_(std::move(context)),
+        zap_(std::move(zap)),
         router_(std::move(router)),
         tick_ms_(tick_ms),
-        clock_(clock) {
+        clock_(clock),
+        watchdog_(watchdog_interval, [this] { return StatusLine(); }) {
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
       const events::EventPublisherStats st = publisher_->stats();
       out->emplace_back("events_published", st.published_events);
       out->emplace_back("event_batches_published", st.published_batches);
       out->emplace_back("events_dropped", st.dropped_events);
       out->emplace_back("event_next_seq", st.next_seq);
+      out->emplace_back("event_replay_requests", st.replay_requests);
       out->emplace_back("bad_messages", bad_frames_);
+      out->emplace_back("refused_connections", zap_ ? zap_->refused() : 0);
     });
+    // Agents learn where the events are from their registration reply.
+    rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
     PublishEvents();
+    board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -47,6 +59,7 @@ class MasterServer::Loop {
   }
 
   events::EventPublisher& publisher() { return *publisher_; }
+  const StatsBoard& board() const { return board_; }
 
  private:
   void PublishEvents() {
@@ -75,6 +88,14 @@ class MasterServer::Loop {
     }
   }
 
+  // systemd's STATUS= (this thread).
+  std::string StatusLine() const {
+    const MasterStats s = service_->Stats();
+    return "kvmaster serving " + std::to_string(s.agents) + " agent(s), " + std::to_string(s.keys) +
+           " key(s), " + FormatBytes(s.bytes_used) + " of " + FormatBytes(s.bytes_capacity) +
+           " used";
+  }
+
   void Run() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
     int64_t next_tick = clock_->NowMs() + tick_ms_;
@@ -98,8 +119,11 @@ class MasterServer::Loop {
       if (clock_->NowMs() >= next_tick) {
         service_->Tick();
         PublishEvents();
+        board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
       }
+      // From this loop (it wakes at least every tick): if it hangs, systemd stops hearing us.
+      watchdog_.Poll(std::chrono::steady_clock::now());
     }
   }
 
@@ -107,11 +131,14 @@ class MasterServer::Loop {
   std::unique_ptr<events::EventPublisher> publisher_;
   MasterRpc rpc_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // before the context goes: checks the ROUTER's clients
   zmq::socket_t router_;
   int tick_ms_;
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_frames_ = 0;
+  StatsBoard board_;
+  Watchdog watchdog_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -122,10 +149,20 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   if (!service.ok()) return service.status();
 
   zmq::context_t context(1);
+  std::unique_ptr<ZapHandler> zap;
   zmq::socket_t router(context, zmq::socket_type::router);
+  if (options.secret) {
+    // The handler first: no client may complete a handshake before it checks keys.
+    auto curve =
+        StartCurveServer(context.handle(), options.secret->CurveKeys(KeyPlane::kMasterRpc));
+    if (!curve.ok()) return curve.status();
+    KVAGENT_RETURN_IF_ERROR(MakeCurveServer(router.handle(), curve->keys));
+    zap = std::move(curve->zap);
+  }
   router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::sndhwm, 100000);
-  router.set(zmq::sockopt::rcvhwm, 100000);
+  router.set(zmq::sockopt::sndhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::rcvhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::maxmsgsize, kMaxMasterRequestBytes);
   try {
     router.bind(options.listen);
   } catch (const zmq::error_t& e) {
@@ -138,14 +175,15 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   pub.endpoint = options.events;
   pub.replay_endpoint = options.events_replay;
   pub.replay_batches = options.replay_batches;
+  if (options.secret) pub.curve = options.secret->CurveKeys(KeyPlane::kEvents);
   auto publisher = events::EventPublisher::Start(pub);
   if (!publisher.ok()) return publisher.status();
 
   std::unique_ptr<MasterServer> server(new MasterServer());
   server->endpoint_ = endpoint;
-  server->loop_ = std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
-                                         std::move(context), std::move(router),
-                                         std::max(1, options.tick_ms), clock);
+  server->loop_ = std::make_unique<Loop>(
+      std::move(service.value()), std::move(publisher.value()), std::move(context), std::move(zap),
+      std::move(router), std::max(1, options.tick_ms), clock, options.watchdog_interval);
   return server;
 }
 
@@ -153,5 +191,6 @@ MasterServer::~MasterServer() = default;
 
 std::string MasterServer::events_endpoint() const { return loop_->publisher().endpoint(); }
 std::string MasterServer::replay_endpoint() const { return loop_->publisher().replay_endpoint(); }
+StatCounterList MasterServer::StatsSnapshot() const { return loop_->board().Read(); }
 
 }  // namespace kvagent::master

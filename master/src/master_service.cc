@@ -413,25 +413,20 @@ Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commi
   return Status::Ok();
 }
 
-Status MasterService::FinishWrites(const WriteEndRequest& req, bool commit, KeyResults* out) {
-  out->Clear();
-  const size_t n = req.keys.size();
-  if (Status st = ValidateKeys(n, [&](size_t i) { return req.keys[i]; }); !st.ok()) {
-    return RejectBatch(st, n, &out->results);
-  }
+// Checks the End's per-key arrays against its n keys and groups them: the checksums of key i
+// are checksums_of(i), its failed replicas failed_of(i) (the work stays linear in the request).
+Status MasterService::PrepareFinish(const WriteEndRequest& req, size_t n) {
   if (!req.write_ids.empty() && req.write_ids.size() != n) {
-    return RejectBatch(InvalidParams("write_ids has " + std::to_string(req.write_ids.size()) +
-                                     " entries for " + std::to_string(n) + " keys"),
-                       n, &out->results);
+    return InvalidParams("write_ids has " + std::to_string(req.write_ids.size()) + " entries for " +
+                         std::to_string(n) + " keys");
   }
   // Checksums: part_counts[i] of them per key, in key order.
   std::vector<uint32_t>& first_checksum = scratch_first_checksum_;
   first_checksum.clear();
   if (!req.part_counts.empty() || !req.checksums.empty()) {
     if (req.part_counts.size() != n) {
-      return RejectBatch(InvalidParams("part_counts has " + std::to_string(req.part_counts.size()) +
-                                       " entries for " + std::to_string(n) + " keys"),
-                         n, &out->results);
+      return InvalidParams("part_counts has " + std::to_string(req.part_counts.size()) +
+                           " entries for " + std::to_string(n) + " keys");
     }
     uint64_t total = 0;
     first_checksum.reserve(n + 1);
@@ -441,42 +436,56 @@ Status MasterService::FinishWrites(const WriteEndRequest& req, bool commit, KeyR
     }
     first_checksum.push_back(static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
     if (total != req.checksums.size()) {
-      return RejectBatch(
-          InvalidParams("part_counts add up to " + std::to_string(total) + " but " +
-                        std::to_string(req.checksums.size()) + " checksums were sent"),
-          n, &out->results);
+      return InvalidParams("part_counts add up to " + std::to_string(total) + " but " +
+                           std::to_string(req.checksums.size()) + " checksums were sent");
     }
   }
-  // Failed replicas grouped by key (sorted once: the work stays linear in the request).
   std::vector<FailedReplica>& failed = scratch_failed_;
   failed.assign(req.failed.begin(), req.failed.end());
   for (const FailedReplica& f : failed) {
     if (f.key >= n) {
-      return RejectBatch(
-          InvalidParams("failed names key " + std::to_string(f.key) + " of " + std::to_string(n)),
-          n, &out->results);
+      return InvalidParams("failed names key " + std::to_string(f.key) + " of " +
+                           std::to_string(n));
     }
   }
   std::stable_sort(failed.begin(), failed.end(),
                    [](const FailedReplica& a, const FailedReplica& b) { return a.key < b.key; });
+  scratch_next_failed_ = 0;
+  return Status::Ok();
+}
+
+std::span<const uint32_t> MasterService::ChecksumsOf(const WriteEndRequest& req, size_t i) const {
+  const std::vector<uint32_t>& first = scratch_first_checksum_;
+  if (first.empty()) return {};
+  return req.checksums.subspan(first[i], first[i + 1] - first[i]);
+}
+
+std::span<const FailedReplica> MasterService::FailedOf(size_t i) {
+  // Keys are visited in order, so one cursor walks the sorted list once.
+  const std::vector<FailedReplica>& failed = scratch_failed_;
+  size_t& next = scratch_next_failed_;
+  while (next < failed.size() && failed[next].key < i) ++next;
+  const size_t begin = next;
+  while (next < failed.size() && failed[next].key == i) ++next;
+  return std::span(failed).subspan(begin, next - begin);
+}
+
+Status MasterService::FinishWrites(const WriteEndRequest& req, bool commit, KeyResults* out) {
+  out->Clear();
+  const size_t n = req.keys.size();
+  if (Status st = ValidateKeys(n, [&](size_t i) { return req.keys[i]; }); !st.ok()) {
+    return RejectBatch(st, n, &out->results);
+  }
+  if (Status st = PrepareFinish(req, n); !st.ok()) return RejectBatch(st, n, &out->results);
   out->results.reserve(n);
   if (commit) {
     store_->ReserveEvents(n);
     out->replicas.reserve(n);
   }
-  size_t next_failed = 0;
   for (size_t i = 0; i < n; ++i) {
-    const size_t f_begin = next_failed;
-    while (next_failed < failed.size() && failed[next_failed].key == i) ++next_failed;
-    std::span<const uint32_t> checksums;
-    if (!first_checksum.empty()) {
-      checksums =
-          req.checksums.subspan(first_checksum[i], first_checksum[i + 1] - first_checksum[i]);
-    }
     if (commit) out->replicas.push_back(0);
-    out->results.push_back(FinishOne(req, i, commit, checksums,
-                                     std::span(failed).subspan(f_begin, next_failed - f_begin),
-                                     commit ? out : nullptr));
+    out->results.push_back(
+        FinishOne(req, i, commit, ChecksumsOf(req, i), FailedOf(i), commit ? out : nullptr));
   }
   return store_->FlushLog();
 }

@@ -163,6 +163,8 @@ struct Agent {
   std::vector<SegmentId> segments;
   std::deque<PendingFence> fences;  // in seq order
   uint64_t next_fence_seq = 1;
+  uint32_t reserved_writes = 0;  // reserved writes it holds (ReserveWrites), and their space
+  uint64_t reserved_bytes = 0;
 };
 
 class MetadataStore {
@@ -235,6 +237,23 @@ class MetadataStore {
   // first. BlockStored. False when the log refused (nothing changed).
   [[nodiscard]] bool CommitWrite(ObjectEntry* e, std::span<const uint32_t> checksums,
                                  std::span<const FailedReplica> failed);
+  // ---- reserved writes (ReserveWrites / BatchPutCommit) ----
+  // A reserved write is a write in flight (PendingWrite, in the writing list, fenced and
+  // expired like any) whose entry has no user key yet: its table key starts with 0xFF, which
+  // no valid UTF-8 key does.
+  static std::string ReservedKey(uint64_t write_id);
+  static bool IsReservedKey(std::string_view key) {
+    return !key.empty() && static_cast<uint8_t>(key[0]) == 0xFF;
+  }
+  // Places a reserved write of `size` bytes for `writer` without evicting anything; returns its
+  // write id, or 0 when it does not fit.
+  uint64_t Reserve(AgentId writer, uint64_t size, uint8_t replica_count);
+  // Binds reserved write `r` to entry `e` (fresh, or a write of another agent past the put
+  // timeout, which is taken over: its replicas are fenced) for a value of `size` bytes, at most
+  // r's: its parts are filled in order (ReservedLayout) and the space past the value goes back
+  // at once (nothing was written there). `r`'s entry is erased; `e` is then a write in flight
+  // with r's write id, ready for CommitWrite.
+  void BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t size);
   // Abandons a write: its replicas are fenced (freed once their pools refuse the write) and
   // the object erased. No event: it was not readable.
   void AbortWrite(ObjectEntry* e);
@@ -320,6 +339,8 @@ class MetadataStore {
   bool SoftPinned(const Object& o) const;
   void Erase(ObjectEntry* e);
   void Unlist(ObjectEntry* e);
+  // A reserved write leaves its agent's count (bound to a key, or abandoned).
+  void Unreserve(const ObjectEntry& r);
   void RefreshPartBytes();
   bool TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_per_part,
                    std::vector<Placement>* out);

@@ -28,6 +28,7 @@ void MetadataStore::Unlist(ObjectEntry* e) {
 void MetadataStore::Erase(ObjectEntry* e) {
   Unlist(e);
   Object& o = e->second;
+  if (o.readable) tags_.Unstored(o.tag, o.size);
   if (o.pending) tags_.Release(o.pending->tag);
   tags_.Release(o.tag);
   objects_.Erase(e);
@@ -59,6 +60,7 @@ bool MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
   EmitRemoved(*e);
   LogRemoved(e->first);
   if (o.listed) lru_.Remove(e);
+  tags_.Unstored(o.tag, o.size);
   o.readable = false;
   if (replicas) {
     FreeReplicas(o);  // no reader holds them: the caller checked the lease
@@ -135,15 +137,110 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
   }
   o.pending.reset();
   o.readable = true;
+  tags_.Stored(o.tag, o.size);
   if (!o.hard_pin) lru_.PushBack(e);
   if (log) AppendRecord();  // record_ holds the object as committed
   EmitStored(*e);
   return true;
 }
 
+// ---- reserved writes ------------------------------------------------------------------------
+
+std::string MetadataStore::ReservedKey(uint64_t write_id) {
+  std::string key(1, '\xFF');
+  key.append(reinterpret_cast<const char*>(&write_id), sizeof(write_id));
+  return key;
+}
+
+uint64_t MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_count) {
+  Agent* a = FindAgent(writer);
+  if (a == nullptr) return 0;
+  std::vector<Placement> replicas;
+  if (!TryAllocate(writer, size, replica_count, &replicas)) return 0;
+  auto w = std::make_unique<PendingWrite>();
+  w->writer = writer;
+  w->write_id = NewWriteId();
+  w->started_ms = now();
+  w->options.replica_count = replica_count;
+  const uint64_t id = w->write_id;
+  auto [e, fresh] = objects_.FindOrInsert(ReservedKey(id));
+  assert(fresh);
+  CreateWrite(e, size, &replicas, std::move(w));
+  ++a->reserved_writes;
+  for (const Placement& p : replicas) a->reserved_bytes += SegmentAllocator::Rounded(p.length);
+  ++counters_.writes_reserved;
+  return id;
+}
+
+void MetadataStore::Unreserve(const ObjectEntry& r) {
+  const Object& o = r.second;
+  Agent* a = FindAgent(o.pending->writer);
+  if (a == nullptr) return;  // dropped with its counts
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < o.replica_total; ++i) {
+    bytes += SegmentAllocator::Rounded(o.replica(i).length);
+  }
+  a->reserved_writes -= std::min<uint32_t>(a->reserved_writes, 1);
+  a->reserved_bytes -= std::min(a->reserved_bytes, bytes);
+}
+
+void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t size) {
+  Object& from = r->second;
+  Object& o = e->second;
+  assert(from.pending && IsReservedKey(r->first) && !o.readable && size <= from.size);
+  Unreserve(*r);
+  // The value fills the reserved parts in order; what it leaves is freed.
+  std::vector<Replica>& kept = scratch_replicas_;
+  kept.clear();
+  uint64_t left = size;
+  uint32_t part = UINT32_MAX;
+  uint64_t part_length = 0;
+  for (uint32_t i = 0; i < from.replica_total; ++i) {
+    Replica rep = from.replica(i);
+    if (rep.part != part) {
+      part = rep.part;
+      part_length = std::min<uint64_t>(rep.length, left);
+      left -= part_length;
+    }
+    if (part_length == 0) {
+      FreeReplica(rep);
+      continue;
+    }
+    const uint64_t keep = SegmentAllocator::Rounded(part_length);
+    const uint64_t had = SegmentAllocator::Rounded(rep.length);
+    if (keep < had) {
+      auto seg = segments_.find(rep.segment_id);
+      if (seg != segments_.end()) seg->second.allocator.Free(rep.offset + keep, had - keep);
+    }
+    rep.length = static_cast<uint32_t>(part_length);
+    kept.push_back(rep);
+  }
+  if (o.pending) {
+    // A write of another agent past the put timeout: taken over, as WriteStart would.
+    Fence(o.pending->write_id, {o.replica_data(), o.replica_total});
+    writing_.Remove(e);
+    tags_.Release(o.pending->tag);
+    o.pending.reset();
+    o.KeepReplicas(0);  // handed to the fence
+    ++counters_.taken_over_puts;
+  }
+  writing_.Remove(r);
+  o.size = size;
+  o.AssignReplicas(kept.data(), static_cast<uint32_t>(kept.size()));
+  from.KeepReplicas(0);
+  o.pending = std::move(from.pending);
+  writing_.PushBack(e);
+  objects_.Erase(r);  // untagged, unlisted, no pending write: nothing else to release
+  ++counters_.reserved_commits;
+}
+
 void MetadataStore::AbortWrite(ObjectEntry* e) {
   Object& o = e->second;
   assert(o.pending && !o.readable);
+  if (IsReservedKey(e->first)) {
+    Unreserve(*e);
+    ++counters_.reserved_returned;
+  }
   Fence(o.pending->write_id, {o.replica_data(), o.replica_total});
   o.KeepReplicas(0);
   Erase(e);
@@ -341,9 +438,15 @@ void MetadataStore::ExpireWrites() {
   while (writing_.head &&
          writing_.head->second.pending->started_ms + options_.put_release_timeout_ms <= t) {
     ObjectEntry* e = writing_.head;
-    LOG(WARNING) << "abandoning the write of key '" << e->first << "' by agent "
-                 << e->second.pending->writer << ": not ended within "
-                 << options_.put_release_timeout_ms << " ms";
+    if (IsReservedKey(e->first)) {
+      LOG(INFO) << "abandoning reserved write " << e->second.pending->write_id << " of agent "
+                << e->second.pending->writer << ": not used within "
+                << options_.put_release_timeout_ms << " ms";
+    } else {
+      LOG(WARNING) << "abandoning the write of key '" << e->first << "' by agent "
+                   << e->second.pending->writer << ": not ended within "
+                   << options_.put_release_timeout_ms << " ms";
+    }
     ++counters_.timed_out_writes;
     AbortWrite(e);
   }
@@ -402,6 +505,9 @@ MasterStats MetadataStore::stats() const {
   s.replication_last_seq = replication_.last_seq();
   s.suspect_agents = suspects_;
   for (const auto& [id, a] : agents_) {
+    s.reserved_writes += a.reserved_writes;
+    s.reserved_bytes += a.reserved_bytes;
+    s.writes_in_flight -= std::min<uint64_t>(s.writes_in_flight, a.reserved_writes);
     s.pending_fences += a.fences.size();
     for (const PendingFence& f : a.fences) {
       for (const Replica& r : f.replicas) s.fenced_bytes += SegmentAllocator::Rounded(r.length);

@@ -239,14 +239,10 @@ bool FakeSink::Has(uint64_t request_id) const {
 // ---- TestClient -----------------------------------------------------------------------------
 
 TestClient::TestClient(ClientId id, uint64_t arena_bytes) : id_(id) {
-  static std::atomic<int> counter{0};
-  const std::string name =
-      "kvagent-unit." + std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1));
   auto layout = ipc::SegmentLayout::Compute(4096, 4096, arena_bytes);
   EXPECT_TRUE(layout.ok());
-  auto segment = ipc::Segment::Create(name, *layout, 1, id, ipc::SegmentOwner{});
+  auto segment = ipc::Segment::Create(*layout, 1, id);
   EXPECT_TRUE(segment.ok()) << segment.status().ToString();
-  ipc::Segment::Unlink(name);
   segment_ = std::make_shared<ipc::Segment>(std::move(*segment));
 }
 

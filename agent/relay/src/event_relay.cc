@@ -102,10 +102,21 @@ class EventRelay::Thread {
     o.from_seq = from_seq;
     o.replay_timeout = options_.replay_timeout;
     o.idle_probe_interval = options_.idle_probe_interval;
+    o.curve = options_.curve;
     return events::EventSubscriber::Start(std::move(o));
   }
 
   void Run(std::promise<Status>* connected) {
+    if (options_.master_events.empty()) {  // the master will tell where its events are
+      connected->set_value(Status::Ok());
+      if (AwaitMasterEndpoints() && Join()) {
+        while (!stopping()) {
+          if (Sync()) Live();
+        }
+      }
+      RetireSubscriber();
+      return;
+    }
     auto sub = Subscribe(std::nullopt);
     connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
     if (!sub.ok()) return;
@@ -116,6 +127,36 @@ class EventRelay::Thread {
       }
     }
     RetireSubscriber();
+  }
+
+  // Asks options_.master_endpoints until it knows them and they connect. False when stopped.
+  bool AwaitMasterEndpoints() {
+    SetPhase(RelayPhase::kJoining);
+    bool said = false;
+    while (!stopping()) {
+      if (auto e = options_.master_endpoints()) {
+        options_.master_events = e->first;
+        options_.master_events_replay = e->second;
+        auto sub = Subscribe(std::nullopt);
+        if (sub.ok()) {
+          LOG(INFO) << "event relay: following kvmaster's events at " << e->first
+                    << (e->second.empty() ? "" : ", replay at " + e->second)
+                    << " (as its registration reply said)";
+          sub_ = std::move(*sub);
+          return true;
+        }
+        LOG_EVERY_N(ERROR, 100) << "event relay: kvmaster's event endpoint " << e->first
+                                << " does not connect: " << sub.status().ToString()
+                                << "; set --master-events and --master-events-replay";
+        options_.master_events.clear();
+      } else if (!said) {
+        LOG(INFO) << "event relay: waiting for kvmaster's event endpoints (it tells them when "
+                     "this agent registers)";
+        said = true;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    return false;
   }
 
   // ---- join ----------------------------------------------------------------------------------
@@ -372,7 +413,7 @@ class EventRelay::Thread {
 };
 
 Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
-  if (options.master_events.empty()) {
+  if (options.master_events.empty() && !options.master_endpoints) {
     return InvalidParams("event relay: no master event endpoint; set --master-events");
   }
   if (!options.list_content) {
@@ -382,6 +423,8 @@ Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options)
   p.endpoint = options.endpoint;
   p.replay_endpoint = options.replay_endpoint;
   p.extra_endpoints = options.extra_endpoints;
+  p.ipc_group = options.ipc_group;
+  p.curve = options.curve;
   p.topic = options.topic;
   p.replay_batches = options.replay_batches;
   p.replay_max_bytes = options.replay_max_bytes;

@@ -7,10 +7,15 @@
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
+#include "kvagent/master/master_metrics.h"
 #include "kvagent/master/types.h"
 
 namespace kvagent::master {
@@ -21,7 +26,13 @@ struct MasterServerOptions {
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
+  // systemd watchdog: the serving thread sends WATCHDOG=1 and a STATUS= line this often (0:
+  // never), so a hung loop stops the pings (common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
+  // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
+  // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
+  std::optional<ClusterSecret> secret;
 };
 
 class MasterServer {
@@ -40,6 +51,10 @@ class MasterServer {
   const std::string& endpoint() const { return endpoint_; }
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
+
+  // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).
+  // Any thread: the metrics endpoint reads them without disturbing the serving thread.
+  StatCounterList StatsSnapshot() const;
 
  private:
   class Loop;

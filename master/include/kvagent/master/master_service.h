@@ -95,6 +95,28 @@ class MasterService {
                            std::span<const uint64_t> write_ids, KeyResults* out);
   Status BatchUpsertRevoke(AgentId agent, std::span<const std::string_view> keys, KeyResults* out);
 
+  // Reserved writes (one master round trip per put): first abandons the `returned` reserved
+  // writes of this agent (fenced, like a revoke), then places up to `count` writes of `size`
+  // bytes with replica_count replicas per part, as a put's would be (the writer's pool first),
+  // not bound to any key. Fewer (even none) when the pools lack room below the high watermark
+  // (reservations never evict) or the agent holds its share already (kMaxReservedWritesPerAgent
+  // writes, 1/kReservedShareDivisor of all pools). out: per reserved write, OK, its placements
+  // and its write id; out->lease_ttl_ms: each is abandoned like a write in flight when not
+  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count or replica count;
+  // AGENT_UNAVAILABLE for an unknown agent.
+  Status ReserveWrites(const ReserveWritesRequest& request, PlacementBatch* out);
+  // A put of each key into a reserved write of this agent: BatchPutStart's checks and session
+  // rules, then BatchPutEnd's commit, in one call. A value may be smaller than its reserved
+  // write: it fills the reserved parts in order (each part up to its length; the parts it does
+  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key: OK (readable, BlockStored; its
+  // replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored or being written: the
+  // reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write is unknown here
+  // (abandoned, expired, or reserved by another master: nothing is stored; put again), or the
+  // End's errors. Committing the same key and reserved write twice is OK, also when the first
+  // commit reached the log of a master that went down and this one restored it. Otherwise, when
+  // request.master_epoch is not this master's incarnation, each key is MASTER_UNAVAILABLE.
+  Status BatchPutCommit(const WriteCommitRequest& request, KeyResults* out);
+
   // Readable replicas of every part of each key, in part order (within a part, replicas on
   // suspect agents last), with the parts' checksums, each key's version in out->write_ids, and
   // a read lease of out->lease_ttl_ms. OBJECT_NOT_FOUND, or REPLICA_NOT_READY while being
@@ -134,6 +156,19 @@ class MasterService {
   std::optional<std::string> SessionOf(std::string_view key) const;
   // True while some object or in-flight write references `session_id`.
   bool HasSessionTag(std::string_view session_id) const;
+
+  // What the cluster stores per session ID now: readable objects tagged with it and their
+  // bytes, from counters kept next to the session tags (no scan of the objects). With a
+  // `session_id`: that one (zeros when nothing is stored). Without: sessions that store
+  // something, a page of at most `limit` (1..10000) from `cursor` (0 to start); *next_cursor is
+  // where to go on, 0 at the end.
+  struct SessionUsage {
+    std::string session_id;
+    uint64_t blocks = 0;
+    uint64_t bytes = 0;
+  };
+  void SessionStats(std::string_view session_id, uint64_t cursor, uint32_t limit,
+                    std::vector<SessionUsage>* out, uint64_t* next_cursor) const;
 
   MasterStats Stats() const;
   // Counted in Stats().bad_requests: the RPC layer reports malformed or unknown messages here.
@@ -176,6 +211,10 @@ class MasterService {
                    std::span<const uint32_t> checksums, std::span<const FailedReplica> failed,
                    KeyResults* out);
   void AppendPlacements(const Object& object, PlacementBatch* out) const;
+  Status PrepareFinish(const WriteEndRequest& request, size_t keys);
+  std::span<const uint32_t> ChecksumsOf(const WriteEndRequest& request, size_t key) const;
+  std::span<const FailedReplica> FailedOf(size_t key);
+  Status CommitOne(const WriteCommitRequest& request, size_t i, KeyResults* out);
 
   MasterOptions options_;
   const Clock* clock_;
@@ -185,6 +224,7 @@ class MasterService {
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
   std::vector<uint32_t> scratch_first_checksum_;
+  size_t scratch_next_failed_ = 0;
 };
 
 }  // namespace kvagent::master

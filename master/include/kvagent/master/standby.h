@@ -16,6 +16,9 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 
 namespace kvagent::master {
@@ -27,6 +30,8 @@ struct StandbyOptions {
                             // applied_seq=)
   std::chrono::milliseconds poll{20};       // between requests when there was nothing new
   std::chrono::milliseconds timeout{1000};  // a request unanswered this long: reconnect
+  // The primary's master-rpc keys when it runs with a cluster secret (a CURVE client).
+  std::optional<CurvePlaneKeys> curve;
 };
 
 class Standby {

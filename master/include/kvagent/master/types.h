@@ -70,6 +70,7 @@ struct MasterOptions {
   // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it
   // (and at most a quarter of the agent TTL).
   int64_t max_tick_gap_ms = 1000;
+  uint64_t min_segment_bytes = 1ull << 20;  // smaller segments are refused (kMinSegmentBytes)
   std::string state_dir;  // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
   uint64_t replication_log_bytes = 0;
@@ -100,6 +101,12 @@ struct ReplicationPage {
 // INVALID_PARAMS naming the first inconsistent option (non-positive TTL, release timeout
 // below the put timeout, watermarks outside 0 < low <= high <= 1, parts below 4 KiB).
 Status ValidateMasterOptions(const MasterOptions& options);
+
+// Smallest segment (node pool) the master mounts. Values are split into parts no larger than
+// the smallest mounted segment (so that any segment can hold a part); without a floor one tiny
+// segment would split every value in the cluster into tiny parts, and every Get reply with
+// them.
+inline constexpr uint64_t kMinSegmentBytes = uint64_t{1} << 20;  // MasterOptions' default
 
 // Largest value a write may announce (256 TiB): far beyond any pool, and small enough that
 // size arithmetic (rounding, parts) cannot overflow.
@@ -169,6 +176,34 @@ struct WriteEndRequest {
   std::span<const uint32_t> part_counts;
   std::span<const uint32_t> checksums;
   std::span<const FailedReplica> failed;
+};
+
+// ReserveWrites: writes placed as a put's would be (replica_count replicas of each part of a
+// value of `size` bytes, the writer's own pool first) but not bound to a key yet, so that the
+// put that uses one needs a single master round trip (BatchPutCommit). `returned` are reserved
+// writes the agent gives back unused (abandoned and fenced like a revoked write).
+struct ReserveWritesRequest {
+  AgentId agent = kNoAgent;
+  uint64_t size = 0;
+  uint8_t replica_count = 1;
+  uint32_t count = 0;
+  std::span<const uint64_t> returned;
+};
+// The most writes one ReserveWrites may ask for or return, and the most an agent may hold.
+inline constexpr uint32_t kMaxReservedWritesPerCall = 1024;
+inline constexpr uint32_t kMaxReservedWritesPerAgent = 4096;
+// The most of all pools' capacity one agent may hold in reserved writes (1/8).
+inline constexpr uint64_t kReservedShareDivisor = 8;
+
+// BatchPutCommit: a put of each key into a write reserved for this agent — WriteStart and End
+// in one message. start.* as for BatchPutStart (the sizes must be the reserved writes');
+// finish.keys must equal start.keys and finish.write_ids names the reserved write of each key;
+// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the incarnation of the
+// master that reserved them: another master refuses the whole commit (MASTER_UNAVAILABLE).
+struct WriteCommitRequest {
+  WriteStartRequest start;
+  WriteEndRequest finish;
+  uint64_t master_epoch = 0;
 };
 
 // A replica whose bytes did not match its checksum when a reader's agent read it.
@@ -249,7 +284,7 @@ struct ListPage {
 // Counters for Stats and logs.
 struct MasterStats {
   uint64_t keys = 0;  // readable objects
-  uint64_t writes_in_flight = 0;
+  uint64_t writes_in_flight = 0;  // puts and upserts started, not ended (reserved writes apart)
   uint64_t bytes_used = 0;      // allocated in all segments (including in-flight and discarded)
   uint64_t bytes_capacity = 0;  // size of all mounted segments
   uint64_t agents = 0;
@@ -274,6 +309,11 @@ struct MasterStats {
   uint64_t log_bytes = 0;             // size of the operation log file
   uint64_t log_compactions = 0;       // snapshots written while running
   uint64_t oversized_values = 0;      // puts refused as larger than the pools' high watermark
+  uint64_t reserved_writes = 0;       // reserved writes held by agents now (not bound to a key)
+  uint64_t reserved_bytes = 0;        // their space
+  uint64_t writes_reserved = 0;       // reserved writes handed out
+  uint64_t reserved_commits = 0;      // keys committed into a reserved write (one round trip)
+  uint64_t reserved_returned = 0;     // reserved writes given back unused, or refused at commit
 };
 
 }  // namespace kvagent::master
