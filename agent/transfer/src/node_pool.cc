@@ -1,5 +1,6 @@
 #include "kvagent/transfer/node_pool.h"
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/common/format.h"
 
 #include <glog/logging.h>
@@ -30,8 +31,6 @@ namespace {
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 
 uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 // The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"),
 // or "" when the file is missing (no THP support in the kernel).

@@ -14,28 +14,11 @@
 #include <vector>
 
 #include "kvagent/common/status.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent::ipc {
 
-// Owns a file descriptor; closes it on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release();  // gives up ownership and returns the fd
-  void Reset();   // closes now
-
- private:
-  int fd_ = -1;
-};
+using kvagent::UniqueFd;  // kvagent/common/unique_fd.h
 
 // Largest handshake message either side accepts.
 inline constexpr size_t kMaxHandshakeMessage = 64 * 1024;
