@@ -35,6 +35,12 @@ class ArenaBuffer:
         """The buffer's size in bytes."""
         return self._size
 
+    @property
+    def address(self):
+        """The address of the buffer's first byte (for ctypes.memmove and C code); valid while
+        the buffer is open. Raises InvalidParams once closed."""
+        return ctypes.addressof(self._live())
+
     def __len__(self):
         return self._size
 
