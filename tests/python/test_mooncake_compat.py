@@ -340,6 +340,32 @@ class PointerApiTest(AgentTestCase):
         for i in (0, 37, count - 1):
             self.assertEqual(mem.read(i * size, size), bytes([i + 1]) * size)
 
+    def test_ranged_reads_land_in_registered_buffers_only(self):
+        store = self.store()
+        data = {"r-1": pattern(11, 64), "r-2": pattern(12, 64)}
+        for k, v in data.items():
+            self.assertEqual(store.put(k, v), 0)
+        address = store.alloc_from_mem_pool(64)
+        self.assertNotEqual(address, 0)
+        self.assertEqual(store.register_buffer(address, 64), 0)
+        ctypes.memset(address, 0, 64)
+        got = store.get_into_ranges(
+            [address], [["r-1", "r-2", "r-missing"]], [[[0, 10], [20], [40]]],
+            [[[1, 30], [2], [0]]], [[[4, 3], [5], [4]]])
+        self.assertEqual(got, [[[4, 3], [5], [NOT_FOUND]]])
+        self.assertEqual(ctypes.string_at(address, 4), data["r-1"][1:5])
+        self.assertEqual(ctypes.string_at(address + 10, 3), data["r-1"][30:33])
+        self.assertEqual(ctypes.string_at(address + 20, 5), data["r-2"][2:7])
+        # Outside the value, outside the registered buffer, or lists that do not line up.
+        self.assertEqual(store.get_into_ranges([address], [["r-1"]], [[[0, 62]]], [[[62, 0]]],
+                                               [[[4, 4]]]), [[[INVALID_PARAMS] * 2]])
+        self.assertEqual(store.get_into_ranges([address], [["r-1", "r-2"]], [[[0], []]],
+                                               [[[0, 1], []]], [[[], []]]),
+                         [[[INVALID_PARAMS], []]])
+        unregistered = Memory(64)
+        self.assertEqual(store.get_into_ranges([unregistered.address], [["r-1"]], [[[0]]],
+                                               [[[0]]], [[[4]]]), [[[INVALID_PARAMS]]])
+
     def test_host_allocator_memory_works_like_any_other(self):
         store = self.store()
         allocator = MooncakeHostMemAllocator()

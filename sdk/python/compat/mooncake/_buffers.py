@@ -60,9 +60,14 @@ class RegisteredBuffers:
         with self._lock:
             self._sizes.clear()
 
-    def covers(self, address, size):
+    def capacity_at(self, address):
+        """Bytes from ``address`` to the end of the registered buffer holding it (0 when no
+        registered buffer holds it)."""
         with self._lock:
-            return any(a <= address and address + size <= a + s for a, s in self._sizes.items())
+            for a, s in self._sizes.items():
+                if a <= address < a + s:
+                    return a + s - address
+        return 0
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -102,3 +107,10 @@ class MooncakeHostMemAllocator:
             return -1
         _libc.munmap(address, size)
         return 0
+
+    def free_all(self):
+        """Frees everything this allocator handed out."""
+        with self._lock:
+            sizes, self._sizes = self._sizes, {}
+        for address, size in sizes.items():
+            _libc.munmap(address, size)

@@ -10,6 +10,7 @@ The GIL is released while kvagent works (ctypes releases it around every C call)
 
 What differs, and why, is listed in docs/sdk.md ("Mooncake compatibility").
 """
+import ctypes
 import logging
 import re
 import threading
@@ -76,6 +77,7 @@ class MooncakeDistributedStore:
         self._staging = None
         self._last_connect = 0.0
         self._registered = RegisteredBuffers()
+        self._pool_memory = MooncakeHostMemAllocator()
 
     # ---- lifetime -------------------------------------------------------------------------
 
@@ -164,6 +166,16 @@ class MooncakeDistributedStore:
             return _codes.INVALID_PARAMS
         self._registered.add(buffer_ptr, size)
         return 0
+
+    def alloc_from_mem_pool(self, size):
+        """``size`` bytes of host memory for buffers the caller will register (Mooncake's
+        standalone mode hands out shared memory here): the address, or 0 when there is none or
+        before setup. Freed by close()."""
+        if not _is_int(size) or size < 0:
+            raise TypeError("alloc_from_mem_pool(size: int)")
+        if self._settings is None or size == 0:
+            return 0
+        return self._pool_memory.alloc(size)
 
     def unregister_buffer(self, buffer_ptr):
         """Forgets a registered buffer: 0, or -600 when it was not registered."""
@@ -283,6 +295,55 @@ class MooncakeDistributedStore:
             return [_codes.INVALID_PARAMS] * len(keys)
         return self._read_into(keys, regions)
 
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Ranged reads into registered buffers: for buffer i, key j and range k, copies
+        all_sizes[i][j][k] bytes from offset all_src_offsets[i][j][k] of the value of
+        all_keys[i][j] to all_dst_offsets[i][j][k] bytes into buffer_ptrs[i]. Returns the same
+        nesting (one entry per destination offset) of bytes copied or codes: -600 for lists
+        that do not line up, a range outside the value or outside the registered buffer, and
+        the key's code when it cannot be read."""
+        ptrs = _int_list(buffer_ptrs, "buffer_ptrs")
+        keys, dsts = list(all_keys), list(all_dst_offsets)
+        srcs, sizes = list(all_src_offsets), list(all_sizes)
+        results = [[[_codes.INVALID_PARAMS] * len(dsts[i][j]) if i < len(dsts) and
+                     j < len(dsts[i]) else [_codes.INVALID_PARAMS]
+                     for j in range(len(keys[i]) if i < len(keys) else 1)]
+                   for i in range(len(ptrs))]
+        if not len(ptrs) == len(keys) == len(dsts) == len(srcs) == len(sizes):
+            log.error("get_into_ranges: the outer lists differ in length")
+            return results
+        wanted = []  # (i, j) whose lists line up in a registered buffer
+        for i, ptr in enumerate(ptrs):
+            if not self._registered.capacity_at(ptr) or not (
+                    len(keys[i]) == len(dsts[i]) == len(srcs[i]) == len(sizes[i])):
+                continue
+            wanted += [(i, j) for j in range(len(keys[i]))
+                       if len(dsts[i][j]) == len(srcs[i][j]) == len(sizes[i][j])]
+        names = sorted({keys[i][j] for i, j in wanted})
+        for name in names:
+            _check_key(name)
+        staging = self._connected_staging()
+        codes = [0] * len(names)
+        found = [None] * len(names)
+        if staging is None:
+            codes = [self._unavailable_code()] * len(names)
+        elif names:
+            found = staging.read_buffers(names, codes)
+        values = dict(zip(names, zip(found, codes)))
+        for i, j in wanted:
+            value, code = values[keys[i][j]]
+            if value is None:
+                results[i][j] = [code if code < 0 else _codes.INVALID_PARAMS] * len(dsts[i][j])
+                continue
+            buf, length = value
+            capacity = self._registered.capacity_at(ptrs[i])
+            for k, (dst, src, n) in enumerate(zip(dsts[i][j], srcs[i][j], sizes[i][j])):
+                if dst + n <= capacity and src + n <= length:
+                    ctypes.memmove(ptrs[i] + dst, buf.address + src, n)
+                    results[i][j][k] = n
+        return results
+
     def get_size(self, key):
         """The value's size in bytes, or a code (-704 when missing). Like Mooncake's query,
         it grants the key a read lease."""
@@ -373,6 +434,7 @@ class MooncakeDistributedStore:
         self._client = None
         self._staging = None
         self._registered.clear()
+        self._pool_memory.free_all()
 
     def _connect_locked(self):
         s = self._settings
