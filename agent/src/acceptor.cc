@@ -281,6 +281,18 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   }
   conn.client_id = id;
   conn.client_name = hello->client_name() ? hello->client_name()->str() : "";
+  Status memory_refused;
+  if (hello->memory_probe_address() != 0) {
+    auto memory = ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address(),
+                                       hello->memory_probe_value());
+    if (memory.ok()) {
+      conn.memory = std::move(*memory);
+    } else {
+      memory_refused = memory.status();
+      LOG(INFO) << "client " << id << " (" << conn.client_name << ", " << Describe(conn.peer)
+                << ") asked for process memory; not granted: " << memory_refused.message();
+    }
+  }
   conn.segment_name = name;
   conn.segment = std::make_shared<ipc::Segment>(std::move(*segment));
   conn.phase = Phase::kAwaitAttached;
@@ -288,6 +300,8 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
 
   flatbuffers::FlatBufferBuilder fbb;
   auto name_off = fbb.CreateString(name);
+  flatbuffers::Offset<flatbuffers::String> refused_off;
+  if (!memory_refused.ok()) refused_off = fbb.CreateString(memory_refused.message());
   proto::WelcomeBuilder b(fbb);
   b.add_status(static_cast<uint16_t>(ErrorCode::kOk));
   b.add_protocol_version(ours);
@@ -297,6 +311,8 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   b.add_segment_bytes(layout->total_bytes);
   b.add_arena_bytes(layout->arena_bytes);
   b.add_ring_bytes(ring);
+  b.add_process_memory(conn.memory != nullptr);
+  if (!refused_off.IsNull()) b.add_process_memory_message(refused_off);
   fbb.Finish(b.Finish());
   return ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kSendTimeout)
       .ok();
@@ -305,15 +321,26 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
 bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
   const proto::Attached* attached = VerifiedRoot<proto::Attached>(message);
   if (attached == nullptr || attached->client_id() != conn.client_id) return false;
+  if (conn.memory != nullptr && attached->peer_scratch() != nullptr) {
+    const proto::BufferRef* scratch = attached->peer_scratch();
+    Status set = conn.memory->SetPeerScratch(scratch->offset(), scratch->length(),
+                                             conn.segment->layout().arena_bytes);
+    if (!set.ok()) {
+      LOG(WARNING) << "client " << conn.client_id << ": " << set.message();
+      return false;
+    }
+  }
   // Both sides have mapped it: from now on nothing in /dev/shm outlives either process.
   ipc::Segment::Unlink(conn.segment_name);
   conn.segment_name.clear();
   conn.phase = Phase::kLive;
   LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
             << Describe(conn.peer) << ") attached: arena " << conn.segment->layout().arena_bytes
-            << " bytes, rings " << conn.segment->layout().request_ring_bytes << " bytes";
+            << " bytes, rings " << conn.segment->layout().request_ring_bytes << " bytes"
+            << (conn.memory ? ", process memory" : "");
   service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
-                                                      std::move(conn.segment)));
+                                                      std::move(conn.segment),
+                                                      std::move(conn.memory)));
   return true;
 }
 

@@ -23,6 +23,7 @@
 #include "kvagent/agent/agent.h"
 #include "kvagent/ipc/segment.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "process_memory.h"
 #include "ring_service.h"
 
 namespace kvagent::agent {
@@ -54,6 +55,7 @@ class Acceptor {
     std::string client_name;
     std::string segment_name;
     std::shared_ptr<ipc::Segment> segment;  // until handed to the ring service
+    std::shared_ptr<ProcessMemory> memory;  // granted process memory, or null
   };
 
   void Run();

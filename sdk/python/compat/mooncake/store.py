@@ -12,13 +12,14 @@ What differs, and why, is listed in docs/sdk.md ("Mooncake compatibility").
 """
 import ctypes
 import logging
+import os
 import re
 import threading
 import time
 
 import kvagent
 
-from . import _codes, _replicate, _setup, _staging
+from . import _codes, _direct, _replicate, _setup, _staging
 from ._buffers import BufferHandle, MooncakeHostMemAllocator, RegisteredBuffers, handle_over
 from ._replicate import ObjectDataType, ReplicaStatus, ReplicateConfig, SoftPinAction
 
@@ -28,6 +29,8 @@ __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "Obje
 log = logging.getLogger("mooncake.store")
 
 HC_HEALTHY, HC_NOT_INITIALIZED, HC_MASTER_UNREACHABLE = 0, 1, 2
+# "0" turns process memory off: every value then goes through the client's arena.
+PROCESS_MEMORY_ENV = "KVAGENT_MOONCAKE_PROCESS_MEMORY"
 _RECONNECT_INTERVAL_S = 1.0
 _HEALTH_KEY = "__kvagent_mooncake_health__"
 _NOT_SET_UP = _codes.INVALID_PARAMS
@@ -66,6 +69,23 @@ def _check_key(key):
         raise TypeError("key must be a str, got %s" % type(key).__name__)
 
 
+class _Connection:
+    """One kvagent.Client and the ways values move through it: straight from/to this process's
+    memory (``direct``, when the agent was granted it) or through the arena (``staging``)."""
+
+    __slots__ = ("client", "staging", "direct")
+
+    def __init__(self, client):
+        self.client = client
+        self.staging = _staging.Staging(client)
+        self.direct = _direct.DirectPath(client) if client.process_memory else None
+
+    @property
+    def values(self):
+        """The path for values in the caller's memory."""
+        return self.direct or self.staging
+
+
 class MooncakeDistributedStore:
     """A client of the node's kvagent with Mooncake's Python API. Create it, call setup() (or
     setup_dummy()), use it from any number of threads, close() it."""
@@ -73,8 +93,7 @@ class MooncakeDistributedStore:
     def __init__(self):
         self._lock = threading.Lock()
         self._settings = None
-        self._client = None
-        self._staging = None
+        self._connection = None
         self._last_connect = 0.0
         self._registered = RegisteredBuffers()
         self._pool_memory = MooncakeHostMemAllocator()
@@ -323,13 +342,13 @@ class MooncakeDistributedStore:
         names = sorted({keys[i][j] for i, j in wanted})
         for name in names:
             _check_key(name)
-        staging = self._connected_staging()
+        connection = self._connected()
         codes = [0] * len(names)
         found = [None] * len(names)
-        if staging is None:
+        if connection is None:
             codes = [self._unavailable_code()] * len(names)
         elif names:
-            found = staging.read_buffers(names, codes)
+            found = connection.staging.read_buffers(names, codes)
         values = dict(zip(names, zip(found, codes)))
         for i, j in wanted:
             value, code = values[keys[i][j]]
@@ -348,12 +367,12 @@ class MooncakeDistributedStore:
         """The value's size in bytes, or a code (-704 when missing). Like Mooncake's query,
         it grants the key a read lease."""
         _check_key(key)
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return self._unavailable_code()
         try:
-            with staging.client.allocate(1) as probe:
-                row = staging.client.get([key], [probe]).keys[0]
+            with connection.client.allocate(1) as probe:
+                row = connection.client.get([key], [probe]).keys[0]
         except kvagent.KvError as e:
             return _codes.from_kvagent(e.code)
         if row.code in (kvagent.ErrorCode.OK, kvagent.ErrorCode.BUFFER_OUT_OF_RANGE):
@@ -400,11 +419,11 @@ class MooncakeDistributedStore:
         except re.error as e:
             log.error("remove_by_regex: bad pattern %r: %s", regex_pattern, e)
             return _codes.INVALID_PARAMS
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return self._unavailable_code()
         try:
-            matched = [k.key for k in staging.client.iter_keys() if pattern.search(k.key)]
+            matched = [k.key for k in connection.client.iter_keys() if pattern.search(k.key)]
         except kvagent.KvError as e:
             return _codes.from_kvagent(e.code)
         codes = self.batch_remove(matched, force)
@@ -418,60 +437,62 @@ class MooncakeDistributedStore:
     def remove_all(self, force=False):
         """Removes every object (leased ones only with ``force``). Returns how many, or a
         code."""
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return self._unavailable_code()
         try:
-            return staging.client.remove_all(force=bool(force)).removed_count
+            return connection.client.remove_all(force=bool(force)).removed_count
         except kvagent.KvError as e:
             return _codes.from_kvagent(e.code)
 
     # ---- plumbing --------------------------------------------------------------------------
 
     def _close_locked(self):
-        if self._client is not None:
-            self._client.close()
-        self._client = None
-        self._staging = None
+        if self._connection is not None:
+            self._connection.client.close()
+        self._connection = None
         self._registered.clear()
         self._pool_memory.free_all()
 
     def _connect_locked(self):
         s = self._settings
         self._last_connect = time.monotonic()
+        want_memory = os.environ.get(PROCESS_MEMORY_ENV, "1") != "0"
         try:
             client = kvagent.Client(run_dir=s.run_dir, name="mooncake-compat",
-                                    arena_bytes=s.arena_bytes)
+                                    arena_bytes=s.arena_bytes, process_memory=want_memory)
         except kvagent.KvError as e:
             log.error("cannot reach kvagent at %s: %s", s.run_dir, e)
             return _codes.from_kvagent(e.code)
-        self._client = client
-        self._staging = _staging.Staging(client)
+        if want_memory and not client.process_memory:
+            log.warning("kvagent did not grant process memory (its log says why): values go "
+                        "through the shared-memory arena, one more copy each")
+        self._connection = _Connection(client)
         return 0
 
-    def _connected_staging(self):
-        """The Staging of a live connection; reconnects (at most once a second) after the
-        agent went away. None when not set up or no agent answers."""
-        staging = self._staging
-        if staging is not None and staging.client.connected:
-            return staging
+    def _connected(self):
+        """The live _Connection; reconnects (at most once a second) after the agent went away.
+        None when not set up or no agent answers."""
+        connection = self._connection
+        if connection is not None and connection.client.connected:
+            return connection
         with self._lock:
             if self._settings is None:
                 return None
-            staging = self._staging
-            if staging is not None and staging.client.connected:
-                return staging
+            connection = self._connection
+            if connection is not None and connection.client.connected:
+                return connection
             if time.monotonic() - self._last_connect < _RECONNECT_INTERVAL_S:
                 return None
-            if self._client is not None:
-                self._client.close()
-                self._client = self._staging = None
+            if connection is not None:
+                connection.client.close()
+                self._connection = None
             self._connect_locked()
-            return self._staging
+            return self._connection
 
     def _live(self):
-        staging = self._connected_staging()
-        return None if staging is None else staging.client
+        connection = self._connected()
+        return None if connection is None else connection.client
 
     def _unavailable_code(self):
         return _NOT_SET_UP if self._settings is None else _codes.RPC_FAIL
@@ -480,8 +501,8 @@ class MooncakeDistributedStore:
         """Runs call(client, keys_part) -> codes over parts of at most MAX_KEYS_PER_CALL valid
         keys; invalid keys get -600, a failed call its code for each of its keys."""
         out = [0] * len(keys)
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return [self._unavailable_code()] * len(keys)
         valid = []
         for i, k in enumerate(keys):
@@ -492,7 +513,7 @@ class MooncakeDistributedStore:
         for start in range(0, len(valid), _staging.MAX_KEYS_PER_CALL):
             part = valid[start:start + _staging.MAX_KEYS_PER_CALL]
             try:
-                codes = call(staging.client, [keys[i] for i in part])
+                codes = call(connection.client, [keys[i] for i in part])
             except kvagent.KvError as e:
                 codes = [_codes.from_kvagent(e.code)] * len(part)
             for i, c in zip(part, codes):
@@ -592,8 +613,8 @@ class MooncakeDistributedStore:
         except _replicate.ConfigRefused as e:
             log.error("write refused: %s", e)
             return [_codes.INVALID_PARAMS] * n
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return [self._unavailable_code()] * n
         out = [0] * n
         for i, (k, src) in enumerate(zip(keys, sources)):
@@ -608,12 +629,12 @@ class MooncakeDistributedStore:
             elif memoryview(src).nbytes == 0:
                 log.error("value of %.80r is empty; kvagent stores 1 byte or more", k)
                 out[i] = _codes.INVALID_PARAMS
-        staging.write(keys, sources, plan, upsert, out)
+        connection.values.write(keys, sources, plan, upsert, out)
         return out
 
     def _read_into(self, keys, regions):
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return [self._unavailable_code()] * len(keys)
         out = [0] * len(keys)
         for i, k in enumerate(keys):
@@ -621,15 +642,15 @@ class MooncakeDistributedStore:
                 out[i] = _codes.INVALID_PARAMS
             elif any(a == 0 for a, s in regions[i] if s) or not sum(s for _, s in regions[i]):
                 out[i] = _codes.INVALID_PARAMS
-        staging.read_into(keys, regions, out)
+        connection.values.read_into(keys, regions, out)
         return out
 
     def _read_buffers(self, keys):
-        staging = self._connected_staging()
-        if staging is None:
+        connection = self._connected()
+        if connection is None:
             return [None] * len(keys)
         out = [0] * len(keys)
         for i, k in enumerate(keys):
             if _staging.key_error(k) is not None:
                 out[i] = _codes.INVALID_PARAMS
-        return staging.read_buffers(keys, out)
+        return connection.staging.read_buffers(keys, out)
