@@ -309,92 +309,130 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   return PendingCall(shared_from_this(), *index, id, Reply{});
 }
 
+bool Connection::InArena(const void* data, size_t size, uint64_t* offset) const {
+  const std::span<uint8_t> arena = arena_->segment->arena();
+  const auto start = reinterpret_cast<uintptr_t>(arena.data());
+  const auto at = reinterpret_cast<uintptr_t>(data);
+  if (at < start || size > arena.size() || at - start > arena.size() - size) return false;
+  *offset = at - start;
+  return true;
+}
+
 Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferRef>* refs,
                                 std::vector<proto::MemoryRange>* memory,
                                 std::vector<uint32_t>* counts,
                                 std::vector<ArenaBuffer>* temporaries,
                                 std::vector<Slot::ScatterTarget>* scatters) {
+  if (spec.values.empty() && spec.memory_targets.empty() && spec.targets.empty()) {
+    return Status::Ok();  // an op without values
+  }
   const size_t n = spec.keys.size();
-  auto own_arena = [&](const ArenaBuffer* b, const char* what, size_t i) {
-    if (b->arena_ == arena_) return Status::Ok();
-    return Status(ErrorCode::kBufferOutOfRange,
-                  std::string(what) + "[" + std::to_string(i) +
-                      "] was allocated by another Client; allocate it from this one");
-  };
-  auto add_range = [&](const void* data, size_t size) {
-    memory->emplace_back(reinterpret_cast<uintptr_t>(data), size);
-  };
-  if (!spec.values.empty()) {
-    bool all_arena = true;
-    for (const Value& v : spec.values) all_arena = all_arena && v.buffer() != nullptr;
-    if (!all_arena && process_memory_) {
-      // The agent reads every value from our memory (an arena buffer is our memory too).
-      counts->reserve(n);
-      for (size_t i = 0; i < n; ++i) {
-        const Value& v = spec.values[i];
-        if (v.buffer() != nullptr) {
-          KVAGENT_RETURN_IF_ERROR(own_arena(v.buffer(), "values", i));
-          add_range(v.buffer()->data(), v.length());
-        } else if (!v.ranges().empty()) {
-          for (const MemoryRange& r : v.ranges()) add_range(r.data, r.size);
-        } else {
-          add_range(v.bytes().data(), v.length());
-        }
-        counts->push_back(static_cast<uint32_t>(
-            v.buffer() == nullptr && !v.ranges().empty() ? v.ranges().size() : 1));
-      }
-      return Status::Ok();
+  for (size_t i = 0; i < spec.values.size(); ++i) {
+    const ArenaBuffer* b = spec.values[i].buffer();
+    if (b != nullptr && b->arena_ != arena_) {
+      return Status(ErrorCode::kBufferOutOfRange,
+                    "values[" + std::to_string(i) +
+                        "] was allocated by another Client; allocate it from this one");
     }
-    refs->reserve(n);
-    for (size_t i = 0; i < n; ++i) {
+  }
+  // Where key i's bytes are when they are one range of our arena (an ArenaBuffer, or memory
+  // that happens to lie in the arena, e.g. a host pool allocated from it): the agent then
+  // copies them from/to the arena without any copy here.
+  std::vector<proto::BufferRef> in_arena(n);
+  std::vector<uint8_t> is_in_arena(n, 0);
+  size_t arena_keys = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t offset = 0;
+    bool found = false;
+    size_t size = 0;
+    if (!spec.values.empty()) {
       const Value& v = spec.values[i];
+      size = v.length();
       if (v.buffer() != nullptr) {
-        KVAGENT_RETURN_IF_ERROR(own_arena(v.buffer(), "values", i));
-        refs->emplace_back(v.buffer()->offset(), v.length());
+        offset = v.buffer()->offset();
+        found = true;
+      } else if (v.ranges().size() <= 1) {
+        const void* data = v.ranges().empty() ? v.bytes().data() : v.ranges()[0].data;
+        found = InArena(data, size, &offset);
+      }
+    } else if (!spec.memory_targets.empty()) {
+      const MemoryValue target = spec.memory_targets[i];
+      if (target.size() == 1) {
+        size = target[0].size;
+        found = InArena(target[0].data, size, &offset);
+      }
+    } else {
+      const ArenaBuffer* t = spec.targets[i];
+      if (t->arena_ != arena_) {
+        return Status(ErrorCode::kBufferOutOfRange,
+                      "buffers[" + std::to_string(i) +
+                          "] was allocated by another Client; allocate it from this one");
+      }
+      offset = t->offset();
+      size = t->size();
+      found = true;
+    }
+    if (found) {
+      in_arena[i] = proto::BufferRef(offset, size);
+      is_in_arena[i] = 1;
+      ++arena_keys;
+    }
+  }
+  if (arena_keys == n) {
+    *refs = std::move(in_arena);
+    return Status::Ok();
+  }
+  auto ranges_of = [&](size_t i) -> MemoryValue {
+    if (!spec.memory_targets.empty()) return spec.memory_targets[i];
+    return spec.values[i].ranges();
+  };
+  if (process_memory_) {
+    // The agent reads (put) or writes (get) every key in our memory directly.
+    counts->reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const MemoryValue ranges = ranges_of(i);
+      if (!ranges.empty()) {
+        for (const MemoryRange& r : ranges) {
+          memory->emplace_back(reinterpret_cast<uintptr_t>(r.data), r.size);
+        }
+        counts->push_back(static_cast<uint32_t>(ranges.size()));
         continue;
       }
-      auto copy = Allocate(v.length());
-      KVAGENT_RETURN_IF_ERROR(copy.status());
-      if (v.ranges().empty()) {
-        std::memcpy(copy->data(), v.bytes().data(), v.length());
-      } else {
-        uint8_t* at = copy->data();
-        for (const MemoryRange& r : v.ranges()) {
-          std::memcpy(at, r.data, r.size);
-          at += r.size;
-        }
-      }
-      refs->emplace_back(copy->offset(), v.length());
-      temporaries->push_back(std::move(*copy));
+      const Value& v = spec.values[i];
+      const void* data = v.buffer() != nullptr ? v.buffer()->data() : v.bytes().data();
+      memory->emplace_back(reinterpret_cast<uintptr_t>(data), v.length());
+      counts->push_back(1);
     }
     return Status::Ok();
   }
-  if (!spec.memory_targets.empty()) {
-    if (process_memory_) {
-      counts->reserve(n);
-      for (const MemoryValue& target : spec.memory_targets) {
-        for (const MemoryRange& r : target) add_range(r.data, r.size);
-        counts->push_back(static_cast<uint32_t>(target.size()));
+  // Without process memory: what is not in the arena goes through a temporary arena buffer,
+  // copied in here (put) or out when the reply comes (get: Scatter).
+  refs->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (is_in_arena[i]) {
+      refs->push_back(in_arena[i]);
+      continue;
+    }
+    const MemoryValue ranges = ranges_of(i);
+    size_t size = 0;
+    for (const MemoryRange& r : ranges) size += r.size;
+    if (ranges.empty()) size = spec.values[i].length();
+    auto temporary = Allocate(std::max<size_t>(size, 1));
+    KVAGENT_RETURN_IF_ERROR(temporary.status());
+    refs->emplace_back(temporary->offset(), size);
+    if (!spec.memory_targets.empty()) {
+      scatters->push_back(
+          Slot::ScatterTarget{i, temporaries->size(), {ranges.begin(), ranges.end()}});
+    } else if (ranges.empty()) {
+      std::memcpy(temporary->data(), spec.values[i].bytes().data(), size);
+    } else {
+      uint8_t* at = temporary->data();
+      for (const MemoryRange& r : ranges) {
+        std::memcpy(at, r.data, r.size);
+        at += r.size;
       }
-      return Status::Ok();
     }
-    refs->reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      size_t capacity = 0;
-      for (const MemoryRange& r : spec.memory_targets[i]) capacity += r.size;
-      auto temporary = Allocate(std::max<size_t>(capacity, 1));
-      KVAGENT_RETURN_IF_ERROR(temporary.status());
-      refs->emplace_back(temporary->offset(), capacity);
-      scatters->push_back(Slot::ScatterTarget{
-          i, temporaries->size(), {spec.memory_targets[i].begin(), spec.memory_targets[i].end()}});
-      temporaries->push_back(std::move(*temporary));
-    }
-    return Status::Ok();
-  }
-  refs->reserve(spec.targets.size());
-  for (size_t i = 0; i < spec.targets.size(); ++i) {
-    KVAGENT_RETURN_IF_ERROR(own_arena(spec.targets[i], "buffers", i));
-    refs->emplace_back(spec.targets[i]->offset(), spec.targets[i]->size());
+    temporaries->push_back(std::move(*temporary));
   }
   return Status::Ok();
 }

@@ -100,6 +100,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       std::vector<proto::MemoryRange>* memory, std::vector<uint32_t>* counts,
                       std::vector<ArenaBuffer>* temporaries,
                       std::vector<Slot::ScatterTarget>* scatters);
+  // True when [data, data + size) lies in our arena; then *offset is where.
+  bool InArena(const void* data, size_t size, uint64_t* offset) const;
   // Copies the values of a finished GetInto from their temporaries into the caller's ranges.
   static void Scatter(Slot& slot, const Reply& reply);
 

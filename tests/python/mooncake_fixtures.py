@@ -5,6 +5,7 @@ strictly (strict_events.py).
 Environment: KVAGENT_BINARY (the kvagent executable), KVAGENT_LIBKVCLIENT (libkvclient.so),
 PYTHONPATH with sdk/python/compat, sdk/python and tests/python.
 """
+import ctypes
 import os
 import signal
 import subprocess
@@ -15,6 +16,11 @@ import unittest
 import strict_events as se
 from mooncake.store import MooncakeDistributedStore
 from test_sdk_python import wait_until  # polls until true, within a bound
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the test process exits (PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+
 
 class Agent:
     """A standalone kvagent (embedded master) in ``run_dir``; started at once."""
@@ -27,8 +33,10 @@ class Agent:
 
     def start(self):
         log = None if os.environ.get("KVAGENT_TEST_AGENT_LOG") else subprocess.DEVNULL
+        # The agent dies with this process, even if it crashes (no orphan holds CTest's pipes).
         self.proc = subprocess.Popen([os.environ["KVAGENT_BINARY"], "--run-dir", self.run_dir,
-                                      "--pool-size", self.pool], stderr=log)
+                                      "--pool-size", self.pool], stdout=subprocess.DEVNULL,
+                                     stderr=log, preexec_fn=_die_with_parent)
         socket = os.path.join(self.run_dir, "agent.sock")
         wait_until(lambda: os.path.exists(socket) or self.proc.poll() is not None)
         if self.proc.poll() is not None or not os.path.exists(socket):

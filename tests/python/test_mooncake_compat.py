@@ -366,11 +366,21 @@ class PointerApiTest(AgentTestCase):
         self.assertEqual(store.get_into_ranges([unregistered.address], [["r-1"]], [[[0]]],
                                                [[[0]]], [[[4]]]), [[[INVALID_PARAMS]]])
 
-    def test_host_allocator_memory_works_like_any_other(self):
+    def test_host_allocator_memory_is_kvagent_shared_memory(self):
         store = self.store()
         allocator = MooncakeHostMemAllocator()
         address = allocator.alloc(1 << 20)
         self.assertNotEqual(address, 0)
+        # The pool is a kvagent shared-memory arena (its name was unlinked once both sides
+        # mapped it), so its pages are where the agent copies values from and to.
+        mapping = []
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                if start <= address < end:
+                    mapping.append(line)
+        self.assertEqual(len(mapping), 1)
+        self.assertIn("/dev/shm/kvagent.", mapping[0])
         ctypes.memmove(address, pattern(8, 1 << 20), 1 << 20)
         self.assertEqual(store.put_from("host-mem", address, 1 << 20), 0)
         self.assertEqual(store.get("host-mem"), pattern(8, 1 << 20))

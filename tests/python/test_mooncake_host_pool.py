@@ -7,11 +7,12 @@ batch_get_into / batch_get_into_multi_buffers into other pages of the pool, byte
 
 Environment: see mooncake_fixtures.py.
 """
+import ctypes
 import unittest
 
 import torch
 
-from mooncake.store import ReplicateConfig
+from mooncake.store import MooncakeHostMemAllocator, ReplicateConfig
 from mooncake_fixtures import AgentTestCase, wait_until
 
 
@@ -45,16 +46,31 @@ class HostPool:
         return torch.arange(start, start + count * self.page_size)
 
 
+def mooncake_tensor(shape, dtype, allocator):
+    """A zeroed tensor in memory from MooncakeHostMemAllocator, as SGLang's
+    MooncakeHostTensorAllocator builds its host pool (torch.frombuffer over the address)."""
+    size = int(torch.tensor([], dtype=dtype).element_size())
+    for d in shape:
+        size *= d
+    address = allocator.alloc(size)
+    assert address, "the allocator has no memory"
+    array = (ctypes.c_byte * size).from_address(address)
+    return torch.frombuffer(array, dtype=torch.uint8, count=size).view(dtype).view(shape)
+
+
 class PageFirstHostPool(HostPool):
     """A page-first MHA host pool: K and V planes, each [tokens, layers, heads, head_dim];
-    one page (``page_size`` tokens of every layer) is contiguous in each plane."""
+    one page (``page_size`` tokens of every layer) is contiguous in each plane. With an
+    ``allocator`` (MooncakeHostMemAllocator) the pool lives in its memory."""
 
     token_dim = 1
 
     def __init__(self, pages, page_size=16, layers=4, heads=2, head_dim=64,
-                 dtype=torch.bfloat16):
-        super().__init__(torch.zeros((2, pages * page_size, layers, heads, head_dim),
-                                     dtype=dtype), page_size)
+                 dtype=torch.bfloat16, allocator=None):
+        shape = (2, pages * page_size, layers, heads, head_dim)
+        tensor = (torch.zeros(shape, dtype=dtype) if allocator is None
+                  else mooncake_tensor(shape, dtype, allocator))
+        super().__init__(tensor, page_size)
         self.page_bytes = page_size * layers * heads * head_dim * self.kv_buffer.element_size()
 
     def page_buffer_meta(self, indices):
@@ -170,6 +186,12 @@ class HostPoolTest(AgentTestCase):
 
     def test_page_first_pool_round_trip_through_batch_put_from_and_batch_get_into(self):
         pool = PageFirstHostPool(pages=64)
+        _, backend, _ = self.round_trip(pool)
+        self.assertEqual(backend.last_results, [pool.page_bytes] * 64)
+
+    def test_a_pool_from_the_mooncake_allocator_round_trips_without_a_copy_here(self):
+        allocator = MooncakeHostMemAllocator()
+        pool = PageFirstHostPool(pages=64, allocator=allocator)
         _, backend, _ = self.round_trip(pool)
         self.assertEqual(backend.last_results, [pool.page_bytes] * 64)
 

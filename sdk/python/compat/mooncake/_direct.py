@@ -82,14 +82,16 @@ class DirectPath:
     def __init__(self, client):
         self.client = client
 
-    def write(self, keys, sources, plan, upsert, out):
+    def write(self, keys, sources, plan, upsert, out, todo):
         """Stores keys[i] from sources[i] (a list of (address, size) regions gathered in order,
-        or a bytes-like object) for every i whose out[i] is still 0; sets out[i] to each key's
+        or a bytes-like object) for every i in ``todo``; sets out[i] to each of those keys'
         Mooncake code. Session IDs are taken by the key's position."""
         keep = []
-        pairs = [None if out[i] else _pairs(sources[i], keep) for i in range(len(keys))]
-        todo = [i for i in range(len(keys)) if not out[i]]
-        counts = [0 if p is None else len(p) for p in pairs]
+        pairs = [None] * len(keys)
+        counts = [0] * len(keys)
+        for i in todo:
+            pairs[i] = _pairs(sources[i], keep)
+            counts[i] = len(pairs[i])
         call = self.client.upsert_from if upsert else self.client.put_from
 
         def send(group):
@@ -109,22 +111,21 @@ class DirectPath:
         _send_all(_groups(todo, counts), out, send)
         del keep
 
-    def read_into(self, keys, targets, out):
+    def read_into(self, keys, targets, out, todo):
         """Reads keys[i] into targets[i] (a list of (address, size) regions filled in order)
-        for every i whose out[i] is still 0; sets out[i] to the value's size or a Mooncake
-        code (-600 when the value is larger than the regions)."""
-        todo = [i for i in range(len(keys)) if not out[i]]
+        for every i in ``todo``; sets out[i] to the value's size or a Mooncake code (-600 when
+        the value is larger than the regions)."""
         counts = [len(t) for t in targets]
         ok = kvagent.ErrorCode.OK
 
         def send(group):
             regions = [targets[i][0] if counts[i] == 1 else targets[i] for i in group]
             try:
-                rows = self.client.get_into([keys[i] for i in group], regions).keys
+                result = self.client.get_into([keys[i] for i in group], regions)
             except kvagent.KvError as e:
                 return _fail(group, e, out)
-            for i, row in zip(group, rows):
-                out[i] = row.length if row.code == ok else _codes.from_kvagent(row.code)
+            for i, code, length in zip(group, result.codes, result.lengths):
+                out[i] = length if code == ok else _codes.from_kvagent(code)
             return 0
 
         _send_all(_groups(todo, counts), out, send)

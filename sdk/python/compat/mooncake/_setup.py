@@ -85,8 +85,13 @@ def parse_size(text, what):
     return int(value * scale)
 
 
+def default_run_dir():
+    """KVAGENT_RUN_DIR, or /run/kvagent."""
+    return os.environ.get(RUN_DIR_ENV) or DEFAULT_RUN_DIR
+
+
 def _run_dir(explicit=None):
-    return explicit or os.environ.get(RUN_DIR_ENV) or DEFAULT_RUN_DIR
+    return explicit or default_run_dir()
 
 
 def _settings(local_hostname, global_segment_size, local_buffer_size, protocol, rdma_devices,

@@ -45,6 +45,8 @@ class ArenaGate:
 
 def key_error(key):
     """Why ``key`` cannot be a kvagent key (None when it can): non-empty UTF-8, <= 4096 bytes."""
+    if type(key) is str and 0 < len(key) <= MAX_KEY_BYTES // 4 and key.isascii():
+        return None  # the common case, without encoding
     if isinstance(key, str):
         try:
             size = len(key.encode("utf-8"))
@@ -94,25 +96,26 @@ class Staging:
 
     # ---- writes ---------------------------------------------------------------------------
 
-    def write(self, keys, sources, plan, upsert, out):
-        """Stores keys[i] from sources[i] for every i whose out[i] is still 0; a source is a
-        list of (address, size) regions gathered in order, or a bytes-like object. Sets out[i]
-        to the Mooncake code of each key. Session IDs are taken by the key's position."""
-        sizes = [sum(s for _, s in src) if isinstance(src, list) else memoryview(src).nbytes
-                 for src in sources]
-        todo = []
-        for i, size in enumerate(sizes):
-            if out[i]:
-                continue
+    def write(self, keys, sources, plan, upsert, out, todo):
+        """Stores keys[i] from sources[i] for every i in ``todo``; a source is a list of
+        (address, size) regions gathered in order, or a bytes-like object. Sets out[i] to the
+        Mooncake code of each of those keys. Session IDs are taken by the key's position."""
+        sizes = [0] * len(keys)
+        for i in todo:
+            src = sources[i]
+            sizes[i] = sum(s for _, s in src) if isinstance(src, list) else memoryview(src).nbytes
+        fits = []
+        for i in todo:
+            size = sizes[i]
             if size > self.arena_bytes:
                 log.error("value of %.80r is %d bytes, larger than the %d-byte arena; raise "
                           "local_buffer_size (and the agent's --max-arena-bytes)", keys[i], size,
                           self.arena_bytes)
                 out[i] = _codes.INVALID_PARAMS
             else:
-                todo.append(i)
+                fits.append(i)
         stop = 0
-        for group, _ in _chunks(todo, sizes, self.gate.budget):
+        for group, _ in _chunks(fits, sizes, self.gate.budget):
             if stop:
                 for i in group:
                     out[i] = stop
@@ -192,10 +195,10 @@ class Staging:
 
     # ---- reads ----------------------------------------------------------------------------
 
-    def read_into(self, keys, targets, out):
+    def read_into(self, keys, targets, out, todo):
         """Reads keys[i] into targets[i] (a list of (address, size) regions filled in order)
-        for every i whose out[i] is still 0; sets out[i] to the value's size or a Mooncake
-        code (-600 when the value is larger than the regions)."""
+        for every i in ``todo``; sets out[i] to the value's size or a Mooncake code (-600 when
+        the value is larger than the regions)."""
         capacity = [sum(s for _, s in t) for t in targets]
 
         def deliver(i, buf, length):
@@ -210,7 +213,7 @@ class Staging:
                 offset += n
             return length
 
-        self._read(keys, capacity, capacity, deliver, out)
+        self._read(keys, capacity, capacity, deliver, out, todo)
 
     def read_buffers(self, keys, out, first_guess=256 << 10):
         """Reads whole values into arena buffers: returns one (ArenaBuffer, length) or None per
@@ -222,17 +225,17 @@ class Staging:
             return length
 
         n = len(keys)
-        self._read(keys, [first_guess] * n, [self.arena_bytes] * n, keep, out,
+        todo = [i for i in range(n) if not out[i]]
+        self._read(keys, [first_guess] * n, [self.arena_bytes] * n, keep, out, todo,
                    keep_buffers=True)
         return found
 
-    def _read(self, keys, first, capacity, deliver, out, keep_buffers=False):
-        """Gets every key whose out[i] is 0 into arena buffers of min(first[i], budget) bytes,
-        calls deliver(i, buffer, length) -> code for each value read, and fetches again, at its
-        exact size, each value that was larger than its first buffer but fits capacity[i]."""
+    def _read(self, keys, first, capacity, deliver, out, todo, keep_buffers=False):
+        """Gets every key of ``todo`` into arena buffers of min(first[i], budget) bytes, calls
+        deliver(i, buffer, length) -> code for each value read, and fetches again, at its exact
+        size, each value that was larger than its first buffer but fits capacity[i]."""
         budget = self.gate.budget
         first = [min(f, budget) for f in first]
-        todo = [i for i in range(len(keys)) if not out[i]]
         again = []
         stop = 0
         for group, _ in _chunks(todo, first, budget):

@@ -20,7 +20,8 @@ import time
 import kvagent
 
 from . import _codes, _direct, _replicate, _setup, _staging
-from ._buffers import BufferHandle, MooncakeHostMemAllocator, RegisteredBuffers, handle_over
+from ._buffers import (BufferHandle, HostPools, MooncakeHostMemAllocator, RegisteredBuffers,
+                       handle_over)
 from ._replicate import ObjectDataType, ReplicaStatus, ReplicateConfig, SoftPinAction
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
@@ -45,6 +46,8 @@ def _int_list(values, what):
         items = list(values)
     except TypeError:
         raise TypeError("%s must be a list of ints" % what) from None
+    if all(type(v) is int for v in items) and (not items or min(items) >= 0):
+        return items  # the common case, checked in bulk
     for v in items:
         if not _is_int(v) or v < 0:
             raise TypeError("%s must hold ints >= 0, got %r" % (what, v))
@@ -121,6 +124,7 @@ class MooncakeDistributedStore:
         with self._lock:
             self._close_locked()
             self._settings = settings
+            self._pool_memory = MooncakeHostMemAllocator(settings.run_dir)
             return self._connect_locked()
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
@@ -622,14 +626,17 @@ class MooncakeDistributedStore:
             if why is not None:
                 log.error("key %.80r %s", k, why)
                 out[i] = _codes.INVALID_PARAMS
-            elif isinstance(src, list):
+            elif type(src) is list:
+                if len(src) == 1 and src[0][0] and src[0][1]:
+                    continue  # one range with an address and a size: the common case
                 if any(a == 0 for a, s in src if s) or not sum(s for _, s in src):
                     log.error("value of %.80r: a null buffer, or no bytes at all", k)
                     out[i] = _codes.INVALID_PARAMS
             elif memoryview(src).nbytes == 0:
                 log.error("value of %.80r is empty; kvagent stores 1 byte or more", k)
                 out[i] = _codes.INVALID_PARAMS
-        connection.values.write(keys, sources, plan, upsert, out)
+        for path, todo in self._routes(connection, sources, out):
+            path.write(keys, sources, plan, upsert, out, todo)
         return out
 
     def _read_into(self, keys, regions):
@@ -638,12 +645,27 @@ class MooncakeDistributedStore:
             return [self._unavailable_code()] * len(keys)
         out = [0] * len(keys)
         for i, k in enumerate(keys):
-            if _staging.key_error(k) is not None:
+            r = regions[i]
+            if len(r) == 1 and r[0][0] and r[0][1]:
+                bad = False  # one range with an address and a size: the common case
+            else:
+                bad = any(a == 0 for a, s in r if s) or not sum(s for _, s in r)
+            if bad or _staging.key_error(k) is not None:
                 out[i] = _codes.INVALID_PARAMS
-            elif any(a == 0 for a, s in regions[i] if s) or not sum(s for _, s in regions[i]):
-                out[i] = _codes.INVALID_PARAMS
-        connection.values.read_into(keys, regions, out)
+        for path, todo in self._routes(connection, regions, out):
+            path.read_into(keys, regions, out, todo)
         return out
+
+    @staticmethod
+    def _routes(connection, sources, out):
+        """(path, key indices) for every key still to do (out[i] == 0): keys whose bytes are
+        one range of a host pool in kvagent shared memory go through that pool's client (no
+        copy on this side), the others through this store's connection."""
+        pooled, rest = HostPools.owners(sources, [i for i, code in enumerate(out) if not code])
+        routes = [(_direct.DirectPath(client), todo) for client, todo in pooled.items()]
+        if rest:
+            routes.append((connection.values, rest))
+        return routes
 
     def _read_buffers(self, keys):
         connection = self._connected()
