@@ -127,7 +127,7 @@ typedef struct kv_connect_options {
   uint32_t call_timeout_ms;    /* default for calls that give none; 0: 30000 */
   uint32_t spin_us;            /* how long a waiting caller spins before it sleeps */
   uint32_t max_in_flight;      /* calls in flight at once (submit waits beyond); 0: 4096 */
-  /* Since 0.2. Non-zero: let the agent read and write this process's memory directly
+  /* Added after 0.1.0 (an older struct_size leaves these 0). Non-zero: let the agent read and write this process's memory directly
    * (process_vm_readv/writev), so values given as memory (kv_put_from, kv_get_into, and raw
    * bytes of kv_put) cross memory once, straight between this process and the node pool. The
    * agent grants it when it may read this process (same user, or CAP_SYS_PTRACE; under Yama
