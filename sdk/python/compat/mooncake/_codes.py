@@ -38,9 +38,7 @@ _FROM_KVAGENT = {
     _E.MASTER_UNAVAILABLE: RPC_FAIL,
     _E.INTERNAL: INTERNAL_ERROR,
 }
-_checksum = getattr(_E, "CHECKSUM_MISMATCH", None)  # present once the SDK knows the code
-if _checksum is not None:
-    _FROM_KVAGENT[_checksum] = CHECKSUM_MISMATCH
+_FROM_KVAGENT[_E.DATA_CORRUPTED] = CHECKSUM_MISMATCH  # every replica failed its checksum
 
 # Indexed by kvagent wire value, for the per-key loops.
 _TABLE = tuple(_FROM_KVAGENT.get(code, INTERNAL_ERROR) for code in _E)
