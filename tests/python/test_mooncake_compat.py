@@ -326,6 +326,22 @@ class PointerApiTest(AgentTestCase):
         self.assertEqual(store.batch_put_from([], [], []), [])
         self.assertEqual(store.batch_get_into([], [], []), [])
 
+    def test_a_bad_pointer_fails_only_its_key_and_the_agent_carries_on(self):
+        if os.environ.get("KVAGENT_MOONCAKE_PROCESS_MEMORY") == "0":
+            self.skipTest("without process memory the copy happens in this process")
+        store = self.store()
+        good = Memory(4096, pattern(13, 4096))
+        unmapped = 4096  # the first pages of an address space are never mapped
+        self.assertEqual(store.batch_put_from(["ok", "bad"], [good.address, unmapped],
+                                              [4096, 4096]), [0, INVALID_PARAMS])
+        self.assertEqual(store.batch_is_exist(["ok", "bad"]), [1, 0])
+        self.assertEqual(store.batch_get_into(["ok", "ok"], [good.address, unmapped],
+                                              [4096, 4096]), [4096, INVALID_PARAMS])
+        self.assertEqual(store.get_into("ok", unmapped, 4096), INVALID_PARAMS)
+        self.assertEqual(store.put_from("bad-2", unmapped, 100), INVALID_PARAMS)
+        self.assertEqual(store.get("ok"), pattern(13, 4096))  # the agent is still serving
+        self.assertEqual(store.health_check(), 0)
+
     def test_a_batch_larger_than_the_arena_is_stored_whole(self):
         store = self.store()
         count, size = 80, 1 << 20  # 80 MiB through a 64 MiB arena
