@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "kvagent/agent/request_handler.h"
 #include "data_moves.h"
+#include "kvagent/agent/request_handler.h"
 #include "pipeline_context.h"
 #include "process_memory.h"
 

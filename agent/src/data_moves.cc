@@ -39,7 +39,7 @@ const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
 }
 
 Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
-                                                         const OpStamp& stamp) {
+                                                        const OpStamp& stamp) {
   if (ctx.fence == nullptr) return transfer::PoolFence::LocalWrite();
   return ctx.fence->BeginLocalWrite(stamp.master_epoch, stamp.write_id);
 }

@@ -158,26 +158,25 @@ Result<uint32_t> ProcessMemory::Move(Ranges ranges, uint64_t offset, uint64_t le
   return crc;
 }
 
-Result<uint32_t> ProcessMemory::Read(Ranges ranges, uint64_t offset, uint8_t* dst,
-                                     uint64_t length, bool checksum) const {
+Result<uint32_t> ProcessMemory::Read(Ranges ranges, uint64_t offset, uint8_t* dst, uint64_t length,
+                                     bool checksum) const {
   if (!Alive()) return Unavailable(pid_);
-  return Move(ranges, offset, length, 0,
-              [&](uint64_t at, uint64_t n, std::span<const iovec> remote,
-                  uint32_t so_far) -> Result<uint32_t> {
-                iovec local{dst + at, n};
-                const ssize_t got =
-                    process_vm_readv(pid_, &local, 1, remote.data(), remote.size(), 0);
-                if (got != static_cast<ssize_t>(n)) {
-                  return InvalidParams(
-                      "bytes " + std::to_string(offset + at) + ".." +
-                      std::to_string(offset + at + n) + " of the value (at " +
-                      Hex(reinterpret_cast<uint64_t>(remote[0].iov_base)) +
-                      ") are not readable in the client process (" +
-                      std::strerror(got < 0 ? errno : EFAULT) + "); pass buffers of mapped memory");
-                }
-                // The chunk is in cache now: checksum it before the next one evicts it.
-                return checksum ? Crc32c(dst + at, n, so_far) : 0;
-              });
+  return Move(
+      ranges, offset, length, 0,
+      [&](uint64_t at, uint64_t n, std::span<const iovec> remote,
+          uint32_t so_far) -> Result<uint32_t> {
+        iovec local{dst + at, n};
+        const ssize_t got = process_vm_readv(pid_, &local, 1, remote.data(), remote.size(), 0);
+        if (got != static_cast<ssize_t>(n)) {
+          return InvalidParams(
+              "bytes " + std::to_string(offset + at) + ".." + std::to_string(offset + at + n) +
+              " of the value (at " + Hex(reinterpret_cast<uint64_t>(remote[0].iov_base)) +
+              ") are not readable in the client process (" +
+              std::strerror(got < 0 ? errno : EFAULT) + "); pass buffers of mapped memory");
+        }
+        // The chunk is in cache now: checksum it before the next one evicts it.
+        return checksum ? Crc32c(dst + at, n, so_far) : 0;
+      });
 }
 
 Result<uint32_t> ProcessMemory::Write(Ranges ranges, uint64_t offset, const uint8_t* src,

@@ -62,8 +62,8 @@ class ProcessMemory : public std::enable_shared_from_this<ProcessMemory> {
   // this process, e.g. the node pool) and returns their CRC32C (0 without `checksum`).
   // INVALID_PARAMS when part of the range is not readable in the client (the message names the
   // range), AGENT_UNAVAILABLE when the client process is gone.
-  [[nodiscard]] Result<uint32_t> Read(Ranges ranges, uint64_t offset, uint8_t* dst,
-                                      uint64_t length, bool checksum = true) const;
+  [[nodiscard]] Result<uint32_t> Read(Ranges ranges, uint64_t offset, uint8_t* dst, uint64_t length,
+                                      bool checksum = true) const;
 
   // Copies `length` bytes from `src` into bytes [offset, offset + length) of the value's ranges
   // in the client and returns the CRC32C of the bytes of `src` (0 without `checksum`). Errors as

@@ -207,8 +207,8 @@ void ReadBatch::FailKey(uint32_t k, const Status& why) {
 void ReadBatch::DeliverPeerRead(const PartRead& read) {
   if (read.scratch == nullptr || held(keys_[read.key]).gone) return;
   const HeldRequest& h = held(keys_[read.key]);
-  Status moved = ClientValue(h.request, keys_[read.key].index)
-                     .FromPeer(read.dst, read.at, read.length);
+  Status moved =
+      ClientValue(h.request, keys_[read.key].index).FromPeer(read.dst, read.at, read.length);
   if (!moved.ok()) FailKey(read.key, moved);
 }
 

@@ -127,12 +127,13 @@ typedef struct kv_connect_options {
   uint32_t call_timeout_ms;    /* default for calls that give none; 0: 30000 */
   uint32_t spin_us;            /* how long a waiting caller spins before it sleeps */
   uint32_t max_in_flight;      /* calls in flight at once (submit waits beyond); 0: 4096 */
-  /* Added after 0.1.0 (an older struct_size leaves these 0). Non-zero: let the agent read and write this process's memory directly
-   * (process_vm_readv/writev), so values given as memory (kv_put_from, kv_get_into, and raw
-   * bytes of kv_put) cross memory once, straight between this process and the node pool. The
-   * agent grants it when it may read this process (same user, or CAP_SYS_PTRACE; under Yama
-   * ptrace_scope 1 the library names the agent with prctl(PR_SET_PTRACER)); see
-   * kv_client_process_memory. Without it such values are copied through the arena. */
+  /* Added after 0.1.0 (an older struct_size leaves these 0). Non-zero: let the agent read and write
+   * this process's memory directly (process_vm_readv/writev), so values given as memory
+   * (kv_put_from, kv_get_into, and raw bytes of kv_put) cross memory once, straight between this
+   * process and the node pool. The agent grants it when it may read this process (same user, or
+   * CAP_SYS_PTRACE; under Yama ptrace_scope 1 the library names the agent with
+   * prctl(PR_SET_PTRACER)); see kv_client_process_memory. Without it such values are copied through
+   * the arena. */
   uint8_t process_memory;
   /* With process_memory: arena bytes set aside for parts of values that travel to or from a
    * peer's pool; 0: a quarter of the arena, at most 64 MiB. */
