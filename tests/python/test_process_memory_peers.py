@@ -4,6 +4,8 @@ kvmaster, clients granted process memory on each. A put's part bound for a peer 
 the writer's peer scratch (a range of its arena) and written over the data plane; a get of a
 value held only by the peer lands in the reader's peer scratch and then in its memory. A
 scratch too small for a part fails that key with NO_SPACE, and nothing of it becomes readable.
+Puts through writes the agent reserved ahead at the kvmaster copy from the client's memory
+too; a key whose memory cannot be read fails alone and its reserved write goes back.
 
 Environment: KVAGENT, KVMASTER, KVCTL, KVAGENT_LIBKVCLIENT; PYTHONPATH with sdk/python and
 tests/python.
@@ -85,6 +87,41 @@ class PeersTest(unittest.TestCase):
         r = roomy.get_into(["big-on-a"], [(ctypes.addressof(big_out), len(value))])
         self.assertEqual(r.keys[0].code, kvagent.ErrorCode.OK, r.keys[0].message)
         self.assertEqual(big_out.raw, value)
+
+    def test_puts_through_reserved_writes_copy_from_memory_and_a_bad_pointer_gives_its_write_back(self):
+        # With a kvmaster the agent reserves writes of the sizes it sees; a put whose keys all
+        # find one copies from the client's memory at once and commits in one round trip.
+        a, agent = self.client(self.agents[0]), self.agents[0]
+        size = 64 << 10
+        bufs = [ctypes.create_string_buffer(pattern(10 + i, size), size) for i in range(4)]
+        ranges = [(ctypes.addressof(b), size) for b in bufs]
+        for round_ in range(3):  # the size repeats: the agent asks for writes of it
+            r = a.put_from([f"warm-{round_}-{i}" for i in range(4)], ranges)
+            self.assertEqual([k.code for k in r.keys], [kvagent.ErrorCode.OK] * 4)
+        wait_for(lambda: agent.counters().get("agent.reserved_writes", 0) >= 4,
+                 "writes of 64 KiB reserved ahead")
+        before = agent.counters()["agent.reserved_puts"]
+        unmapped = 4096  # never mapped in a process
+        r = a.put_from(["r0", "r1", "bad", "r3"],
+                       [ranges[0], ranges[1], (unmapped, size), ranges[3]])
+        self.assertEqual([k.code for k in r.keys],
+                         [kvagent.ErrorCode.OK, kvagent.ErrorCode.OK,
+                          kvagent.ErrorCode.INVALID_PARAMS, kvagent.ErrorCode.OK],
+                         [k.message for k in r.keys])
+        self.assertEqual(agent.counters()["agent.reserved_puts"], before + 3)
+        self.assertEqual([k.exists for k in a.exist(["r0", "r1", "bad", "r3"]).keys],
+                         [True, True, False, True])
+        out = ctypes.create_string_buffer(size)
+        for key, i in (("r0", 0), ("r1", 1), ("r3", 3)):
+            r = a.get_into([key], [(ctypes.addressof(out), size)])
+            self.assertEqual(r.keys[0].code, kvagent.ErrorCode.OK, r.keys[0].message)
+            self.assertEqual(out.raw, pattern(10 + i, size))
+        # The bad key's write went back: the key can be put at once, and reads back.
+        r = a.put_from(["bad"], [ranges[2]])
+        self.assertEqual(r.keys[0].code, kvagent.ErrorCode.OK, r.keys[0].message)
+        r = a.get_into(["bad"], [(ctypes.addressof(out), size)])
+        self.assertEqual(r.keys[0].code, kvagent.ErrorCode.OK, r.keys[0].message)
+        self.assertEqual(out.raw, pattern(12, size))
 
 
 if __name__ == "__main__":
