@@ -16,6 +16,7 @@ packages=(
   libcivetweb-dev
   libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
+  python3-torch
   iproute2 procps
   g++-aarch64-linux-gnu qemu-user-static
   prometheus lintian
