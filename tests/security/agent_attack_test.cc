@@ -307,7 +307,6 @@ class BodylessMaster {
       std::memcpy(aligned.data(), frames[2].data(), frames[2].size());
       const auto* request = flatbuffers::GetRoot<mp::Request>(aligned.data());
       flatbuffers::FlatBufferBuilder b;
-      mp::ReplyBuilder reply(b);
       switch (request->body_type()) {
         case mp::Body::RegisterAgent: {
           const auto body = mp::CreateRegisterAgentReply(b, 7, 1);
