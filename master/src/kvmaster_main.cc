@@ -152,7 +152,7 @@ void Declare(kvagent::FlagSet& flags, Flags& v) {
   kvagent::master::MasterServerOptions& opts = v.opts;
   kvagent::master::MasterOptions& m = opts.master;
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
-  flags.String("events", &opts.events, "ZMQ PUB endpoint of the KV events (EVENTS.md)");
+  flags.String("events", &opts.events, "ZMQ PUB endpoint of the KV events (docs/events.md)");
   flags.String("events-replay", &opts.events_replay,
                "ZMQ ROUTER endpoint answering event replay requests (empty: none)");
   flags.Uint("events-replay-batches", &v.replay_batches, "event batches kept for replay");
