@@ -1,6 +1,8 @@
 # kvagent: the user's entry points. `make demo` and `make test` work on a fresh Debian 12 machine.
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
+TSAN_DIR  ?= build-tsan
+CROSS_DIR ?= build-aarch64
 FUZZ_DIR  ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS      ?= $(shell nproc)
@@ -11,7 +13,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test fuzz format clean package install
+.PHONY: all deps configure build test bench demo asan-test tsan-test cross-aarch64 fuzz format clean package install
 
 all: build
 
@@ -51,6 +53,15 @@ asan-test: deps
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE no_sanitizer
 
+# The tests again under ThreadSanitizer (run by CI): a race anywhere in our code, the tests or
+# the binaries they start fails the test. scripts/tsan-test.sh says what runs and why.
+tsan-test: deps
+	@scripts/tsan-test.sh $(TSAN_DIR) $(JOBS) $(CMAKE_FLAGS)
+
+# The SDK side cross-compiled for aarch64, its per-architecture tests run under qemu (run by CI).
+cross-aarch64: deps
+	@scripts/cross-aarch64.sh $(CROSS_DIR) $(JOBS) $(CMAKE_FLAGS)
+
 # libFuzzer (clang-14) on every boundary decoder, FUZZ_SECONDS (60) per harness, from the seed
 # corpora in fuzz/corpus; crashes land in $(FUZZ_DIR)/fuzz-artifacts.
 fuzz: deps
@@ -62,4 +73,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)
+	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(CROSS_DIR) $(FUZZ_DIR)

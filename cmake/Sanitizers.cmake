@@ -1,9 +1,22 @@
 # KVAGENT_SANITIZE=ON builds everything with AddressSanitizer + UndefinedBehaviorSanitizer.
 option(KVAGENT_SANITIZE "Build with ASan + UBSan" OFF)
+# KVAGENT_TSAN=ON builds everything with ThreadSanitizer (`make tsan-test`).
+option(KVAGENT_TSAN "Build with ThreadSanitizer" OFF)
+if(KVAGENT_SANITIZE AND KVAGENT_TSAN)
+  message(FATAL_ERROR "KVAGENT_SANITIZE and KVAGENT_TSAN exclude each other; use two build dirs")
+endif()
 if(KVAGENT_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=address,undefined)
   add_compile_definitions(KVAGENT_SANITIZE=1)
+endif()
+if(KVAGENT_TSAN)
+  # -Wno-tsan: TSan does not model standalone fences (GCC warns at each). Ours (ipc/frame_ring.cc,
+  # the sleep protocol's Dekker pairs) only order a sleep flag against a re-check; every byte they
+  # guard is published with release/acquire atomics, which TSan does follow.
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -Wno-tsan)
+  add_link_options(-fsanitize=thread)
+  add_compile_definitions(KVAGENT_TSAN=1)
 endif()
 
 # KVAGENT_FUZZ=ON (clang): every library instrumented for libFuzzer, with ASan + UBSan, and the

@@ -18,6 +18,7 @@ packages=(
   python3 python3-msgpack python3-zmq
   python3-torch
   iproute2 procps
+  g++-aarch64-linux-gnu qemu-user-static
   prometheus lintian
   clang-14 libclang-rt-14-dev
 )

@@ -156,6 +156,7 @@ class ReadBatch final : public Batch {
     uint32_t checksum = 0;
     bool checksummed = false;
     bool corrupt_seen = false;  // some replica's bytes failed the checksum
+    bool failed_seen = false;   // some replica could not be read at all
     std::vector<Replica> left;  // in the order to try them
     // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
     std::shared_ptr<ProcessMemory::ScratchRange> scratch;

@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data_plane.h"
 #include "kvagent/agent/master_port.h"
 #include "kvagent/agent/request_handler.h"
 #include "kvagent/common/metrics.h"
 #include "kvagent/transfer/node_pool.h"
-#include "kvagent/transfer/transfer_engine.h"
 #include "phase_latency.h"
 
 namespace kvagent::agent {
@@ -61,11 +61,11 @@ struct PipelineCounters {
   Count master_failures;               // master calls that failed (unreachable, timeout)
   Count abandoned_requests;            // requests of clients that left before completion
   Count expired_keys;                  // keys answered TIMEOUT: the caller's deadline passed
-  Count checksum_mismatches;          // replicas read whose bytes failed their checksum
-  Count corrupted_keys;               // gets answered DATA_CORRUPTED (every replica failed)
-  Count degraded_puts;                // puts stored with fewer replicas than asked
-  Count fenced_local_writes;          // local copies the pool fence refused
-  Count reserved_puts;                // keys put with one master round trip (reserved writes)
+  Count checksum_mismatches;           // replicas read whose bytes failed their checksum
+  Count corrupted_keys;                // gets answered DATA_CORRUPTED (every replica failed)
+  Count degraded_puts;                 // puts stored with fewer replicas than asked
+  Count fenced_local_writes;           // local copies the pool fence refused
+  Count reserved_puts;                 // keys put with one master round trip (reserved writes)
 };
 
 // A request held by a batch, with the answer under construction.
@@ -101,7 +101,7 @@ struct KeyRef {
 // no transfer uses it any more.
 class ArenaRegistry {
  public:
-  explicit ArenaRegistry(transfer::TransferEngine* engine) : engine_(engine) {}
+  explicit ArenaRegistry(DataPlane* engine) : engine_(engine) {}
   // Registers the client's arena if needed and counts one more transfer batch using it.
   [[nodiscard]] Status Acquire(const ClientRequest& request);
   void Release(ClientId client);
@@ -114,14 +114,14 @@ class ArenaRegistry {
     bool gone = false;
   };
   void Unregister(ClientId client, Entry& entry);
-  transfer::TransferEngine* engine_;
+  DataPlane* engine_;
   std::unordered_map<ClientId, Entry> entries_;
 };
 
 struct PipelineContext {
   MasterPort* master = nullptr;
   transfer::NodePool* pool = nullptr;
-  transfer::TransferEngine* engine = nullptr;
+  DataPlane* engine = nullptr;
   // Which writes may still land in this node's pool; local copies ask it too (may be null in
   // tests of the pipeline alone: no fencing of local copies).
   const transfer::PoolFence* fence = nullptr;

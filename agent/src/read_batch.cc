@@ -7,8 +7,9 @@
 // from a peer. A replica that fails its read or its checksum is followed by the part's next
 // replica; a corrupt one is counted, logged and reported to the master, which drops it (and the
 // object with its last replica). The key fails only when no replica gave good bytes: with
-// DATA_CORRUPTED when every replica that answered was corrupt, else TRANSFER_FAILED. A get never
-// answers OK with bytes other than those stored.
+// DATA_CORRUPTED when every replica was read and was corrupt, else TRANSFER_FAILED (a replica
+// that could not be read may still hold the value). A get never answers OK with bytes other than
+// those stored.
 //
 // A Get whose read lease expired before its bytes were all in the client's buffer fails with
 // TIMEOUT (SEMANTICS: "A Get whose lease expired during the transfer fails"): once the lease is
@@ -141,6 +142,7 @@ void ReadBatch::ReadPart(PartRead read) {
     Result<uint32_t> copied = target.FromPool(ctx_, local.offset, read.at, read.length);
     if (!copied.ok()) {
       if (ClientMemoryFailed(copied.status())) return FailKey(read.key, copied.status());
+      read.failed_seen = true;
       last = copied.status();
       continue;
     }
@@ -182,7 +184,9 @@ void ReadBatch::PartFailed(const PartRead& read, const Status& last) {
   if (!copied_[k]) return;  // another part failed already
   copied_[k] = 0;
   HeldRequest& h = held(keys_[k]);
-  if (read.corrupt_seen && last.code() == ErrorCode::kDataCorrupted) {
+  // Corrupt only when every replica was read and none matched: a replica that could not be
+  // read (or was not tried) may still hold the value, so that is a failed transfer (retry).
+  if (read.corrupt_seen && !read.failed_seen && read.left.empty()) {
     ++ctx_.counters.corrupted_keys;
     h.SetKey(keys_[k].index, ErrorCode::kDataCorrupted,
              "every replica of part " + std::to_string(read.part) +
@@ -223,6 +227,7 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
     PartRead& read = reads[i];
     if (!copied_[read.key]) continue;  // the key failed already
     Status last = results[i];
+    if (!last.ok()) read.failed_seen = true;
     if (last.ok()) {
       const uint32_t crc = read.checksummed ? Crc32c(read.dst, read.length) : 0;
       if (Verified(read, tried[i], crc)) {

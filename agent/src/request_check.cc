@@ -131,16 +131,8 @@ Status CheckWrite(const proto::Request& req, size_t key_count, uint64_t arena_by
 }
 
 Status CheckListArguments(const proto::Request& req) {
-  const std::string_view prefix = View(req.prefix());
-  if (prefix.size() > kMaxKeyBytes || !IsValidUtf8(prefix)) {
-    return InvalidParams("prefix must be valid UTF-8 of at most " + std::to_string(kMaxKeyBytes) +
-                         " bytes (a key prefix)");
-  }
-  if (req.limit() > kMaxListLimit) {
-    return InvalidParams("limit " + std::to_string(req.limit()) + " is above " +
-                         std::to_string(kMaxListLimit) + "; page with next_cursor instead");
-  }
-  return Status::Ok();
+  KVAGENT_RETURN_IF_ERROR(ValidateListPrefix(View(req.prefix())));
+  return ValidateListLimit(req.limit());
 }
 
 // What the Verifier leaves to the reader: vectors of 8-byte structs aligned for them, and a
@@ -221,11 +213,7 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
       if (Count(req.session_ids()) == 1) {
         KVAGENT_RETURN_IF_ERROR(ValidateSessionId(View(req.session_ids()->Get(0))));
       }
-      if (req.limit() > kMaxListLimit) {
-        return InvalidParams("limit " + std::to_string(req.limit()) + " is above " +
-                             std::to_string(kMaxListLimit) + "; page with next_cursor instead");
-      }
-      return Status::Ok();
+      return ValidateListLimit(req.limit());
     default:
       break;
   }

@@ -10,9 +10,6 @@
 
 namespace kvagent::agent {
 
-// Largest page a List request may ask for (keys).
-inline constexpr uint32_t kMaxListLimit = 10000;
-
 struct CheckedRequest {
   // The verified request, or null when the frame is not a valid Request FlatBuffer.
   const proto::Request* request = nullptr;

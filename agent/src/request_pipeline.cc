@@ -82,14 +82,20 @@ std::string RequestPipeline::StatusLine() const {
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                                  transfer::TransferEngine* engine, const transfer::PoolFence* fence,
                                  bool checksums)
-    : master_(std::move(master)) {
+    : RequestPipeline(std::move(master), pool, std::make_unique<EngineDataPlane>(engine), fence,
+                      checksums) {}
+
+RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
+                                 std::unique_ptr<DataPlane> data_plane,
+                                 const transfer::PoolFence* fence, bool checksums)
+    : master_(std::move(master)), data_plane_(std::move(data_plane)) {
   ctx_.master = master_.get();
   ctx_.pool = pool;
-  ctx_.engine = engine;
+  ctx_.engine = data_plane_.get();
   ctx_.fence = fence;
   ctx_.checksums = checksums;
   ctx_.gate = std::make_shared<ServiceGate>();
-  ctx_.arenas = std::make_unique<ArenaRegistry>(engine);
+  ctx_.arenas = std::make_unique<ArenaRegistry>(data_plane_.get());
 }
 
 RequestPipeline::~RequestPipeline() {

@@ -38,6 +38,10 @@ class RequestPipeline final : public RequestHandler {
   RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                   transfer::TransferEngine* engine, const transfer::PoolFence* fence = nullptr,
                   bool checksums = true);
+  // The same over any data plane (the pipeline's unit tests give it a test double).
+  RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
+                  std::unique_ptr<DataPlane> data_plane, const transfer::PoolFence* fence,
+                  bool checksums);
   ~RequestPipeline() override;
   RequestPipeline(const RequestPipeline&) = delete;
   RequestPipeline& operator=(const RequestPipeline&) = delete;
@@ -56,7 +60,7 @@ class RequestPipeline final : public RequestHandler {
   // endpoint calls it).
   std::vector<Counter> Counters(size_t clients) const;
   // The data plane, for its own counters.
-  const transfer::TransferEngine& engine() const { return *ctx_.engine; }
+  const DataPlane& data_plane() const { return *ctx_.engine; }
   // One line for systemd's STATUS= (service thread): clients, requests so far, the master link.
   std::string StatusLine() const;
   // Put/get phase histograms (any thread may read them).
@@ -80,6 +84,7 @@ class RequestPipeline final : public RequestHandler {
   void Sweep();
 
   std::unique_ptr<MasterPort> master_;
+  std::unique_ptr<DataPlane> data_plane_;
   PipelineContext ctx_;
   MasterMessages messages_;
   std::unique_ptr<WriteReservations> reservations_;

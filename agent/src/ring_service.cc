@@ -295,10 +295,14 @@ void RingService::Sleep() {
   }
   if (!has_work) {
     const ipc::WaitResult r = ipc::FutexWaitMany(waiters, timeout);
-    if (r == ipc::WaitResult::kUnsupported) {
+    if (r == ipc::WaitResult::kUnsupported || r == ipc::WaitResult::kTooManyWaiters) {
       if (!waitv_unsupported_logged_) {
-        LOG(WARNING) << "futex_waitv is not available (Linux < 5.16): the idle agent polls "
-                        "every 200 us instead of sleeping until work arrives";
+        LOG_IF(WARNING, r == ipc::WaitResult::kUnsupported)
+            << "futex_waitv is not available (Linux < 5.16): the idle agent polls every 200 us "
+               "instead of sleeping until work arrives";
+        LOG_IF(ERROR, r == ipc::WaitResult::kTooManyWaiters)
+            << waiters.size() << " wake words are more than one futex_waitv watches ("
+            << ipc::kMaxFutexWaiters << "): the idle agent polls every 200 us; report this bug";
         waitv_unsupported_logged_ = true;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -15,7 +15,9 @@
 namespace kvagent::agent {
 
 // Copies `n` bytes from `src` to `dst` (no overlap). The bytes are visible to other threads and
-// processes once it returns (a store fence ends the streaming stores).
+// processes once it returns. Per architecture: SSE2 streaming stores and a store fence on x86-64,
+// STNP (store pair, non-temporal) on aarch64, which barriers order like any store; memcpy
+// elsewhere.
 void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n);
 
 }  // namespace kvagent::agent

@@ -39,6 +39,7 @@
 #include "event_replay.h"
 #include "event_socket.h"
 #include "kvagent/common/curve_auth.h"
+#include "kvagent/common/unique_fd.h"
 #include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
@@ -75,26 +76,21 @@ void RemoveIpcFile(const std::string& endpoint) {
 class WakeFd {
  public:
   WakeFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~WakeFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
 
-  bool ok() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
+  bool ok() const { return fd_.valid(); }
+  int fd() const { return fd_.get(); }
   void Notify() {
     const uint64_t one = 1;
     // EAGAIN only when the counter is about to overflow: the thread is awake anyway.
-    [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof one);
+    [[maybe_unused]] ssize_t n = write(fd_.get(), &one, sizeof one);
   }
   void Drain() {
     uint64_t count = 0;
-    [[maybe_unused]] ssize_t n = read(fd_, &count, sizeof count);
+    [[maybe_unused]] ssize_t n = read(fd_.get(), &count, sizeof count);
   }
 
  private:
-  int fd_;
+  UniqueFd fd_;
 };
 
 struct EncodedPayload {

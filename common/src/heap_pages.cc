@@ -49,7 +49,9 @@ void PreferHugePageHeap(char** argv) {
   tunables += kTunable;
   if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
   // Exec the binary by its real path, not /proc/self/exe: the kernel names the process after
-  // the file exec'd (comm), and other kvagents recognise a live agent by that name.
+  // the file exec'd (comm), and operators find kvagent and kvmaster by that name (ps, pgrep,
+  // systemd's status). (A starting agent tells a live agent's segments by its pid alone:
+  // ipc/segment.h, RemoveStaleSegments.)
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {

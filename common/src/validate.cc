@@ -96,6 +96,22 @@ Status ValidateSessionId(std::string_view session_id, std::string_view what) {
   return Status::Ok();
 }
 
+Status ValidateListPrefix(std::string_view prefix) {
+  if (prefix.size() > kMaxKeyBytes || !IsValidUtf8(prefix)) {
+    return InvalidParams("the prefix must be valid UTF-8 of at most " +
+                         std::to_string(kMaxKeyBytes) + " bytes (a key prefix)");
+  }
+  return Status::Ok();
+}
+
+Status ValidateListLimit(uint32_t limit) {
+  if (limit > kMaxListLimit) {
+    return InvalidParams("limit " + std::to_string(limit) + " is above " +
+                         std::to_string(kMaxListLimit) + "; page with next_cursor instead");
+  }
+  return Status::Ok();
+}
+
 Status ValidateBufferRef(uint64_t offset, uint64_t length, uint64_t arena_size,
                          std::string_view what) {
   if (offset > arena_size || length > arena_size - offset) {

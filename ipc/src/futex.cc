@@ -59,8 +59,9 @@ int FutexWake(const std::atomic<uint32_t>* word, int count, FutexScope scope) {
 }
 
 WaitResult FutexWaitMany(std::span<const FutexWaiter> waiters, std::chrono::nanoseconds timeout) {
+  if (waiters.size() > kMaxFutexWaiters) return WaitResult::kTooManyWaiters;
   futex_waitv vec[kMaxFutexWaiters] = {};
-  const size_t n = waiters.size() < kMaxFutexWaiters ? waiters.size() : kMaxFutexWaiters;
+  const size_t n = waiters.size();
   for (size_t i = 0; i < n; ++i) {
     vec[i].val = waiters[i].expected;
     vec[i].uaddr = reinterpret_cast<uintptr_t>(Addr(waiters[i].word));

@@ -10,30 +10,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvagent/common/errno_text.h"
+
 namespace kvagent::ipc {
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    fd_ = other.Release();
-  }
-  return *this;
-}
-
-int UniqueFd::Release() {
-  int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void UniqueFd::Reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 namespace {
-
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 Result<sockaddr_un> Address(const std::string& path) {
   sockaddr_un addr{};
@@ -63,7 +44,7 @@ Result<UniqueFd> ConnectUnix(const std::string& path) {
   auto addr = Address(path);
   if (!addr.ok()) return addr.status();
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return Internal(Errno("socket"));
+  if (!fd.valid()) return Internal(WithErrno("socket"));
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
     return Status(ErrorCode::kAgentUnavailable,
                   "no agent listens on " + path + " (" + std::strerror(errno) +
@@ -90,14 +71,14 @@ Result<UniqueFd> ListenUnix(const std::string& path) {
   if (!staging_addr.ok()) return staging_addr.status();
   ::unlink(staging.c_str());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return Internal(Errno("socket"));
+  if (!fd.valid()) return Internal(WithErrno("socket"));
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*staging_addr), sizeof(*staging_addr)) !=
       0) {
-    return Internal(Errno(("bind " + staging).c_str()));
+    return Internal(WithErrno("bind " + staging));
   }
   ::chmod(staging.c_str(), 0666);
   if (::listen(fd.get(), SOMAXCONN) != 0 || ::rename(staging.c_str(), path.c_str()) != 0) {
-    const std::string error = Errno(("listen on " + path).c_str());
+    const std::string error = WithErrno("listen on " + path);
     ::unlink(staging.c_str());
     return Internal(error);
   }
@@ -112,7 +93,7 @@ Result<PeerCredentials> GetPeerCredentials(int fd) {
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    return Internal(Errno("getsockopt(SO_PEERCRED)"));
+    return Internal(WithErrno("getsockopt(SO_PEERCRED)"));
   }
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
 }
@@ -157,7 +138,7 @@ Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::millis
     } else if (rc < 0 && errno == EAGAIN) {
       if (!PollFor(fd, POLLOUT, timeout)) return Status(ErrorCode::kTimeout, "send timed out");
     } else {
-      return Status(ErrorCode::kAgentUnavailable, Errno("the peer closed the connection"));
+      return Status(ErrorCode::kAgentUnavailable, WithErrno("the peer closed the connection"));
     }
   }
   return Status::Ok();
@@ -178,7 +159,17 @@ Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds ti
         return Status(ErrorCode::kAgentUnavailable,
                       "the agent closed the connection during the handshake; see its log");
       case MessageReader::State::kError:
-        return Status(ErrorCode::kAgentUnavailable, "handshake read failed or was malformed");
+        if (reader.oversized() != 0) {
+          return Status(ErrorCode::kAgentUnavailable,
+                        "the agent's handshake message announces " +
+                            std::to_string(reader.oversized()) + " bytes, above the limit of " +
+                            std::to_string(kMaxHandshakeMessage) +
+                            "; it is not a kvagent this SDK can talk to (check the run dir and "
+                            "that agent and SDK are of the same release)");
+        }
+        return Status(ErrorCode::kAgentUnavailable,
+                      "reading the agent's handshake failed (a read error, or more bytes than a "
+                      "handshake holds); check the agent's log and retry");
       case MessageReader::State::kNeedMore:
         break;
     }
@@ -197,7 +188,10 @@ MessageReader::State MessageReader::Read(int fd) {
     if (buffer_.size() >= 4) {
       uint32_t n = 0;
       for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(buffer_[i]) << (8 * i);
-      if (n > kMaxHandshakeMessage) return State::kError;
+      if (n > kMaxHandshakeMessage) {
+        oversized_ = n;
+        return State::kError;
+      }
       if (buffer_.size() >= 4 + n) {
         message_.assign(buffer_.begin() + 4, buffer_.begin() + 4 + n);
         buffer_.erase(buffer_.begin(), buffer_.begin() + 4 + n);

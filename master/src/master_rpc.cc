@@ -117,6 +117,57 @@ MasterRpc::MasterRpc(MasterService* service)
 
 MasterRpc::~MasterRpc() = default;
 
+using Reply = std::span<const uint8_t>;
+
+// One request, after verification and the shape checks: a step per body type, each reading its
+// message into the service's request types and building the reply from the service's result
+// containers in the scratch.
+class MasterRpc::Call {
+ public:
+  Call(MasterRpc& rpc, uint64_t id)
+      : rpc_(rpc), service_(*rpc.service_), s_(*rpc.scratch_), b_(s_.builder), id_(id) {}
+
+  Reply Dispatch(const fb::Request& req);
+  // A refused request: counted in bad_requests, nothing changed.
+  Reply Bad(Status status) {
+    service_.CountBadRequest();
+    return Finish(b_, id_, status, fb::ReplyBody::NONE, 0);
+  }
+
+ private:
+  // Replies built from the service's result containers.
+  Reply PlacementReply(const Status& status);
+  Reply CodesReply(const Status& status, uint64_t removed_count);
+
+  // Typed views of the messages (spans into the message and the scratch).
+  WriteStartRequest ReadStart(const fb::WriteStart* m);
+  WriteEndRequest ReadFinish(const fb::WriteFinish* m, std::span<const std::string_view> keys);
+
+  Reply RegisterAgent(const fb::RegisterAgent* m);
+  Reply MountSegment(const fb::MountSegment* m);
+  Reply Heartbeat(const fb::Heartbeat* m);
+  Reply WriteStart(const fb::WriteStart* m, bool upsert);
+  Reply WriteEnd(const fb::WriteFinish* m);
+  Reply WriteRevoke(const fb::WriteFinish* m);
+  Reply WriteCommit(const fb::WriteCommit* m);
+  Reply ReserveWrites(const fb::ReserveWrites* m);
+  Reply ReportBadReplicas(const fb::ReportBadReplicas* m);
+  Reply BatchGet(const fb::BatchGet* m);
+  Reply BatchExist(const fb::BatchExist* m);
+  Reply BatchRemove(const fb::BatchRemove* m);
+  Reply RemoveAll(const fb::RemoveAll* m);
+  Reply ListKeys(const fb::ListKeys* m);
+  Reply SessionStats(const fb::SessionStats* m);
+  Reply Stats();
+  Reply Replicate(const fb::Replicate* m);
+
+  MasterRpc& rpc_;
+  MasterService& service_;
+  Scratch& s_;
+  Builder& b_;
+  const uint64_t id_;
+};
+
 std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
@@ -139,326 +190,358 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
                   fb::ReplyBody::NONE, 0);
   }
   const fb::Request* req = fb::GetRequest(request.data());
-  const uint64_t id = req->request_id();
+  Call call(*this, req->request_id());
+  if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return call.Bad(shape);
+  return call.Dispatch(*req);
+}
 
-  // Per-key replies (placements or codes) from the service's result containers.
-  auto placement_reply = [&](const Status& status) {
-    const PlacementBatch& pb = s.placement_batch;
-    auto [codes, msgs] = BuildCodes(b, pb.results, &s.codes, &s.strings);
-    s.placements.clear();
-    s.segment_ids.clear();
-    for (const Placement& p : pb.placements) {
-      s.placements.emplace_back(p.part, p.segment_id, p.offset, p.length, p.checksum,
-                                p.checksummed);
-      s.segment_ids.push_back(p.segment_id);
-    }
-    std::sort(s.segment_ids.begin(), s.segment_ids.end());
-    s.segment_ids.erase(std::unique(s.segment_ids.begin(), s.segment_ids.end()),
-                        s.segment_ids.end());
-    s.segments.clear();
-    for (SegmentId sid : s.segment_ids) {
-      auto view = service_->FindSegment(sid);
-      if (!view) continue;
-      std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
-      for (const std::string& ep : view->endpoints) eps.push_back(b.CreateString(ep));
-      s.segments.push_back(
-          fb::CreateSegmentInfo(b, sid, view->agent, b.CreateVector(eps), view->incarnation));
-    }
-    auto first = b.CreateVector(pb.first);
-    auto placements = b.CreateVectorOfStructs(s.placements);
-    auto segments = b.CreateVector(s.segments);
-    auto sizes = pb.sizes.empty() ? 0 : b.CreateVector(pb.sizes).o;
-    auto write_ids = pb.write_ids.empty() ? 0 : b.CreateVector(pb.write_ids).o;
-    fb::PlacementReplyBuilder r(b);
-    r.add_codes(codes);
-    if (!msgs.IsNull()) r.add_messages(msgs);
-    r.add_first(first);
-    r.add_placements(placements);
-    r.add_segments(segments);
-    if (sizes) r.add_sizes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(sizes));
-    if (write_ids) {
-      r.add_write_ids(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(write_ids));
-    }
-    r.add_lease_ttl_ms(pb.lease_ttl_ms);
-    r.add_master_epoch(service_->incarnation());
-    return Finish(b, id, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
-  };
-  auto codes_reply = [&](const Status& status, uint64_t removed_count) {
-    const KeyResults& kr = s.key_results;
-    auto [codes, msgs] = BuildCodes(b, kr.results, &s.codes, &s.strings);
-    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> exists;
-    if (!kr.exists.empty()) exists = b.CreateVector(kr.exists);
-    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> replicas;
-    if (!kr.replicas.empty()) replicas = b.CreateVector(kr.replicas);
-    fb::KeyCodesReplyBuilder r(b);
-    r.add_codes(codes);
-    if (!msgs.IsNull()) r.add_messages(msgs);
-    if (!exists.IsNull()) r.add_exists(exists);
-    if (!replicas.IsNull()) r.add_replicas(replicas);
-    r.add_removed_count(removed_count);
-    return Finish(b, id, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
-  };
-  auto bad = [&](Status status) {
-    service_->CountBadRequest();
-    return Finish(b, id, status, fb::ReplyBody::NONE, 0);
-  };
-  // The typed view of a WriteStart (spans into the message and the scratch).
-  auto read_start = [&](const fb::WriteStart* m) {
-    CollectStrings(m->keys(), &s.keys);
-    CollectStrings(m->session_ids(), &s.sessions);
-    s.blocks.clear();
-    s.hashes.clear();
-    if (const auto* blocks = m->blocks()) {
-      // One flat hash store for the whole batch; reserved first so the views stay valid.
-      size_t total = 0;
-      for (const fb::BlockMeta* bm : *blocks) {
-        total += bm->block_hashes() ? bm->block_hashes()->size() : 0;
-      }
-      s.hashes.reserve(total);
-      for (const fb::BlockMeta* bm : *blocks) {
-        BlockMetaView v;
-        const size_t start = s.hashes.size();
-        if (bm->block_hashes()) {
-          for (const fb::BlockHash* h : *bm->block_hashes()) {
-            s.hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
-          }
-        }
-        v.block_hashes = std::span(s.hashes).subspan(start, s.hashes.size() - start);
-        if (bm->parent_block_hash() && bm->parent_block_hash()->size() > 0) {
-          const fb::BlockHash* p = bm->parent_block_hash()->Get(0);
-          v.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
-        }
-        v.token_ids = SpanOf(bm->token_ids());
-        v.block_size = bm->block_size();
-        if (bm->lora_name()) v.lora_name = bm->lora_name()->string_view();
-        s.blocks.push_back(v);
-      }
-    }
-    WriteStartRequest w;
-    w.agent = m->agent_id();
-    w.keys = s.keys;
-    w.sizes = SpanOf(m->sizes());
-    w.session_ids = s.sessions;
-    w.blocks = s.blocks;
-    if (const fb::WriteOptions* o = m->options()) {
-      w.options.replica_count = o->replica_count();
-      w.options.soft_pin = o->soft_pin();
-      w.options.soft_pin_ttl_ms = o->soft_pin_ttl_ms();
-      w.options.hard_pin = o->hard_pin();
-    }
-    return w;
-  };
-  auto write_start = [&](const fb::WriteStart* m, bool upsert) {
-    const WriteStartRequest w = read_start(m);
-    Status st = upsert ? service_->BatchUpsertStart(w, &s.placement_batch)
-                       : service_->BatchPutStart(w, &s.placement_batch);
-    return placement_reply(st);
-  };
-  // The typed view of a WriteFinish for `keys`.
-  auto read_finish = [&](const fb::WriteFinish* m, std::span<const std::string_view> keys) {
-    WriteEndRequest w;
-    w.agent = m->agent_id();
-    w.keys = keys;
-    w.write_ids = SpanOf(m->write_ids());
-    w.part_counts = SpanOf(m->part_counts());
-    w.checksums = SpanOf(m->checksums());
-    s.failed.clear();
-    if (const auto* failed = m->failed()) {
-      s.failed.reserve(failed->size());
-      for (const fb::FailedReplica* f : *failed) {
-        s.failed.push_back(FailedReplica{f->key(), f->part(), f->segment_id()});
-      }
-    }
-    w.failed = s.failed;
-    return w;
-  };
-  auto write_end = [&](const fb::WriteFinish* m) {
-    CollectStrings(m->keys(), &s.keys);
-    return codes_reply(service_->BatchPutEnd(read_finish(m, s.keys), &s.key_results), 0);
-  };
-  auto write_commit = [&](const fb::WriteCommit* m) {
-    if (m == nullptr || m->start() == nullptr || m->finish() == nullptr) {
-      return bad(InvalidParams("BatchPutCommit needs its start and its finish"));
-    }
-    WriteCommitRequest c;
-    c.start = read_start(m->start());
-    c.finish = read_finish(m->finish(), s.keys);  // the start's keys
-    if (c.finish.agent != c.start.agent) {
-      return bad(InvalidParams("a commit's start and finish name different agents"));
-    }
-    c.master_epoch = m->master_epoch();
-    return codes_reply(service_->BatchPutCommit(c, &s.key_results), 0);
-  };
-  auto reserve_writes = [&](const fb::ReserveWrites* m) {
-    if (m == nullptr) return bad(InvalidParams("ReserveWrites without its body"));
-    ReserveWritesRequest r;
-    r.agent = m->agent_id();
-    r.size = m->size();
-    r.replica_count = m->replica_count();
-    r.count = m->count();
-    r.returned = SpanOf(m->returned());
-    return placement_reply(service_->ReserveWrites(r, &s.placement_batch));
-  };
-  auto write_revoke = [&](const fb::WriteFinish* m) {
-    CollectStrings(m->keys(), &s.keys);
-    return codes_reply(
-        service_->BatchPutRevoke(m->agent_id(), s.keys, SpanOf(m->write_ids()), &s.key_results), 0);
-  };
-
-  if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return bad(shape);
-
-  switch (req->body_type()) {
-    case fb::Body::RegisterAgent: {
-      const auto* m = req->body_as_RegisterAgent();
-      auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
-      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-                    fb::CreateRegisterAgentReplyDirect(
-                        b, r.value(), service_->incarnation(),
-                        events_endpoint_.empty() ? nullptr : events_endpoint_.c_str(),
-                        events_endpoint_.empty() ? nullptr : events_replay_endpoint_.c_str())
-                        .Union());
-    }
-    case fb::Body::MountSegment: {
-      const auto* m = req->body_as_MountSegment();
-      CollectStrings(m->endpoints(), &s.endpoints);
-      auto r = service_->MountSegment(m->agent_id(), m->segment_index(), m->size(), s.endpoints);
-      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::MountSegmentReply,
-                    fb::CreateMountSegmentReply(b, r->segment_id, r->restored_objects).Union());
-    }
-    case fb::Body::Heartbeat: {
-      const auto* m = req->body_as_Heartbeat();
-      const HeartbeatResult h = service_->Heartbeat(m->agent_id(), m->fence_ack());
-      auto fenced = h.fenced_writes.empty() ? 0 : b.CreateVector(h.fenced_writes).o;
-      fb::HeartbeatReplyBuilder r(b);
-      r.add_known(h.known);
-      r.add_fence_seq(h.fence_seq);
-      r.add_write_watermark(h.write_watermark);
-      if (fenced) r.add_fenced_writes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(fenced));
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
-    }
+Reply MasterRpc::Call::Dispatch(const fb::Request& req) {
+  switch (req.body_type()) {
+    case fb::Body::RegisterAgent:
+      return RegisterAgent(req.body_as_RegisterAgent());
+    case fb::Body::MountSegment:
+      return MountSegment(req.body_as_MountSegment());
+    case fb::Body::Heartbeat:
+      return Heartbeat(req.body_as_Heartbeat());
     case fb::Body::BatchPutStart:
-      return write_start(req->body_as_BatchPutStart(), false);
+      return WriteStart(req.body_as_BatchPutStart(), false);
     case fb::Body::BatchUpsertStart:
-      return write_start(req->body_as_BatchUpsertStart(), true);
+      return WriteStart(req.body_as_BatchUpsertStart(), true);
     case fb::Body::BatchPutEnd:
-      return write_end(req->body_as_BatchPutEnd());
+      return WriteEnd(req.body_as_BatchPutEnd());
     case fb::Body::BatchPutRevoke:
-      return write_revoke(req->body_as_BatchPutRevoke());
+      return WriteRevoke(req.body_as_BatchPutRevoke());
     case fb::Body::BatchUpsertEnd:
-      return write_end(req->body_as_BatchUpsertEnd());
+      return WriteEnd(req.body_as_BatchUpsertEnd());
     case fb::Body::BatchUpsertRevoke:
-      return write_revoke(req->body_as_BatchUpsertRevoke());
+      return WriteRevoke(req.body_as_BatchUpsertRevoke());
     case fb::Body::ReserveWrites:
-      return reserve_writes(req->body_as_ReserveWrites());
+      return ReserveWrites(req.body_as_ReserveWrites());
     case fb::Body::BatchPutCommit:
-      return write_commit(req->body_as_BatchPutCommit());
-    case fb::Body::ReportBadReplicas: {
-      const auto* m = req->body_as_ReportBadReplicas();
-      CollectStrings(m->keys(), &s.keys);
-      const auto versions = SpanOf(m->versions());
-      const auto parts = SpanOf(m->parts());
-      const auto segments = SpanOf(m->segment_ids());
-      if (versions.size() != s.keys.size() || parts.size() != s.keys.size() ||
-          segments.size() != s.keys.size()) {
-        return bad(
-            InvalidParams("ReportBadReplicas: keys, versions, parts and segment_ids must "
-                          "have the same length"));
-      }
-      s.bad.clear();
-      for (size_t i = 0; i < s.keys.size(); ++i) {
-        s.bad.push_back(BadReplica{s.keys[i], versions[i], parts[i], segments[i]});
-      }
-      return codes_reply(service_->ReportBadReplicas(s.bad, &s.key_results), 0);
-    }
-    case fb::Body::BatchGet: {
-      CollectStrings(req->body_as_BatchGet()->keys(), &s.keys);
-      return placement_reply(service_->BatchGet(s.keys, &s.placement_batch));
-    }
-    case fb::Body::BatchExist: {
-      CollectStrings(req->body_as_BatchExist()->keys(), &s.keys);
-      return codes_reply(service_->BatchExist(s.keys, &s.key_results), 0);
-    }
-    case fb::Body::BatchRemove: {
-      const auto* m = req->body_as_BatchRemove();
-      CollectStrings(m->keys(), &s.keys);
-      return codes_reply(service_->BatchRemove(s.keys, m->force(), &s.key_results), 0);
-    }
-    case fb::Body::RemoveAll: {
-      auto r = service_->RemoveAll(req->body_as_RemoveAll()->force());
-      s.key_results.Clear();
-      if (!r.ok()) return codes_reply(r.status(), 0);
-      return codes_reply(Status::Ok(), r.value());
-    }
-    case fb::Body::ListKeys: {
-      const auto* m = req->body_as_ListKeys();
-      const std::string_view prefix = m->prefix() ? m->prefix()->string_view() : "";
-      Status st = service_->ListKeys(m->cursor(), m->limit(), &s.page, prefix);
-      std::vector<flatbuffers::Offset<fb::ListedKey>> keys;
-      keys.reserve(s.page.keys.size());
-      for (const ListedKey& k : s.page.keys) {
-        auto key = b.CreateString(k.key);
-        auto session = k.session_id.empty() ? 0 : b.CreateString(k.session_id).o;
-        auto block = k.has_writer_meta ? EncodeBlockMeta(b, k.announcement).o : 0;
-        fb::ListedKeyBuilder lk(b);
-        lk.add_key(key);
-        lk.add_size(k.size);
-        if (session) lk.add_session_id(flatbuffers::Offset<flatbuffers::String>(session));
-        if (block) lk.add_block(flatbuffers::Offset<fb::BlockMeta>(block));
-        keys.push_back(lk.Finish());
-      }
-      auto body =
-          fb::CreateListKeysReply(b, b.CreateVector(keys), s.page.next_cursor, s.page.restarted);
-      return Finish(b, id, st, fb::ReplyBody::ListKeysReply, body.Union());
-    }
-    case fb::Body::SessionStats: {
-      const auto* m = req->body_as_SessionStats();
-      const std::string_view session =
-          m->session_id() ? m->session_id()->string_view() : std::string_view();
-      if (!session.empty()) {
-        if (Status st = ValidateSessionId(session); !st.ok()) return bad(st);
-      }
-      std::vector<MasterService::SessionUsage> usage;
-      uint64_t next_cursor = 0;
-      service_->SessionStats(session, m->cursor(), m->limit(), &usage, &next_cursor);
-      std::vector<flatbuffers::Offset<fb::SessionUsage>> out;
-      out.reserve(usage.size());
-      for (const MasterService::SessionUsage& u : usage) {
-        out.push_back(fb::CreateSessionUsageDirect(b, u.session_id.c_str(), u.blocks, u.bytes));
-      }
-      auto body = fb::CreateSessionStatsReply(b, b.CreateVector(out), next_cursor);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
-    }
-    case fb::Body::Stats: {
-      const std::vector<std::pair<std::string, uint64_t>> all = StatCounters();
-      std::vector<flatbuffers::Offset<flatbuffers::String>> names;
-      std::vector<uint64_t> values;
-      for (const auto& [n, v] : all) {
-        names.push_back(b.CreateString(n));
-        values.push_back(v);
-      }
-      auto body = fb::CreateStatsReply(b, b.CreateVector(names), b.CreateVector(values));
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
-    }
-    case fb::Body::Replicate: {
-      const auto* m = req->body_as_Replicate();
-      ReplicationPage page;
-      const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
-      Status st = service_->ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
-      if (!st.ok()) return Finish(b, id, st, fb::ReplyBody::NONE, 0);
-      auto records = b.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()),
-                                    page.records.size());
-      auto body = fb::CreateReplicateReply(b, service_->incarnation(), page.snapshot, page.last_seq,
-                                           records);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
-    }
+      return WriteCommit(req.body_as_BatchPutCommit());
+    case fb::Body::ReportBadReplicas:
+      return ReportBadReplicas(req.body_as_ReportBadReplicas());
+    case fb::Body::BatchGet:
+      return BatchGet(req.body_as_BatchGet());
+    case fb::Body::BatchExist:
+      return BatchExist(req.body_as_BatchExist());
+    case fb::Body::BatchRemove:
+      return BatchRemove(req.body_as_BatchRemove());
+    case fb::Body::RemoveAll:
+      return RemoveAll(req.body_as_RemoveAll());
+    case fb::Body::ListKeys:
+      return ListKeys(req.body_as_ListKeys());
+    case fb::Body::SessionStats:
+      return SessionStats(req.body_as_SessionStats());
+    case fb::Body::Stats:
+      return Stats();
+    case fb::Body::Replicate:
+      return Replicate(req.body_as_Replicate());
     default:
       break;
   }
-  return bad(InvalidParams("unknown request type " +
-                           std::to_string(static_cast<int>(req->body_type())) +
+  return Bad(InvalidParams("unknown request type " +
+                           std::to_string(static_cast<int>(req.body_type())) +
                            "; the master speaks master.fbs as of this build: upgrade it"));
+}
+
+Reply MasterRpc::Call::PlacementReply(const Status& status) {
+  const PlacementBatch& pb = s_.placement_batch;
+  auto [codes, msgs] = BuildCodes(b_, pb.results, &s_.codes, &s_.strings);
+  s_.placements.clear();
+  s_.segment_ids.clear();
+  for (const Placement& p : pb.placements) {
+    s_.placements.emplace_back(p.part, p.segment_id, p.offset, p.length, p.checksum, p.checksummed);
+    s_.segment_ids.push_back(p.segment_id);
+  }
+  std::sort(s_.segment_ids.begin(), s_.segment_ids.end());
+  s_.segment_ids.erase(std::unique(s_.segment_ids.begin(), s_.segment_ids.end()),
+                       s_.segment_ids.end());
+  s_.segments.clear();
+  for (SegmentId sid : s_.segment_ids) {
+    auto view = service_.FindSegment(sid);
+    if (!view) continue;
+    std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
+    for (const std::string& ep : view->endpoints) eps.push_back(b_.CreateString(ep));
+    s_.segments.push_back(
+        fb::CreateSegmentInfo(b_, sid, view->agent, b_.CreateVector(eps), view->incarnation));
+  }
+  auto first = b_.CreateVector(pb.first);
+  auto placements = b_.CreateVectorOfStructs(s_.placements);
+  auto segments = b_.CreateVector(s_.segments);
+  auto sizes = pb.sizes.empty() ? 0 : b_.CreateVector(pb.sizes).o;
+  auto write_ids = pb.write_ids.empty() ? 0 : b_.CreateVector(pb.write_ids).o;
+  fb::PlacementReplyBuilder r(b_);
+  r.add_codes(codes);
+  if (!msgs.IsNull()) r.add_messages(msgs);
+  r.add_first(first);
+  r.add_placements(placements);
+  r.add_segments(segments);
+  if (sizes) r.add_sizes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(sizes));
+  if (write_ids) {
+    r.add_write_ids(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(write_ids));
+  }
+  r.add_lease_ttl_ms(pb.lease_ttl_ms);
+  r.add_master_epoch(service_.incarnation());
+  return Finish(b_, id_, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
+}
+
+Reply MasterRpc::Call::CodesReply(const Status& status, uint64_t removed_count) {
+  const KeyResults& kr = s_.key_results;
+  auto [codes, msgs] = BuildCodes(b_, kr.results, &s_.codes, &s_.strings);
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> exists;
+  if (!kr.exists.empty()) exists = b_.CreateVector(kr.exists);
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> replicas;
+  if (!kr.replicas.empty()) replicas = b_.CreateVector(kr.replicas);
+  fb::KeyCodesReplyBuilder r(b_);
+  r.add_codes(codes);
+  if (!msgs.IsNull()) r.add_messages(msgs);
+  if (!exists.IsNull()) r.add_exists(exists);
+  if (!replicas.IsNull()) r.add_replicas(replicas);
+  r.add_removed_count(removed_count);
+  return Finish(b_, id_, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
+}
+
+WriteStartRequest MasterRpc::Call::ReadStart(const fb::WriteStart* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  CollectStrings(m->session_ids(), &s_.sessions);
+  s_.blocks.clear();
+  s_.hashes.clear();
+  if (const auto* blocks = m->blocks()) {
+    // One flat hash store for the whole batch; reserved first so the views stay valid.
+    size_t total = 0;
+    for (const fb::BlockMeta* bm : *blocks) {
+      total += bm->block_hashes() ? bm->block_hashes()->size() : 0;
+    }
+    s_.hashes.reserve(total);
+    for (const fb::BlockMeta* bm : *blocks) {
+      BlockMetaView v;
+      const size_t start = s_.hashes.size();
+      if (bm->block_hashes()) {
+        for (const fb::BlockHash* h : *bm->block_hashes()) {
+          s_.hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
+        }
+      }
+      v.block_hashes = std::span(s_.hashes).subspan(start, s_.hashes.size() - start);
+      if (bm->parent_block_hash() && bm->parent_block_hash()->size() > 0) {
+        const fb::BlockHash* p = bm->parent_block_hash()->Get(0);
+        v.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
+      }
+      v.token_ids = SpanOf(bm->token_ids());
+      v.block_size = bm->block_size();
+      if (bm->lora_name()) v.lora_name = bm->lora_name()->string_view();
+      s_.blocks.push_back(v);
+    }
+  }
+  WriteStartRequest w;
+  w.agent = m->agent_id();
+  w.keys = s_.keys;
+  w.sizes = SpanOf(m->sizes());
+  w.session_ids = s_.sessions;
+  w.blocks = s_.blocks;
+  if (const fb::WriteOptions* o = m->options()) {
+    w.options.replica_count = o->replica_count();
+    w.options.soft_pin = o->soft_pin();
+    w.options.soft_pin_ttl_ms = o->soft_pin_ttl_ms();
+    w.options.hard_pin = o->hard_pin();
+  }
+  return w;
+}
+
+WriteEndRequest MasterRpc::Call::ReadFinish(const fb::WriteFinish* m,
+                                            std::span<const std::string_view> keys) {
+  WriteEndRequest w;
+  w.agent = m->agent_id();
+  w.keys = keys;
+  w.write_ids = SpanOf(m->write_ids());
+  w.part_counts = SpanOf(m->part_counts());
+  w.checksums = SpanOf(m->checksums());
+  s_.failed.clear();
+  if (const auto* failed = m->failed()) {
+    s_.failed.reserve(failed->size());
+    for (const fb::FailedReplica* f : *failed) {
+      s_.failed.push_back(FailedReplica{f->key(), f->part(), f->segment_id()});
+    }
+  }
+  w.failed = s_.failed;
+  return w;
+}
+
+Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
+  auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
+  if (!r.ok()) return Finish(b_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  const std::string& events = rpc_.events_endpoint_;
+  return Finish(
+      b_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+      fb::CreateRegisterAgentReplyDirect(
+          b_, r.value(), service_.incarnation(), events.empty() ? nullptr : events.c_str(),
+          events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
+          .Union());
+}
+
+Reply MasterRpc::Call::MountSegment(const fb::MountSegment* m) {
+  CollectStrings(m->endpoints(), &s_.endpoints);
+  auto r = service_.MountSegment(m->agent_id(), m->segment_index(), m->size(), s_.endpoints);
+  if (!r.ok()) return Finish(b_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::MountSegmentReply,
+                fb::CreateMountSegmentReply(b_, r->segment_id, r->restored_objects).Union());
+}
+
+Reply MasterRpc::Call::Heartbeat(const fb::Heartbeat* m) {
+  const HeartbeatResult h = service_.Heartbeat(m->agent_id(), m->fence_ack());
+  auto fenced = h.fenced_writes.empty() ? 0 : b_.CreateVector(h.fenced_writes).o;
+  fb::HeartbeatReplyBuilder r(b_);
+  r.add_known(h.known);
+  r.add_fence_seq(h.fence_seq);
+  r.add_write_watermark(h.write_watermark);
+  if (fenced) r.add_fenced_writes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(fenced));
+  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
+}
+
+Reply MasterRpc::Call::WriteStart(const fb::WriteStart* m, bool upsert) {
+  const WriteStartRequest w = ReadStart(m);
+  Status st = upsert ? service_.BatchUpsertStart(w, &s_.placement_batch)
+                     : service_.BatchPutStart(w, &s_.placement_batch);
+  return PlacementReply(st);
+}
+
+Reply MasterRpc::Call::WriteEnd(const fb::WriteFinish* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  return CodesReply(service_.BatchPutEnd(ReadFinish(m, s_.keys), &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::WriteRevoke(const fb::WriteFinish* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  return CodesReply(
+      service_.BatchPutRevoke(m->agent_id(), s_.keys, SpanOf(m->write_ids()), &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::WriteCommit(const fb::WriteCommit* m) {
+  if (m == nullptr || m->start() == nullptr || m->finish() == nullptr) {
+    return Bad(InvalidParams("BatchPutCommit needs its start and its finish"));
+  }
+  WriteCommitRequest c;
+  c.start = ReadStart(m->start());
+  c.finish = ReadFinish(m->finish(), s_.keys);  // the start's keys
+  if (c.finish.agent != c.start.agent) {
+    return Bad(InvalidParams("a commit's start and finish name different agents"));
+  }
+  c.master_epoch = m->master_epoch();
+  return CodesReply(service_.BatchPutCommit(c, &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::ReserveWrites(const fb::ReserveWrites* m) {
+  if (m == nullptr) return Bad(InvalidParams("ReserveWrites without its body"));
+  ReserveWritesRequest r;
+  r.agent = m->agent_id();
+  r.size = m->size();
+  r.replica_count = m->replica_count();
+  r.count = m->count();
+  r.returned = SpanOf(m->returned());
+  return PlacementReply(service_.ReserveWrites(r, &s_.placement_batch));
+}
+
+Reply MasterRpc::Call::ReportBadReplicas(const fb::ReportBadReplicas* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  const auto versions = SpanOf(m->versions());
+  const auto parts = SpanOf(m->parts());
+  const auto segments = SpanOf(m->segment_ids());
+  if (versions.size() != s_.keys.size() || parts.size() != s_.keys.size() ||
+      segments.size() != s_.keys.size()) {
+    return Bad(
+        InvalidParams("ReportBadReplicas: keys, versions, parts and segment_ids must "
+                      "have the same length"));
+  }
+  s_.bad.clear();
+  for (size_t i = 0; i < s_.keys.size(); ++i) {
+    s_.bad.push_back(BadReplica{s_.keys[i], versions[i], parts[i], segments[i]});
+  }
+  return CodesReply(service_.ReportBadReplicas(s_.bad, &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::BatchGet(const fb::BatchGet* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  return PlacementReply(service_.BatchGet(s_.keys, &s_.placement_batch));
+}
+
+Reply MasterRpc::Call::BatchExist(const fb::BatchExist* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  return CodesReply(service_.BatchExist(s_.keys, &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::BatchRemove(const fb::BatchRemove* m) {
+  CollectStrings(m->keys(), &s_.keys);
+  return CodesReply(service_.BatchRemove(s_.keys, m->force(), &s_.key_results), 0);
+}
+
+Reply MasterRpc::Call::RemoveAll(const fb::RemoveAll* m) {
+  auto r = service_.RemoveAll(m->force());
+  s_.key_results.Clear();
+  if (!r.ok()) return CodesReply(r.status(), 0);
+  return CodesReply(Status::Ok(), r.value());
+}
+
+Reply MasterRpc::Call::ListKeys(const fb::ListKeys* m) {
+  const std::string_view prefix = m->prefix() ? m->prefix()->string_view() : "";
+  Status st = service_.ListKeys(m->cursor(), m->limit(), &s_.page, prefix);
+  std::vector<flatbuffers::Offset<fb::ListedKey>> keys;
+  keys.reserve(s_.page.keys.size());
+  for (const ListedKey& k : s_.page.keys) {
+    auto key = b_.CreateString(k.key);
+    auto session = k.session_id.empty() ? 0 : b_.CreateString(k.session_id).o;
+    auto block = k.has_writer_meta ? EncodeBlockMeta(b_, k.announcement).o : 0;
+    fb::ListedKeyBuilder lk(b_);
+    lk.add_key(key);
+    lk.add_size(k.size);
+    if (session) lk.add_session_id(flatbuffers::Offset<flatbuffers::String>(session));
+    if (block) lk.add_block(flatbuffers::Offset<fb::BlockMeta>(block));
+    keys.push_back(lk.Finish());
+  }
+  auto body =
+      fb::CreateListKeysReply(b_, b_.CreateVector(keys), s_.page.next_cursor, s_.page.restarted);
+  return Finish(b_, id_, st, fb::ReplyBody::ListKeysReply, body.Union());
+}
+
+Reply MasterRpc::Call::SessionStats(const fb::SessionStats* m) {
+  const std::string_view session =
+      m->session_id() ? m->session_id()->string_view() : std::string_view();
+  if (!session.empty()) {
+    if (Status st = ValidateSessionId(session); !st.ok()) return Bad(st);
+  }
+  std::vector<MasterService::SessionUsage> usage;
+  uint64_t next_cursor = 0;
+  service_.SessionStats(session, m->cursor(), m->limit(), &usage, &next_cursor);
+  std::vector<flatbuffers::Offset<fb::SessionUsage>> out;
+  out.reserve(usage.size());
+  for (const MasterService::SessionUsage& u : usage) {
+    out.push_back(fb::CreateSessionUsageDirect(b_, u.session_id.c_str(), u.blocks, u.bytes));
+  }
+  auto body = fb::CreateSessionStatsReply(b_, b_.CreateVector(out), next_cursor);
+  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
+}
+
+Reply MasterRpc::Call::Stats() {
+  const std::vector<std::pair<std::string, uint64_t>> all = rpc_.StatCounters();
+  std::vector<flatbuffers::Offset<flatbuffers::String>> names;
+  std::vector<uint64_t> values;
+  for (const auto& [n, v] : all) {
+    names.push_back(b_.CreateString(n));
+    values.push_back(v);
+  }
+  auto body = fb::CreateStatsReply(b_, b_.CreateVector(names), b_.CreateVector(values));
+  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
+}
+
+Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
+  ReplicationPage page;
+  const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
+  Status st = service_.ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
+  if (!st.ok()) return Finish(b_, id_, st, fb::ReplyBody::NONE, 0);
+  auto records =
+      b_.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()), page.records.size());
+  auto body =
+      fb::CreateReplicateReply(b_, service_.incarnation(), page.snapshot, page.last_seq, records);
+  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
 }
 
 std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {

@@ -197,126 +197,184 @@ Status MasterService::WriteStart(const WriteStartRequest& req, bool upsert, Plac
   return store_->FlushLog();
 }
 
-Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upsert,
-                               PlacementBatch* out) {
-  const std::string_view key = req.keys[i];
-  const uint64_t size = req.sizes[i];
-  const std::string_view session =
-      req.session_ids.empty() ? std::string_view() : req.session_ids[i];
-  const int64_t now = clock_->NowMs();
-  // One hash lookup: a new key gets its (still empty) entry right away.
-  auto [e, fresh] = store_->FindOrInsert(key);
+namespace {
 
-  auto make_pending = [&](TagId tag) {
-    auto w = std::make_unique<PendingWrite>();
-    w->writer = req.agent;
-    w->write_id = store_->NewWriteId();
-    out->write_ids.push_back(w->write_id);
-    w->started_ms = now;
-    w->tag = tag;
-    w->options = req.options;
-    if (!req.blocks.empty()) w->meta = StoredBlockMeta::From(req.blocks[i]);
-    return w;
-  };
-  auto no_space = [&]() {
-    if (!store_->log_writable()) return store_->LogRefused();  // eviction was refused
-    return Status(ErrorCode::kNoSpace,
-                  "no room for " + std::to_string(size) + " bytes of key '" + std::string(key) +
-                      "' even after eviction; add agents or memory, or remove objects");
-  };
-  std::vector<Placement>& replicas = scratch_replicas_;
-  replicas.clear();
+// One key of a WriteStart (MasterService::StartOne): a step per state the key is found in. Each
+// step that succeeds has made the key's write and logged it; the caller appends its placements.
+class KeyStart {
+ public:
+  KeyStart(MetadataStore& store, const MasterOptions& options, const WriteStartRequest& req,
+           size_t i, int64_t now, std::vector<Placement>* replicas, PlacementBatch* out)
+      : store_(store),
+        options_(options),
+        req_(req),
+        i_(i),
+        key_(req.keys[i]),
+        size_(req.sizes[i]),
+        session_(req.session_ids.empty() ? std::string_view() : req.session_ids[i]),
+        now_(now),
+        replicas_(*replicas),
+        out_(out) {
+    replicas_.clear();
+  }
+
   // A value that takes more than the pools may hold before eviction starts would be evicted
   // at once after its put: refuse it rather than acknowledge what can never be read.
-  const uint64_t capacity = store_->bytes_capacity();
-  const double watermark_share = static_cast<double>(capacity) * options_.high_watermark;
-  if (static_cast<double>(size) > watermark_share && capacity > 0) {
-    if (fresh) store_->EraseFresh(e);
-    store_->CountOversized();
-    return Status(ErrorCode::kNoSpace,
-                  "key '" + std::string(key) + "' is " + std::to_string(size) +
-                      " bytes, more than the " + std::to_string(options_.high_watermark) +
-                      " high-watermark share of all pools (" +
-                      std::to_string(static_cast<uint64_t>(watermark_share)) +
-                      " bytes); it would be evicted at once. Store it in smaller pieces or add "
-                      "memory");
+  Status RefuseAboveWatermark(ObjectEntry* e, bool fresh);
+  // A key not stored nor being written.
+  Status StartNew(ObjectEntry* e);
+  // An upsert of a stored object: in place when its shape stays, else into new replicas.
+  Status Rewrite(ObjectEntry* e);
+  // A key being written: refused while the write is young, taken over once it is older than
+  // the put timeout.
+  Status TakeOverOrRefuse(ObjectEntry* e, bool upsert);
+  // Rule 4: a put of a stored key: the existing object and its tag stay; nothing is emitted.
+  Status AlreadyStored() const {
+    return Status(ErrorCode::kObjectAlreadyExists,
+                  "key '" + std::string(key_) + "' is already stored (use upsert to replace it)");
   }
 
-  if (fresh) {
-    if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
-      store_->EraseFresh(e);
-      return no_space();
+ private:
+  std::unique_ptr<PendingWrite> MakePending(TagId tag);
+  Status NoSpace() const;
+  bool Allocate() {
+    return store_.AllocateReplicas(req_.agent, size_, req_.options.replica_count, &replicas_);
+  }
+  // Rule 5: a non-empty tag replaces the object's tag, an empty one keeps it.
+  TagId RewriteTag(const Object& o) {
+    return session_.empty() ? (store_.tags().AddRef(o.tag), o.tag)
+                            : store_.tags().Acquire(session_);
+  }
+
+  MetadataStore& store_;
+  const MasterOptions& options_;
+  const WriteStartRequest& req_;
+  const size_t i_;
+  const std::string_view key_;
+  const uint64_t size_;
+  const std::string_view session_;
+  const int64_t now_;
+  std::vector<Placement>& replicas_;
+  PlacementBatch* out_;
+};
+
+std::unique_ptr<PendingWrite> KeyStart::MakePending(TagId tag) {
+  auto w = std::make_unique<PendingWrite>();
+  w->writer = req_.agent;
+  w->write_id = store_.NewWriteId();
+  out_->write_ids.push_back(w->write_id);
+  w->started_ms = now_;
+  w->tag = tag;
+  w->options = req_.options;
+  if (!req_.blocks.empty()) w->meta = StoredBlockMeta::From(req_.blocks[i_]);
+  return w;
+}
+
+Status KeyStart::NoSpace() const {
+  if (!store_.log_writable()) return store_.LogRefused();  // eviction was refused
+  return Status(ErrorCode::kNoSpace,
+                "no room for " + std::to_string(size_) + " bytes of key '" + std::string(key_) +
+                    "' even after eviction; add agents or memory, or remove objects");
+}
+
+Status KeyStart::RefuseAboveWatermark(ObjectEntry* e, bool fresh) {
+  const uint64_t capacity = store_.bytes_capacity();
+  const double watermark_share = static_cast<double>(capacity) * options_.high_watermark;
+  if (static_cast<double>(size_) <= watermark_share || capacity == 0) return Status::Ok();
+  if (fresh) store_.EraseFresh(e);
+  store_.CountOversized();
+  return Status(ErrorCode::kNoSpace,
+                "key '" + std::string(key_) + "' is " + std::to_string(size_) +
+                    " bytes, more than the " + std::to_string(options_.high_watermark) +
+                    " high-watermark share of all pools (" +
+                    std::to_string(static_cast<uint64_t>(watermark_share)) +
+                    " bytes); it would be evicted at once. Store it in smaller pieces or add "
+                    "memory");
+}
+
+Status KeyStart::StartNew(ObjectEntry* e) {
+  if (!Allocate()) {
+    store_.EraseFresh(e);
+    return NoSpace();
+  }
+  // Rule 3: the session ID is held by the write, and committed only at End.
+  store_.CreateWrite(e, size_, &replicas_, MakePending(store_.tags().Acquire(session_)));
+  return Status::Ok();
+}
+
+Status KeyStart::Rewrite(ObjectEntry* e) {
+  Object& o = e->second;
+  if (o.lease_until_ms > now_) {
+    return Status(ErrorCode::kObjectBusy, "key '" + std::string(key_) +
+                                              "' is being read (lease); retry the upsert in " +
+                                              std::to_string(o.lease_until_ms - now_) + " ms");
+  }
+  const bool in_place = size_ == o.size && o.replicas_per_part == req_.options.replica_count &&
+                        o.replica_total > 0 &&
+                        o.replica(0).length == std::min(size_, store_.part_bytes());
+  if (in_place) {
+    if (!store_.BeginRewrite(e, size_, nullptr, MakePending(RewriteTag(o)))) {
+      out_->write_ids.pop_back();
+      return store_.LogRefused();
     }
-    // Rule 3: the session ID is held by the write, and committed only at End.
-    store_->CreateWrite(e, size, &replicas, make_pending(store_->tags().Acquire(session)));
-    AppendPlacements(e->second, out);
     return Status::Ok();
   }
-  if (e->second.readable && upsert) {
-    Object& o = e->second;
-    if (o.lease_until_ms > now) {
-      return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
-                                                "' is being read (lease); retry the upsert in " +
-                                                std::to_string(o.lease_until_ms - now) + " ms");
-    }
-    // Rule 5: a non-empty tag replaces the object's tag, an empty one keeps it.
-    const bool in_place = size == o.size && o.replicas_per_part == req.options.replica_count &&
-                          o.replica_total > 0 &&
-                          o.replica(0).length == std::min(size, store_->part_bytes());
-    if (in_place) {
-      TagId tag =
-          session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
-      if (!store_->BeginRewrite(e, size, nullptr, make_pending(tag))) {
-        out->write_ids.pop_back();
-        return store_->LogRefused();
-      }
-    } else {
-      // Keep this object out of the eviction that a full pool may trigger while allocating.
-      const int64_t saved_lease = o.lease_until_ms;
-      o.lease_until_ms = std::numeric_limits<int64_t>::max();
-      const bool ok =
-          store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas);
-      o.lease_until_ms = saved_lease;
-      if (!ok) return no_space();
-      TagId tag =
-          session.empty() ? (store_->tags().AddRef(o.tag), o.tag) : store_->tags().Acquire(session);
-      if (!store_->BeginRewrite(e, size, &replicas, make_pending(tag))) {
-        out->write_ids.pop_back();
-        store_->FreeAllocated(replicas);
-        return store_->LogRefused();
-      }
-    }
-    AppendPlacements(e->second, out);
-    return Status::Ok();
+  // Keep this object out of the eviction that a full pool may trigger while allocating.
+  const int64_t saved_lease = o.lease_until_ms;
+  o.lease_until_ms = std::numeric_limits<int64_t>::max();
+  const bool allocated = Allocate();
+  o.lease_until_ms = saved_lease;
+  if (!allocated) return NoSpace();
+  if (!store_.BeginRewrite(e, size_, &replicas_, MakePending(RewriteTag(o)))) {
+    out_->write_ids.pop_back();
+    store_.FreeAllocated(replicas_);
+    return store_.LogRefused();
   }
-  if (e->second.readable) {
-    // Rule 4: the existing object and its tag stay; nothing is emitted.
-    return Status(ErrorCode::kObjectAlreadyExists,
-                  "key '" + std::string(key) + "' is already stored (use upsert to replace it)");
-  }
-  // A write is in flight.
+  return Status::Ok();
+}
+
+Status KeyStart::TakeOverOrRefuse(ObjectEntry* e, bool upsert) {
   const PendingWrite& w = *e->second.pending;
-  if (now - w.started_ms < options_.put_timeout_ms) {
+  if (now_ - w.started_ms < options_.put_timeout_ms) {
     if (upsert) {
-      return Status(ErrorCode::kObjectBusy, "key '" + std::string(key) +
+      return Status(ErrorCode::kObjectBusy, "key '" + std::string(key_) +
                                                 "' is being written by agent " +
                                                 std::to_string(w.writer) + "; retry later");
     }
     return Status(ErrorCode::kObjectAlreadyExists,
-                  "key '" + std::string(key) + "' is being written by agent " +
+                  "key '" + std::string(key_) + "' is being written by agent " +
                       std::to_string(w.writer) + " (treat as stored)");
   }
-  if (!store_->AllocateReplicas(req.agent, size, req.options.replica_count, &replicas)) {
-    return no_space();
-  }
-  LOG(INFO) << "agent " << req.agent << " takes over the write of key '" << key << "' started "
-            << (now - w.started_ms) << " ms ago by agent " << w.writer;
+  if (!Allocate()) return NoSpace();
+  LOG(INFO) << "agent " << req_.agent << " takes over the write of key '" << key_ << "' started "
+            << (now_ - w.started_ms) << " ms ago by agent " << w.writer;
   const Object& o = e->second;
-  TagId tag = (upsert && session.empty()) ? (store_->tags().AddRef(o.tag), o.tag)
-                                          : store_->tags().Acquire(session);
-  store_->TakeOverWrite(e, size, &replicas, make_pending(tag));
-  AppendPlacements(e->second, out);
+  TagId tag = (upsert && session_.empty()) ? (store_.tags().AddRef(o.tag), o.tag)
+                                           : store_.tags().Acquire(session_);
+  store_.TakeOverWrite(e, size_, &replicas_, MakePending(tag));
   return Status::Ok();
+}
+
+}  // namespace
+
+Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upsert,
+                               PlacementBatch* out) {
+  KeyStart start(*store_, options_, req, i, clock_->NowMs(), &scratch_replicas_, out);
+  // One hash lookup: a new key gets its (still empty) entry right away.
+  auto [e, fresh] = store_->FindOrInsert(req.keys[i]);
+  KVAGENT_RETURN_IF_ERROR(start.RefuseAboveWatermark(e, fresh));
+  Status status;
+  if (fresh) {
+    status = start.StartNew(e);
+  } else if (e->second.readable && upsert) {
+    status = start.Rewrite(e);
+  } else if (e->second.readable) {
+    return start.AlreadyStored();
+  } else {
+    status = start.TakeOverOrRefuse(e, upsert);
+  }
+  if (status.ok()) AppendPlacements(e->second, out);
+  return status;
 }
 
 Status MasterService::BatchPutStart(const WriteStartRequest& request, PlacementBatch* out) {

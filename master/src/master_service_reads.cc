@@ -166,7 +166,7 @@ void MasterService::SessionStats(std::string_view session_id, uint64_t cursor, u
     return;
   }
   std::vector<SessionTags::Usage> page;
-  *next_cursor = store_->tags().Page(cursor, std::clamp<uint32_t>(limit, 1, 10000), &page);
+  *next_cursor = store_->tags().Page(cursor, std::clamp<uint32_t>(limit, 1, kMaxListLimit), &page);
   out->reserve(page.size());
   for (const SessionTags::Usage& u : page) {
     out->push_back(SessionUsage{std::string(u.session_id), u.blocks, u.bytes});

@@ -165,68 +165,85 @@ void MetadataStore::LogRemoved(std::string_view key) {
 Status MetadataStore::ApplyRecord(std::string_view payload) {
   RecordReader r(payload);
   const uint8_t type = r.U8();
+  bool applied = false;
   switch (type) {
-    case kAgentRecord: {
-      Agent a;
-      a.id = r.U32();
-      a.incarnation = r.U64();
-      a.name = std::string(r.Str());
-      if (!r.ok()) break;
-      next_agent_id_ = std::max(next_agent_id_, a.id + 1);
-      agents_[a.id] = std::move(a);
-      return Status::Ok();
-    }
-    case kSegmentRecord: {
-      const SegmentId id = r.U32();
-      const AgentId agent = r.U32();
-      const uint32_t index = r.U32();
-      const uint64_t size = r.U64();
-      const uint32_t count = r.U32();
-      if (!r.ok() || count > r.remaining() / 4) break;
-      std::vector<std::string> endpoints(count);
-      for (auto& ep : endpoints) ep = std::string(r.Str());
-      if (!r.ok()) break;
-      auto a = agents_.find(agent);
-      if (a == agents_.end()) return Status::Ok();  // agent gone: ignore
-      next_segment_id_ = std::max(next_segment_id_, id + 1);
-      auto it = segments_.find(id);
-      if (it != segments_.end()) {
-        it->second.endpoints = std::move(endpoints);
-      } else {
-        segments_.emplace(id,
-                          Segment{id, agent, index, std::move(endpoints), SegmentAllocator(size)});
-        a->second.segments.push_back(id);
-      }
-      return Status::Ok();
-    }
-    case kAgentGoneRecord: {
-      const AgentId id = r.U32();
-      if (!r.ok()) break;
-      auto a = agents_.find(id);
-      if (a != agents_.end()) {
-        for (SegmentId sid : a->second.segments) segments_.erase(sid);
-        agents_.erase(a);
-      }
-      return Status::Ok();
-    }
+    case kAgentRecord:
+      applied = ApplyAgentRecord(r);
+      break;
+    case kSegmentRecord:
+      applied = ApplySegmentRecord(r);
+      break;
+    case kAgentGoneRecord:
+      applied = ApplyAgentGoneRecord(r);
+      break;
     case kObjectRecordV1:
     case kObjectRecord:
-      if (Status st = ApplyObjectRecord(r, type == kObjectRecord); !st.ok()) return st;
-      return Status::Ok();
-    case kRemovedRecord: {
-      const std::string_view key = r.Str();
-      if (!r.ok()) break;
-      if (ObjectEntry* old = objects_.Find(key)) {
-        tags_.Unstored(old->second.tag, old->second.size);
-        tags_.Release(old->second.tag);
-        objects_.Erase(old);
-      }
-      return Status::Ok();
-    }
+      return ApplyObjectRecord(r, type == kObjectRecord);
+    case kRemovedRecord:
+      applied = ApplyRemovedRecord(r);
+      break;
     default:
       break;
   }
+  if (applied) return Status::Ok();
   return Internal("malformed record of type " + std::to_string(type));
+}
+
+bool MetadataStore::ApplyAgentRecord(RecordReader& r) {
+  Agent a;
+  a.id = r.U32();
+  a.incarnation = r.U64();
+  a.name = std::string(r.Str());
+  if (!r.ok()) return false;
+  next_agent_id_ = std::max(next_agent_id_, a.id + 1);
+  agents_[a.id] = std::move(a);
+  return true;
+}
+
+bool MetadataStore::ApplySegmentRecord(RecordReader& r) {
+  const SegmentId id = r.U32();
+  const AgentId agent = r.U32();
+  const uint32_t index = r.U32();
+  const uint64_t size = r.U64();
+  const uint32_t count = r.U32();
+  // Each endpoint takes at least its 4-byte length: a count beyond what is left is damage.
+  if (!r.ok() || count > r.remaining() / 4) return false;
+  std::vector<std::string> endpoints(count);
+  for (auto& ep : endpoints) ep = std::string(r.Str());
+  if (!r.ok()) return false;
+  auto a = agents_.find(agent);
+  if (a == agents_.end()) return true;  // agent gone: ignore
+  next_segment_id_ = std::max(next_segment_id_, id + 1);
+  auto it = segments_.find(id);
+  if (it != segments_.end()) {
+    it->second.endpoints = std::move(endpoints);
+  } else {
+    segments_.emplace(id, Segment{id, agent, index, std::move(endpoints), SegmentAllocator(size)});
+    a->second.segments.push_back(id);
+  }
+  return true;
+}
+
+bool MetadataStore::ApplyAgentGoneRecord(RecordReader& r) {
+  const AgentId id = r.U32();
+  if (!r.ok()) return false;
+  auto a = agents_.find(id);
+  if (a != agents_.end()) {
+    for (SegmentId sid : a->second.segments) segments_.erase(sid);
+    agents_.erase(a);
+  }
+  return true;
+}
+
+bool MetadataStore::ApplyRemovedRecord(RecordReader& r) {
+  const std::string_view key = r.Str();
+  if (!r.ok()) return false;
+  if (ObjectEntry* old = objects_.Find(key)) {
+    tags_.Unstored(old->second.tag, old->second.size);
+    tags_.Release(old->second.tag);
+    objects_.Erase(old);
+  }
+  return true;
 }
 
 Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {

@@ -352,6 +352,11 @@ class MetadataStore {
   void LogRemoved(std::string_view key);
   static uint64_t RemovedRecordBytes(std::string_view key) { return 5 + key.size(); }
   Status ApplyRecord(std::string_view payload);
+  // One step per record type; false when the record is malformed (ApplyRecord names the type).
+  bool ApplyAgentRecord(RecordReader& r);
+  bool ApplySegmentRecord(RecordReader& r);
+  bool ApplyAgentGoneRecord(RecordReader& r);
+  bool ApplyRemovedRecord(RecordReader& r);
   Status ApplyObjectRecord(RecordReader& r, bool v2);
   void FailStop(const Status& st);
   void FinishRestore();

@@ -126,26 +126,15 @@ Status ValidateCall(const CallSpec& spec) {
     case proto::Op::Remove:
       return ValidateKeys(n, key_at);
     case proto::Op::List:
-      if (spec.list->prefix.size() > kMaxKeyBytes || !IsValidUtf8(spec.list->prefix)) {
-        return InvalidParams("the prefix must be valid UTF-8 of at most " +
-                             std::to_string(kMaxKeyBytes) + " bytes");
-      }
-      if (spec.list->limit > 10000) {
-        return InvalidParams("limit " + std::to_string(spec.list->limit) +
-                             " is above 10000; page with next_cursor instead");
-      }
-      return Status::Ok();
+      KVAGENT_RETURN_IF_ERROR(ValidateListPrefix(spec.list->prefix));
+      return ValidateListLimit(spec.list->limit);
     case proto::Op::Stat:
       return Status::Ok();
     case proto::Op::Sessions:
       if (!spec.sessions->session_id.empty()) {
         KVAGENT_RETURN_IF_ERROR(ValidateSessionId(spec.sessions->session_id));
       }
-      if (spec.sessions->limit > 10000) {
-        return InvalidParams("limit " + std::to_string(spec.sessions->limit) +
-                             " is above 10000; page with next_cursor instead");
-      }
-      return Status::Ok();
+      return ValidateListLimit(spec.sessions->limit);
   }
   return InvalidParams("unknown op");
 }

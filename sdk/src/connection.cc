@@ -523,10 +523,11 @@ void Connection::Deliver(uint64_t tag, std::span<const uint8_t> frame) {
   Slot& s = slots_[index];
   if (s.id.load(std::memory_order_acquire) != tag) return;  // stale: the slot moved on
   s.reply = DecodeCompletion(frame, s.key_count);
-  const uint32_t previous = s.state.exchange(kDone, std::memory_order_acq_rel);
+  // seq_cst, with the load of followers_ below: the hand-off to a follower (connection.h).
+  const uint32_t previous = s.state.exchange(kDone, std::memory_order_seq_cst);
   if (previous == kAbandoned) {
     ReleaseSlot(index);
-  } else if (followers_.load() > 0) {
+  } else if (followers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(reap_mu_); }
     reap_cv_.notify_all();
   }
@@ -546,12 +547,13 @@ void Connection::Lead(Slot& slot) {
 
 void Connection::Follow(Slot& slot) {
   std::unique_lock<std::mutex> lock(reap_mu_);
-  followers_.fetch_add(1);
+  // seq_cst, with the predicate's load of the slot's state: the hand-off (connection.h).
+  followers_.fetch_add(1, std::memory_order_seq_cst);
   const auto until = std::min(slot.deadline, Clock::now() + kSlice);
   reap_cv_.wait_until(lock, until, [&] {
-    return slot.state.load(std::memory_order_acquire) == kDone || !leader_active_ || !alive();
+    return slot.state.load(std::memory_order_seq_cst) == kDone || !leader_active_ || !alive();
   });
-  followers_.fetch_sub(1);
+  followers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool Connection::Ready(uint32_t index, uint64_t id) {

@@ -12,6 +12,29 @@
 // completions for everyone (spin, then futex on the completion ring); the others sleep on a
 // process-local condition variable and are notified only when their slot is done or the leader
 // resigns. With one caller there is no notification and no thread hop at all.
+//
+// Memory orders:
+//  - a slot's reply: the reaper writes `reply`, then sets `state` to done with a (seq_cst)
+//    exchange, which releases it; the owner reads `reply` only after loading done (acquire or
+//    seq_cst). Submit publishes a reused slot's fields with id.store(release) before the
+//    request reaches the ring; Deliver's id.load(acquire) drops a completion for an older id.
+//  - free vs abandoned: the reaper (done) and an abandoning caller (abandoned) each exchange
+//    `state`; the one that sees the other's mark in the exchange's result frees the slot.
+//  - the hand-off to a follower, which must not miss its wake-up:
+//      follower: lock(reap_mu_); followers_.fetch_add(seq_cst); wait while
+//                state.load(seq_cst) != done (reap_cv_ releases reap_mu_ while it sleeps)
+//      reaper:   state.exchange(done, seq_cst); if followers_.load(seq_cst) > 0:
+//                lock+unlock reap_mu_; notify_all
+//    All four are seq_cst, so they sit in one total order (Dekker): the follower cannot see
+//    `state` still waiting while the reaper sees no follower. (With the exchange acq_rel and
+//    the predicate's load acquire, as before, both could read the old values under the C++
+//    memory model: no notify, and the follower slept its whole 100 ms slice. x86's locked
+//    exchange is a full fence, so it could not happen there.) A reaper that sees a follower
+//    takes reap_mu_, which the follower holds from its increment until it sleeps, so the
+//    notify cannot fall between the follower's check and its sleep.
+//  - leader_active_ is read and written under reap_mu_ only; followers_ is read by Resign
+//    under reap_mu_ too. slot_waiters_ is changed and read under slots_mu_. `dead_` is set
+//    under dead_mu_ and every sleeper is then woken through its own lock (MarkDead).
 #pragma once
 
 #include <atomic>

@@ -69,8 +69,8 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// An agent that starts removes the segments of agents that are gone, and tells a live agent by
-// its process name; the re-exec for a huge-page heap (heap_pages.h) must keep that name.
+// The re-exec for a huge-page heap (heap_pages.h) keeps the process's name, by which operators
+// find the agent (ps, pgrep, systemd); segments of live agents are told by pid alone.
 TEST(AgentLifecycle, TheAgentKeepsItsNameAcrossTheHugePageHeapReexec) {
   AgentProcess agent;
   ASSERT_TRUE(agent.started());
@@ -78,7 +78,7 @@ TEST(AgentLifecycle, TheAgentKeepsItsNameAcrossTheHugePageHeapReexec) {
   const std::string thp = ReadFile("/sys/kernel/mm/transparent_hugepage/enabled");
   const bool thp_offered =
       thp.find("[always]") != std::string::npos || thp.find("[madvise]") != std::string::npos;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   const bool glibc_malloc = false;
 #else
   const bool glibc_malloc = true;

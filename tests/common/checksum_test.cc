@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -87,6 +88,14 @@ TEST(Crc32c, ReportsItsImplementation) {
   EXPECT_TRUE(name == "avx512+vpclmulqdq" || name == "sse4.2+pclmul" || name == "sse4.2" ||
               name == "armv8-crc" || name == "table")
       << name;
+}
+
+// `make cross-aarch64` runs these tests under qemu with KVAGENT_EXPECT_CRC32C=armv8-crc, so the
+// run proves which path was checked, not only that some path gives the right values.
+TEST(Crc32c, IsTheImplementationTheRunExpects) {
+  const char* expected = std::getenv("KVAGENT_EXPECT_CRC32C");
+  if (expected == nullptr) GTEST_SKIP() << "KVAGENT_EXPECT_CRC32C is not set";
+  EXPECT_STREQ(Crc32cImplementation(), expected);
 }
 
 }  // namespace

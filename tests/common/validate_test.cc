@@ -69,6 +69,23 @@ TEST(ValidateKeyTest, LengthLimitIsInclusive) {
   EXPECT_NE(s.message().find("4097 bytes; the limit is 4096"), std::string::npos);
 }
 
+// The one List/Sessions page bound, shared by the SDK and the agent.
+TEST(ValidateListTest, LimitIsInclusiveAndZeroAsksForTheDefault) {
+  EXPECT_TRUE(ValidateListLimit(0).ok());
+  EXPECT_TRUE(ValidateListLimit(kMaxListLimit).ok());
+  const Status s = ValidateListLimit(kMaxListLimit + 1);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidParams);
+  EXPECT_NE(s.message().find("next_cursor"), std::string::npos) << s.message();
+}
+
+TEST(ValidateListTest, PrefixIsAKeyStartThatMayBeEmpty) {
+  EXPECT_TRUE(ValidateListPrefix("").ok());
+  EXPECT_TRUE(ValidateListPrefix(std::string(kMaxKeyBytes, 'p')).ok());
+  EXPECT_EQ(ValidateListPrefix(std::string(kMaxKeyBytes + 1, 'p')).code(),
+            ErrorCode::kInvalidParams);
+  EXPECT_EQ(ValidateListPrefix("p\xC0\x80").code(), ErrorCode::kInvalidParams);
+}
+
 TEST(ValidateSessionIdTest, EmptyMeansUntaggedAndIsValid) {
   EXPECT_TRUE(ValidateSessionId("").ok());
 }

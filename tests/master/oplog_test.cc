@@ -223,6 +223,72 @@ TEST_F(OpLogTest, TheLogIsCompactedAtStartSoItTracksLiveStateNotHistory) {
   EXPECT_EQ(c.svc->SessionOf("churn"), std::nullopt);
 }
 
+// Records whose counts promise more entries than the record holds: the master refuses to start
+// naming the damage, instead of sizing a vector from the count (up to 2^32 entries).
+class RecordCountTest : public OpLogTest {
+ protected:
+  // Writes an agent record, `record`, and the agent record again (so `record` is not taken for
+  // a torn tail), and opens a master on the log.
+  Status OpenWith(const std::string& record) {
+    {
+      auto log = std::move(OpLog::Open(dir_).value());
+      std::string agent;
+      RecordWriter a(&agent);
+      a.U8(1);  // agent
+      a.U32(7);
+      a.U64(42);
+      a.Str("node-a");
+      log->Append(agent);
+      log->Append(record);
+      log->Append(agent);
+      EXPECT_TRUE(log->Flush().ok());
+    }
+    MasterOptions o;
+    o.state_dir = dir_;
+    ManualClock clock;
+    auto svc = MasterService::Open(o, &clock);
+    return svc.ok() ? Status::Ok() : svc.status();
+  }
+};
+
+TEST_F(RecordCountTest, ASegmentRecordCountingMoreEndpointsThanItHoldsIsDamage) {
+  std::string record;
+  RecordWriter w(&record);
+  w.U8(2);  // segment
+  w.U32(3);
+  w.U32(7);
+  w.U32(0);
+  w.U64(1 << 20);
+  w.U32(0xFFFFFFFF);  // endpoints; none follow
+  const Status st = OpenWith(record);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("malformed record of type 2"), std::string::npos) << st.message();
+}
+
+TEST_F(RecordCountTest, AnObjectRecordCountingMoreReplicasThanItHoldsIsDamage) {
+  std::string record;
+  RecordWriter w(&record);
+  w.U8(6);  // object
+  w.Str("key");
+  w.U64(64);
+  w.Str("");          // session
+  w.U8(0);            // flags
+  w.U8(1);            // replicas per part
+  w.U64(0);           // soft pin left
+  w.U8(0);            // no block metadata
+  w.U64(1);           // version
+  w.U32(0xFFFFFFFF);  // replicas; one follows
+  w.U32(3);
+  w.U32(0);
+  w.U64(0);
+  w.U64(64);
+  w.U32(0);
+  w.U8(1);
+  const Status st = OpenWith(record);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("malformed object record"), std::string::npos) << st.message();
+}
+
 // A snapshot holds committed state only: a write in flight (a put not ended, an upsert that
 // rewrites an object) when the log is compacted while running, or when a standby pulls a
 // snapshot, must not come back readable after a restart (its bytes may never have arrived).

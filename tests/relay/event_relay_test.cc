@@ -253,6 +253,25 @@ TEST(EventRelay, AQuietMasterIsJoinedThroughItsRetainedHistory) {
   EXPECT_EQ(rig.stats().reannounces, 1u);
 }
 
+// A relay that starts (an agent restarting) while its master is quiet and no longer retains
+// seq 0: the history it asks for starts with a gap, which the re-announce covers. Nothing is
+// lost downstream, so nothing is reported lost (it was logged as "master batches 0..N are
+// lost" and counted as an unrepaired gap).
+TEST(EventRelay, JoiningAQuietMasterWhoseHistoryNoLongerReachesSeqZeroReportsNoLoss) {
+  TempDir dir;
+  Master master(dir, /*replay_batches=*/2);
+  for (int i = 0; i < 6; ++i) master.Put({"k" + std::to_string(i)}, {"sess-1"});
+  Rig rig(dir, master, master.Content());
+  ASSERT_TRUE(rig.started());
+  rig.Converge();
+  EXPECT_EQ(rig.downstream->cleared(), 1);
+  const EventRelayStats s = rig.stats();
+  EXPECT_EQ(s.unrepaired_gaps, 0u);
+  EXPECT_EQ(s.missing_batches, 0u);
+  EXPECT_EQ(s.reannounces, 1u);
+  EXPECT_EQ(s.reannounce_restarts, 0u);
+}
+
 TEST(EventRelay, RequestResyncReannouncesTheContent) {
   TempDir dir;
   Master master(dir);

@@ -2,7 +2,7 @@
 // binary will embed the same relay; this driver has no SDK side).
 //
 //   relay_driver --master-rpc E --master-events E --master-events-replay R --run-dir DIR
-//                [--events-tcp E] [--page-limit N]
+//                [--events-tcp E] [--page-limit N] [--idle-probe-ms N]
 //
 // The content comes from the master's ListKeys over its ROUTER (master.fbs), each key as
 // AnnouncementFromKey makes it. Prints "READY <events> <replay> <events-tcp or ->" once the
@@ -88,11 +88,13 @@ int main(int argc, char** argv) {
   std::string run_dir;
   std::string events_tcp;
   uint64_t page_limit = 1000;
+  uint64_t idle_probe_ms = 0;  // 0: the relay's default
   relay::EventRelayFlags relay_flags;
   FlagSet flags("relay_driver", "a real EventRelay following a real kvmaster (tests)");
   flags.String("master-rpc", &master_rpc, "the master's ROUTER (ListKeys)");
   flags.String("run-dir", &run_dir, "where events.sock and events-replay.sock go");
   flags.Uint("page-limit", &page_limit, "ListKeys page size");
+  flags.Uint("idle-probe-ms", &idle_probe_ms, "how long the master may be quiet before a probe");
   relay_flags.Declare(&flags);
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", options.status().message().c_str());
     return 2;
   }
+  if (idle_probe_ms != 0) options->idle_probe_interval = std::chrono::milliseconds(idle_probe_ms);
   // Used only by the relay thread (one thread per ZMQ socket); replaced after a failure so a
   // late reply cannot answer the next request.
   std::shared_ptr<mt::MasterClient> relay_client;

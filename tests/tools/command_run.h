@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/unique_fd.h"
 #include "process_guard.h"
 
 namespace kvagent::testing {
@@ -24,23 +25,6 @@ struct CommandOutput {
   std::string err;
 };
 
-// An fd closed on destruction.
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd = -1) : fd_(fd) {}
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() { Close(); }
-  int get() const { return fd_; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
 // Runs argv[0] (a path) with `args`, feeding `input` on its standard input.
 inline CommandOutput RunCommand(const std::vector<std::string>& args, const std::string& input = "",
                                 std::chrono::seconds limit = std::chrono::seconds(60)) {
@@ -50,7 +34,8 @@ inline CommandOutput RunCommand(const std::vector<std::string>& args, const std:
     result.err = "pipe2 failed";
     return result;
   }
-  OwnedFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]), err_w(err[1]);
+  kvagent::UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]),
+      err_w(err[1]);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(in[0], 0);
@@ -63,12 +48,12 @@ inline CommandOutput RunCommand(const std::vector<std::string>& args, const std:
     _exit(127);
   }
   ProcessGuard child(pid);
-  in_r.Close();
-  out_w.Close();
-  err_w.Close();
+  in_r.Reset();
+  out_w.Reset();
+  err_w.Reset();
   signal(SIGPIPE, SIG_IGN);  // a child that does not read its input must not kill the test
   size_t written = 0;
-  if (input.empty()) in_w.Close();
+  if (input.empty()) in_w.Reset();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   bool out_open = true, err_open = true;
   while (out_open || err_open) {
@@ -97,7 +82,7 @@ inline CommandOutput RunCommand(const std::vector<std::string>& args, const std:
       const ssize_t n = write(in_w.get(), input.data() + written, input.size() - written);
       if (n > 0) written += static_cast<size_t>(n);
       if (n < 0 && errno != EINTR) written = input.size();  // the child closed its input
-      if (written == input.size()) in_w.Close();
+      if (written == input.size()) in_w.Reset();
     }
   }
   if (result.killed_at_limit) child.Kill();

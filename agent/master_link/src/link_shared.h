@@ -41,9 +41,12 @@ class RemoteMaster::Shared {
 
   // ---- queue: any thread -> link thread
   // Queues `o` and wakes the link thread (one eventfd write per burst: only when the queue was
-  // empty).
-  void Push(Outgoing o);
+  // empty). False once Close() ran: `o` is dropped without running its callback.
+  bool Push(Outgoing o);
   std::vector<Outgoing> Take();
+  // After the link thread exited: refuses every later Push and returns what is still queued
+  // (pushed after the thread's last Take).
+  std::vector<Outgoing> Close();
   ipc::UniqueFd wake;  // eventfd, in the link thread's poll set
   std::atomic<bool> stop{false};
   void Wake();
@@ -82,6 +85,7 @@ class RemoteMaster::Shared {
  private:
   std::mutex queue_mu_;
   std::vector<Outgoing> queue_;
+  bool closed_ = false;                                  // guarded by queue_mu_
   std::string detail_;                                   // guarded by state_mu
   std::pair<std::string, std::string> event_endpoints_;  // guarded by state_mu
 };

@@ -15,14 +15,16 @@ namespace mfb = kvagent::master_proto;
 
 // ---- Shared -------------------------------------------------------------------------------
 
-void RemoteMaster::Shared::Push(Outgoing o) {
+bool RemoteMaster::Shared::Push(Outgoing o) {
   bool was_empty = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
+    if (closed_) return false;
     was_empty = queue_.empty();
     queue_.push_back(std::move(o));
   }
   if (was_empty) Wake();
+  return true;
 }
 
 std::vector<Outgoing> RemoteMaster::Shared::Take() {
@@ -30,6 +32,12 @@ std::vector<Outgoing> RemoteMaster::Shared::Take() {
   std::lock_guard<std::mutex> lock(queue_mu_);
   out.swap(queue_);
   return out;
+}
+
+std::vector<Outgoing> RemoteMaster::Shared::Close() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  closed_ = true;
+  return std::move(queue_);
 }
 
 void RemoteMaster::Shared::Wake() {
@@ -161,6 +169,13 @@ void RemoteMaster::Stop() {
   shared_->stop.store(true, std::memory_order_release);
   shared_->Wake();
   shared_->thread.join();
+  // A blocking call that passed its stop check while the link thread was exiting was queued
+  // after the thread's last look: fail it now (and refuse later ones) rather than leave its
+  // caller waiting for its timeout (a relay's ListKeys held the agent's exit up to 11 s).
+  const Status stopping(ErrorCode::kMasterUnavailable, "the agent is shutting down");
+  for (Outgoing& o : shared_->Close()) {
+    if (o.on_link_thread) o.done(stopping);
+  }
   shared_->SetState(LinkState::kDown, "stopped");
 }
 
@@ -184,7 +199,7 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
                     "retry"));
     return;
   }
-  shared_->Push(Outgoing{std::move(request), std::move(done), false});
+  (void)shared_->Push(Outgoing{std::move(request), std::move(done), false});  // false: stopped
 }
 
 void RemoteMaster::CallUntilAnswered(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done,
@@ -195,7 +210,7 @@ void RemoteMaster::CallUntilAnswered(flatbuffers::DetachedBuffer request, agent:
   }
   Outgoing o{std::move(request), std::move(done), false};
   o.retry_until = retry_until;
-  shared_->Push(std::move(o));
+  (void)shared_->Push(std::move(o));  // false: stopped (callbacks are dropped after Stop)
 }
 
 bool RemoteMaster::ready() const {
@@ -247,7 +262,7 @@ Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
                                 mfb::CreateListKeys(fbb, cursor, limit).Union()));
   auto promise = std::make_shared<std::promise<Result<KeyPage>>>();
   std::future<Result<KeyPage>> future = promise->get_future();
-  shared_->Push(Outgoing{
+  const bool queued = shared_->Push(Outgoing{
       fbb.Release(),
       [promise](Result<std::span<const uint8_t>> reply) {
         if (!reply.ok()) return promise->set_value(reply.status());
@@ -277,6 +292,7 @@ Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
         promise->set_value(std::move(out));
       },
       true});
+  if (!queued) return Status(ErrorCode::kMasterUnavailable, "the agent is shutting down");
   // The link answers every request within its timeout (or fails it when stopping); the margin
   // only guards against a bug turning into a hang.
   if (future.wait_for(shared_->options.timeout * 2 + std::chrono::seconds(1)) !=

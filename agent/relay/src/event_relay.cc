@@ -171,8 +171,15 @@ class EventRelay::Thread {
       Result<EventDelivery> d = sub_->Next(kPoll);
       RefreshStats();
       if (d.ok()) {
-        Count(*d);
-        return true;  // older than the scan to come: dropped
+        // Older than the scan to come, which covers everything before it: dropped. Only its
+        // position counts. A gap here loses nothing downstream (typically a restarted agent
+        // asking a master whose retained history no longer reaches back to seq 0), so it is
+        // neither logged as lost nor counted as unrepaired.
+        Place(*d);
+        LOG_IF(INFO, d->kind == EventDelivery::Kind::kGap)
+            << "event relay: the master's retained history starts at seq " << d->gap_to + 1
+            << "; the re-announce covers what came before";
+        return true;
       }
       if (asked_history || options_.master_events_replay.empty() || Clock::now() < give_up_live) {
         continue;
@@ -323,21 +330,34 @@ class EventRelay::Thread {
     }
   }
 
-  // Counts a gap or reset (logging why a re-announce follows). Returns true for a batch.
-  bool Count(const EventDelivery& d) {
+  // Where the master's stream stands after `d`.
+  void Place(const EventDelivery& d) {
     switch (d.kind) {
       case EventDelivery::Kind::kBatch:
         counters_.master_next_seq = d.seq + 1;
-        return true;
+        return;
       case EventDelivery::Kind::kGap:
         counters_.master_next_seq = d.gap_to + 1;
+        return;
+      case EventDelivery::Kind::kReset:
+        counters_.master_next_seq = 0;  // the new incarnation is followed from its start
+        return;
+    }
+  }
+
+  // Counts a gap or reset (logging why a re-announce follows). Returns true for a batch.
+  bool Count(const EventDelivery& d) {
+    Place(d);
+    switch (d.kind) {
+      case EventDelivery::Kind::kBatch:
+        return true;
+      case EventDelivery::Kind::kGap:
         ++counters_.unrepaired_gaps;
         counters_.missing_batches += d.gap_to - d.seq + 1;
         LOG(WARNING) << "event relay: master batches " << d.seq << ".." << d.gap_to
                      << " are lost (not in the master's replay ring); re-announcing the store";
         return false;
       case EventDelivery::Kind::kReset:
-        counters_.master_next_seq = 0;  // the new incarnation is followed from its start
         ++counters_.resets;
         LOG(WARNING) << "event relay: the master's event stream restarted (seq " << d.previous_seq
                      << " -> " << d.seq << "); re-announcing the store";

@@ -10,9 +10,9 @@
 namespace kvagent::transfer {
 
 Result<std::unique_ptr<EventLoop>> EventLoop::Create(std::string name) {
-  Fd epoll(epoll_create1(EPOLL_CLOEXEC));
+  UniqueFd epoll(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll.valid()) return Internal(std::string("epoll_create1 failed: ") + strerror(errno));
-  Fd wake(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  UniqueFd wake(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake.valid()) return Internal(std::string("eventfd failed: ") + strerror(errno));
   epoll_event event{};
   event.events = EPOLLIN;
@@ -24,7 +24,7 @@ Result<std::unique_ptr<EventLoop>> EventLoop::Create(std::string name) {
       new EventLoop(std::move(name), std::move(epoll), std::move(wake)));
 }
 
-EventLoop::EventLoop(std::string name, Fd epoll, Fd wake)
+EventLoop::EventLoop(std::string name, UniqueFd epoll, UniqueFd wake)
     : name_(std::move(name)), epoll_(std::move(epoll)), wake_(std::move(wake)) {}
 
 EventLoop::~EventLoop() { Stop(); }

@@ -55,14 +55,14 @@ class EventLoop {
   void Remove(int fd);
 
  private:
-  explicit EventLoop(std::string name, Fd epoll, Fd wake);
+  explicit EventLoop(std::string name, UniqueFd epoll, UniqueFd wake);
   Status Control(int op, int fd, uint32_t events, Handler* handler);
   void Run();
   void RunPosted();
 
   std::string name_;
-  Fd epoll_;
-  Fd wake_;  // eventfd; its handler is nullptr in the epoll set
+  UniqueFd epoll_;
+  UniqueFd wake_;  // eventfd; its handler is nullptr in the epoll set
   std::function<int()> tick_;
   std::thread thread_;
 

@@ -1,5 +1,6 @@
 #include "kvagent/transfer/node_pool.h"
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/common/format.h"
 
 #include <glog/logging.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #ifndef MAP_HUGE_2MB
@@ -30,8 +32,6 @@ namespace {
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
 
 uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 // The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never"),
 // or "" when the file is missing (no THP support in the kernel).
@@ -101,73 +101,98 @@ Status NodePool::CheckRange(uint64_t offset, uint64_t length) const {
   return CheckPoolRange(offset, length, size_, "node pool");
 }
 
+namespace {
+
+// A mapping for the pool, not yet faulted in.
+struct PoolMapping {
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  PoolPages pages = PoolPages::kSmall;
+  uint64_t page_bytes = 0;
+};
+
+// 2 MiB hugetlb pages; nullopt and why not in *why when the kernel has none to give.
+std::optional<PoolMapping> MapHugetlb(uint64_t bytes, std::string* why) {
+  const uint64_t size = RoundUp(bytes, kHugePageBytes);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
+  if (p == MAP_FAILED) {
+    *why = "MAP_HUGETLB failed: " + ErrnoText(errno) + "; reserve them with vm.nr_hugepages";
+    return std::nullopt;
+  }
+  return PoolMapping{static_cast<uint8_t*>(p), size, PoolPages::kHugetlb2M, kHugePageBytes};
+}
+
+// Small pages, backed by transparent huge pages when `huge_pages` and the kernel's THP mode
+// (`thp`) allow (why not in *no_thp). NO_SPACE when the mapping fails.
+Result<PoolMapping> MapSmallPages(uint64_t bytes, bool huge_pages, const std::string& thp,
+                                  std::string* no_thp) {
+  const uint64_t small_page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t size = RoundUp(bytes, small_page);
+  const bool try_thp = huge_pages && (thp == "always" || thp == "madvise");
+  // THP backs only 2 MiB-aligned 2 MiB ranges: over-map by one huge page and trim the head and
+  // tail so that the pool starts on a huge-page boundary.
+  const uint64_t slack = try_thp ? kHugePageBytes : 0;
+  void* p = mmap(nullptr, size + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status(ErrorCode::kNoSpace, "cannot map a " + FormatBytes(size) + " node pool (" +
+                                           ErrnoText(errno) + "); lower --pool-size");
+  }
+  auto* raw = static_cast<uint8_t*>(p);
+  uint8_t* base = raw;
+  if (slack != 0) {
+    base = reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(raw), slack));
+    const uint64_t head = static_cast<uint64_t>(base - raw);
+    if (head != 0) munmap(raw, head);
+    const uint64_t tail = slack - head;
+    if (tail != 0) munmap(base + size, tail);
+  }
+  PoolPages pages = PoolPages::kSmall;
+  if (try_thp && madvise(base, size, MADV_HUGEPAGE) == 0) {
+    pages = PoolPages::kTransparentHuge;
+  } else if (huge_pages) {
+    *no_thp = thp.empty() ? "not in this kernel"
+              : try_thp   ? "MADV_HUGEPAGE failed: " + ErrnoText(errno)
+                          : "set to [" + thp + "]";
+  }
+  return PoolMapping{base, size, pages, small_page};
+}
+
+// The one start-up line: what backs the pool, and why not the better kind of page.
+std::string BackingLine(uint64_t size, PoolPages pages, bool huge_pages, const std::string& thp,
+                        const std::string& no_hugetlb, const std::string& no_thp) {
+  std::string line =
+      "NodePool: " + FormatBytes(size) + " backed by " + std::string(PoolPagesName(pages));
+  if (pages == PoolPages::kTransparentHuge) {
+    line += " (THP mode [" + thp + "]); no hugetlb pages: " + no_hugetlb;
+  } else if (pages == PoolPages::kSmall && !huge_pages) {
+    line += " (huge pages off by configuration)";
+  } else if (pages == PoolPages::kSmall) {
+    line += "; no hugetlb pages: " + no_hugetlb + "; no transparent huge pages: " + no_thp;
+  }
+  return line;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<NodePool>> NodePool::Map(const NodePoolOptions& options) {
   if (options.size_bytes == 0) {
     return InvalidParams("--pool-size is 0; give the pool at least one page (default 1GiB)");
   }
-  std::unique_ptr<NodePool> pool;
   // Why the pool did not get the better kind of page, for the one startup line.
   std::string no_hugetlb;
   std::string no_thp;
   const std::string thp = ThpMode();
-
-  if (options.huge_pages) {
-    const uint64_t size = RoundUp(options.size_bytes, kHugePageBytes);
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB, -1, 0);
-    if (p != MAP_FAILED) {
-      pool.reset(new NodePool(static_cast<uint8_t*>(p), size, size, PoolPages::kHugetlb2M,
-                              kHugePageBytes));
-    } else {
-      no_hugetlb =
-          "MAP_HUGETLB failed: " + ErrnoText(errno) + "; reserve them with vm.nr_hugepages";
-    }
+  std::optional<PoolMapping> mapping;
+  if (options.huge_pages) mapping = MapHugetlb(options.size_bytes, &no_hugetlb);
+  if (!mapping) {
+    auto small = MapSmallPages(options.size_bytes, options.huge_pages, thp, &no_thp);
+    if (!small.ok()) return small.status();
+    mapping = *small;
   }
-
-  if (!pool) {
-    const uint64_t small_page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    const uint64_t size = RoundUp(options.size_bytes, small_page);
-    const bool try_thp = options.huge_pages && (thp == "always" || thp == "madvise");
-    // THP backs only 2 MiB-aligned 2 MiB ranges: over-map by one huge page and trim the head and
-    // tail so that the pool starts on a huge-page boundary.
-    const uint64_t slack = try_thp ? kHugePageBytes : 0;
-    void* p =
-        mmap(nullptr, size + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      return Status(ErrorCode::kNoSpace, "cannot map a " + FormatBytes(size) + " node pool (" +
-                                             ErrnoText(errno) + "); lower --pool-size");
-    }
-    auto* raw = static_cast<uint8_t*>(p);
-    uint8_t* base = raw;
-    if (slack != 0) {
-      base = reinterpret_cast<uint8_t*>(RoundUp(reinterpret_cast<uintptr_t>(raw), slack));
-      const uint64_t head = static_cast<uint64_t>(base - raw);
-      if (head != 0) munmap(raw, head);
-      const uint64_t tail = slack - head;
-      if (tail != 0) munmap(base + size, tail);
-    }
-    PoolPages pages = PoolPages::kSmall;
-    if (try_thp && madvise(base, size, MADV_HUGEPAGE) == 0) {
-      pages = PoolPages::kTransparentHuge;
-    } else if (options.huge_pages) {
-      no_thp = thp.empty() ? "not in this kernel"
-               : try_thp   ? "MADV_HUGEPAGE failed: " + ErrnoText(errno)
-                           : "set to [" + thp + "]";
-    }
-    pool.reset(new NodePool(base, size, size, pages, small_page));
-  }
-
-  std::string line = "NodePool: " + FormatBytes(pool->size_) + " backed by " +
-                     std::string(PoolPagesName(pool->pages_));
-  if (pool->pages_ == PoolPages::kTransparentHuge) {
-    line += " (THP mode [" + thp + "]); no hugetlb pages: " + no_hugetlb;
-  } else if (pool->pages_ == PoolPages::kSmall && !options.huge_pages) {
-    line += " (huge pages off by configuration)";
-  } else if (pool->pages_ == PoolPages::kSmall) {
-    line += "; no hugetlb pages: " + no_hugetlb + "; no transparent huge pages: " + no_thp;
-  }
-  LOG(INFO) << line;
-
+  std::unique_ptr<NodePool> pool(new NodePool(mapping->base, mapping->size, mapping->size,
+                                              mapping->pages, mapping->page_bytes));
+  LOG(INFO) << BackingLine(pool->size_, pool->pages_, options.huge_pages, thp, no_hugetlb, no_thp);
   pool->mlock_wanted_ = options.mlock;
   return pool;
 }

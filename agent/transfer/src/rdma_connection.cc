@@ -94,8 +94,6 @@ std::string PeerOf(rdma_cm_id* id) {
   return FormatAddress(address);
 }
 
-std::string Errno(const char* call) { return std::string(call) + " failed: " + strerror(errno); }
-
 // ---- ServerConnection -----------------------------------------------------------------------
 
 ServerConnection::ServerConnection(RdmaTransport::State* state, rdma_cm_id* id) : state_(state) {
@@ -110,7 +108,7 @@ Status ServerConnection::Accept(const CmEvent& request) {
   if (device == nullptr) return Internal("connection on a device without the pool");
   // The QP must exist for the peer's one-sided ops to target it; it posts nothing itself.
   res_.cq = ibv_create_cq(res_.id->verbs, 2, nullptr, nullptr, 0);
-  if (res_.cq == nullptr) return Internal(Errno("ibv_create_cq"));
+  if (res_.cq == nullptr) return Internal(WithErrno("ibv_create_cq failed"));
   ibv_qp_init_attr init{};
   init.send_cq = res_.cq;
   init.recv_cq = res_.cq;
@@ -119,7 +117,8 @@ Status ServerConnection::Accept(const CmEvent& request) {
   init.cap.max_recv_wr = 1;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  if (rdma_create_qp(res_.id, device->pd(), &init) != 0) return Internal(Errno("rdma_create_qp"));
+  if (rdma_create_qp(res_.id, device->pd(), &init) != 0)
+    return Internal(WithErrno("rdma_create_qp failed"));
   uint8_t info[kPoolInfoBytes];
   EncodePoolInfo({.addr = reinterpret_cast<uint64_t>(state_->pool_->base()),
                   .size = state_->pool_->size(),
@@ -137,7 +136,7 @@ Status ServerConnection::Accept(const CmEvent& request) {
   param.initiator_depth = static_cast<uint8_t>(
       std::min<int>(request.initiator_depth, device->attr().max_qp_init_rd_atom));
   param.rnr_retry_count = 7;
-  if (rdma_accept(res_.id, &param) != 0) return Internal(Errno("rdma_accept"));
+  if (rdma_accept(res_.id, &param) != 0) return Internal(WithErrno("rdma_accept failed"));
   return Status::Ok();
 }
 
@@ -179,13 +178,13 @@ int ClientConnection::TimeoutMs() const {
 Status ClientConnection::Open() {
   if (rdma_create_id(state_->cm_channel_, &res_.id, static_cast<CmTarget*>(this), RDMA_PS_TCP) !=
       0) {
-    return Status(ErrorCode::kTransferFailed, Errno("rdma_create_id"));
+    return Status(ErrorCode::kTransferFailed, WithErrno("rdma_create_id failed"));
   }
   Result<SocketAddress> address = NumericAddress(peer_.host, peer_.port);
   if (!address.ok()) return address.status();
   if (rdma_resolve_addr(res_.id, nullptr, const_cast<sockaddr*>(address->get()), TimeoutMs()) !=
       0) {
-    return Status(ErrorCode::kTransferFailed, Errno("rdma_resolve_addr"));
+    return Status(ErrorCode::kTransferFailed, WithErrno("rdma_resolve_addr failed"));
   }
   EngineCounters::Add(state_->counters_->connections_opened);
   last_progress_ = Clock::now();
@@ -206,7 +205,8 @@ void ClientConnection::OnCmEvent(const CmEvent& event) {
   switch (event.type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
       phase_ = Phase::kRoute;
-      if (rdma_resolve_route(res_.id, TimeoutMs()) != 0) return Fail(Errno("rdma_resolve_route"));
+      if (rdma_resolve_route(res_.id, TimeoutMs()) != 0)
+        return Fail(WithErrno("rdma_resolve_route failed"));
       return;
     case RDMA_CM_EVENT_ROUTE_RESOLVED:
       return Connect();
@@ -280,7 +280,7 @@ void ClientConnection::Connect() {
   if (device_ == nullptr) return Fail("the route uses a device without the node pool");
   ibv_port_attr port{};
   if (ibv_query_port(res_.id->verbs, res_.id->port_num, &port) != 0) {
-    return Fail(Errno("ibv_query_port"));
+    return Fail(WithErrno("ibv_query_port failed"));
   }
   max_message_ = port.max_msg_sz;
   depth_ = std::min<uint32_t>(kSendDepth, static_cast<uint32_t>(device_->attr().max_qp_wr));
@@ -288,8 +288,8 @@ void ClientConnection::Connect() {
   // its context is this connection, which the completion channel's reader dispatches to.
   res_.cq =
       ibv_create_cq(res_.id->verbs, static_cast<int>(depth_) + 1, this, device_->channel(), 0);
-  if (res_.cq == nullptr) return Fail(Errno("ibv_create_cq"));
-  if (ibv_req_notify_cq(res_.cq, 0) != 0) return Fail(Errno("ibv_req_notify_cq"));
+  if (res_.cq == nullptr) return Fail(WithErrno("ibv_create_cq failed"));
+  if (ibv_req_notify_cq(res_.cq, 0) != 0) return Fail(WithErrno("ibv_req_notify_cq failed"));
   ibv_qp_init_attr init{};
   init.send_cq = res_.cq;
   init.recv_cq = res_.cq;
@@ -299,7 +299,8 @@ void ClientConnection::Connect() {
   init.cap.max_recv_wr = 1;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  if (rdma_create_qp(res_.id, device_->pd(), &init) != 0) return Fail(Errno("rdma_create_qp"));
+  if (rdma_create_qp(res_.id, device_->pd(), &init) != 0)
+    return Fail(WithErrno("rdma_create_qp failed"));
   uint8_t hello[kRdmaHelloBytes];
   EncodeRdmaHello(hello);
   const auto& attr = device_->attr();
@@ -313,7 +314,7 @@ void ClientConnection::Connect() {
   param.retry_count = 7;
   param.rnr_retry_count = 7;
   phase_ = Phase::kConnecting;
-  if (rdma_connect(res_.id, &param) != 0) return Fail(Errno("rdma_connect"));
+  if (rdma_connect(res_.id, &param) != 0) return Fail(WithErrno("rdma_connect failed"));
 }
 
 void ClientConnection::Established(const CmEvent& event) {

@@ -24,6 +24,7 @@
 
 #include "batch.h"
 #include "event_loop.h"
+#include "kvagent/common/errno_text.h"
 #include "kvagent/transfer/node_pool.h"
 #include "rdma_device.h"
 #include "rdma_transport.h"
@@ -199,7 +200,6 @@ class ClientConnection final : public CmTarget {
   std::string broken_reason_;
 };
 
-std::string PeerOf(rdma_cm_id* id);   // "10.0.0.2:7100" for logs
-std::string Errno(const char* call);  // "<call> failed: <strerror(errno)>"
+std::string PeerOf(rdma_cm_id* id);  // "10.0.0.2:7100" for logs
 
 }  // namespace kvagent::transfer

@@ -152,20 +152,20 @@ Status RdmaTransport::State::Init(const ListenAddress& listen) {
     devices_.push_back(std::move(*device));
   }
   cm_channel_ = rdma_create_event_channel();
-  if (cm_channel_ == nullptr) return Internal(Errno("rdma_create_event_channel"));
+  if (cm_channel_ == nullptr) return Internal(WithErrno("rdma_create_event_channel failed"));
   const int flags = fcntl(cm_channel_->fd, F_GETFL);
   if (flags < 0 || fcntl(cm_channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    return Internal(Errno("fcntl(O_NONBLOCK) on the rdma_cm channel"));
+    return Internal(WithErrno("fcntl(O_NONBLOCK) on the rdma_cm channel failed"));
   }
   if (rdma_create_id(cm_channel_, &listen_id_, nullptr, RDMA_PS_TCP) != 0) {
-    return Internal(Errno("rdma_create_id"));
+    return Internal(WithErrno("rdma_create_id failed"));
   }
   Result<SocketAddress> address = NumericAddress(listen.host, listen.port);
   if (!address.ok()) return address.status();
   if (rdma_bind_addr(listen_id_, const_cast<sockaddr*>(address->get())) != 0) {
-    return Internal(Errno("rdma_bind_addr") + " for " + FormatAddress(*address));
+    return Internal(WithErrno("rdma_bind_addr failed") + " for " + FormatAddress(*address));
   }
-  if (rdma_listen(listen_id_, 128) != 0) return Internal(Errno("rdma_listen"));
+  if (rdma_listen(listen_id_, 128) != 0) return Internal(WithErrno("rdma_listen failed"));
   port_ = ntohs(rdma_get_src_port(listen_id_));
 
   Result<std::unique_ptr<EventLoop>> loop = EventLoop::Create("kvagent-rdma");

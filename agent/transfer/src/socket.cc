@@ -13,19 +13,12 @@
 namespace kvagent::transfer {
 namespace {
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
 void SetNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 }  // namespace
-
-void Fd::Reset() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
-}
 
 Result<SocketAddress> NumericAddress(const std::string& host, uint16_t port) {
   SocketAddress address;
@@ -75,8 +68,8 @@ std::string FormatAddress(const SocketAddress& address) {
   return address.family() == AF_INET6 ? "[" + host + "]:" + port : host + ":" + port;
 }
 
-Result<Fd> ListenTcp(const SocketAddress& address) {
-  Fd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+Result<UniqueFd> ListenTcp(const SocketAddress& address) {
+  UniqueFd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Internal("socket() for the data server failed: " + ErrnoText(errno));
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -90,8 +83,8 @@ Result<Fd> ListenTcp(const SocketAddress& address) {
   return fd;
 }
 
-Result<Fd> StartConnect(const SocketAddress& address) {
-  Fd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+Result<UniqueFd> StartConnect(const SocketAddress& address) {
+  UniqueFd fd(socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
     return Status(ErrorCode::kTransferFailed, "socket() failed: " + ErrnoText(errno));
   }
@@ -119,10 +112,10 @@ Result<SocketAddress> LocalAddress(int fd) {
   return address;
 }
 
-Fd AcceptConnection(int listen_fd, SocketAddress* peer) {
+UniqueFd AcceptConnection(int listen_fd, SocketAddress* peer) {
   peer->length = sizeof(peer->storage);
-  Fd fd(accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &peer->length,
-                SOCK_NONBLOCK | SOCK_CLOEXEC));
+  UniqueFd fd(accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer->storage), &peer->length,
+                      SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (fd.valid()) SetNoDelay(fd.get());
   return fd;
 }

@@ -9,34 +9,11 @@
 #include <string>
 #include <utility>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/common/status.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent::transfer {
-
-// Owns one file descriptor; closes it on destruction. Movable, not copyable.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { Reset(); }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset();
-
- private:
-  int fd_ = -1;
-};
 
 // A socket address with its length.
 struct SocketAddress {
@@ -58,11 +35,11 @@ uint16_t PortOf(const SocketAddress& address);
 
 // A non-blocking, close-on-exec listening TCP socket bound to `address` (SO_REUSEADDR).
 // INTERNAL naming the address and errno when bind or listen fails.
-[[nodiscard]] Result<Fd> ListenTcp(const SocketAddress& address);
+[[nodiscard]] Result<UniqueFd> ListenTcp(const SocketAddress& address);
 
 // Starts a non-blocking connect (TCP_NODELAY set). The connect may still be in progress: wait
 // for writability and call ConnectResult. INTERNAL/TRANSFER_FAILED with errno when it fails now.
-[[nodiscard]] Result<Fd> StartConnect(const SocketAddress& address);
+[[nodiscard]] Result<UniqueFd> StartConnect(const SocketAddress& address);
 // After writability: OK when the connect completed, else the error that ended it.
 [[nodiscard]] Status ConnectResult(int fd);
 
@@ -70,8 +47,8 @@ uint16_t PortOf(const SocketAddress& address);
 [[nodiscard]] Result<SocketAddress> LocalAddress(int fd);
 
 // Accepts one pending connection as a non-blocking, close-on-exec socket with TCP_NODELAY.
-// Returns an invalid Fd when none is pending (EAGAIN) or the peer already left.
-Fd AcceptConnection(int listen_fd, SocketAddress* peer);
+// Returns an invalid UniqueFd when none is pending (EAGAIN) or the peer already left.
+UniqueFd AcceptConnection(int listen_fd, SocketAddress* peer);
 
 // One step of a connection's state machine: it moved bytes (or may try again at once), it
 // would block, or the connection was closed and must not be touched again.

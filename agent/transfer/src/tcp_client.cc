@@ -44,7 +44,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   Status Open() {
     Result<SocketAddress> address = NumericAddress(peer_.host, peer_.port);
     if (!address.ok()) return address.status();
-    Result<Fd> fd = StartConnect(*address);
+    Result<UniqueFd> fd = StartConnect(*address);
     if (!fd.ok()) return fd.status();
     fd_ = std::move(*fd);
     mask_ = EPOLLOUT;
@@ -387,7 +387,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   TcpDataClient* owner_;
   Endpoint peer_;
   std::string key_;
-  Fd fd_;
+  UniqueFd fd_;
   uint32_t mask_ = 0;
   bool dead_ = false;
   State state_ = State::kConnecting;

@@ -34,7 +34,7 @@ constexpr int kStepsPerWake = 256;
 // to the socket buffers plus pool pointers.
 class TcpDataServer::Connection final : public EventLoop::Handler {
  public:
-  Connection(TcpDataServer* server, Fd fd, std::string peer)
+  Connection(TcpDataServer* server, UniqueFd fd, std::string peer)
       : server_(server),
         fd_(std::move(fd)),
         peer_(std::move(peer)),
@@ -320,7 +320,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   enum class Phase { kAuth, kHeader, kPayload };
 
   TcpDataServer* server_;
-  Fd fd_;
+  UniqueFd fd_;
   std::string peer_;
   std::chrono::steady_clock::time_point accepted_at_;
   std::array<uint8_t, wire::kHelloBytes> hello_{};  // as sent: both proofs cover it
@@ -353,7 +353,7 @@ Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, co
                                                              EngineCounters* counters) {
   Result<SocketAddress> wanted = NumericAddress(address.host, address.port);
   if (!wanted.ok()) return wanted.status();
-  Result<Fd> listener = ListenTcp(*wanted);
+  Result<UniqueFd> listener = ListenTcp(*wanted);
   if (!listener.ok()) return listener.status();
   Result<SocketAddress> bound = LocalAddress(listener->get());
   if (!bound.ok()) return bound.status();
@@ -364,7 +364,7 @@ Result<std::unique_ptr<TcpDataServer>> TcpDataServer::Listen(EventLoop* loop, co
 }
 
 TcpDataServer::TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence,
-                             const SymmetricKey* key, Fd listener, SocketAddress bound,
+                             const SymmetricKey* key, UniqueFd listener, SocketAddress bound,
                              EngineCounters* counters)
     : loop_(loop),
       pool_(pool),
@@ -387,10 +387,10 @@ void TcpDataServer::ShedConnection(int error) {
                   "LimitNOFILE for kvagent)";
   }
   EngineCounters::Add(counters_->served_shed_connections);
-  spare_ = Fd();  // frees one descriptor
-  Fd shed(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  shed = Fd();
-  spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  spare_ = UniqueFd();  // frees one descriptor
+  UniqueFd shed(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  shed = UniqueFd();
+  spare_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 }
 
 size_t TcpDataServer::MaxConnections() {
@@ -426,7 +426,7 @@ int TcpDataServer::Tick() {
 void TcpDataServer::OnEvents(uint32_t /*events*/) {
   for (;;) {
     SocketAddress peer;
-    Fd fd = AcceptConnection(listener_.get(), &peer);
+    UniqueFd fd = AcceptConnection(listener_.get(), &peer);
     if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE) ShedConnection(errno);
       return;

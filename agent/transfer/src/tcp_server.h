@@ -61,7 +61,7 @@ class TcpDataServer final : public EventLoop::Handler {
  private:
   class Connection;
   TcpDataServer(EventLoop* loop, const NodePool* pool, const PoolFence* fence,
-                const SymmetricKey* key, Fd listener, SocketAddress bound,
+                const SymmetricKey* key, UniqueFd listener, SocketAddress bound,
                 EngineCounters* counters);
   // Out of descriptors: accepts with the spare one and closes at once, so the pending
   // connection does not keep the listener readable (no busy loop), and says so once a minute.
@@ -73,8 +73,8 @@ class TcpDataServer final : public EventLoop::Handler {
   const NodePool* pool_;
   const PoolFence* fence_;
   const SymmetricKey* key_;
-  Fd listener_;
-  Fd spare_;  // a descriptor given up when accept runs out of them
+  UniqueFd listener_;
+  UniqueFd spare_;  // a descriptor given up when accept runs out of them
   SocketAddress bound_;
   EngineCounters* counters_;
   const size_t max_connections_ = MaxConnections();

@@ -10,8 +10,9 @@
 // Values: the standard CRC-32C (iSCSI, RFC 3720): Crc32c("123456789") == 0xE3069283. Extend a
 // checksum across pieces by passing the previous result as `crc`:
 //   Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a ++ b).
-// Hardware paths: SSE4.2 on x86-64 (chosen at run time), the CRC extension on aarch64; a table
-// otherwise. All give the same values.
+// Hardware paths, each chosen at run time: on x86-64 AVX-512 VPCLMULQDQ or PCLMULQDQ folding, or
+// the SSE4.2 crc32 instruction (cpuid); on aarch64 the ARMv8 CRC32 extension (getauxval
+// HWCAP_CRC32). A table otherwise. All give the same values.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,9 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 
 enum class CopyStores : uint8_t {
   kCached,  // ordinary stores: the destination is read again soon (a Get into the reader's buffer)
-  kStreaming,  // non-temporal stores on x86-64: the destination is cold memory (a Put into the
-               // pool); the bytes are visible to other threads and processes when the call returns
+  kStreaming,  // non-temporal stores on x86-64 (ordinary ones elsewhere): the destination is cold
+               // memory (a Put into the pool); the bytes are visible to other threads and
+               // processes when the call returns
 };
 
 // Copies n bytes from src to dst (no overlap) and returns Crc32c(src, n, crc), reading src once.

@@ -19,6 +19,8 @@ inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxSessionIdBytes = 256;
 // Upper bound on keys in one request or batch; keeps every per-request allocation bounded.
 inline constexpr size_t kMaxBatchKeys = 65536;
+// Largest page a List or Sessions request may ask for (keys or sessions per page).
+inline constexpr uint32_t kMaxListLimit = 10000;
 
 struct Utf8Error {
   size_t offset;       // byte offset of the first byte of the offending sequence
@@ -37,6 +39,12 @@ Status ValidateKey(std::string_view key, std::string_view what = "key");
 
 // A session ID: valid UTF-8 and at most kMaxSessionIdBytes. Empty means untagged and is valid.
 Status ValidateSessionId(std::string_view session_id, std::string_view what = "session_id");
+
+// A List prefix: valid UTF-8 of at most kMaxKeyBytes (it is the start of a key); may be empty.
+Status ValidateListPrefix(std::string_view prefix);
+
+// A List or Sessions page size: at most kMaxListLimit (0 asks for the default page).
+Status ValidateListLimit(uint32_t limit);
 
 // A reference into a client's data arena. Returns kBufferOutOfRange unless
 // [offset, offset + length) lies inside [0, arena_size) (overflow-safe).

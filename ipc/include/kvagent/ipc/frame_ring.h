@@ -210,8 +210,17 @@ uint32_t AdvertiseSleep(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& 
 // Call after publishing an index.
 void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq);
 
-// A pause instruction for spin loops.
-inline void CpuRelax() { __builtin_ia32_pause(); }
+// A spin-loop hint: `pause` on x86 (the sibling hyperthread gets the core, and leaving the loop
+// costs no memory-order mis-speculation), `yield` on aarch64; elsewhere only a compiler barrier.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
 
 // ---- template implementation --------------------------------------------------------------
 

@@ -15,10 +15,11 @@ namespace kvagent::ipc {
 enum class FutexScope { kShared, kPrivate };
 
 enum class WaitResult {
-  kWoken,        // woken by a wake call (or spuriously: callers re-check their condition)
-  kChanged,      // the word no longer held the expected value: the condition may already hold
-  kTimedOut,     // the timeout passed
-  kUnsupported,  // futex_waitv is not available on this kernel (ENOSYS)
+  kWoken,           // woken by a wake call (or spuriously: callers re-check their condition)
+  kChanged,         // the word no longer held the expected value: the condition may already hold
+  kTimedOut,        // the timeout passed
+  kUnsupported,     // futex_waitv is not available on this kernel (ENOSYS)
+  kTooManyWaiters,  // FutexWaitMany got more than kMaxFutexWaiters words: it did not sleep
 };
 
 // Sleeps while `*word == expected`, at most `timeout` (negative: no limit).
@@ -41,8 +42,9 @@ inline constexpr size_t kMaxFutexWaiters = 128;
 
 // Sleeps until any of `waiters` is woken or no longer holds its expected value, at most
 // `timeout` (negative: no limit). Uses futex_waitv (Linux >= 5.16); returns kUnsupported when
-// the kernel lacks it, so the caller can fall back to a timed sleep loop.
-// Requires waiters.size() <= kMaxFutexWaiters.
+// the kernel lacks it, so the caller can fall back to a timed sleep loop. More than
+// kMaxFutexWaiters words is a caller's bug: it returns kTooManyWaiters at once without sleeping
+// (watching only some of the words could sleep through a wake of the others).
 WaitResult FutexWaitMany(std::span<const FutexWaiter> waiters, std::chrono::nanoseconds timeout);
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);

@@ -14,28 +14,11 @@
 #include <vector>
 
 #include "kvagent/common/status.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent::ipc {
 
-// Owns a file descriptor; closes it on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release();  // gives up ownership and returns the fd
-  void Reset();   // closes now
-
- private:
-  int fd_ = -1;
-};
+using kvagent::UniqueFd;  // kvagent/common/unique_fd.h
 
 // Largest handshake message either side accepts.
 inline constexpr size_t kMaxHandshakeMessage = 64 * 1024;
@@ -67,10 +50,12 @@ struct PeerCredentials {
 [[nodiscard]] Status SendMessage(int fd, std::span<const uint8_t> message,
                                  std::chrono::milliseconds timeout, int pass_fd = -1);
 
-// Reads one length-prefixed message, waiting at most `timeout`. AGENT_UNAVAILABLE on EOF,
-// TIMEOUT on timeout, INVALID_PARAMS when the peer announces more than kMaxHandshakeMessage.
-// With `received_fd`, a descriptor the peer passed with the message (SCM_RIGHTS) lands there
-// (close-on-exec); without it, passed descriptors are discarded by the kernel.
+// Reads one length-prefixed message (the SDK reads the agent's Welcome with it), waiting at most
+// `timeout`. TIMEOUT on timeout; AGENT_UNAVAILABLE on EOF, a read error, or when the peer
+// announces more than kMaxHandshakeMessage (no agent this SDK can talk to: nothing the caller
+// passed is at fault, so not INVALID_PARAMS). With `received_fd`, a descriptor the peer passed
+// with the message (SCM_RIGHTS) lands there (close-on-exec); without it, passed descriptors are
+// discarded by the kernel.
 [[nodiscard]] Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds timeout,
                                                           UniqueFd* received_fd = nullptr);
 
@@ -84,6 +69,8 @@ class MessageReader {
   // an oversized message (the connection should be closed).
   State Read(int fd);
   const std::vector<uint8_t>& message() const { return message_; }
+  // After kError: the length the peer announced when it was above kMaxHandshakeMessage, else 0.
+  uint64_t oversized() const { return oversized_; }
   // Bytes received that do not yet form a whole message.
   size_t pending_bytes() const { return buffer_.size(); }
 
@@ -98,6 +85,7 @@ class MessageReader {
 
   std::vector<uint8_t> buffer_;
   std::vector<uint8_t> message_;
+  uint64_t oversized_ = 0;
   bool accept_fds_ = false;
   UniqueFd fd_;
 };

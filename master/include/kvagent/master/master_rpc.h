@@ -51,6 +51,7 @@ class MasterRpc {
 
  private:
   class Scratch;
+  class Call;  // one request: a step per body type (master_rpc.cc)
   MasterService* service_;
   std::unique_ptr<Scratch> scratch_;
   ExtraStats extra_stats_;

@@ -1,0 +1,499 @@
+// RemoteMaster (agent/master_link) through its public interface against a scripted kvmaster: a
+// ZMQ ROUTER on loopback run by the test, which answers (or withholds answers to) each request
+// as the test says. Registration and mounting, calls and their replies on the service thread,
+// the link going down on an unanswered request and coming back, the End's retry across that
+// (CallUntilAnswered), re-registration on known=false, fences, and ListKeys around Stop.
+#include "kvagent/master_link/remote_master.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "kvagent/schemas/master_generated.h"
+
+namespace kvagent::master_link {
+namespace {
+
+namespace mfb = kvagent::master_proto;
+using namespace std::chrono_literals;
+using Bytes = std::vector<uint8_t>;
+
+Bytes Finish(flatbuffers::FlatBufferBuilder& fbb) {
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+// The answer kvmaster gives to each request type, as the scripted master sends it by default.
+Bytes DefaultReply(const mfb::Request& r, uint64_t incarnation, bool known) {
+  flatbuffers::FlatBufferBuilder fbb;
+  switch (r.body_type()) {
+    case mfb::Body::RegisterAgent:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::RegisterAgentReply,
+                                  mfb::CreateRegisterAgentReply(fbb, 7, incarnation).Union()));
+      break;
+    case mfb::Body::MountSegment:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::MountSegmentReply,
+                                  mfb::CreateMountSegmentReply(fbb, 9, 0).Union()));
+      break;
+    case mfb::Body::Heartbeat:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::HeartbeatReply,
+                                  mfb::CreateHeartbeatReply(fbb, known).Union()));
+      break;
+    case mfb::Body::ListKeys: {
+      std::vector<flatbuffers::Offset<mfb::ListedKey>> keys = {
+          mfb::CreateListedKey(fbb, fbb.CreateString("listed"), 3, fbb.CreateString("sess"))};
+      fbb.Finish(mfb::CreateReply(
+          fbb, r.request_id(), 0, 0, mfb::ReplyBody::ListKeysReply,
+          mfb::CreateListKeysReply(fbb, fbb.CreateVector(keys), 0, false).Union()));
+      break;
+    }
+    default:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::KeyCodesReply,
+                                  mfb::CreateKeyCodesReply(fbb).Union()));
+      break;
+  }
+  return Finish(fbb);
+}
+
+// A kvmaster stand-in on tcp://127.0.0.1:<OS-picked port>. `script` may answer a request
+// itself (return bytes), withhold the answer (return an empty vector) or leave it to the
+// default (nullopt). Every request it received is kept.
+class ScriptedMaster {
+ public:
+  using Script = std::function<std::optional<Bytes>(const mfb::Request&)>;
+
+  explicit ScriptedMaster(uint64_t incarnation = 1000) : incarnation_(incarnation) {
+    std::promise<std::string> bound;
+    auto endpoint = bound.get_future();
+    thread_ = std::thread([this, &bound] { Run(&bound); });
+    endpoint_ = endpoint.get();
+  }
+  ~ScriptedMaster() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  void SetScript(Script s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script_ = std::move(s);
+  }
+  void SetKnown(bool known) { known_.store(known); }
+  // How many requests of `type` arrived so far.
+  int Count(mfb::Body type) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const Bytes& b : received_)
+      n += flatbuffers::GetRoot<mfb::Request>(b.data())->body_type() == type;
+    return n;
+  }
+  // The last request of `type` (empty when none arrived).
+  Bytes Last(mfb::Body type) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = received_.rbegin(); it != received_.rend(); ++it) {
+      if (flatbuffers::GetRoot<mfb::Request>(it->data())->body_type() == type) return *it;
+    }
+    return {};
+  }
+
+ private:
+  void Run(std::promise<std::string>* bound) {
+    zmq::context_t context(1);
+    zmq::socket_t router(context, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind("tcp://127.0.0.1:*");
+    bound->set_value(router.get(zmq::sockopt::last_endpoint));
+    while (!stop_.load()) {
+      zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, 20ms);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      while (true) {
+        zmq::message_t m;
+        if (!router.recv(m, zmq::recv_flags::dontwait)) break;
+        const bool more = m.more();
+        frames.push_back(std::move(m));
+        if (!more) break;
+      }
+      if (frames.size() != 3) continue;
+      Bytes request(frames[2].data<uint8_t>(), frames[2].data<uint8_t>() + frames[2].size());
+      flatbuffers::Verifier verifier(request.data(), request.size());
+      if (!verifier.VerifyBuffer<mfb::Request>(nullptr)) {
+        ADD_FAILURE() << "the link sent a request that fails verification";
+        continue;
+      }
+      const mfb::Request* r = flatbuffers::GetRoot<mfb::Request>(request.data());
+      std::optional<Bytes> reply;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        received_.push_back(request);
+        if (script_) reply = script_(*r);
+      }
+      if (!reply) reply = DefaultReply(*r, incarnation_, known_.load());
+      if (reply->empty()) continue;  // withheld
+      router.send(frames[0], zmq::send_flags::sndmore);
+      router.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+      router.send(zmq::buffer(reply->data(), reply->size()), zmq::send_flags::none);
+    }
+  }
+
+  const uint64_t incarnation_;
+  std::atomic<bool> known_{true};
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  Script script_;
+  std::vector<Bytes> received_;
+  std::string endpoint_;
+  std::thread thread_;
+};
+
+// The agent's service thread as the link sees it: tasks posted to it run when the test says.
+class ServiceThread {
+ public:
+  agent::PostFn Post() {
+    return [this](std::function<void()> task) {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+      cv_.notify_all();
+    };
+  }
+  // Runs posted tasks until `done` holds; false after 20 s.
+  bool RunUntil(const std::function<bool()>& done) {
+    const auto limit = std::chrono::steady_clock::now() + 20s;
+    while (!done()) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!cv_.wait_until(lock, limit, [&] { return !tasks_.empty(); })) return done();
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+};
+
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(10ms);
+  return done();
+}
+
+uint64_t Stat(const RemoteMaster& link, const std::string& name) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  link.AppendStats(&out);
+  for (const auto& [n, v] : out) {
+    if (n == name) return v;
+  }
+  ADD_FAILURE() << "no link counter " << name;
+  return 0;
+}
+
+flatbuffers::DetachedBuffer ExistRequest(uint64_t id, const std::string& key) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> keys = {fbb.CreateString(key)};
+  fbb.Finish(mfb::CreateRequest(fbb, id, mfb::Body::BatchExist,
+                                mfb::CreateBatchExist(fbb, fbb.CreateVector(keys)).Union()));
+  return fbb.Release();
+}
+
+flatbuffers::DetachedBuffer EndRequest(uint64_t id, uint64_t write_id) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> keys = {fbb.CreateString("k")};
+  std::vector<uint64_t> ids = {write_id};
+  fbb.Finish(mfb::CreateRequest(
+      fbb, id, mfb::Body::BatchPutEnd,
+      mfb::CreateWriteFinish(fbb, 7, fbb.CreateVector(keys), fbb.CreateVector(ids)).Union()));
+  return fbb.Release();
+}
+
+struct Link {
+  std::unique_ptr<RemoteMaster> link;
+  ServiceThread service;
+  std::atomic<uint64_t> epoch{0};
+  std::atomic<int> restarted{0};
+  std::mutex fences_mu;
+  std::vector<Fences> fences;
+
+  explicit Link(const std::string& endpoint, std::chrono::milliseconds timeout = 5000ms,
+                std::chrono::milliseconds heartbeat = 1000ms) {
+    RemoteMasterOptions o;
+    o.endpoint = endpoint;
+    o.agent_name = "node-a";
+    o.incarnation = 42;
+    o.pool_bytes = 1 << 20;
+    o.data_endpoint = "tcp://127.0.0.1:1";
+    o.timeout = timeout;
+    o.heartbeat = heartbeat;
+    o.backoff_min = 50ms;
+    o.backoff_max = 200ms;
+    o.set_master_epoch = [this](uint64_t e) { epoch.store(e); };
+    o.on_master_restarted = [this] { restarted.fetch_add(1); };
+    o.apply_fences = [this](const Fences& f) {
+      std::lock_guard<std::mutex> lock(fences_mu);
+      fences.push_back(f);
+    };
+    auto started = RemoteMaster::Start(std::move(o));
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    link = std::move(*started);
+    link->Bind(service.Post());
+  }
+  ~Link() {
+    if (link) link->Stop();  // before the members its callbacks use go
+  }
+};
+
+// One Call's outcome, as the service thread sees it.
+struct Outcome {
+  bool done = false;
+  Status status;
+  uint64_t reply_id = 0;
+  agent::MasterReplyFn Fn() {
+    return [this](Result<std::span<const uint8_t>> r) {
+      done = true;
+      if (!r.ok()) {
+        status = r.status();
+        return;
+      }
+      reply_id = flatbuffers::GetRoot<mfb::Reply>(r->data())->request_id();
+    };
+  }
+};
+
+TEST(MasterLink, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
+  ScriptedMaster master(/*incarnation=*/555);
+  Link l(master.endpoint());
+  ASSERT_TRUE(l.link->WaitReady(20s)) << l.link->Describe();
+  EXPECT_EQ(l.link->identity().agent_id, 7u);
+  EXPECT_EQ(l.link->identity().segment_id, 9u);
+  EXPECT_EQ(l.epoch.load(), 555u) << "the pool takes the master's epoch before it is mounted";
+  const Bytes reg = master.Last(mfb::Body::RegisterAgent);
+  ASSERT_FALSE(reg.empty());
+  const auto* r = flatbuffers::GetRoot<mfb::Request>(reg.data())->body_as_RegisterAgent();
+  EXPECT_EQ(r->name()->str(), "node-a");
+  EXPECT_EQ(r->incarnation(), 42u);
+  const Bytes mount = master.Last(mfb::Body::MountSegment);
+  const auto* m = flatbuffers::GetRoot<mfb::Request>(mount.data())->body_as_MountSegment();
+  EXPECT_EQ(m->agent_id(), 7u);
+  EXPECT_EQ(m->size(), uint64_t{1} << 20);
+  EXPECT_EQ(m->endpoints()->Get(0)->str(), "tcp://127.0.0.1:1");
+  EXPECT_EQ(Stat(*l.link, "registrations"), 1u);
+  EXPECT_EQ(l.restarted.load(), 0) << "the first registration is no restart";
+}
+
+TEST(MasterLink, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
+  ScriptedMaster master;
+  Link l(master.endpoint());
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  Outcome out;
+  l.link->Call(ExistRequest(12, "k"), out.Fn());
+  ASSERT_TRUE(l.service.RunUntil([&] { return out.done; }));
+  EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.reply_id, 12u);
+}
+
+TEST(MasterLink, ACallWhileNoMasterIsReachableFailsAtOnce) {
+  std::string endpoint;
+  {
+    ScriptedMaster gone;
+    endpoint = gone.endpoint();
+  }  // nobody listens there now
+  Link l(endpoint);
+  Outcome out;
+  l.link->Call(ExistRequest(1, "k"), out.Fn());
+  EXPECT_TRUE(out.done) << "failed inside Call, not after a timeout";
+  EXPECT_EQ(out.status.code(), ErrorCode::kMasterUnavailable);
+  EXPECT_NE(out.status.message().find("not reachable"), std::string::npos) << out.status.message();
+}
+
+// A request the master never answers takes the link down: it fails with MASTER_UNAVAILABLE,
+// and the link reconnects and registers again by itself.
+TEST(MasterLink, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
+  ScriptedMaster master;
+  Link l(master.endpoint(), /*timeout=*/300ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() == mfb::Body::BatchExist) return Bytes{};  // never answered
+    return std::nullopt;
+  });
+  Outcome out;
+  l.link->Call(ExistRequest(3, "k"), out.Fn());
+  ASSERT_TRUE(l.service.RunUntil([&] { return out.done; }));
+  EXPECT_EQ(out.status.code(), ErrorCode::kMasterUnavailable);
+  EXPECT_NE(out.status.message().find("did not answer"), std::string::npos) << out.status.message();
+  EXPECT_TRUE(WaitFor([&] { return Stat(*l.link, "registrations") >= 2; }));
+  EXPECT_TRUE(l.link->WaitReady(20s));
+  EXPECT_GE(Stat(*l.link, "timeouts"), 1u);
+  EXPECT_EQ(l.restarted.load(), 0) << "the same master incarnation: no restart";
+}
+
+// An End whose link drops is kept and sent again after the next registration, so a commit the
+// master made is answered rather than failed.
+TEST(MasterLink, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArrives) {
+  ScriptedMaster master;
+  Link l(master.endpoint(), /*timeout=*/300ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  std::atomic<int> ends{0};
+  master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() == mfb::Body::BatchPutEnd && ends.fetch_add(1) == 0) return Bytes{};
+    return std::nullopt;
+  });
+  Outcome out;
+  l.link->CallUntilAnswered(EndRequest(21, 77), out.Fn(), std::chrono::steady_clock::now() + 60s);
+  ASSERT_TRUE(l.service.RunUntil([&] { return out.done; }));
+  EXPECT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.reply_id, 21u);
+  EXPECT_EQ(master.Count(mfb::Body::BatchPutEnd), 2);
+  EXPECT_GE(Stat(*l.link, "registrations"), 2u);
+  EXPECT_EQ(Stat(*l.link, "retried_calls"), 1u);
+  const Bytes again = master.Last(mfb::Body::BatchPutEnd);
+  EXPECT_EQ(
+      flatbuffers::GetRoot<mfb::Request>(again.data())->body_as_BatchPutEnd()->write_ids()->Get(0),
+      77u)
+      << "the same write, sent again unchanged";
+}
+
+// An End that no master answers before its retry time fails with MASTER_UNAVAILABLE (the
+// pipeline turns that into TIMEOUT, "may be stored").
+TEST(MasterLink, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
+  ScriptedMaster master;
+  Link l(master.endpoint(), /*timeout=*/200ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() == mfb::Body::BatchPutEnd) return Bytes{};
+    return std::nullopt;
+  });
+  Outcome out;
+  l.link->CallUntilAnswered(EndRequest(22, 78), out.Fn(), std::chrono::steady_clock::now() + 700ms);
+  ASSERT_TRUE(l.service.RunUntil([&] { return out.done; }));
+  EXPECT_EQ(out.status.code(), ErrorCode::kMasterUnavailable);
+}
+
+// known=false: the master dropped or forgot this agent; it registers and mounts again. A new
+// master incarnation at that registration tells the relay to re-announce.
+TEST(MasterLink, AHeartbeatAnsweredUnknownRegistersAgain) {
+  ScriptedMaster master;
+  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  master.SetKnown(false);
+  EXPECT_TRUE(WaitFor([&] { return master.Count(mfb::Body::RegisterAgent) >= 2; }));
+  master.SetKnown(true);
+  EXPECT_TRUE(WaitFor([&] { return Stat(*l.link, "registrations") >= 2; }));
+  EXPECT_EQ(l.restarted.load(), 0);
+}
+
+TEST(MasterLink, ANewMasterIncarnationAtReregistrationIsReportedAsARestart) {
+  ScriptedMaster master(1000);
+  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  std::atomic<bool> reborn{false};
+  master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() == mfb::Body::Heartbeat && !reborn.load()) {
+      reborn.store(true);
+      return DefaultReply(r, 2000, /*known=*/false);
+    }
+    if (r.body_type() == mfb::Body::RegisterAgent && reborn.load()) {
+      return DefaultReply(r, 2000, true);
+    }
+    return std::nullopt;
+  });
+  EXPECT_TRUE(WaitFor([&] { return l.restarted.load() == 1; }));
+  EXPECT_EQ(l.epoch.load(), 2000u);
+}
+
+// Fences of a heartbeat reply are applied, then acknowledged in the next heartbeat.
+TEST(MasterLink, HeartbeatFencesAreAppliedAndAcknowledged) {
+  ScriptedMaster master(1000);
+  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() != mfb::Body::Heartbeat) return std::nullopt;
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<uint64_t> fenced = {31, 33};
+    fbb.Finish(mfb::CreateReply(
+        fbb, r.request_id(), 0, 0, mfb::ReplyBody::HeartbeatReply,
+        mfb::CreateHeartbeatReply(fbb, true, 4, 30, fbb.CreateVector(fenced)).Union()));
+    return Finish(fbb);
+  });
+  ASSERT_TRUE(WaitFor([&] {
+    const Bytes hb = master.Last(mfb::Body::Heartbeat);
+    return !hb.empty() &&
+           flatbuffers::GetRoot<mfb::Request>(hb.data())->body_as_Heartbeat()->fence_ack() == 4;
+  }));
+  std::lock_guard<std::mutex> lock(l.fences_mu);
+  ASSERT_FALSE(l.fences.empty());
+  EXPECT_EQ(l.fences[0].master_epoch, 1000u);
+  EXPECT_EQ(l.fences[0].fence_seq, 4u);
+  EXPECT_EQ(l.fences[0].write_watermark, 30u);
+  EXPECT_EQ(l.fences[0].fenced_writes, (std::vector<uint64_t>{31, 33}));
+  EXPECT_EQ(l.fences.size(), 1u) << "the same fences are applied once";
+}
+
+TEST(MasterLink, ListKeysReturnsThePageFromAnotherThread) {
+  ScriptedMaster master;
+  Link l(master.endpoint());
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  Result<KeyPage> page = Status(ErrorCode::kInternal, "not run");
+  std::thread relay([&] { page = l.link->ListKeys(0, 100); });
+  relay.join();
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  ASSERT_EQ(page->keys.size(), 1u);
+  EXPECT_EQ(page->keys[0].key, "listed");
+  EXPECT_EQ(page->keys[0].session_id, "sess");
+  EXPECT_EQ(page->next_cursor, 0u);
+}
+
+// ListKeys calls racing Stop (the event relay at agent shutdown) all return "shutting down" or
+// their page; none is left for its 2 x timeout + 1 s guard (which held the agent's exit up to
+// 11 s). The race is narrow; many rounds make it likely to be hit.
+TEST(MasterLink, ListKeysRacingStopNeverWaitsForItsTimeout) {
+  ScriptedMaster master;
+  for (int round = 0; round < 30; ++round) {
+    Link l(master.endpoint());
+    ASSERT_TRUE(l.link->WaitReady(20s));
+    std::atomic<bool> stopped{false};
+    std::vector<Status> failures;
+    std::thread relay([&] {
+      while (true) {
+        const bool after = stopped.load();
+        Result<KeyPage> page = l.link->ListKeys(0, 10);
+        if (!page.ok()) failures.push_back(page.status());
+        if (after) return;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));
+    l.link->Stop();
+    stopped.store(true);
+    relay.join();
+    for (const Status& st : failures) {
+      EXPECT_EQ(st.code(), ErrorCode::kMasterUnavailable);
+      EXPECT_EQ(st.message().find("in time"), std::string::npos) << st.message();
+    }
+  }
+}
+
+TEST(MasterLink, StartRefusesAnEndpointThatIsNoKvmasterAddress) {
+  RemoteMasterOptions o;
+  o.endpoint = "10.0.0.1:50051";
+  o.agent_name = "node-a";
+  auto started = RemoteMaster::Start(std::move(o));
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), ErrorCode::kInvalidParams);
+  EXPECT_NE(started.status().message().find("tcp://"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvagent::master_link

@@ -1,0 +1,354 @@
+// The request pipeline's Get path against a fake master port and a fake data plane: checksums
+// verified, replica fallback (a checksum mismatch moves to the next replica; all bad is
+// DATA_CORRUPTED), bad replicas reported, per-key results by original position, the lease and
+// the caller's deadline.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "pipeline_fakes.h"
+
+// Designated initializers name only the fields a test cares about; the others keep their
+// defaults (GCC 12 warns about those it was not given).
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace kvagent::agent {
+namespace {
+
+using namespace testing;
+using namespace std::chrono_literals;
+
+const std::string kPeerA = "tcp://10.0.0.2:7000";
+const std::string kPeerB = "tcp://10.0.0.3:7000";
+constexpr uint32_t kSegA = 2, kSegB = 3;
+constexpr uint64_t kIncA = 0x2002, kIncB = 0x3003;
+
+SegmentAt Own() { return SegmentAt{}; }
+SegmentAt PeerA() { return SegmentAt{kSegA, kPeerA, kIncA}; }
+SegmentAt PeerB() { return SegmentAt{kSegB, kPeerB, kIncB}; }
+
+// A replica of part `part` of `bytes` at `offset` in segment `segment`, checksummed.
+ReplicaAt At(uint32_t segment, uint64_t offset, std::string_view bytes, uint32_t part = 0) {
+  return ReplicaAt{part, segment, offset, bytes.size(), Crc(bytes), true};
+}
+
+// Puts `bytes` at `offset` of this node's pool.
+void InPool(PipelineRig& rig, uint64_t offset, std::string_view bytes) {
+  std::memcpy(rig.pool().base() + offset, bytes.data(), bytes.size());
+}
+void InPeer(PipelineRig& rig, const std::string& peer, uint64_t offset, std::string_view bytes) {
+  std::memcpy(rig.data->peer(peer).data() + offset, bytes.data(), bytes.size());
+}
+
+// A Get sent and its BatchGet taken from the master, to be answered by the test.
+struct SentGet {
+  ClientRequest request;  // a copy: the same frame and arena, to read the buffers back
+  uint64_t id = 0;
+  MasterCall placed;
+};
+SentGet SendGet(PipelineRig& rig, TestClient& client, const std::vector<std::string>& keys,
+                const std::vector<uint64_t>& capacities,
+                std::optional<Clock::time_point> deadline = std::nullopt) {
+  SentGet out;
+  out.request = client.Get(keys, capacities, deadline);
+  out.id = rig.Send(out.request);
+  out.placed = rig.master->Take(mfb::Body::BatchGet);
+  return out;
+}
+
+void WaitPast(Clock::time_point t) {
+  while (Clock::now() <= t) std::this_thread::sleep_for(1ms);
+}
+
+// What ReportBadReplicas named: (key, version, part, segment) per replica.
+struct Bad {
+  std::string key;
+  uint64_t version;
+  uint32_t part;
+  uint32_t segment;
+  friend bool operator==(const Bad&, const Bad&) = default;
+};
+std::vector<Bad> Reported(const MasterCall& call) {
+  const mfb::ReportBadReplicas* r = call.request().body_as_ReportBadReplicas();
+  std::vector<Bad> out;
+  for (uint32_t i = 0; i < r->keys()->size(); ++i) {
+    out.push_back(Bad{r->keys()->Get(i)->str(), r->versions()->Get(i), r->parts()->Get(i),
+                      r->segment_ids()->Get(i)});
+  }
+  return out;
+}
+
+TEST(PipelineRead, ALocalReplicaIsCopiedAndItsChecksumVerifiedInTheSamePass) {
+  PipelineRig rig;
+  TestClient client(1);
+  const std::string value = Pattern("local", 5000);
+  InPool(rig, 8192, value);
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {8192});
+  EXPECT_EQ(placed.keys(), std::vector<std::string>{"k"});
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{.write_id = 11, .size = 5000, .replicas = {At(kOwnSegment, 8192, value)}}},
+             {Own()}, true));
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(done.lengths, std::vector<uint64_t>{5000});
+  EXPECT_EQ(client.Bytes(copy, 0, 5000), value);
+  EXPECT_EQ(rig.data->ops_run().size(), 0u) << "no data-plane op for a local replica";
+  EXPECT_EQ(rig.master->pending(), 0u) << "nothing to report";
+  EXPECT_EQ(rig.Counter("agent.bytes_from_pool"), 5000u);
+}
+
+TEST(PipelineRead, PartsFromThisPoolAndFromAPeerAssembleTheValueInOrder) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("two-parts", 3000);
+  const std::string p0 = value.substr(0, 2000), p1 = value.substr(2000);
+  InPool(rig, 0, p0);
+  InPeer(rig, kPeerA, 4096, p1);
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {4000});
+  Answer(placed, PlacementReply(
+                     placed.id(),
+                     {PlacedKey{.write_id = 1,
+                                .size = 3000,
+                                .replicas = {At(kOwnSegment, 0, p0, 0), At(kSegA, 4096, p1, 1)}}},
+                     {Own(), PeerA()}, true));
+  rig.Settle();
+  ASSERT_EQ(rig.data->ops_run().size(), 1u);
+  EXPECT_EQ(rig.data->ops_run()[0].kind, transfer::TransferKind::kRead);
+  EXPECT_EQ(rig.data->ops_run()[0].pool_incarnation, kIncA);
+  EXPECT_EQ(rig.data->ops_run()[0].master_epoch, kMasterEpoch);
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(client.Bytes(copy, 0, 3000), value);
+}
+
+// Bytes in this node's pool that no longer match: the replica is reported and counted, and the
+// part is read from the peer instead.
+TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplica) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("x", 1000);
+  std::string flipped = value;
+  flipped[500] ^= 0x01;
+  InPool(rig, 0, flipped);
+  InPeer(rig, kPeerA, 0, value);
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {1000});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 77,
+                                   .size = 1000,
+                                   .replicas = {At(kSegA, 0, value), At(kOwnSegment, 0, value)}}},
+                        {Own(), PeerA()}, true));
+  rig.Settle();
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(client.Bytes(copy, 0, 1000), value);
+  MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnSegment}}));
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 1u);
+  EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 0u);
+}
+
+TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  rig.data->AddPeer(kPeerB, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("y", 700);
+  InPeer(rig, kPeerA, 64, std::string(700, 'Z'));
+  InPeer(rig, kPeerB, 128, value);
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {700});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 5,
+                                   .size = 700,
+                                   .replicas = {At(kSegA, 64, value), At(kSegB, 128, value)}}},
+                        {Own(), PeerA(), PeerB()}, true));
+  ASSERT_EQ(rig.data->waiting(), 1u);
+  rig.data->RunOne();  // peer A: corrupt bytes
+  rig.sink.RunPosted();
+  ASSERT_EQ(rig.data->waiting(), 1u) << "the next replica is read";
+  rig.Settle();
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(client.Bytes(copy, 0, 700), value);
+  MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 5, 0, kSegA}}));
+  EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 1u);
+}
+
+// Every replica read and none matches: DATA_CORRUPTED, and every one of them is reported.
+TEST(PipelineRead, WhenEveryReplicaIsCorruptTheKeyIsDataCorruptedAndAllAreReported) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("z", 256);
+  InPool(rig, 0, std::string(256, 'a'));
+  InPeer(rig, kPeerA, 0, std::string(256, 'b'));
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {256});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 9,
+                                   .size = 256,
+                                   .replicas = {At(kOwnSegment, 0, value), At(kSegA, 0, value)}}},
+                        {Own(), PeerA()}, true));
+  rig.Settle();
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kDataCorrupted});
+  EXPECT_NE(done.messages.at(0).find("put the value again"), std::string::npos) << done.messages[0];
+  MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 9, 0, kOwnSegment}, {"k", 9, 0, kSegA}}));
+  EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 1u);
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 2u);
+}
+
+// One replica corrupt, the other unreachable, in either order: the unreachable one may still
+// hold the value, so the key is TRANSFER_FAILED (retry), not DATA_CORRUPTED (put it again).
+TEST(PipelineRead, ACorruptReplicaAndAnUnreachableOneIsTransferFailedWhateverTheOrder) {
+  for (const bool corrupt_first : {true, false}) {
+    SCOPED_TRACE(corrupt_first ? "corrupt first" : "unreachable first");
+    PipelineRig rig;
+    rig.data->AddPeer(kPeerA, 4096);
+    rig.data->Refuse(kPeerB, Status(ErrorCode::kTransferFailed, "peer B is unreachable"));
+    TestClient client(1);
+    const std::string value = Pattern("w", 100);
+    InPeer(rig, kPeerA, 0, std::string(100, 'c'));
+    auto [copy, id, placed] = SendGet(rig, client, {"k"}, {100});
+    std::vector<ReplicaAt> replicas = {At(kSegA, 0, value), At(kSegB, 0, value)};
+    if (!corrupt_first) std::swap(replicas[0], replicas[1]);
+    Answer(placed, PlacementReply(placed.id(),
+                                  {PlacedKey{.write_id = 2, .size = 100, .replicas = replicas}},
+                                  {Own(), PeerA(), PeerB()}, true));
+    rig.Settle();
+    EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kTransferFailed});
+    MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
+    EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 2, 0, kSegA}}));
+  }
+}
+
+TEST(PipelineRead, AnUnreachablePeerIsFollowedByTheNextAndAllUnreachableIsTransferFailed) {
+  PipelineRig rig;
+  rig.data->Refuse(kPeerA, Status(ErrorCode::kTransferFailed, "peer A refused"));
+  rig.data->AddPeer(kPeerB, 4096);
+  TestClient client(1);
+  const std::string value = "hello";
+  InPeer(rig, kPeerB, 0, value);
+  auto [copy, id, placed] = SendGet(rig, client, {"good", "gone"}, {5, 5});
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{
+                  .write_id = 1, .size = 5, .replicas = {At(kSegA, 0, value), At(kSegB, 0, value)}},
+              PlacedKey{.write_id = 2, .size = 5, .replicas = {At(kSegA, 64, value)}}},
+             {Own(), PeerA(), PeerB()}, true));
+  rig.Settle();
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, (std::vector<ErrorCode>{ErrorCode::kOk, ErrorCode::kTransferFailed}));
+  EXPECT_NE(done.messages.at(1).find("peer A refused"), std::string::npos) << done.messages[1];
+  EXPECT_EQ(client.Bytes(copy, 0, 5), value);
+  EXPECT_EQ(rig.master->pending(), 0u) << "nothing corrupt, nothing reported";
+  EXPECT_EQ(rig.Counter("agent.transfer_failures"), 1u);
+}
+
+// SEMANTICS rule 9 for reads: two requests in one BatchGet; results, lengths and bytes follow
+// each key's position in its own request.
+TEST(PipelineRead, ResultsAndLengthsFollowEachKeyAcrossRequestsSharingABatch) {
+  PipelineRig rig;
+  TestClient a(1), b(2);
+  InPool(rig, 0, "alpha");
+  InPool(rig, 64, "gamma!");
+  ClientRequest ra = a.Get({"a0", "a1"}, {16, 16});
+  ClientRequest rb = b.Get({"b0", "b1"}, {16, 2});
+  const ClientRequest ca = ra, cb = rb;
+  std::vector<ClientRequest> both;
+  both.push_back(std::move(ra));
+  both.push_back(std::move(rb));
+  rig.SendTogether(std::move(both));
+  MasterCall placed = rig.master->Take(mfb::Body::BatchGet);
+  EXPECT_EQ(placed.keys(), (std::vector<std::string>{"a0", "a1", "b0", "b1"}));
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{.code = ErrorCode::kObjectNotFound, .message = "no a0"},
+              PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "alpha")}},
+              PlacedKey{.write_id = 2, .size = 6, .replicas = {At(kOwnSegment, 64, "gamma!")}},
+              PlacedKey{.write_id = 3, .size = 6, .replicas = {At(kOwnSegment, 64, "gamma!")}}},
+             {Own()}, true));
+  const CompletionData& da = rig.sink.Of(ca.request_id);
+  EXPECT_EQ(da.codes, (std::vector<ErrorCode>{ErrorCode::kObjectNotFound, ErrorCode::kOk}));
+  EXPECT_EQ(da.messages.at(0), "no a0");
+  EXPECT_EQ(da.lengths, (std::vector<uint64_t>{0, 5}));
+  EXPECT_EQ(a.Bytes(ca, 1, 5), "alpha");
+  const CompletionData& db = rig.sink.Of(cb.request_id);
+  // b1's buffer holds 2 bytes: BUFFER_OUT_OF_RANGE with the size needed, and nothing copied.
+  EXPECT_EQ(db.codes, (std::vector<ErrorCode>{ErrorCode::kOk, ErrorCode::kBufferOutOfRange}));
+  EXPECT_EQ(db.lengths, (std::vector<uint64_t>{6, 6}));
+  EXPECT_EQ(b.Bytes(cb, 0, 6), "gamma!");
+  EXPECT_EQ(b.Bytes(cb, 1, 2), "\xEE\xEE");
+}
+
+TEST(PipelineRead, PlacementsAfterTheDeadlineAnswerTimeoutWithoutTouchingTheBuffer) {
+  PipelineRig rig;
+  TestClient client(1);
+  InPool(rig, 0, "value");
+  const auto deadline = Clock::now() + 200ms;
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5}, deadline);
+  WaitPast(deadline);
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "value")}}},
+             {Own()}, true));
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kTimeout});
+  EXPECT_EQ(client.Bytes(copy, 0, 5), std::string(5, '\xEE'));
+}
+
+// Bytes that arrived after the read lease ran out may mix two values (the range may have been
+// handed to a new writer): TIMEOUT, even though they checksum correctly.
+TEST(PipelineRead, BytesThatArriveAfterTheReadLeaseAreNotAnsweredOk) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 4096);
+  TestClient client(1);
+  InPeer(rig, kPeerA, 0, "value");
+  const auto sent = Clock::now();
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kSegA, 0, "value")}}},
+                        {Own(), PeerA()}, true, /*lease_ttl_ms=*/20));
+  WaitPast(sent + 50ms);
+  rig.Settle();
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kTimeout});
+  EXPECT_NE(done.messages.at(0).find("lease"), std::string::npos) << done.messages[0];
+  EXPECT_EQ(rig.Counter("agent.lease_expired"), 1u);
+}
+
+TEST(PipelineRead, WithChecksumsOffCorruptBytesAreNotDetected) {
+  PipelineRig rig(/*checksums=*/false);
+  TestClient client(1);
+  InPool(rig, 0, "xxxxx");
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5});
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "value")}}},
+             {Own()}, true));
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(rig.master->pending(), 0u);
+}
+
+TEST(PipelineRead, AMasterThatCannotBeReachedFailsEveryKey) {
+  PipelineRig rig;
+  TestClient client(1);
+  auto [copy, id, placed] = SendGet(rig, client, {"a", "b"}, {4, 4});
+  Fail(placed, ErrorCode::kMasterUnavailable, "kvmaster is not reachable");
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes,
+            (std::vector<ErrorCode>{ErrorCode::kMasterUnavailable, ErrorCode::kMasterUnavailable}));
+  EXPECT_EQ(rig.Counter("agent.master_failures"), 1u);
+}
+
+}  // namespace
+}  // namespace kvagent::agent
