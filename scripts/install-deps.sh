@@ -14,6 +14,8 @@ packages=(
   libgtest-dev
   libibverbs-dev librdmacm-dev
   libsystemd-dev
+  libcurl4-openssl-dev nlohmann-json3-dev
+  etcd-server etcd-client
   python3 python3-msgpack python3-zmq
   iproute2 procps
 )
