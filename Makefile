@@ -9,7 +9,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test format clean
+.PHONY: all deps configure build test bench demo demo-ha soak asan-test format clean
 
 all: build
 
@@ -30,6 +30,10 @@ bench: build
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
+
+# kvmaster high availability: etcd, three kvmasters, an agent; the leader killed under load.
+demo-ha: build
+	@scripts/demo-ha.sh $(BUILD_DIR)
 
 # The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (run by CI).
 asan-test: deps

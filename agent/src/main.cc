@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <mutex>
 #include <random>
 
 #include "embedded_master.h"
@@ -175,6 +176,25 @@ kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster*
   };
 }
 
+// With --master etcd://...: the leader's event endpoints reach the relay as the link finds each
+// leader, also the ones found before the relay started (Attach).
+struct RelayToLeader {
+  std::mutex mu;
+  kvagent::relay::EventRelay* relay = nullptr;  // guarded by mu
+  std::string events, replay;                   // the leader's, guarded by mu
+  void Leader(const std::string& e, const std::string& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    events = e;
+    replay = r;
+    if (relay != nullptr) relay->SwitchMaster(e, r);
+  }
+  void Attach(kvagent::relay::EventRelay* r) {
+    std::lock_guard<std::mutex> lock(mu);
+    relay = r;
+    if (r != nullptr && !events.empty()) r->SwitchMaster(events, replay);
+  }
+};
+
 // "agent.relay.*": what `kvctl stat` shows of the event relay (remote mode).
 void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
                          std::vector<kvagent::agent::Counter>* out) {
@@ -191,6 +211,7 @@ void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
       {"objects_reannounced", s.objects_reannounced},
       {"dropped_events", s.dropped_events},
       {"malformed_messages", s.malformed_messages},
+      {"master_switches", s.master_switches},
   };
   for (const auto& [name, value] : counters) {
     out->push_back({std::string("agent.relay.") + name, value, ""});
@@ -250,6 +271,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kvagent::relay::EventRelay> relay;
   // The relay, for the link's re-registration hook; cleared before the relay goes.
   auto relay_slot = std::make_shared<std::atomic<kvagent::relay::EventRelay*>>(nullptr);
+  auto relay_to_leader = std::make_shared<RelayToLeader>();
   std::string mode;
   std::string events;
   if (v.master.empty()) {
@@ -299,6 +321,9 @@ int main(int argc, char** argv) {
     o.on_master_restarted = [relay_slot] {
       if (auto* r = relay_slot->load()) r->RequestResync();
     };
+    o.on_leader_changed = [relay_to_leader](const std::string& e, const std::string& r) {
+      relay_to_leader->Leader(e, r);
+    };
     auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
     if (!remote.ok()) return fail("master link", remote.status());
     link = remote->get();
@@ -312,6 +337,7 @@ int main(int argc, char** argv) {
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
     relay_slot->store(relay.get());
+    relay_to_leader->Attach(relay.get());
     events = relay->endpoint();
     for (const std::string& e : relay->extra_endpoints()) events += " and " + e;
     mode = "kvmaster " + v.master;
@@ -355,6 +381,7 @@ int main(int argc, char** argv) {
   LOG(INFO) << "received " << signal_name << "; shutting down";
   (*agent)->Stop();  // the service thread stops the master link too
   relay_slot->store(nullptr);
+  relay_to_leader->Attach(nullptr);
   relay.reset();   // before the link its content source reads through
   agent->reset();  // the pipeline and its master port
   engine->reset();

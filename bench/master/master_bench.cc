@@ -13,6 +13,13 @@
 //                                               is a fixed budget, not per key)
 //   master.events                       events/s BlockStored events through EventPublisher to a
 //                                               connected subscriber
+//   master.put.zmq.b{1,128}.{alone,follower,sync_follower}
+//                                       keys/s  puts through the ROUTER of a master with a state
+//                                               dir (--log-sync write): alone (the baseline), with
+//                                               a follower fetching its log (a Standby long-
+//                                               polling Replicate into a state dir of its own), and
+//                                               with --sync-followers 1 (each reply waits until the
+//                                               follower holds its records); .vs_alone ratios
 // Baselines from the same run: an unordered_map insert of the same keys, a ZMQ echo round trip
 // of the same request sizes, and msgpack encoding alone. The machine is shared: numbers move
 // when other builds run.
@@ -35,6 +42,7 @@
 #include "kvagent/common/kv_event.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/master/standby.h"
 #include "kvagent/schemas/master_generated.h"
 
 namespace {
@@ -396,6 +404,65 @@ ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t t
   return out;
 }
 
+// ---- replication -----------------------------------------------------------------------------
+
+// Puts through a master with a state dir: alone, with a follower, with a synchronous follower.
+void ReplicationBench() {
+  struct Mode {
+    const char* name;
+    bool follower;
+    int sync;
+  };
+  const Mode modes[] = {{"alone", false, 0}, {"follower", true, 0}, {"sync_follower", true, 1}};
+  double alone[2] = {0, 0};
+  const size_t batches[] = {1, 128};
+  for (const Mode& mode : modes) {
+    char leader_dir[] = "/var/tmp/kvmaster-bench-XXXXXX";
+    char follower_dir[] = "/var/tmp/kvmaster-bench-XXXXXX";
+    if (mkdtemp(leader_dir) == nullptr || mkdtemp(follower_dir) == nullptr) return;
+    {
+      MasterServerOptions so;
+      so.listen = "tcp://127.0.0.1:0";
+      so.events = "tcp://127.0.0.1:0";
+      so.events_replay = "";
+      so.master = BenchOptions();
+      so.master.state_dir = leader_dir;
+      so.sync_followers = mode.sync;
+      kvagent::master::SteadyClock clock;
+      auto server = std::move(MasterServer::Start(so, &clock).value());
+      std::unique_ptr<Standby> follower;
+      if (mode.follower) {
+        StandbyOptions fo;
+        fo.primary = server->endpoint();
+        fo.state_dir = follower_dir;
+        fo.name = "bench-follower";
+        follower = std::move(Standby::Start(fo).value());
+        while (!follower->synced()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      Dealer d(server->endpoint());
+      const uint32_t agent = JoinThroughWire(d, "bench-zmq", uint64_t{1} << 42);
+      for (size_t i = 0; i < 2; ++i) {
+        const size_t b = batches[i];
+        const size_t n = b == 1 ? 20'000 : 300'000;
+        auto keys = MakeKeys(
+            n, (std::string("repl-") + mode.name + "-b" + std::to_string(b) + "/blk-").c_str());
+        auto sessions = MakeSessions(n);
+        const double put = PutThroughZmq(server->endpoint(), keys, sessions, b, agent);
+        const std::string name = "master.put.zmq.b" + std::to_string(b) + "." + mode.name;
+        Bench(name, put, "keys/s");
+        if (!mode.follower) alone[i] = put;
+        if (mode.follower && alone[i] > 0) Bench(name + ".vs_alone", put / alone[i], "x");
+      }
+      if (follower) {
+        std::printf("# %s: the follower holds record %llu\n", mode.name,
+                    static_cast<unsigned long long>(follower->applied_seq()));
+      }
+    }
+    std::filesystem::remove_all(leader_dir);
+    std::filesystem::remove_all(follower_dir);
+  }
+}
+
 // ---- memory and events ---------------------------------------------------------------------
 
 double BytesPerKey(size_t n) {
@@ -489,7 +556,8 @@ void EventsBench() {
 
 }  // namespace
 
-// `master_bench [inproc|zmq|memory|events]...` runs only the named parts (default: all).
+// `master_bench [inproc|zmq|log|replication|memory|events]...` runs only the named parts
+// (default: all).
 int main(int argc, char** argv) {
   // The heap the kvmaster and kvagent binaries run with (heap_pages.h); KVAGENT_HUGE_HEAP=0
   // measures with 4 KiB pages.
@@ -554,6 +622,7 @@ int main(int argc, char** argv) {
   }
 
   if (wanted("log")) LogBench();
+  if (wanted("replication")) ReplicationBench();
   if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
   if (wanted("events")) EventsBench();
   return 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "ha_member.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/stop_signals.h"
@@ -33,20 +34,17 @@ bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-// Follows the primary until promoted; returns nullptr then, or why the standby stopped instead
-// ("SIGTERM", "SIGINT", "error").
+// Follows the primary until promoted by hand (SIGUSR1); returns nullptr then, or why the standby
+// stopped instead ("SIGTERM", "SIGINT", "error"). Automatic failover is --etcd's (ha_member.h).
 const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
-                                int64_t promote_after_ms, const kvagent::StopSignals& signals) {
+                                const kvagent::StopSignals& signals) {
   auto standby = kvagent::master::Standby::Start(options);
   if (!standby.ok()) {
     LOG(ERROR) << "kvmaster standby cannot start: " << standby.status().ToString();
     return "error";
   }
   LOG(INFO) << "kvmaster standby: following " << options.primary << ", its state kept in "
-            << options.state_dir << "; promote with SIGUSR1"
-            << (promote_after_ms > 0 ? " or after " + std::to_string(promote_after_ms) +
-                                           " ms without an answer from the primary"
-                                     : std::string());
+            << options.state_dir << "; promote with SIGUSR1";
   std::string why;
   while (why.empty()) {
     const char* sig = signals.WaitFor(std::chrono::milliseconds(100));
@@ -57,10 +55,6 @@ const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
                       "there is no state to serve";
     } else if (sig != nullptr) {
       why = "SIGUSR1";
-    } else if (promote_after_ms > 0 && synced &&
-               (*standby)->silent_for().count() >= promote_after_ms) {
-      why = "the primary has not answered for " + std::to_string((*standby)->silent_for().count()) +
-            " ms";
     }
   }
   LOG(INFO) << "kvmaster standby: promoting (" << why << ") at the primary's record "
@@ -80,7 +74,7 @@ int main(int argc, char** argv) {
   uint64_t replay_batches = opts.replay_batches;
   m.replication_log_bytes = 64ull << 20;
   kvagent::master::StandbyOptions standby_options;
-  int64_t promote_after_ms = 0;
+  kvagent::master::HaFlags ha;
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
@@ -126,13 +120,12 @@ int main(int argc, char** argv) {
              "operation-log records kept for standbys to fetch (0: serve no standby)");
   flags.String("follow", &standby_options.primary,
                "run as a standby of the kvmaster at this endpoint: keep a copy of its state in "
-               "--state-dir and serve nothing until promoted (SIGUSR1, or --promote-after-ms)");
-  flags.Int("promote-after-ms", &promote_after_ms,
-            "standby: promote itself once the primary has not answered for this long (0: only "
-            "on SIGUSR1)");
+               "--state-dir and serve nothing until promoted by hand (SIGUSR1); for automatic "
+               "failover use --etcd");
   flags.String("status-file", &standby_options.status_file,
                "standby: rewrite this file after each fetch (primary=, incarnation=, "
                "applied_seq=)");
+  ha.Declare(&flags);
   if (kvagent::Status st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << "kvmaster: " << st.message() << "\n";
     return 2;
@@ -159,9 +152,23 @@ int main(int argc, char** argv) {
                  "there)\n";
     return 2;
   }
-  if (promote_after_ms < 0 || (promote_after_ms > 0 && standby_options.primary.empty())) {
-    std::cerr << "kvmaster: --promote-after-ms must be >= 0 and goes with --follow\n";
+  if (ha.sync_followers < 0 || ha.sync_followers > 16) {
+    std::cerr << "kvmaster: --sync-followers must be 0..16\n";
     return 2;
+  }
+  opts.sync_followers = static_cast<int>(ha.sync_followers);  // also for --follow standbys
+  kvagent::master::HaMemberOptions member;
+  if (ha.enabled()) {
+    member.server = opts;
+    member.ready_file = ready_file;
+    member.status_file = standby_options.status_file;
+    kvagent::Status st = standby_options.primary.empty()
+                             ? ha.Apply(&member)
+                             : kvagent::InvalidParams("--follow and --etcd exclude each other");
+    if (!st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
   }
 
   if (log_dir.empty()) {
@@ -173,8 +180,9 @@ int main(int argc, char** argv) {
 
   // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
   const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
+  if (ha.enabled()) return kvagent::master::RunHaMember(std::move(member), stop_signals);
   if (!standby_options.primary.empty()) {
-    if (const char* stop = FollowUntilPromoted(standby_options, promote_after_ms, stop_signals)) {
+    if (const char* stop = FollowUntilPromoted(standby_options, stop_signals)) {
       LOG(INFO) << "kvmaster standby: " << stop << ", stopped";
       return std::string_view(stop) == "error" ? 1 : 0;
     }

@@ -73,8 +73,10 @@ void CollectStrings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::S
   for (const flatbuffers::String* s : *v) out->emplace_back(s->data(), s->size());
 }
 
-std::span<const uint8_t> Finish(Builder& b, uint64_t request_id, const Status& status,
-                                fb::ReplyBody type, flatbuffers::Offset<void> body) {
+// Every reply names the answering master's epoch (master.fbs Reply.master_epoch).
+std::span<const uint8_t> Finish(Builder& b, uint64_t epoch, uint64_t request_id,
+                                const Status& status, fb::ReplyBody type,
+                                flatbuffers::Offset<void> body, bool not_serving = false) {
   auto message = status.ok() ? 0 : b.CreateString(status.message()).o;
   fb::ReplyBuilder r(b);
   r.add_request_id(request_id);
@@ -84,6 +86,8 @@ std::span<const uint8_t> Finish(Builder& b, uint64_t request_id, const Status& s
     r.add_body_type(type);
     r.add_body(body);
   }
+  r.add_master_epoch(epoch);
+  if (not_serving) r.add_not_serving(true);
   b.Finish(r.Finish());
   return {b.GetBufferPointer(), b.GetSize()};
 }
@@ -119,6 +123,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
   b.Clear();
+  const uint64_t epoch = service_->incarnation();
   // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
   // the message object at any offset. Copy those (they are small).
   if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
@@ -129,7 +134,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
   if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {
     service_->CountBadRequest();
-    return Finish(b, 0,
+    return Finish(b, epoch, 0,
                   InvalidParams("the request is not a valid master.fbs Request (" +
                                 std::to_string(request.size()) +
                                 " bytes failed verification); check the client's protocol "
@@ -138,6 +143,19 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   }
   const fb::Request* req = fb::GetRequest(request.data());
   const uint64_t id = req->request_id();
+  last_ = LastRequest{};
+  last_.type = static_cast<uint8_t>(req->body_type());
+  // A master that may not serve (its leadership is not confirmed) changes nothing and says so;
+  // it still hands out its records (a follower may fetch what it made while it led).
+  if (may_serve_ && req->body_type() != fb::Body::Replicate && !may_serve_()) {
+    last_.refused = true;
+    return Finish(b, epoch, id,
+                  Status(ErrorCode::kMasterUnavailable,
+                         "this kvmaster does not serve now: it could not confirm its leadership "
+                         "in etcd in time (or lost it); nothing was done. Ask etcd for the "
+                         "leader (the agent does this by itself)"),
+                  fb::ReplyBody::NONE, 0, /*not_serving=*/true);
+  }
 
   // Per-key replies (placements or codes) from the service's result containers.
   auto placement_reply = [&](const Status& status) {
@@ -179,7 +197,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     }
     r.add_lease_ttl_ms(pb.lease_ttl_ms);
     r.add_master_epoch(service_->incarnation());
-    return Finish(b, id, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
+    return Finish(b, epoch, id, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
   };
   auto codes_reply = [&](const Status& status, uint64_t removed_count) {
     const KeyResults& kr = s.key_results;
@@ -194,11 +212,11 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     if (!exists.IsNull()) r.add_exists(exists);
     if (!replicas.IsNull()) r.add_replicas(replicas);
     r.add_removed_count(removed_count);
-    return Finish(b, id, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
+    return Finish(b, epoch, id, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
   };
   auto bad = [&](Status status) {
     service_->CountBadRequest();
-    return Finish(b, id, status, fb::ReplyBody::NONE, 0);
+    return Finish(b, epoch, id, status, fb::ReplyBody::NONE, 0);
   };
   // The typed view of a WriteStart (spans into the message and the scratch).
   auto read_start = [&](const fb::WriteStart* m) {
@@ -307,16 +325,16 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
     case fb::Body::RegisterAgent: {
       const auto* m = req->body_as_RegisterAgent();
       auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
-      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+      if (!r.ok()) return Finish(b, epoch, id, r.status(), fb::ReplyBody::NONE, 0);
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
                     fb::CreateRegisterAgentReply(b, r.value(), service_->incarnation()).Union());
     }
     case fb::Body::MountSegment: {
       const auto* m = req->body_as_MountSegment();
       CollectStrings(m->endpoints(), &s.endpoints);
       auto r = service_->MountSegment(m->agent_id(), m->segment_index(), m->size(), s.endpoints);
-      if (!r.ok()) return Finish(b, id, r.status(), fb::ReplyBody::NONE, 0);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::MountSegmentReply,
+      if (!r.ok()) return Finish(b, epoch, id, r.status(), fb::ReplyBody::NONE, 0);
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::MountSegmentReply,
                     fb::CreateMountSegmentReply(b, r->segment_id, r->restored_objects).Union());
     }
     case fb::Body::Heartbeat: {
@@ -328,7 +346,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       r.add_fence_seq(h.fence_seq);
       r.add_write_watermark(h.write_watermark);
       if (fenced) r.add_fenced_writes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(fenced));
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
     }
     case fb::Body::BatchPutStart:
       return write_start(req->body_as_BatchPutStart(), false);
@@ -402,7 +420,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
       }
       auto body =
           fb::CreateListKeysReply(b, b.CreateVector(keys), s.page.next_cursor, s.page.restarted);
-      return Finish(b, id, st, fb::ReplyBody::ListKeysReply, body.Union());
+      return Finish(b, epoch, id, st, fb::ReplyBody::ListKeysReply, body.Union());
     }
     case fb::Body::Stats: {
       const MasterStats st = service_->Stats();
@@ -447,19 +465,25 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
         values.push_back(v);
       }
       auto body = fb::CreateStatsReply(b, b.CreateVector(names), b.CreateVector(values));
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
     }
     case fb::Body::Replicate: {
       const auto* m = req->body_as_Replicate();
+      last_.replicate = true;
+      last_.after_seq = m->after_seq();
+      last_.incarnation = m->incarnation();
+      last_.wait_ms = m->wait_ms();
+      if (m->follower() != nullptr) last_.follower = m->follower()->str();
       ReplicationPage page;
       const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
       Status st = service_->ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
-      if (!st.ok()) return Finish(b, id, st, fb::ReplyBody::NONE, 0);
+      if (!st.ok()) return Finish(b, epoch, id, st, fb::ReplyBody::NONE, 0);
+      last_.replicate_empty = !page.snapshot && page.records.empty();
       auto records = b.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()),
                                     page.records.size());
       auto body = fb::CreateReplicateReply(b, service_->incarnation(), page.snapshot, page.last_seq,
                                            records);
-      return Finish(b, id, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
     }
     default:
       break;

@@ -77,6 +77,17 @@ class EventRelay::Thread {
   }
 
   void RequestResync() { resync_.store(true, std::memory_order_relaxed); }
+
+  void SwitchMaster(std::string events, std::string replay) {
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      if (events == target_events_ && replay == target_replay_) return;
+      target_events_ = std::move(events);
+      target_replay_ = std::move(replay);
+    }
+    switch_.store(true, std::memory_order_release);
+    resync_.store(true, std::memory_order_relaxed);
+  }
   void Flush() { publisher_->Flush(); }
   const events::EventPublisher& publisher() const { return *publisher_; }
 
@@ -94,6 +105,11 @@ class EventRelay::Thread {
 
  private:
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
+  bool switching() const { return switch_.load(std::memory_order_acquire); }
+  // The current step gives way: stopping, a new master to follow, or a resync asked for.
+  bool interrupted() const {
+    return stopping() || switching() || resync_.load(std::memory_order_relaxed);
+  }
 
   Result<std::unique_ptr<events::EventSubscriber>> Subscribe(std::optional<uint64_t> from_seq) {
     events::EventSubscriberOptions o;
@@ -106,27 +122,63 @@ class EventRelay::Thread {
   }
 
   void Run(std::promise<Status>* connected) {
-    auto sub = Subscribe(std::nullopt);
-    connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
-    if (!sub.ok()) return;
-    sub_ = std::move(*sub);
-    if (Join()) {
-      while (!stopping()) {
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      target_events_ = options_.master_events;
+      target_replay_ = options_.master_events_replay;
+    }
+    if (options_.master_events.empty()) {
+      connected->set_value(Status::Ok());  // await_master: the first master comes later
+    } else {
+      auto sub = Subscribe(std::nullopt);
+      connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
+      if (!sub.ok()) return;
+      sub_ = std::move(*sub);
+    }
+    while (!stopping()) {
+      if (switching()) TakeSwitch();
+      if (!sub_) {
+        std::this_thread::sleep_for(kPoll / 4);  // no master to follow yet
+        continue;
+      }
+      if (!Join()) continue;  // stopping or switching
+      while (!stopping() && !switching()) {
         if (Sync()) Live();
       }
     }
     RetireSubscriber();
   }
 
+  // Moves to the master SwitchMaster named: nothing more is read from the previous one.
+  void TakeSwitch() {
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      options_.master_events = target_events_;
+      options_.master_events_replay = target_replay_;
+      switch_.store(false, std::memory_order_release);
+    }
+    RetireSubscriber();
+    ++counters_.master_switches;
+    LOG(INFO) << "event relay: following the master's events at " << options_.master_events
+              << " (replay " << options_.master_events_replay << ")";
+    auto sub = Subscribe(std::nullopt);
+    if (!sub.ok()) {
+      LOG(ERROR) << "event relay: cannot follow " << options_.master_events << ": "
+                 << sub.status().ToString();
+      return;
+    }
+    sub_ = std::move(*sub);
+  }
+
   // ---- join ----------------------------------------------------------------------------------
 
   // Waits for a first delivery: from then on every master batch reaches us or is reported.
-  // Returns false when stopped first.
+  // Returns false when stopped (or sent to another master) first.
   bool Join() {
     SetPhase(RelayPhase::kJoining);
     const Clock::time_point give_up_live = Clock::now() + options_.join_timeout;
     bool asked_history = false;
-    while (!stopping()) {
+    while (!stopping() && !switching()) {
       Result<EventDelivery> d = sub_->Next(kPoll);
       RefreshStats();
       if (d.ok()) {
@@ -257,7 +309,7 @@ class EventRelay::Thread {
       // Keep reading the master meanwhile (dropping: the next scan reflects it), so our
       // position holds and ZMQ does not queue up.
       const Clock::time_point until = Clock::now() + options_.retry_interval;
-      while (!stopping() && Clock::now() < until) {
+      while (!interrupted() && Clock::now() < until) {
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
         Result<EventDelivery> d = sub_->Next(std::min<std::chrono::milliseconds>(kPoll, left));
         if (d.ok()) Count(*d);
@@ -339,6 +391,10 @@ class EventRelay::Thread {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> resync_{false};
+  std::atomic<bool> switch_{false};
+  std::mutex switch_mu_;
+  std::string target_events_;  // guarded by switch_mu_: the master to follow
+  std::string target_replay_;
 
   // Relay thread only.
   std::unique_ptr<events::EventSubscriber> sub_;
@@ -352,7 +408,7 @@ class EventRelay::Thread {
 };
 
 Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
-  if (options.master_events.empty()) {
+  if (options.master_events.empty() && !options.await_master) {
     return InvalidParams("event relay: no master event endpoint; set --master-events");
   }
   if (!options.list_content) {
@@ -376,6 +432,9 @@ EventRelay::EventRelay(std::unique_ptr<Thread> thread) : thread_(std::move(threa
 EventRelay::~EventRelay() = default;
 
 void EventRelay::RequestResync() { thread_->RequestResync(); }
+void EventRelay::SwitchMaster(std::string events, std::string replay) {
+  thread_->SwitchMaster(std::move(events), std::move(replay));
+}
 void EventRelay::Flush() { thread_->Flush(); }
 EventRelayStats EventRelay::stats() const { return thread_->stats(); }
 std::string EventRelay::endpoint() const { return thread_->publisher().endpoint(); }

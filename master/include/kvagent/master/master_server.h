@@ -5,8 +5,17 @@
 // hands the events the requests produced to the publisher after each wake-up (a bounded queue
 // drained by the publisher's own thread, so a slow subscriber never blocks a request), and runs
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
+//
+// Followers (kvmaster --follow, or the members of an etcd cluster) fetch records with Replicate
+// on the same socket: a request that finds nothing new is held up to its wait_ms and answered
+// as soon as a record is made (a long poll), and its after_seq tells how far that follower is.
+// With sync_followers = N, every other reply is held until N followers hold every record made up
+// to it (a put is then acknowledged only once a follower has it); held replies are dropped, never
+// sent, once the master may no longer serve.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +31,13 @@ struct MasterServerOptions {
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
   MasterOptions master;
+  // High availability: whether this master may serve now (its leadership is confirmed), asked
+  // before every request (MasterRpc::set_may_serve) and every tick; while false it changes
+  // nothing and publishes nothing. Cheap and thread-safe. Unset: always.
+  std::function<bool()> may_serve;
+  // Synchronous replication: replies wait until this many followers hold the records they
+  // depend on (0: asynchronous).
+  int sync_followers = 0;
 };
 
 class MasterServer {
@@ -40,6 +56,10 @@ class MasterServer {
   const std::string& endpoint() const { return endpoint_; }
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
+
+  // The master's epoch (MasterService::incarnation) and its newest replicated record.
+  uint64_t epoch() const;
+  uint64_t last_seq() const;
 
  private:
   class Loop;

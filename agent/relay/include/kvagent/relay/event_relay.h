@@ -61,7 +61,8 @@ using ContentSource = std::function<Result<ContentPage>(uint64_t cursor)>;
 events::BlockStored AnnouncementFromKey(std::string_view key, std::string_view session_id);
 
 struct EventRelayOptions {
-  std::string master_events;                 // the master's PUB, e.g. tcp://master:5557 (required)
+  // The master's PUB, e.g. tcp://master:5557 (required unless await_master).
+  std::string master_events;
   std::string master_events_replay;          // its replay ROUTER; empty: gaps are never repaired
   std::string endpoint;                      // our PUB, ipc://<run-dir>/events.sock (required)
   std::string replay_endpoint;               // our replay ROUTER; empty: none
@@ -80,6 +81,9 @@ struct EventRelayOptions {
   // relay stops reading the master until the content is out; ZMQ and the master's replay
   // ring cover the rest, or a gap starts the re-announce over.
   size_t max_held_bytes = size_t{256} << 20;
+  // The master is found later (discovery through etcd): start with no master endpoint and
+  // follow the first one SwitchMaster names.
+  bool await_master = false;
 };
 
 enum class RelayPhase {
@@ -108,6 +112,7 @@ struct EventRelayStats {
   uint64_t content_failures = 0;     // list_content errors
   uint64_t dropped_events = 0;       // our publisher's queue overflowed (gaps downstream)
   uint64_t malformed_messages = 0;   // master frames that broke the layout
+  uint64_t master_switches = 0;      // moves to another master's endpoints (SwitchMaster)
 };
 
 class EventRelay {
@@ -127,6 +132,12 @@ class EventRelay {
   // Asks for a re-announce, e.g. when the agent's master link learns that the master restarted
   // (a restart seq alone cannot always reveal: EventSubscriber). Returns at once.
   void RequestResync();
+
+  // Follows another master from now on (a new leader, found through etcd): the relay drops its
+  // subscription, subscribes to `events` / `replay` (replay may be empty), joins that stream and
+  // re-announces the store. Nothing is published from the previous master after the switch.
+  // The same endpoints again change nothing. Returns at once.
+  void SwitchMaster(std::string events, std::string replay);
 
   // Blocks until every batch counted in stats() before the call has been handed to ZMQ.
   void Flush();
