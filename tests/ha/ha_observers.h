@@ -61,6 +61,7 @@ class ServingProbe {
     return serving_.size();
   }
   size_t refusals() const { return refusals_.load(); }
+  size_t unanswered() const { return unanswered_.load(); }
   // Distinct epochs that answered as serving, in order.
   std::vector<uint64_t> epochs() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,8 +77,10 @@ class ServingProbe {
     zmq::context_t context(1);
     std::map<std::string, std::unique_ptr<zmq::socket_t>> sockets;
     uint64_t id = 0;
-    while (!stop_) {
-      if (auto leader = LeaderOf(etcd_, cluster_)) Track(leader->record.rpc);
+    for (uint64_t round = 0; !stop_; ++round) {
+      if (round % 10 == 0) {
+        if (auto leader = LeaderOf(etcd_, cluster_)) Track(leader->record.rpc);
+      }
       std::vector<std::string> endpoints;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -88,11 +91,12 @@ class ServingProbe {
         if (!s) {
           s = std::make_unique<zmq::socket_t>(context, zmq::socket_type::dealer);
           s->set(zmq::sockopt::linger, 0);
+          s->set(zmq::sockopt::immediate, 1);  // a dead master: the send fails at once
           s->connect(e);
         }
         Ask(*s, e, ++id);
       }
-      std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(5ms);
     }
   }
 
@@ -100,9 +104,13 @@ class ServingProbe {
     flatbuffers::FlatBufferBuilder b;
     b.Finish(master_proto::CreateRequest(b, id, master_proto::Body::Stats,
                                          master_proto::CreateStats(b).Union()));
-    s.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    s.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::dontwait);
-    const auto until = Clock::now() + 150ms;
+    if (!s.send(zmq::const_buffer(nullptr, 0),
+                zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+        !s.send(zmq::const_buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::dontwait)) {
+      ++unanswered_;  // no connection to it
+      return;
+    }
+    const auto until = Clock::now() + 60ms;
     zmq::pollitem_t items[] = {{s.handle(), 0, ZMQ_POLLIN, 0}};
     while (Clock::now() < until) {
       zmq::poll(items, 1, 20ms);
@@ -124,6 +132,7 @@ class ServingProbe {
       }
       return;
     }
+    ++unanswered_;
   }
 
   const std::string etcd_, cluster_;
@@ -131,6 +140,7 @@ class ServingProbe {
   std::vector<std::string> endpoints_;
   std::vector<std::pair<std::string, uint64_t>> serving_;  // in arrival order
   std::atomic<size_t> refusals_{0};
+  std::atomic<size_t> unanswered_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -191,7 +201,9 @@ class Router {
 };
 
 // One client's load: puts of new keys (two replicas) and gets of keys it was told were stored,
-// every byte compared. Records each operation's outcome and time.
+// every byte compared; the oldest of its keys are removed once more than `max_live` are stored, so
+// the pools never fill (eviction would remove acknowledged values and look like losses). Records
+// each operation's outcome and time.
 class Load {
  public:
   struct Op {
@@ -203,8 +215,11 @@ class Load {
     Clock::time_point at;
   };
 
-  Load(Client* client, std::string prefix)
-      : client_(client), prefix_(std::move(prefix)), thread_([this] { Run(); }) {}
+  Load(Client* client, std::string prefix, size_t max_live = 1500)
+      : client_(client),
+        prefix_(std::move(prefix)),
+        max_live_(max_live),
+        thread_([this] { Run(); }) {}
   ~Load() { Stop(); }
   void Stop() {
     stop_ = true;
@@ -262,6 +277,7 @@ class Load {
         if (put.ok) acked_[key] = Acked{value, put.end};
       }
       if (put.ok) mine.emplace_back(key, value);
+      if (mine.size() > max_live_) RemoveOldest(&mine);
       if (mine.empty()) continue;
       const auto& [k, expect] = mine[random() % mine.size()];
       Op get{Clock::now(), {}, false};
@@ -281,8 +297,24 @@ class Load {
     }
   }
 
+  // Removes the oldest of `mine` (forgotten as acknowledged once the remove is answered: OK or
+  // not found; otherwise it stays, to be checked).
+  void RemoveOldest(std::vector<std::pair<std::string, std::string>>* mine) {
+    const std::string key = mine->front().first;
+    std::vector<std::string> keys = {key};
+    CallOptions force;
+    force.force = true;  // our own gets leave read leases behind
+    const Reply r = client_->Remove(keys, force);
+    const ErrorCode code = r.keys.empty() ? r.status.code() : r.keys[0].code;
+    if (code != ErrorCode::kOk && code != ErrorCode::kObjectNotFound) return;
+    mine->erase(mine->begin());
+    std::lock_guard<std::mutex> lock(mu_);
+    acked_.erase(key);
+  }
+
   Client* client_;
   std::string prefix_;
+  size_t max_live_;
   mutable std::mutex mu_;
   std::map<std::string, Acked> acked_;
   std::vector<Op> ops_;
