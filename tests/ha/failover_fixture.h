@@ -179,6 +179,13 @@ class Failover : public ::testing::Test {
         ++read_failed;
       }
     }
+    // Only the replication window is lost: a follower holds a prefix of the leader's log, and
+    // each client puts one key after the other (a-0, a-1, ...), so of the puts the old leader
+    // acknowledged before the fault, the lost ones are the newest: none that survived was
+    // acknowledged after one that was lost.
+    const size_t outside_window = LostOutsideTheWindow(acked, listed, fault);
+    EXPECT_EQ(outside_window, 0u)
+        << "acknowledged puts lost although a later put of the same client survived";
     EXPECT_EQ(wrong, 0) << "gets answered OK with bytes other than those stored";
     EXPECT_EQ(read_failed, 0u) << "acknowledged values that are listed but cannot be read";
     EXPECT_EQ(probe_->violations(), 0) << "a master served after a newer epoch had served";
@@ -205,6 +212,29 @@ class Failover : public ::testing::Test {
         static_cast<unsigned long long>(router_a_->clears()));
     std::fflush(stdout);
     return lost;
+  }
+
+  // The surviving puts acknowledged before `fault` that a client made after one of its puts that
+  // was lost (keys PREFIX-N, put in order of N).
+  static size_t LostOutsideTheWindow(const std::map<std::string, Load::Acked>& acked,
+                                     const std::set<std::string>& listed, Clock::time_point fault) {
+    std::map<std::string, std::map<uint64_t, bool>> by_client;  // prefix -> N -> survived
+    for (const auto& [key, a] : acked) {
+      const size_t dash = key.rfind('-');
+      if (dash == std::string::npos) continue;
+      const bool survived = listed.count(key) != 0;
+      if (survived && a.at >= fault) continue;  // acknowledged by the new leader
+      by_client[key.substr(0, dash)][std::stoull(key.substr(dash + 1))] = survived;
+    }
+    size_t out = 0;
+    for (const auto& [prefix, puts] : by_client) {
+      bool lost_before = false;
+      for (const auto& [n, survived] : puts) {
+        if (!survived) lost_before = true;
+        if (survived && lost_before) ++out;
+      }
+    }
+    return out;
   }
 
   // Runs `fault` under the load; returns when a leader of a newer epoch serves both clients
