@@ -1,6 +1,8 @@
 # kvagent: the user's entry points. `make demo` and `make test` work on a fresh Debian 12 machine.
 BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
+FUZZ_DIR  ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS      ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # A compiler cache speeds up rebuilds where one is installed (not needed, not installed by deps).
@@ -9,7 +11,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo demo-ha soak asan-test format clean
+.PHONY: all deps configure build test bench demo demo-ha soak asan-test fuzz format clean package install
 
 all: build
 
@@ -38,6 +40,17 @@ demo: build
 # kvmaster high availability: etcd, three kvmasters, an agent; the leader killed under load.
 demo-ha: build
 	@scripts/demo-ha.sh $(BUILD_DIR)
+# Debian packages (kvagent, kvmaster, libkvclient0, libkvclient-dev, python3-kvagent) in
+# $(BUILD_DIR)/packages/, built by CPack from this build (packaging/CMakeLists.txt).
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
+	@ls $(BUILD_DIR)/packages/*.deb
+
+# Installs under $(PREFIX): the systemd units name the binaries and configs there, and ldconfig
+# runs so that libkvclient.so.0 is found at once.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (run by CI).
 asan-test: deps
@@ -45,8 +58,15 @@ asan-test: deps
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
 	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE 'no_sanitizer|soak'
 
+# libFuzzer (clang-14) on every boundary decoder, FUZZ_SECONDS (60) per harness, from the seed
+# corpora in fuzz/corpus; crashes land in $(FUZZ_DIR)/fuzz-artifacts.
+fuzz: deps
+	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVAGENT_FUZZ=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_all
+	@scripts/run-fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	@rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

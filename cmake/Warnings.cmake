@@ -2,5 +2,10 @@
 # Third-party headers are included as SYSTEM so -Werror only judges our code.
 function(kvagent_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  # The fuzz build (clang) warns differently on third-party macros (infiniband/verbs.h); the
+  # gcc builds, which CI and every developer run, keep -Werror.
+  if(NOT KVAGENT_FUZZ)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
 endfunction()

@@ -5,7 +5,6 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost-dev
   libflatbuffers-dev flatbuffers-compiler
   libmsgpack-cxx-dev
   libzmq3-dev cppzmq-dev
@@ -16,8 +15,12 @@ packages=(
   libsystemd-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   etcd-server etcd-client
+  libcivetweb-dev
+  libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
   iproute2 procps
+  prometheus lintian
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

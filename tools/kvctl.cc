@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kvagent/common/flags.h"
+#include "kvagent/common/version.h"
 #include "kvctl_commands.h"
 #include "kvctl_events.h"
 
@@ -32,7 +33,9 @@ constexpr std::string_view kUsage =
     "  rm KEY [--force]            remove a key\n"
     "  ls [--prefix P] [--limit N] stored keys: KEY<TAB>SIZE<TAB>SESSION per line\n"
     "  stat [--raw]                the agent's and the master's counters\n"
-    "  ping [--wait-ms MS]         is the agent there? (round-trip time)\n"
+    "  ping [--wait-ms MS]         is the agent there? (round-trip time; says when degraded)\n"
+    "  sessions [--session ID] [--top N] [--json]\n"
+    "                              blocks and bytes the cluster stores per session ID now\n"
     "  bench [--op put|get|both] [--value-bytes N] [--keys-per-request N] [--seconds S]\n"
     "                              measure puts and gets through the SDK (removes its keys)\n"
     "  events tail [--json] [--session ID] [--count N] [--from-seq N]\n"
@@ -46,6 +49,7 @@ constexpr std::string_view kUsage =
     "Global options:\n"
     "  --run-dir DIR      the agent's run directory (default: /run/kvagent)\n"
     "  --timeout-ms MS    give up on the agent after this long (default: 10000)\n"
+    "  --version          print the version and exit\n"
     "\n"
     "`kvctl COMMAND --help` shows a command's options. Exit status: 0 success; 1 failure, with\n"
     "one line on stderr saying what failed and what to do; 2 bad usage.\n";
@@ -57,7 +61,9 @@ int CommandIndex(int argc, char** argv) {
   while (i < argc) {
     const std::string_view a = argv[i];
     if (a.rfind("--", 0) != 0 && a != "-h") return i;
-    i += (a == "--help" || a == "-h" || a.find('=') != std::string_view::npos) ? 1 : 2;
+    i += (a == "--help" || a == "-h" || a == "--version" || a.find('=') != std::string_view::npos)
+             ? 1
+             : 2;
   }
   return argc;
 }
@@ -103,6 +109,10 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return kExitOk;
   }
+  if (flags.version_requested()) {
+    std::cout << "kvctl " << kvagent::kVersion << "\n";
+    return kExitOk;
+  }
   if (command >= argc) return UsageError("missing command");
   if (timeout_ms <= 0) return UsageError("--timeout-ms must be positive");
   global.timeout = std::chrono::milliseconds(timeout_ms);
@@ -112,10 +122,15 @@ int main(int argc, char** argv) {
   char** sub_argv = argv + command;
   using Command = int (*)(const GlobalOptions&, int, char**, std::ostream&, std::ostream&);
   constexpr std::pair<std::string_view, Command> kCommands[] = {
-      {"put", kvagent::kvctl::PutCommand},         {"get", kvagent::kvctl::GetCommand},
-      {"rm", kvagent::kvctl::RmCommand},           {"ls", kvagent::kvctl::LsCommand},
-      {"stat", kvagent::kvctl::StatCommand},       {"ping", kvagent::kvctl::PingCommand},
-      {"bench", kvagent::kvctl::BenchCommand},     {"secret", kvagent::kvctl::SecretCommand},
+      {"put", kvagent::kvctl::PutCommand},
+      {"get", kvagent::kvctl::GetCommand},
+      {"rm", kvagent::kvctl::RmCommand},
+      {"ls", kvagent::kvctl::LsCommand},
+      {"stat", kvagent::kvctl::StatCommand},
+      {"ping", kvagent::kvctl::PingCommand},
+      {"bench", kvagent::kvctl::BenchCommand},
+      {"secret", kvagent::kvctl::SecretCommand},
+      {"sessions", kvagent::kvctl::SessionsCommand},
       {"cluster", kvagent::kvctl::ClusterCommand},
   };
   for (const auto& [command_name, run] : kCommands) {

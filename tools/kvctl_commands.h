@@ -42,6 +42,8 @@ int StatCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
                 std::ostream& err);
 int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                 std::ostream& err);
+int SessionsCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
+                    std::ostream& err);
 int BenchCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                  std::ostream& err);
 // `cluster --master etcd://...` (kvctl_cluster.cc): the kvmasters of a cluster as etcd shows

@@ -1,11 +1,16 @@
 #include "kvctl_events.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <variant>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/event_subscriber.h"
 #include "kvagent/common/validate.h"
 
@@ -95,6 +100,16 @@ std::string Resolve(EventsTailOptions* o) {
   if (Status s = ValidateSessionId(o->session, "--session"); !s.ok()) {
     return "refused session ID: " + s.message();
   }
+  if (!o->from_seq_flag.empty()) {
+    const std::string& text = o->from_seq_flag;
+    const bool digits =
+        text.size() <= 19 && text.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) {
+      return "--from-seq " + text +
+             " is not a seq: give 0 or more (leave it out to follow live only)";
+    }
+    o->from_seq = std::stoll(text);
+  }
   if (o->from_seq < -1) return "--from-seq must be a seq (0 or more), or -1 for live only";
   if (o->timeout_ms < 0) return "--timeout-ms must be 0 (wait forever) or more";
   if (o->endpoint.empty()) {
@@ -107,6 +122,27 @@ std::string Resolve(EventsTailOptions* o) {
     return "--from-seq needs the publisher's replay socket: set --replay-endpoint";
   }
   return "";
+}
+
+// "" when this process may connect to `endpoint`, else why not. ZMQ would retry an ipc
+// connect that the file's permissions refuse forever and silently: the tail then looked like
+// a publisher with no events.
+std::string CheckIpcAccess(const std::string& endpoint) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (endpoint.rfind(kIpc, 0) != 0) return "";
+  const std::string path = endpoint.substr(kIpc.size());
+  if (::access(path.c_str(), W_OK) == 0 || errno != EACCES) return "";
+  struct stat st {};
+  std::string who;
+  if (::stat(path.c_str(), &st) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    who = " (mode " + std::string(mode) + ", uid " + std::to_string(st.st_uid) + ", gid " +
+          std::to_string(st.st_gid) + ")";
+  }
+  return "permission denied on " + path + who +
+         ": connecting needs write access; run as its owner, root or a member of its group, or "
+         "start kvagent with --events-group GROUP";
 }
 
 // Prints one delivery; returns how many events it printed.
@@ -192,8 +228,9 @@ void EventsTailOptions::Declare(FlagSet* flags) {
                 "show only BlockStored events written by this session ID (removals and clears "
                 "carry no session and are hidden too)");
   flags->Uint("count", &count, "exit after this many events (0: run until interrupted)");
-  flags->Int("from-seq", &from_seq,
-             "first replay the retained batches from this seq, then follow live (-1: live only)");
+  flags->String("from-seq", &from_seq_flag,
+                "first replay the retained batches from this seq (0 or more), then follow live "
+                "(default: live only)");
   flags->String("endpoint", &endpoint,
                 "the PUB endpoint to follow (default: ipc://<run-dir>/events.sock)");
   flags->String("replay-endpoint", &replay_endpoint,
@@ -201,6 +238,9 @@ void EventsTailOptions::Declare(FlagSet* flags) {
                 "endpoint: ipc://<run-dir>/events-replay.sock)");
   flags->Int("timeout-ms", &timeout_ms,
              "with --count: exit 1 when no batch arrives for this long (0: wait forever)");
+  flags->String("cluster-secret-file", &cluster_secret_file,
+                "the cluster secret, to follow a tcp:// publisher of a cluster that has one "
+                "(kvmaster, or an agent's --events-tcp)");
 }
 
 int RunEventsTail(const EventsTailOptions& options, std::ostream& out, std::ostream& err) {
@@ -209,11 +249,25 @@ int RunEventsTail(const EventsTailOptions& options, std::ostream& out, std::ostr
     err << "kvctl events tail: " << reason << "\n";
     return 2;
   }
+  for (const std::string* endpoint : {&o.endpoint, &o.replay_endpoint}) {
+    if (std::string denied = CheckIpcAccess(*endpoint); !denied.empty()) {
+      err << "kvctl events tail: " << denied << "\n";
+      return 1;
+    }
+  }
   events::EventSubscriberOptions so;
   so.endpoint = o.endpoint;
   so.replay_endpoint = o.replay_endpoint;
   if (o.from_seq >= 0) so.from_seq = static_cast<uint64_t>(o.from_seq);
   so.decode = true;
+  if (!o.cluster_secret_file.empty()) {
+    Result<ClusterSecret> secret = ClusterSecret::LoadFromFile(o.cluster_secret_file);
+    if (!secret.ok()) {
+      err << "kvctl events tail: " << secret.status().message() << "\n";
+      return 2;
+    }
+    so.curve = secret->CurveKeys(KeyPlane::kEvents);
+  }
   auto sub = events::EventSubscriber::Start(so);
   if (!sub.ok()) {
     err << "kvctl events tail: " << sub.status().message() << "\n";

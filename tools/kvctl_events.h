@@ -36,13 +36,15 @@ namespace kvagent::kvctl {
 struct EventsTailOptions {
   std::string run_dir = "/run/kvagent";  // kvctl's --run-dir: where the default sockets are
   std::string endpoint;                  // --endpoint; default ipc://<run_dir>/events.sock
-  std::string replay_endpoint;  // --replay-endpoint; default (with the default endpoint only)
-                                // ipc://<run_dir>/events-replay.sock; none: gaps not repaired
-  bool json = false;            // --json
-  std::string session;          // --session: only BlockStored events of this session
-  uint64_t count = 0;           // --count: exit after this many events; 0: never
-  int64_t from_seq = -1;        // --from-seq: replay from this seq first; -1: live only
-  int64_t timeout_ms = 10000;   // --timeout-ms: with --count, give up after this silence
+  std::string replay_endpoint;      // --replay-endpoint; default (with the default endpoint only)
+                                    // ipc://<run_dir>/events-replay.sock; none: gaps not repaired
+  bool json = false;                // --json
+  std::string session;              // --session: only BlockStored events of this session
+  uint64_t count = 0;               // --count: exit after this many events; 0: never
+  int64_t from_seq = -1;            // replay from this seq first; -1: live only
+  std::string from_seq_flag;        // --from-seq as given: a seq (0 or more) or empty (live only)
+  int64_t timeout_ms = 10000;       // --timeout-ms: with --count, give up after this silence
+  std::string cluster_secret_file;  // --cluster-secret-file: CURVE for tcp:// endpoints
   const std::atomic<bool>* stop = nullptr;  // when set and true, return 0 (checked each 100 ms)
 
   // Declares the subcommand's flags (all of the above but run_dir, which is kvctl's) on

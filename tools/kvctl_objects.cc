@@ -73,37 +73,36 @@ std::optional<uint64_t> RegularFileSize(const std::string& path) {
   return size;
 }
 
-// The value of `put` in an arena buffer of `client`: from --value, standard input, or a file —
-// a regular file is read straight into the arena (no intermediate copy).
+// Standard input ("-"), a pipe, a FIFO or a device: read whole, since the size is only known
+// once read.
+Status ReadStream(const std::string& path, std::string* out) {
+  if (path == "-") return ReadAll(std::cin, "standard input", out);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidParams("cannot open " + path + ": " + std::strerror(errno));
+  return ReadAll(in, path, out);
+}
+
+// The value of `put` in an arena buffer of `client`: `value` (--value, or a stream read
+// beforehand), or a regular file at `path`, read straight into the arena (no intermediate copy).
 Result<ArenaBuffer> LoadValue(Client& client, const std::string& value, bool from_file,
                               const std::string& path) {
-  std::string staged;
-  if (!from_file) {
-    staged = value;
-  } else if (path == "-") {
-    KVAGENT_RETURN_IF_ERROR(ReadAll(std::cin, "standard input", &staged));
-  } else {
+  if (from_file) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return InvalidParams("cannot open " + path + ": " + std::strerror(errno));
-    const std::optional<uint64_t> size = RegularFileSize(path);
-    if (!size) {
-      // Pipes, FIFOs and devices: their size is only known once read.
-      KVAGENT_RETURN_IF_ERROR(ReadAll(in, path, &staged));
-    } else {
-      if (*size == 0) return InvalidParams(path + " is empty; a value needs at least 1 byte");
-      auto buffer = AllocateValue(client, *size);
-      if (!buffer.ok()) return buffer.status();
-      in.read(reinterpret_cast<char*>(buffer->data()), static_cast<std::streamsize>(*size));
-      if (static_cast<uint64_t>(in.gcount()) != *size) {
-        return InvalidParams("cannot read " + path + ": it became shorter while read");
-      }
-      return buffer;
+    const uint64_t size = RegularFileSize(path).value_or(0);
+    if (size == 0) return InvalidParams(path + " is empty; a value needs at least 1 byte");
+    auto buffer = AllocateValue(client, size);
+    if (!buffer.ok()) return buffer.status();
+    in.read(reinterpret_cast<char*>(buffer->data()), static_cast<std::streamsize>(size));
+    if (static_cast<uint64_t>(in.gcount()) != size) {
+      return InvalidParams("cannot read " + path + ": it became shorter while read");
     }
+    return buffer;
   }
-  if (staged.empty()) return InvalidParams("the value is empty; a value needs at least 1 byte");
-  auto buffer = AllocateValue(client, staged.size());
+  if (value.empty()) return InvalidParams("the value is empty; a value needs at least 1 byte");
+  auto buffer = AllocateValue(client, value.size());
   if (!buffer.ok()) return buffer.status();
-  std::memcpy(buffer->data(), staged.data(), staged.size());
+  std::memcpy(buffer->data(), value.data(), value.size());
   return buffer;
 }
 
@@ -150,9 +149,18 @@ int PutCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
   }
   const std::string what = "put " + key;
 
-  auto client = ConnectAgent(global, ArenaFor(ValueSizeHint(value, has_file, file)));
+  // Standard input, pipes and devices are read before connecting, so that the arena asked for
+  // fits the value whatever its size (only a regular file's size is known beforehand).
+  std::optional<std::string> streamed;
+  if (has_file && !RegularFileSize(file)) {
+    streamed.emplace();
+    if (Status st = ReadStream(file, &*streamed); !st.ok()) return ReportFailure(err, what, st);
+  }
+  const uint64_t size_hint = streamed ? streamed->size() : ValueSizeHint(value, has_file, file);
+  auto client = ConnectAgent(global, ArenaFor(size_hint));
   if (!client.ok()) return ReportFailure(err, what, client.status());
-  auto buffer = LoadValue(**client, value, has_file, file);
+  auto buffer = streamed ? LoadValue(**client, *streamed, false, "")
+                         : LoadValue(**client, value, has_file, file);
   if (!buffer.ok()) return ReportFailure(err, what, buffer.status());
 
   CallOptions call = CallWithTimeout(global);

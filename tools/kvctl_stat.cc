@@ -22,8 +22,10 @@ constexpr CommandSpec kStat{
     0, 0};
 constexpr CommandSpec kPing{
     "ping", "ping [--wait-ms MS]",
-    "Asks the agent for an empty round trip; prints the time it took. Exit 0 when it answers.", 0,
-    0};
+    "Asks the agent for an empty round trip; prints the time it took, and a second line when\n"
+    "the agent is degraded (its master link is down: requests other than ping fail with\n"
+    "MASTER_UNAVAILABLE). Exit 0 when it answers.",
+    0, 0};
 
 // The per-op counters "<group>.requests.<op>", "<group>.batches.<op>", "<group>.keys.<op>".
 constexpr const char* kOpColumns[] = {"requests", "batches", "keys"};
@@ -166,6 +168,18 @@ int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
   out << "agent at " << global.run_dir << "/agent.sock answered in " << took.count()
       << " us (client " << (*client)->client_id() << ", agent epoch " << (*client)->agent_epoch()
       << ")\n";
+  // Ping is answered by the agent alone; whether it can serve anything else is its master link.
+  Reply stat = (*client)->Stat(global.timeout);
+  if (!stat.ok()) {
+    out << "could not ask the agent whether it is degraded: " << stat.status.ToString() << "\n";
+    return kExitOk;
+  }
+  for (const Counter& c : stat.counters) {
+    if (c.name == "agent.master_link" && c.value == 0) {
+      out << "DEGRADED: the master link is down (" << c.text
+          << "); requests other than ping fail with MASTER_UNAVAILABLE until it is up again\n";
+    }
+  }
   return kExitOk;
 }
 

@@ -1,30 +1,24 @@
+// The acceptor's connection lifecycle: the epoll loop, accepting (with its limits), timeouts and
+// closing. The handshake messages themselves are in acceptor_handshake.cc.
 #include "acceptor.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
 
 #include <algorithm>
-
-#include "kvagent/schemas/agent_generated.h"
+#include <cerrno>
+#include <cstring>
 
 namespace kvagent::agent {
 namespace {
 
-constexpr auto kSendTimeout = std::chrono::milliseconds(1000);
-
-template <typename T>
-const T* VerifiedRoot(std::span<const uint8_t> message) {
-  flatbuffers::Verifier verifier(message.data(), message.size(), 8, 64);
-  if (message.size() < sizeof(flatbuffers::uoffset_t) || !verifier.VerifyBuffer<T>(nullptr)) {
-    return nullptr;
-  }
-  return flatbuffers::GetRoot<T>(message.data());
-}
-
-bool IsPowerOfTwo(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
+constexpr auto kWarningInterval = std::chrono::seconds(10);
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
 std::string Describe(const ipc::PeerCredentials& peer) {
   return "pid " + std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + ", gid " +
@@ -35,9 +29,11 @@ std::string Describe(const ipc::PeerCredentials& peer) {
 
 Acceptor::Acceptor(const AgentConfig& config, uint64_t epoch, RingService* service)
     : config_(config), epoch_(epoch), service_(service) {
+  // The agent's own uid and root may always attach; the flags add to them.
   allow_uids_ = config.allow_uids;
+  allow_uids_.push_back(getuid());
+  allow_uids_.push_back(0);
   allow_gids_ = config.allow_gids;
-  if (allow_uids_.empty() && allow_gids_.empty()) allow_uids_ = {getuid(), 0};
 }
 
 Acceptor::~Acceptor() { Stop(); }
@@ -47,7 +43,11 @@ Status Acceptor::Start() {
   // (tests take it as the baseline).
   epoll_fd_ = ipc::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd_ = ipc::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!epoll_fd_.valid() || !wake_fd_.valid()) return Internal("epoll/eventfd creation failed");
+  spare_fd_ = ipc::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!epoll_fd_.valid() || !wake_fd_.valid() || !spare_fd_.valid()) {
+    return Internal(std::string("epoll/eventfd creation failed: ") + std::strerror(errno) +
+                    "; raise the agent's open-file limit");
+  }
   auto listener = ipc::ListenUnix(config_.SocketPath());
   if (!listener.ok()) return listener.status();
   listen_fd_ = std::move(*listener);
@@ -87,7 +87,7 @@ void Acceptor::StopAccepting() {
 
 void Acceptor::CloseListener() {
   if (listen_fd_.valid()) {
-    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+    if (!accept_paused_) epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
     listen_fd_.Reset();
     ::unlink(config_.SocketPath().c_str());
   }
@@ -105,10 +105,23 @@ void Acceptor::Disconnect(ClientId client) {
   (void)!write(wake_fd_.get(), &one, sizeof(one));
 }
 
+int Acceptor::NextTimeoutMs(Clock::time_point now) const {
+  Clock::time_point next = Clock::time_point::max();
+  if (accept_paused_) next = resume_accept_at_;
+  for (const auto& [fd, conn] : connections_) {
+    if (conn.phase != Phase::kLive) {
+      next = std::min(next, conn.accepted_at + config_.handshake_timeout);
+    }
+  }
+  if (next == Clock::time_point::max()) return -1;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+  return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
+}
+
 void Acceptor::Run() {
   epoll_event events[64];
   while (true) {
-    const int n = epoll_wait(epoll_fd_.get(), events, 64, -1);
+    const int n = epoll_wait(epoll_fd_.get(), events, 64, NextTimeoutMs(Clock::now()));
     if (n < 0 && errno != EINTR) {
       PLOG(ERROR) << "epoll_wait failed; the agent stops accepting clients";
       break;
@@ -128,6 +141,15 @@ void Acceptor::Run() {
       } else if (auto it = connections_.find(fd); it != connections_.end()) {
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnReadable(it->second);
       }
+    }
+    const Clock::time_point now = Clock::now();
+    CloseStaleHandshakes(now);
+    if (accept_paused_ && now >= resume_accept_at_ && listen_fd_.valid()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd_.get();
+      accept_paused_ = epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0;
+      if (accept_paused_) resume_accept_at_ = now + kAcceptPause;
     }
     ProcessCommands();
     if (stop_accepting) CloseListener();
@@ -153,30 +175,128 @@ void Acceptor::ProcessCommands() {
 }
 
 void Acceptor::AcceptAll() {
-  while (true) {
-    ipc::UniqueFd fd = ipc::AcceptUnix(listen_fd_.get());
-    if (!fd.valid()) return;
+  while (listen_fd_.valid() && !accept_paused_) {
+    const int raw = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (raw < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) OnAcceptFailure(errno);
+      return;
+    }
+    ipc::UniqueFd fd(raw);
     auto peer = ipc::GetPeerCredentials(fd.get());
     if (!peer.ok()) continue;
+    MakeRoomForIdle(peer->uid);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd.get();
     if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     Connection conn;
     conn.peer = *peer;
-    const int raw = fd.get();
+    conn.accepted_at = Clock::now();
     conn.fd = std::move(fd);
     connections_.emplace(raw, std::move(conn));
   }
 }
 
+void Acceptor::OnAcceptFailure(int err) {
+  const Clock::time_point now = Clock::now();
+  ++accept_failures_;
+  if (now >= next_accept_warning_) {
+    LOG(WARNING) << "accepting a client failed " << accept_failures_ << " time(s) in the last "
+                 << std::chrono::duration_cast<std::chrono::seconds>(kWarningInterval).count()
+                 << " s (last: " << std::strerror(err) << ")"
+                 << (err == EMFILE || err == ENFILE
+                         ? "; the agent is out of file descriptors: raise LimitNOFILE, or find "
+                           "who holds connections open (ls -l /proc/<pid>/fd)"
+                         : "; pausing accepts briefly");
+    next_accept_warning_ = now + kWarningInterval;
+    accept_failures_ = 0;
+  }
+  if ((err == EMFILE || err == ENFILE) && spare_fd_.valid()) {
+    // Release the reserve, take the pending connection off the queue and close it (the peer
+    // sees EOF), then reserve again: the listener is drained instead of staying readable.
+    spare_fd_.Reset();
+    const int raw = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (raw >= 0) ::close(raw);
+    spare_fd_ = ipc::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (raw >= 0 && spare_fd_.valid()) return;
+  }
+  PauseAccepting(now + kAcceptPause);
+}
+
+void Acceptor::PauseAccepting(Clock::time_point until) {
+  if (accept_paused_ || !listen_fd_.valid()) return;
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+  accept_paused_ = true;
+  resume_accept_at_ = until;
+}
+
+void Acceptor::MakeRoomForIdle(uid_t uid) {
+  // The oldest connection without a Hello, of this uid and in all.
+  int oldest_of_uid = -1, oldest = -1;
+  size_t of_uid = 0, idle = 0;
+  Clock::time_point uid_time = Clock::time_point::max(), any_time = Clock::time_point::max();
+  for (const auto& [fd, conn] : connections_) {
+    if (conn.phase != Phase::kAwaitHello) continue;
+    ++idle;
+    if (conn.accepted_at < any_time) any_time = conn.accepted_at, oldest = fd;
+    if (conn.peer.uid == uid) {
+      ++of_uid;
+      if (conn.accepted_at < uid_time) uid_time = conn.accepted_at, oldest_of_uid = fd;
+    }
+  }
+  int victim = -1;
+  if (of_uid >= kMaxIdlePerUid) {
+    victim = oldest_of_uid;
+  } else if (idle >= kMaxIdle) {
+    victim = oldest;
+  }
+  if (victim < 0) return;
+  ++evictions_;
+  const Clock::time_point now = Clock::now();
+  if (now >= next_eviction_warning_) {
+    LOG(WARNING) << "too many connections without a Hello (uid " << uid << " has " << of_uid
+                 << ", all uids " << idle << "; limits " << kMaxIdlePerUid << " and " << kMaxIdle
+                 << "): closed the oldest; " << evictions_ << " closed in the last "
+                 << std::chrono::duration_cast<std::chrono::seconds>(kWarningInterval).count()
+                 << " s";
+    next_eviction_warning_ = now + kWarningInterval;
+    evictions_ = 0;
+  }
+  Close(victim, "made room for a newer connection");
+}
+
+void Acceptor::CloseStaleHandshakes(Clock::time_point now) {
+  std::vector<int> stale;
+  for (const auto& [fd, conn] : connections_) {
+    if (conn.phase != Phase::kLive && now >= conn.accepted_at + config_.handshake_timeout) {
+      stale.push_back(fd);
+    }
+  }
+  for (int fd : stale) {
+    Close(fd, "did not complete the handshake within " +
+                  std::to_string(config_.handshake_timeout.count()) +
+                  " ms (--handshake-timeout-ms)");
+  }
+}
+
 void Acceptor::OnReadable(Connection& conn) {
   const int fd = conn.fd.get();
+  if (conn.phase == Phase::kLive) {
+    // Nothing may follow Attached (protocol.md): EOF is the client leaving, a byte is a
+    // protocol violation. Either way the client goes.
+    uint8_t byte;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    Close(fd,
+          n > 0 ? "sent data after the handshake; nothing may follow Attached" : "disconnected");
+    return;
+  }
   while (true) {
     const ipc::MessageReader::State state = conn.reader.Read(fd);
     if (state == ipc::MessageReader::State::kNeedMore) return;
     if (state == ipc::MessageReader::State::kEof) {
-      Close(fd, conn.phase == Phase::kLive ? "disconnected" : "hung up during the handshake");
+      Close(fd, "hung up during the handshake");
       return;
     }
     if (state == ipc::MessageReader::State::kError) {
@@ -193,11 +313,17 @@ void Acceptor::OnReadable(Connection& conn) {
         keep = OnAttached(conn, message);
         break;
       case Phase::kLive:
-        keep = false;
-        break;  // nothing may follow Attached
+        break;
     }
     if (!keep) {
       Close(fd, "broke the handshake protocol");
+      return;
+    }
+    if (conn.phase == Phase::kLive) {
+      // Bytes that arrived with Attached, past it, break the protocol as well.
+      if (conn.reader.pending_bytes() != 0) {
+        Close(fd, "sent data after the handshake; nothing may follow Attached");
+      }
       return;
     }
   }
@@ -214,109 +340,6 @@ size_t Acceptor::CountClients() const {
   return n;
 }
 
-void Acceptor::Refuse(Connection& conn, const Status& why) {
-  LOG(WARNING) << "refused a client (" << Describe(conn.peer) << "): " << why.ToString();
-  flatbuffers::FlatBufferBuilder fbb;
-  auto message = fbb.CreateString(why.message());
-  proto::WelcomeBuilder b(fbb);
-  b.add_status(static_cast<uint16_t>(why.code()));
-  b.add_message(message);
-  b.add_protocol_version(static_cast<uint32_t>(proto::ProtocolVersion::Current));
-  fbb.Finish(b.Finish());
-  (void)ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kSendTimeout);
-}
-
-bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
-  const proto::Hello* hello = VerifiedRoot<proto::Hello>(message);
-  if (hello == nullptr) {
-    Refuse(conn, InvalidParams("the Hello message is not a valid FlatBuffer"));
-    return false;
-  }
-  const uint32_t ours = static_cast<uint32_t>(proto::ProtocolVersion::Current);
-  if (hello->protocol_version() != ours) {
-    Refuse(conn,
-           InvalidParams("the client speaks protocol version " +
-                         std::to_string(hello->protocol_version()) + " and this agent speaks " +
-                         std::to_string(ours) + "; upgrade the older of the two"));
-    return false;
-  }
-  if (!Allowed(conn.peer)) {
-    Refuse(conn, Status(ErrorCode::kAgentUnavailable,
-                        "uid " + std::to_string(conn.peer.uid) + " / gid " +
-                            std::to_string(conn.peer.gid) +
-                            " may not attach to this agent; start it with --allow-uid " +
-                            std::to_string(conn.peer.uid) + " or --allow-gid " +
-                            std::to_string(conn.peer.gid)));
-    return false;
-  }
-  if (CountClients() >= static_cast<size_t>(config_.max_clients)) {
-    Refuse(conn, Status(ErrorCode::kAgentUnavailable,
-                        "the agent already serves " + std::to_string(config_.max_clients) +
-                            " clients (--max-clients, at most " + std::to_string(kMaxClientsLimit) +
-                            "); close a client or run another agent with its own --run-dir"));
-    return false;
-  }
-  const uint64_t ring = hello->ring_bytes() == 0
-                            ? config_.ring_bytes
-                            : std::min(hello->ring_bytes(), config_.max_ring_bytes);
-  if (!IsPowerOfTwo(ring)) {
-    Refuse(conn, InvalidParams("ring_bytes " + std::to_string(ring) +
-                               " is not a power of two; ask for e.g. 1 MiB"));
-    return false;
-  }
-  const uint64_t arena = std::min(hello->arena_bytes(), config_.max_arena_bytes);
-  auto layout = ipc::SegmentLayout::Compute(ring, ring, arena);
-  if (!layout.ok()) {
-    Refuse(conn, layout.status());
-    return false;
-  }
-  const ClientId id = next_client_id_++;
-  ipc::SegmentOwner owner;
-  if (geteuid() == 0 && conn.peer.uid != 0) owner = {true, conn.peer.uid, conn.peer.gid};
-  const std::string name = ipc::SegmentName(getpid(), epoch_, id);
-  auto segment = ipc::Segment::Create(name, *layout, epoch_, id, owner);
-  if (!segment.ok()) {
-    Refuse(conn, segment.status());
-    return false;
-  }
-  conn.client_id = id;
-  conn.client_name = hello->client_name() ? hello->client_name()->str() : "";
-  conn.segment_name = name;
-  conn.segment = std::make_shared<ipc::Segment>(std::move(*segment));
-  conn.phase = Phase::kAwaitAttached;
-  fd_of_client_[id] = conn.fd.get();
-
-  flatbuffers::FlatBufferBuilder fbb;
-  auto name_off = fbb.CreateString(name);
-  proto::WelcomeBuilder b(fbb);
-  b.add_status(static_cast<uint16_t>(ErrorCode::kOk));
-  b.add_protocol_version(ours);
-  b.add_client_id(id);
-  b.add_agent_epoch(epoch_);
-  b.add_segment_name(name_off);
-  b.add_segment_bytes(layout->total_bytes);
-  b.add_arena_bytes(layout->arena_bytes);
-  b.add_ring_bytes(ring);
-  fbb.Finish(b.Finish());
-  return ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kSendTimeout)
-      .ok();
-}
-
-bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
-  const proto::Attached* attached = VerifiedRoot<proto::Attached>(message);
-  if (attached == nullptr || attached->client_id() != conn.client_id) return false;
-  // Both sides have mapped it: from now on nothing in /dev/shm outlives either process.
-  ipc::Segment::Unlink(conn.segment_name);
-  conn.segment_name.clear();
-  conn.phase = Phase::kLive;
-  LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
-            << Describe(conn.peer) << ") attached: arena " << conn.segment->layout().arena_bytes
-            << " bytes, rings " << conn.segment->layout().request_ring_bytes << " bytes";
-  service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
-                                                      std::move(conn.segment)));
-  return true;
-}
-
 void Acceptor::Close(int fd, const std::string& why) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
@@ -325,8 +348,12 @@ void Acceptor::Close(int fd, const std::string& why) {
     LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
               << Describe(conn.peer) << ") " << why << "; reclaiming its segment";
     service_->DropClient(conn.client_id);
+  } else if (conn.phase == Phase::kAwaitAttached) {
+    LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
+              << Describe(conn.peer) << ") " << why << "; its segment is freed";
+  } else {
+    VLOG(1) << "connection (" << Describe(conn.peer) << ") " << why;
   }
-  if (!conn.segment_name.empty()) ipc::Segment::Unlink(conn.segment_name);
   if (conn.client_id != 0) fd_of_client_.erase(conn.client_id);
   epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(it);  // closes the fd and unmaps a segment never handed over

@@ -44,8 +44,16 @@ Status CheckConfig(const AgentConfig& c) {
   }
   auto layout = ipc::SegmentLayout::Compute(c.ring_bytes, c.ring_bytes, 0);
   if (!layout.ok()) return layout.status();
+  if (c.handshake_timeout.count() <= 0) {
+    return InvalidParams("--handshake-timeout-ms must be positive");
+  }
   if (c.max_ring_bytes < c.ring_bytes) {
     return InvalidParams("the ring size cap is below the default ring size");
+  }
+  if (c.max_ring_bytes > kMaxRingBytesLimit) {
+    return InvalidParams("--max-ring-bytes " + std::to_string(c.max_ring_bytes) + " is above " +
+                         std::to_string(kMaxRingBytesLimit) +
+                         " (32 MiB): one request must fit in one kvmaster message");
   }
   return Status::Ok();
 }
@@ -75,13 +83,11 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
   state->config = std::move(config);
   state->epoch = NewEpoch();
   state->handler = std::move(handler);
-  if (int removed = ipc::RemoveStaleSegments(getpid(), state->epoch); removed > 0) {
-    LOG(INFO) << "removed " << removed << " shared-memory segment(s) left by dead agents";
-  }
   std::unique_ptr<Agent> agent(new Agent(std::move(state)));
   State& s = *agent->state_;
   // The service reports corrupt clients to the acceptor, which owns their connections.
   s.service = std::make_unique<RingService>(s.handler.get(), s.config.spin,
+                                            s.config.watchdog_interval, s.config.watchdog_status,
                                             [&s](ClientId id, const std::string&) {
                                               if (s.acceptor) s.acceptor->Disconnect(id);
                                             });

@@ -124,6 +124,17 @@ void SingleCall::Start() {
       ctx_.master->Call(messages_.Stats(ctx_.NextMasterRequestId()),
                         [this](Result<std::span<const uint8_t>> reply) { OnStats(reply); });
       return;
+    case proto::Op::Sessions: {
+      CountCall(r.op(), 0);
+      const std::string_view session = r.session_ids() != nullptr && r.session_ids()->size() == 1
+                                           ? r.session_ids()->Get(0)->string_view()
+                                           : std::string_view();
+      const uint32_t limit = r.limit() == 0 ? kDefaultListLimit : r.limit();
+      ctx_.master->Call(
+          messages_.SessionStats(ctx_.NextMasterRequestId(), session, r.cursor(), limit),
+          [this](Result<std::span<const uint8_t>> reply) { OnSessions(reply); });
+      return;
+    }
     default:
       return FailAll(Internal("op " + std::string(proto::EnumNameOp(r.op())) +
                               " reached the single-call path; report this bug"));
@@ -182,9 +193,28 @@ void SingleCall::OnListPage(Result<std::span<const uint8_t>> reply) {
   CompleteAll();
 }
 
+void SingleCall::OnSessions(Result<std::span<const uint8_t>> reply) {
+  if (!reply.ok()) return FailAll(reply.status());
+  const auto* root = flatbuffers::GetRoot<mfb::Reply>(reply->data());
+  if (Status st = ReplyStatus(*root, mfb::ReplyBody::SessionStatsReply); !st.ok()) {
+    return FailAll(st);
+  }
+  const mfb::SessionStatsReply* page = root->body_as_SessionStatsReply();
+  HeldRequest& h = requests_.front();
+  if (page->sessions() != nullptr) {
+    h.result.sessions.reserve(page->sessions()->size());
+    for (const mfb::SessionUsage* u : *page->sessions()) {
+      h.result.sessions.push_back(SessionUsage{
+          u->session_id() ? u->session_id()->str() : std::string(), u->blocks(), u->bytes()});
+    }
+  }
+  h.result.next_cursor = page->next_cursor();
+  CompleteAll();
+}
+
 void SingleCall::OnStats(Result<std::span<const uint8_t>> reply) {
   HeldRequest& h = requests_.front();
-  h.result.counters = AgentCounters(ctx_);
+  h.result.counters = AgentCounters(ctx_, ctx_.sink->ClientCount());
   // The agent's counters are worth having even when the master is away.
   if (!reply.ok()) {
     ++ctx_.counters.master_failures;

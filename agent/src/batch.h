@@ -63,6 +63,7 @@ class Batch {
   std::vector<HeldRequest> requests_;
   std::vector<KeyRef> keys_;
   bool finished_ = false;
+  PhaseTimer phase_;  // put/get phase latencies (phase_latency.h)
 };
 
 class WriteBatch final : public Batch {
@@ -198,6 +199,7 @@ class SingleCall final : public Batch {
   void ListPage();
   void OnListPage(Result<std::span<const uint8_t>> reply);
   void OnStats(Result<std::span<const uint8_t>> reply);
+  void OnSessions(Result<std::span<const uint8_t>> reply);
 
   uint64_t cursor_ = 0;
   uint32_t pages_ = 0;

@@ -87,6 +87,15 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
   if (!data.replicas.empty()) replicas = fbb.CreateVector(data.replicas);
   const auto listed = EncodeListed(fbb, data.listed);
   const auto counters = EncodeCounters(fbb, data.counters);
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<proto::SessionUsage>>> sessions;
+  if (!data.sessions.empty()) {
+    std::vector<flatbuffers::Offset<proto::SessionUsage>> out;
+    out.reserve(data.sessions.size());
+    for (const SessionUsage& u : data.sessions) {
+      out.push_back(proto::CreateSessionUsageDirect(fbb, u.session_id.c_str(), u.blocks, u.bytes));
+    }
+    sessions = fbb.CreateVector(out);
+  }
   proto::CompletionBuilder b(fbb);
   b.add_request_id(request_id);
   b.add_status(static_cast<uint16_t>(data.status.code()));
@@ -100,6 +109,7 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
   if (!listed.IsNull()) b.add_listed(listed);
   b.add_next_cursor(data.next_cursor);
   if (!counters.IsNull()) b.add_counters(counters);
+  if (!sessions.IsNull()) b.add_sessions(sessions);
   return Finish(fbb, b.Finish());
 }
 

@@ -1,5 +1,6 @@
 #include "data_moves.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -16,6 +17,9 @@ void SegmentTable::Load(const mfb::PlacementReply& reply, const PipelineContext&
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
     Add(s->segment_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
   }
+  // Sorted (first of equal ids kept): Find is a binary search, whatever the reply's size.
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const Entry& a, const Entry& b) { return a.id < b.id; });
 }
 
 void SegmentTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
@@ -31,9 +35,9 @@ void SegmentTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnat
 }
 
 const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
-  for (const Entry& e : entries_) {
-    if (e.id == segment_id) return e;
-  }
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), segment_id,
+                             [](const Entry& e, uint32_t id) { return e.id < id; });
+  if (it != entries_.end() && it->id == segment_id) return *it;
   static const Entry kNone;  // unreachable after ReadPlacements
   return kNone;
 }
@@ -82,7 +86,7 @@ struct Pending {
   std::vector<Status> results;
   std::vector<size_t> submitted;  // positions in `results` of the ops handed to the engine
   std::vector<uint64_t> lengths;  // of the submitted ops
-  uint64_t* moved = nullptr;
+  metrics::SingleWriterCounter* moved = nullptr;
   std::vector<ClientId> arenas;  // arenas acquired for this batch
   RemoteMoves::DoneFn done;
 };
@@ -90,7 +94,7 @@ struct Pending {
 }  // namespace
 
 void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requests,
-                         uint64_t* moved, DoneFn done) {
+                         metrics::SingleWriterCounter* moved, DoneFn done) {
   auto pending = std::make_shared<Pending>();
   pending->moved = moved;
   pending->keys = std::move(keys_);

@@ -83,8 +83,8 @@ class RemoteMoves {
   // arranges for `done` to run on the service thread. The arenas stay mapped until the data
   // plane is done with them, even if the clients leave or the pipeline goes away meanwhile.
   // The bytes of the ops that succeeded are added to `*moved` (a counter) before `done` runs.
-  void Submit(PipelineContext& ctx, std::span<const HeldRequest> requests, uint64_t* moved,
-              DoneFn done);
+  void Submit(PipelineContext& ctx, std::span<const HeldRequest> requests,
+              metrics::SingleWriterCounter* moved, DoneFn done);
 
  private:
   std::vector<transfer::TransferOp> ops_;

@@ -37,6 +37,7 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
   m->identity_ = MasterIdentity{*agent, mounted->segment_id};
   // The start events (AllBlocksCleared, then any restored objects) go out first.
   m->PublishEvents();
+  m->board_.Publish(m->rpc_->StatCounters());
   m->next_tick_ = Clock::now() + m->options_.tick;
   return m;
 }
@@ -74,6 +75,7 @@ void EmbeddedMaster::OnTimer(Clock::time_point now) {
   (void)service_->Heartbeat(identity_.agent_id);
   service_->Tick();
   PublishEvents();
+  board_.Publish(rpc_->StatCounters());  // what /metrics reads (off this thread)
   next_tick_ = now + options_.tick;
 }
 

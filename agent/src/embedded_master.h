@@ -24,6 +24,7 @@
 
 #include "kvagent/agent/master_port.h"
 #include "kvagent/common/event_publisher.h"
+#include "kvagent/master/master_metrics.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 #include "kvagent/transfer/pool_fence.h"
@@ -61,6 +62,9 @@ class EmbeddedMaster final : public MasterPort {
   void OnTimer(Clock::time_point now) override;
   void Stop() override;
 
+  // The master's Stats counters as of the last tick (any thread; for /metrics).
+  master::StatCounterList StatsSnapshot() const { return board_.Read(); }
+
   // The bound event endpoints (for the ready line and tests).
   std::string events_endpoint() const { return publisher_->endpoint(); }
   std::string replay_endpoint() const { return publisher_->replay_endpoint(); }
@@ -81,6 +85,7 @@ class EmbeddedMaster final : public MasterPort {
   std::deque<std::pair<flatbuffers::DetachedBuffer, MasterReplyFn>> queued_;
   bool dispatching_ = false;
   bool stopped_ = false;
+  master::StatsBoard board_;  // refreshed every tick
 };
 
 }  // namespace kvagent::agent

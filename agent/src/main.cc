@@ -2,13 +2,15 @@
 // master — the embedded one (standalone, the default) or kvmaster (--master tcp://HOST:PORT) —
 // and moves the bytes between client arenas and the node pools.
 //
-// Start-up order: flags; the node pool (allocated and pre-faulted); the data plane; the master
-// (embedded: registered and mounted at once; remote: registered in the background — ready when
-// the link is, or explicitly degraded); the event stream (embedded master's publisher, or the
-// relay); then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come last. SIGTERM or
-// SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad flag.
+// Start-up order: flags; the run dir (refused when another agent serves it); the metrics port;
+// the node pool mapped; the data plane (its port bound); the master (embedded: registered and
+// mounted at once; remote: registered in the background — ready when the link is, or explicitly
+// degraded); the event stream (embedded master's publisher, or the relay: its sockets bound);
+// only then the pool pre-faulted (EXTEND_TIMEOUT_USEC to systemd meanwhile), so a taken port
+// fails start-up at once; then agent.sock. "kvagent ready: ..." and sd_notify(READY=1) come
+// last. SIGTERM or SIGINT: STOPPING=1, clean exit 0. Exit 1 when it cannot start, 2 for a bad
+// flag.
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <glog/logging.h>
@@ -19,12 +21,20 @@
 #include <mutex>
 #include <random>
 
+#include "agent_metrics.h"
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
+#include "kvagent/common/cluster_auth_flags.h"
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/metrics_http.h"
 #include "kvagent/common/stop_signals.h"
+#include "kvagent/common/version.h"
+#include "kvagent/common/watchdog.h"
+#include "kvagent/coord/cluster_address.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "kvagent/master/master_flags.h"
 #include "kvagent/master_link/remote_master.h"
 #include "kvagent/relay/event_relay.h"
 #include "kvagent/relay/relay_flags.h"
@@ -40,6 +50,7 @@ struct Flags {
   kvagent::agent::AgentConfig agent;
   int64_t max_clients = agent.max_clients;
   int64_t spin_us = agent.spin.count();
+  int64_t handshake_timeout_ms = agent.handshake_timeout.count();
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_gids;
   std::string master;
@@ -54,6 +65,9 @@ struct Flags {
   kvagent::transfer::TransferFlags transfer;
   kvagent::relay::EventRelayFlags relay;
   kvagent::master::MasterOptions embedded;  // the standalone master's options
+  std::string metrics_listen;               // empty: no /metrics endpoint
+  kvagent::ClusterAuthFlags auth;
+  std::optional<kvagent::ClusterSecret> secret;  // loaded by Check
 };
 
 void Declare(kvagent::FlagSet& f, Flags& v) {
@@ -83,22 +97,20 @@ void Declare(kvagent::FlagSet& f, Flags& v) {
   f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");
   f.Int("max-clients", &v.max_clients, "clients served at once (1..127)");
   f.StringList("allow-uid", &v.allow_uids,
-               "uid allowed to attach (repeatable; default: the agent's uid and root)");
-  f.StringList("allow-gid", &v.allow_gids, "gid allowed to attach (repeatable)");
+               "uid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.StringList("allow-gid", &v.allow_gids,
+               "gid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.Int("handshake-timeout-ms", &v.handshake_timeout_ms,
+        "close a client connection that has not completed its handshake this long");
   f.Int("spin-us", &v.spin_us, "microseconds the ring service spins after the last request");
+  f.String("metrics-listen", &v.metrics_listen,
+           "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; default: "
+           "off)");
   v.transfer.Declare(&f);
   v.relay.Declare(&f);
-  f.Int("lease-ttl-ms", &v.embedded.lease_ttl_ms, "standalone: read lease granted by a get");
-  f.Int("put-timeout-ms", &v.embedded.put_timeout_ms,
-        "standalone: an unfinished put older than this may be taken over");
-  f.Int("put-release-timeout-ms", &v.embedded.put_release_timeout_ms,
-        "standalone: replicas of a taken-over put are freed this long after it started");
-  f.Size("max-part-bytes", &v.embedded.max_part_bytes,
-         "standalone: values larger than this are stored as several parts");
-  f.Double("high-watermark", &v.embedded.high_watermark,
-           "standalone: pool use that starts eviction (0..1)");
-  f.Double("low-watermark", &v.embedded.low_watermark,
-           "standalone: pool use eviction brings it down to (0..1)");
+  // The embedded master's options: the same flags as kvmaster's, declared once.
+  kvagent::master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
+  v.auth.Declare(&f);
 }
 
 Result<std::vector<uint32_t>> ParseIds(const std::vector<std::string>& texts, const char* flag) {
@@ -120,6 +132,13 @@ Status Check(Flags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return kvagent::InvalidParams("--spin-us must be >= 0");
+  if (!v.metrics_listen.empty()) {
+    KVAGENT_RETURN_IF_ERROR(
+        kvagent::metrics::CheckListenAddress(v.metrics_listen, "--metrics-listen"));
+  }
+  if (auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group); !group.ok()) {
+    return group.status();
+  }
   if (v.standalone && !v.master.empty()) {
     return kvagent::InvalidParams("--standalone and --master exclude each other; pick one");
   }
@@ -132,18 +151,56 @@ Status Check(Flags& v) {
     // server at all (a port on loopback would still let any local user read and write the pool).
     if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen) {
       v.serve_data = false;
+    } else if (!kvagent::IsLocalEndpoint("tcp://" + v.transfer.data_listen) &&
+               !v.auth.insecure_no_auth) {
+      // Its pool would face the network with nobody who needs it there.
+      return kvagent::InvalidParams(
+          "--data-listen " + v.transfer.data_listen +
+          " faces the network, but a standalone agent has no peers: leave --data-listen out "
+          "(it then runs no data server), or give --master to join a cluster");
     }
-  } else {
+  }
+  auto secret = v.auth.Load();
+  if (!secret.ok()) return secret.status();
+  v.secret = std::move(*secret);
+  const bool have_secret = v.secret.has_value();
+  KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.relay.events_tcp, "--events-tcp", have_secret));
+  if (!v.master.empty()) {
     KVAGENT_RETURN_IF_ERROR(kvagent::master_link::CheckMasterEndpoint(v.master));
     // The relay's endpoints follow from --master unless given.
-    if (auto relay = v.relay.Options(v.agent.run_dir, v.master); !relay.ok()) {
-      return relay.status();
+    auto relay = v.relay.Options(v.agent.run_dir, v.master);
+    if (!relay.ok()) return relay.status();
+    if (kvagent::coord::IsClusterAddress(v.master)) {
+      // Without a secret the agent goes wherever etcd says the leader is: only an etcd on this
+      // host may say it (kvmaster itself then listens on loopback unless --insecure-no-auth).
+      auto cluster = kvagent::coord::ParseClusterAddress(v.master);
+      if (!cluster.ok()) return cluster.status();
+      for (const std::string& etcd : cluster->etcd_endpoints) {
+        KVAGENT_RETURN_IF_ERROR(
+            v.auth.CheckEndpoint("tcp://" + etcd, "--master " + v.master + ": etcd", have_secret));
+      }
+    } else {
+      KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.master, "--master", have_secret));
     }
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events, "--master-events", have_secret));
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint(relay->master_events_replay, "--master-events-replay", have_secret));
+    // The data server: with a secret, peers prove membership (TransferEngineOptions::
+    // data_plane_key); without one its pool stays on loopback, like every other plane (the
+    // master is on loopback too then, so every peer is on this host).
+    if (v.transfer.data_listen == kvagent::transfer::TransferFlags().data_listen && !have_secret &&
+        !v.auth.insecure_no_auth) {
+      v.transfer.data_listen = "127.0.0.1:0";
+    }
+    KVAGENT_RETURN_IF_ERROR(
+        v.auth.CheckEndpoint("tcp://" + v.transfer.data_listen, "--data-listen", have_secret));
   }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
   v.agent.max_clients = static_cast<int>(v.max_clients);
   v.agent.spin = std::chrono::microseconds(v.spin_us);
+  v.agent.handshake_timeout = std::chrono::milliseconds(v.handshake_timeout_ms);
   if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
   if (v.agent_name.empty()) {
     char host[256] = {};
@@ -231,6 +288,10 @@ int main(int argc, char** argv) {
     std::cout << flags.Usage();
     return 0;
   }
+  if (flags.version_requested()) {
+    std::cout << "kvagent " << kvagent::kVersion << "\n";
+    return 0;
+  }
   if (parsed.ok()) parsed = Check(v);
   auto pool_options = v.transfer.PoolOptions();
   auto engine_options = v.transfer.EngineOptions();
@@ -255,7 +316,26 @@ int main(int argc, char** argv) {
     return fail("run dir", kvagent::InvalidParams("another kvagent serves " + v.agent.SocketPath() +
                                                   "; stop it or pick another --run-dir"));
   }
-  auto pool = kvagent::transfer::NodePool::Create(*pool_options);
+  // /metrics answers from the start (kvagent_up 0) and in full once the agent serves.
+  std::atomic<const kvagent::agent::MetricsSources*> metrics_sources{nullptr};
+  kvagent::agent::MetricsSources sources;
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!v.metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(v.metrics_listen, [&metrics_sources] {
+      return kvagent::agent::RenderAgentMetrics(metrics_sources.load(std::memory_order_acquire));
+    });
+    if (!started.ok()) return fail("metrics", started.status());
+    metrics_server = std::move(*started);
+  }
+  const std::string metrics_url = metrics_server ? metrics_server->url() : "";
+
+  if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
+    return fail("run dir", st);
+  }
+  // Every port is bound (data plane, event sockets, --events-tcp, metrics) before the pool is
+  // pre-faulted, so that a taken port is reported at once, not after minutes of pre-faulting a
+  // large pool. The mapping itself touches no page yet.
+  auto pool = kvagent::transfer::NodePool::Map(*pool_options);
   if (!pool.ok()) return fail("node pool", pool.status());
   const uint64_t incarnation = NewIncarnation();
   // The pool's fence: which data-plane ops may still touch it (pool incarnation, master epoch,
@@ -263,6 +343,9 @@ int main(int argc, char** argv) {
   auto fence = std::make_unique<kvagent::transfer::PoolFence>(incarnation);
   engine_options->fence = fence.get();
   engine_options->serve = v.serve_data;
+  if (v.secret) {
+    engine_options->data_plane_key = v.secret->MacKey(kvagent::KeyPlane::kDataPlaneMac);
+  }
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
 
@@ -274,6 +357,7 @@ int main(int argc, char** argv) {
   auto relay_to_leader = std::make_shared<RelayToLeader>();
   std::string mode;
   std::string events;
+  kvagent::agent::EmbeddedMaster* embedded_master = nullptr;
   if (v.master.empty()) {
     kvagent::agent::EmbeddedMasterOptions o;
     o.master = v.embedded;
@@ -285,14 +369,16 @@ int main(int argc, char** argv) {
     o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
     o.fence = fence.get();
     if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
+    auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
+    if (!group.ok()) return fail("event sockets", group.status());
+    o.events.ipc_group = *group;
+    if (v.secret) o.events.curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
     if (!embedded.ok()) return fail("embedded master", embedded.status());
     events = (*embedded)->events_endpoint();
     for (const std::string& e : (*embedded)->extra_endpoints()) events += " and " + e;
     mode = "standalone";
+    embedded_master = embedded->get();
     port = std::move(*embedded);
   } else {
     kvagent::master_link::RemoteMasterOptions o;
@@ -324,15 +410,24 @@ int main(int argc, char** argv) {
     o.on_leader_changed = [relay_to_leader](const std::string& e, const std::string& r) {
       relay_to_leader->Leader(e, r);
     };
+    if (v.secret) o.curve = v.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
     auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
     if (!remote.ok()) return fail("master link", remote.status());
     link = remote->get();
     auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
     if (!relay_options.ok()) return fail("event relay", relay_options.status());
-    if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
-      return fail("run dir", st);
-    }
     relay_options->list_content = ContentThrough(link);
+    if (relay_options->master_events.empty() && !relay_options->await_master) {  // kvmaster says
+      relay_options->master_endpoints =
+          [link, master = v.master]() -> std::optional<std::pair<std::string, std::string>> {
+        auto e = link->EventEndpoints();
+        if (!e) return std::nullopt;
+        return std::pair{kvagent::relay::ResolveAdvertised(e->first, master),
+                         e->second.empty() ? std::string()
+                                           : kvagent::relay::ResolveAdvertised(e->second, master)};
+      };
+    }
+    if (v.secret) relay_options->curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
     auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
     if (!started.ok()) return fail("event relay", started.status());
     relay = std::move(*started);
@@ -351,6 +446,16 @@ int main(int argc, char** argv) {
     port = std::move(*remote);
   }
 
+  // Now the long part: fault every page of the pool in, telling systemd that start-up goes on
+  // (EXTEND_TIMEOUT_USEC: a 64 GiB pool must not trip the unit's start timeout) and how far.
+  const Status prefaulted = (*pool)->Prefault([](uint64_t done, uint64_t total) {
+    kvagent::NotifyServiceManager(
+        "EXTEND_TIMEOUT_USEC=60000000\nSTATUS=kvagent: pre-faulting "
+        "the node pool: " +
+        kvagent::FormatBytes(done) + " of " + kvagent::FormatBytes(total));
+  });
+  if (!prefaulted.ok()) return fail("node pool", prefaulted);
+
   if (!v.checksums) {
     LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
                     "a get cannot tell corrupt bytes (for measuring their cost only)";
@@ -362,24 +467,35 @@ int main(int argc, char** argv) {
     reserved.budget_bytes = v.reserved_write_bytes;
     pipeline->EnableReservedWrites(reserved);
   }
-  pipeline->set_extra_counters([relay_slot](std::vector<kvagent::agent::Counter>* out) {
-    if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
-  });
+  pipeline->set_extra_counters(
+      [relay_slot, metrics_url](std::vector<kvagent::agent::Counter>* out) {
+        if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
+        if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
+      });
+  const kvagent::agent::RequestPipeline* pipeline_view = pipeline.get();
+  // systemd's watchdog (WatchdogSec=): pinged from the ring-service thread, with a status line.
+  v.agent.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
+  v.agent.watchdog_status = [pipeline_view] { return "kvagent " + pipeline_view->StatusLine(); };
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
+  sources = {pipeline_view, agent->get(), engine->get(), embedded_master};
+  metrics_sources.store(&sources, std::memory_order_release);
 
   const std::string status =
       "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
       std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
       (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
-      ", heap on " + kvagent::HeapPagesDescription();
+      ", heap on " + kvagent::HeapPagesDescription() +
+      (metrics_url.empty() ? "" : ", metrics " + metrics_url) +
+      (v.secret ? ", cluster secret " + v.secret->Fingerprint() : std::string());
   LOG(INFO) << status;
-  sd_notifyf(0, "READY=1\nSTATUS=%s", status.c_str());
+  kvagent::NotifyServiceManager("READY=1\nSTATUS=" + status);
 
   const char* signal_name = stop_signals.Wait();
-  sd_notify(0, "STOPPING=1");
+  kvagent::NotifyServiceManager("STOPPING=1");
   LOG(INFO) << "received " << signal_name << "; shutting down";
-  (*agent)->Stop();  // the service thread stops the master link too
+  metrics_server.reset();  // before what it reads
+  (*agent)->Stop();        // the service thread stops the master link too
   relay_slot->store(nullptr);
   relay_to_leader->Attach(nullptr);
   relay.reset();   // before the link its content source reads through

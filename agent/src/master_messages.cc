@@ -1,6 +1,10 @@
 #include "master_messages.h"
 
+#include <algorithm>
 #include <string_view>
+#include <vector>
+
+#include "kvagent/schemas/flatbuffer_checks.h"
 
 namespace kvagent::agent {
 namespace {
@@ -213,6 +217,16 @@ flatbuffers::DetachedBuffer MasterMessages::ListKeys(uint64_t id, uint64_t curso
   return Finish(id, mfb::Body::ListKeys, mfb::CreateListKeys(fbb_, cursor, limit, p).Union());
 }
 
+flatbuffers::DetachedBuffer MasterMessages::SessionStats(uint64_t id, std::string_view session_id,
+                                                         uint64_t cursor, uint32_t limit) {
+  fbb_.Clear();
+  const auto session = session_id.empty() ? 0 : fbb_.CreateString(session_id).o;
+  return Finish(id, mfb::Body::SessionStats,
+                mfb::CreateSessionStats(fbb_, flatbuffers::Offset<flatbuffers::String>(session),
+                                        cursor, limit)
+                    .Union());
+}
+
 flatbuffers::DetachedBuffer MasterMessages::Stats(uint64_t id) {
   return Finish(id, mfb::Body::Stats, mfb::CreateStats(fbb_).Union());
 }
@@ -224,6 +238,10 @@ Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected) {
   if (reply.body_type() != expected) {
     return Malformed(std::string("expected ") + mfb::EnumNameReplyBody(expected) + ", got " +
                      mfb::EnumNameReplyBody(reply.body_type()));
+  }
+  // The Verifier accepts a body_type without its table.
+  if (reply.body() == nullptr) {
+    return Malformed(std::string("its ") + mfb::EnumNameReplyBody(expected) + " is missing");
   }
   return Status::Ok();
 }
@@ -239,14 +257,6 @@ Status KeyStatus(const flatbuffers::Vector<uint16_t>* codes, const StringVector*
   return Status(code, std::move(message));
 }
 
-const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id) {
-  if (reply.segments() == nullptr) return nullptr;
-  for (const mfb::SegmentInfo* s : *reply.segments()) {
-    if (s->segment_id() == segment_id && Count(s->endpoints()) > 0) return s;
-  }
-  return nullptr;
-}
-
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,
                                                   bool with_sizes) {
   const auto* reply = flatbuffers::GetRoot<mfb::Reply>(bytes.data());
@@ -260,15 +270,30 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
   }
   if (with_sizes && Count(p->sizes()) != key_count) return Malformed("sizes do not match the keys");
   if (Count(p->first()) != key_count + 1) return Malformed("first has the wrong length");
+  // 8-byte elements the Verifier only checked for 4-byte alignment.
+  if (!fbcheck::ElementsAligned(p->sizes()) || !fbcheck::ElementsAligned(p->placements()) ||
+      !fbcheck::ElementsAligned(p->write_ids())) {
+    return Malformed("sizes, placements or write_ids are not 8-byte aligned");
+  }
   const size_t placements = Count(p->placements());
   uint32_t previous = 0;
   for (uint32_t f : *p->first()) {
     if (f < previous || f > placements) return Malformed("first is not a valid index");
     previous = f;
   }
+  // Segments with an endpoint, sorted: each placement is looked up in O(log segments), so a
+  // reply with many of both costs no quadratic time.
+  std::vector<uint32_t> reachable;
+  if (p->segments() != nullptr) {
+    reachable.reserve(p->segments()->size());
+    for (const mfb::SegmentInfo* s : *p->segments()) {
+      if (Count(s->endpoints()) > 0) reachable.push_back(s->segment_id());
+    }
+  }
+  std::sort(reachable.begin(), reachable.end());
   for (size_t i = 0; i < placements; ++i) {
     const mfb::Placement* pl = p->placements()->Get(static_cast<uoffset_t>(i));
-    if (FindSegment(*p, pl->segment_id()) == nullptr) {
+    if (!std::binary_search(reachable.begin(), reachable.end(), pl->segment_id())) {
       return Malformed("a placement names a segment without endpoints");
     }
     if (pl->length() == 0) return Malformed("a placement has length 0");

@@ -71,6 +71,8 @@ class MasterMessages {
   flatbuffers::DetachedBuffer ListKeys(uint64_t id, uint64_t cursor, uint32_t limit,
                                        std::string_view prefix);
   flatbuffers::DetachedBuffer Stats(uint64_t id);
+  flatbuffers::DetachedBuffer SessionStats(uint64_t id, std::string_view session_id,
+                                           uint64_t cursor, uint32_t limit);
 
  private:
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> Keys(
@@ -97,7 +99,8 @@ class MasterMessages {
 std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref);
 
 // A reply's request-level outcome: the master's status when it is not OK, else OK. INTERNAL when
-// the body is not of the expected type (a master speaking another protocol version).
+// the body is not of the expected type (a master speaking another protocol version) or absent,
+// so that after an OK the caller may read reply.body_as_X() without a null check.
 Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 
 // The PlacementReply of a WriteStart or BatchGet for `key_count` keys, checked for internal
@@ -110,9 +113,6 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
 // The PlacementReply of a ReserveWrites: at most `max` reserved writes, checked as
 // ReadPlacements checks a WriteStart's.
 Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> bytes, size_t max);
-
-// The segment `segment_id` of a PlacementReply with at least one endpoint, or null.
-const mfb::SegmentInfo* FindSegment(const mfb::PlacementReply& reply, uint32_t segment_id);
 
 // The KeyCodesReply of a finish, exist or remove call for `key_count` keys (exists checked when
 // `with_exists`).

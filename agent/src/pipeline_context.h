@@ -19,8 +19,10 @@
 
 #include "kvagent/agent/master_port.h"
 #include "kvagent/agent/request_handler.h"
+#include "kvagent/common/metrics.h"
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/transfer_engine.h"
+#include "phase_latency.h"
 
 namespace kvagent::agent {
 
@@ -40,28 +42,30 @@ class ServiceGate {
   CompletionSink* sink_ = nullptr;
 };
 
-// Counters behind `kvctl stat` (service thread only). Indexed by proto::Op.
+// Counters behind `kvctl stat` and /metrics. Written on the service thread only; any thread may
+// read them (the metrics HTTP thread does). Indexed by proto::Op.
 struct PipelineCounters {
-  static constexpr size_t kOps = 9;
-  std::array<uint64_t, kOps> requests{};  // requests handed in
-  std::array<uint64_t, kOps> batches{};   // master calls carrying them
-  std::array<uint64_t, kOps> keys{};      // keys in those calls
-  uint64_t bytes_to_pool = 0;             // put bytes copied into this node's pool
-  uint64_t bytes_to_peers = 0;            // put bytes written to peers' pools
-  uint64_t bytes_from_pool = 0;           // get bytes copied out of this node's pool
-  uint64_t bytes_from_peers = 0;          // get bytes read from peers' pools
-  uint64_t transfer_failures = 0;         // keys that failed in the data plane
-  uint64_t replica_fallbacks = 0;         // get parts read again from another replica
-  uint64_t revoked_keys = 0;              // writes revoked (failed transfer or client gone)
-  uint64_t lease_expired = 0;             // gets that outlived their read lease
-  uint64_t master_failures = 0;           // master calls that failed (unreachable, timeout)
-  uint64_t abandoned_requests = 0;        // requests of clients that left before completion
-  uint64_t expired_keys = 0;              // keys answered TIMEOUT: the caller's deadline passed
-  uint64_t checksum_mismatches = 0;       // replicas read whose bytes failed their checksum
-  uint64_t corrupted_keys = 0;            // gets answered DATA_CORRUPTED (every replica failed)
-  uint64_t degraded_puts = 0;             // puts stored with fewer replicas than asked
-  uint64_t fenced_local_writes = 0;       // local copies the pool fence refused
-  uint64_t reserved_puts = 0;             // keys put with one master round trip (reserved writes)
+  using Count = metrics::SingleWriterCounter;
+  static constexpr size_t kOps = 10;
+  std::array<Count, kOps> requests{};  // requests handed in
+  std::array<Count, kOps> batches{};   // master calls carrying them
+  std::array<Count, kOps> keys{};      // keys in those calls
+  Count bytes_to_pool;                 // put bytes copied into this node's pool
+  Count bytes_to_peers;                // put bytes written to peers' pools
+  Count bytes_from_pool;               // get bytes copied out of this node's pool
+  Count bytes_from_peers;              // get bytes read from peers' pools
+  Count transfer_failures;             // keys that failed in the data plane
+  Count replica_fallbacks;             // get parts read again from another replica
+  Count revoked_keys;                  // writes revoked (failed transfer or client gone)
+  Count lease_expired;                 // gets that outlived their read lease
+  Count master_failures;               // master calls that failed (unreachable, timeout)
+  Count abandoned_requests;            // requests of clients that left before completion
+  Count expired_keys;                  // keys answered TIMEOUT: the caller's deadline passed
+  Count checksum_mismatches;          // replicas read whose bytes failed their checksum
+  Count corrupted_keys;               // gets answered DATA_CORRUPTED (every replica failed)
+  Count degraded_puts;                // puts stored with fewer replicas than asked
+  Count fenced_local_writes;          // local copies the pool fence refused
+  Count reserved_puts;                // keys put with one master round trip (reserved writes)
 };
 
 // A request held by a batch, with the answer under construction.
@@ -128,6 +132,7 @@ struct PipelineContext {
   CompletionSink* sink = nullptr;
   std::shared_ptr<ServiceGate> gate;
   PipelineCounters counters;
+  PhaseLatency latency;  // per-phase histograms of puts and gets (/metrics)
   std::unique_ptr<ArenaRegistry> arenas;
   // Appends counters of parts the pipeline does not own (the event relay) to a Stat reply.
   // Runs on the service thread; may be empty.

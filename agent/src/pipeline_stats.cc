@@ -9,14 +9,14 @@ namespace {
 
 // Counter names of the ops, indexed by proto::Op.
 constexpr const char* kOpNames[PipelineCounters::kOps] = {
-    "ping", "put", "upsert", "get", "exist", "remove", "remove_all", "list", "stat"};
+    "ping", "put", "upsert", "get", "exist", "remove", "remove_all", "list", "stat", "sessions"};
 
 }  // namespace
 
-std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
+std::vector<Counter> AgentCounters(const PipelineContext& ctx, size_t clients) {
   const PipelineCounters& c = ctx.counters;
   std::vector<Counter> out;
-  out.push_back({"agent.clients", ctx.sink->ClientCount(), ""});
+  out.push_back({"agent.clients", clients, ""});
   for (size_t op = 1; op < PipelineCounters::kOps; ++op) {
     const std::string name = kOpNames[op];
     out.push_back({"agent.requests." + name, c.requests[op], ""});
@@ -38,7 +38,7 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx) {
   out.push_back({"agent.fenced_local_writes", c.fenced_local_writes, ""});
   out.push_back({"agent.reserved_puts", c.reserved_puts, ""});
   if (ctx.reservations != nullptr) {
-    out.push_back({"agent.reserved_writes", ctx.reservations->held(), ""});
+    out.push_back({"agent.reserved_writes", ctx.reservations->held_published(), ""});
   }
   out.push_back({"agent.checksums", ctx.checksums ? 1u : 0u, ctx.checksums ? "on" : "off"});
   if (ctx.fence != nullptr) {

@@ -34,12 +34,14 @@ void ReadBatch::Start() {
   for (HeldRequest& h : requests_) h.result.lengths.assign(h.result.codes.size(), 0);
   CountCall(proto::Op::Get, keys_.size());
   sent_at_ = std::chrono::steady_clock::now();
+  phase_.Start();
   ctx_.master->Call(
       messages_.KeyList(ctx_.NextMasterRequestId(), mfb::Body::BatchGet, requests_, keys_),
       [this](Result<std::span<const uint8_t>> reply) { OnPlaced(reply); });
 }
 
 void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
+  phase_.Lap(ctx_.latency.of(GetPhase::kMaster));
   if (!reply.ok()) return FailAll(reply.status());
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/true);
   if (!placements.ok()) return FailAll(placements.status());
@@ -216,6 +218,7 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
 }
 
 void ReadBatch::Finish() {
+  phase_.Lap(ctx_.latency.of(GetPhase::kData));
   const auto elapsed = std::chrono::steady_clock::now() - sent_at_;
   if (elapsed > lease_) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count();

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "kvagent/common/validate.h"
+#include "kvagent/schemas/flatbuffer_checks.h"
 
 namespace kvagent::agent {
 namespace {
@@ -96,6 +97,38 @@ Status CheckListArguments(const proto::Request& req) {
   return Status::Ok();
 }
 
+// What the Verifier leaves to the reader: vectors of 8-byte structs aligned for them, and a
+// request that refers to no more bytes than it holds. FlatBuffers lets every key point at one
+// shared string: the master batch built from such a frame (each key written out) would be
+// thousands of times larger than the frame.
+Status CheckShape(const proto::Request& req, size_t frame_bytes) {
+  if (!fbcheck::ElementsAligned(req.buffers())) {
+    return InvalidParams(
+        "buffers is not 8-byte aligned in the frame; send frames built by the "
+        "kvagent SDK");
+  }
+  uint64_t referred = fbcheck::StringBytes(req.keys()) + fbcheck::StringBytes(req.session_ids()) +
+                      fbcheck::VectorBytes(req.buffers()) + fbcheck::StringBytes(req.prefix());
+  if (const auto* blocks = req.blocks()) {
+    for (uoffset_t i = 0; i < blocks->size(); ++i) {
+      const proto::BlockMeta* b = blocks->Get(i);
+      if (!fbcheck::ElementsAligned(b->block_hashes())) {
+        return InvalidParams("blocks[" + std::to_string(i) +
+                             "].block_hashes is not 8-byte aligned in the frame");
+      }
+      referred += sizeof(uoffset_t) + fbcheck::VectorBytes(b->block_hashes()) +
+                  fbcheck::VectorBytes(b->token_ids()) + fbcheck::StringBytes(b->lora_name());
+    }
+  }
+  if (referred > frame_bytes) {
+    return InvalidParams("the request refers to " + std::to_string(referred) +
+                         " bytes of keys, IDs and metadata in a frame of " +
+                         std::to_string(frame_bytes) +
+                         " bytes: its entries share data; write each key once");
+  }
+  return Status::Ok();
+}
+
 Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
   const Op op = req.op();
   const auto* keys = req.keys();
@@ -123,6 +156,20 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
     case Op::Stat:
       KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
       return MustBeAbsent(Count(req.buffers()), "buffers", op);
+    case Op::Sessions:
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(key_count, "keys", op));
+      KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.buffers()), "buffers", op));
+      if (Count(req.session_ids()) > 1) {
+        return InvalidParams("Sessions takes at most one session ID (none: every session)");
+      }
+      if (Count(req.session_ids()) == 1) {
+        KVAGENT_RETURN_IF_ERROR(ValidateSessionId(View(req.session_ids()->Get(0))));
+      }
+      if (req.limit() > kMaxListLimit) {
+        return InvalidParams("limit " + std::to_string(req.limit()) + " is above " +
+                             std::to_string(kMaxListLimit) + "; page with next_cursor instead");
+      }
+      return Status::Ok();
   }
   return InvalidParams("unknown op " + std::to_string(static_cast<int>(op)) +
                        "; the SDK is newer than this agent: upgrade the agent");
@@ -146,7 +193,8 @@ CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64
                                " differs from the frame's tag " + std::to_string(tag));
     return out;
   }
-  out.status = CheckOp(*out.request, out.key_count, arena_bytes);
+  out.status = CheckShape(*out.request, frame.size());
+  if (out.status.ok()) out.status = CheckOp(*out.request, out.key_count, arena_bytes);
   return out;
 }
 

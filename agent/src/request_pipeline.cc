@@ -3,9 +3,13 @@
 #include <algorithm>
 
 #include "kvagent/common/validate.h"
+#include "pipeline_stats.h"
 
 namespace kvagent::agent {
 namespace {
+
+// Client frame bytes per master batch (see Group).
+constexpr size_t kMaxBatchFrameBytes = size_t{16} << 20;
 
 bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
   const proto::WriteOptions* x = a.options();
@@ -30,24 +34,30 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
   }
 }
 
-// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys, in
-// queue order.
+// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys and
+// (unless one request alone is larger) kMaxBatchFrameBytes of client frames, in queue order.
+// The master message built from a group is about as large as its frames: this keeps it well
+// under kvmaster's message limit (kMaxMasterMessageBytes).
 std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
   std::vector<std::vector<HeldRequest>> groups;
   std::vector<size_t> keys;
+  std::vector<size_t> bytes;
   for (HeldRequest& h : queue) {
     const size_t n = h.result.codes.size();
+    const size_t b = h.request.frame.size();
     size_t g = 0;
     while (g < groups.size() &&
-           !(keys[g] + n <= kMaxBatchKeys &&
+           !(keys[g] + n <= kMaxBatchKeys && bytes[g] + b <= kMaxBatchFrameBytes &&
              Compatible(op, groups[g].front().request.request(), h.request.request()))) {
       ++g;
     }
     if (g == groups.size()) {
       groups.emplace_back();
       keys.push_back(0);
+      bytes.push_back(0);
     }
     keys[g] += n;
+    bytes[g] += b;
     groups[g].push_back(std::move(h));
   }
   queue.clear();
@@ -55,6 +65,19 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
 }
 
 }  // namespace
+
+std::vector<Counter> RequestPipeline::Counters(size_t clients) const {
+  return AgentCounters(ctx_, clients);
+}
+
+std::string RequestPipeline::StatusLine() const {
+  const PipelineCounters& c = ctx_.counters;
+  auto count = [&c](proto::Op op) { return std::to_string(c.requests[static_cast<size_t>(op)]); };
+  return "serving " + std::to_string(ctx_.sink != nullptr ? ctx_.sink->ClientCount() : 0) +
+         " client(s); requests so far: " + count(proto::Op::Put) + " put, " +
+         count(proto::Op::Upsert) + " upsert, " + count(proto::Op::Get) + " get, " +
+         count(proto::Op::Remove) + " remove; master: " + ctx_.master->Describe();
+}
 
 RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::NodePool* pool,
                                  transfer::TransferEngine* engine, const transfer::PoolFence* fence,
@@ -101,7 +124,9 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
   HeldRequest held;
   held.result.codes.assign(request.key_count(), ErrorCode::kOk);
   held.request = std::move(request);
-  if (held.Expired(std::chrono::steady_clock::now())) {
+  const auto now = std::chrono::steady_clock::now();
+  ctx_.latency.RecordRingWait(held.request, now);
+  if (held.Expired(now)) {
     // It waited in the ring past the caller's deadline (agent stalled or overloaded): the
     // caller has its TIMEOUT already; doing the work now would only surprise it.
     ctx_.counters.expired_keys += held.result.codes.size();
@@ -124,6 +149,7 @@ void RequestPipeline::OnPassEnd() {
   FlushKeys(proto::Op::Exist);
   FlushSingles(proto::Op::List);
   FlushSingles(proto::Op::Stat);
+  FlushSingles(proto::Op::Sessions);
   if (reservations_) reservations_->Maintain();
   Sweep();
 }

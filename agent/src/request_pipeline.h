@@ -52,6 +52,15 @@ class RequestPipeline final : public RequestHandler {
   // per put instead of two; write_reservations.h). For a remote master; call before the agent
   // starts.
   void EnableReservedWrites(const WriteReservations::Options& options);
+  // The `kvctl stat` counters ("agent.*"), with `clients` attached now. Any thread (the metrics
+  // endpoint calls it).
+  std::vector<Counter> Counters(size_t clients) const;
+  // The data plane, for its own counters.
+  const transfer::TransferEngine& engine() const { return *ctx_.engine; }
+  // One line for systemd's STATUS= (service thread): clients, requests so far, the master link.
+  std::string StatusLine() const;
+  // Put/get phase histograms (any thread may read them).
+  const PhaseLatency& latency() const { return ctx_.latency; }
 
   void OnStart(CompletionSink& sink) override;
   void Handle(ClientRequest request, CompletionSink& sink) override;

@@ -18,8 +18,12 @@ constexpr int kBurst = 64;
 }  // namespace
 
 RingService::RingService(RequestHandler* handler, std::chrono::microseconds spin,
-                         DisconnectFn disconnect)
-    : handler_(handler), spin_(spin), disconnect_(std::move(disconnect)) {}
+                         std::chrono::microseconds watchdog_interval,
+                         std::function<std::string()> watchdog_status, DisconnectFn disconnect)
+    : handler_(handler),
+      spin_(spin),
+      disconnect_(std::move(disconnect)),
+      watchdog_(watchdog_interval, std::move(watchdog_status)) {}
 
 RingService::~RingService() { Stop(); }
 
@@ -140,6 +144,7 @@ void RingService::Run() {
     if (any_broken) RemoveBroken();
     const auto now = Clock::now();
     worked |= RunTimer(now);
+    watchdog_.Poll(now);  // from this loop: if it hangs, systemd stops hearing from us
     if (worked) {
       last_work = now;
       continue;
@@ -273,6 +278,13 @@ void RingService::Sleep() {
   if (const auto deadline = handler_->NextDeadline();
       deadline != std::chrono::steady_clock::time_point::max()) {
     timeout = std::max(std::chrono::nanoseconds(0), deadline - std::chrono::steady_clock::now());
+    has_work |= timeout.count() == 0;
+  }
+  // Wake for the next watchdog ping too.
+  if (const auto due = watchdog_.next_due(); due != std::chrono::steady_clock::time_point::max()) {
+    const auto until_ping =
+        std::max(std::chrono::nanoseconds(0), due - std::chrono::steady_clock::now());
+    timeout = timeout.count() < 0 ? until_ping : std::min(timeout, until_ping);
     has_work |= timeout.count() == 0;
   }
   if (!has_work) {

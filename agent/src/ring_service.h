@@ -28,6 +28,7 @@
 
 #include "client_session.h"
 #include "kvagent/agent/request_handler.h"
+#include "kvagent/common/watchdog.h"
 
 namespace kvagent::agent {
 
@@ -36,7 +37,11 @@ class RingService final : public CompletionSink {
   // Called (on the service thread) when a client's ring is corrupt and it must be disconnected.
   using DisconnectFn = std::function<void(ClientId, const std::string& reason)>;
 
-  RingService(RequestHandler* handler, std::chrono::microseconds spin, DisconnectFn disconnect);
+  // The service thread pings systemd's watchdog every `watchdog_interval` (0: never) with
+  // STATUS=<watchdog_status()>: a service loop that hangs stops the pings.
+  RingService(RequestHandler* handler, std::chrono::microseconds spin,
+              std::chrono::microseconds watchdog_interval,
+              std::function<std::string()> watchdog_status, DisconnectFn disconnect);
   ~RingService() override;
 
   void Start();
@@ -80,6 +85,7 @@ class RingService final : public CompletionSink {
   RequestHandler* const handler_;
   const std::chrono::microseconds spin_;
   const DisconnectFn disconnect_;
+  Watchdog watchdog_;  // polled on the service thread only
   std::thread thread_;
   bool started_ = false;
 

@@ -56,6 +56,7 @@ void WriteBatch::Start() {
   for (HeldRequest& h : requests_) h.result.replicas.assign(h.result.codes.size(), 0);
   const proto::Op op = upsert_ ? proto::Op::Upsert : proto::Op::Put;
   CountCall(op, keys_.size());
+  phase_.Start();
   if (!upsert_ && ctx_.reservations != nullptr && StartReserved()) return;
   ctx_.master->Call(
       messages_.WriteStart(ctx_.NextMasterRequestId(), ctx_.master->identity().agent_id, upsert_,
@@ -64,6 +65,7 @@ void WriteBatch::Start() {
 }
 
 void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
+  phase_.Lap(ctx_.latency.of(PutPhase::kMasterStart));
   if (!reply.ok()) return FailAll(reply.status());
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/false);
   if (!placements.ok()) return FailAll(placements.status());
@@ -237,6 +239,7 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
 }
 
 void WriteBatch::Finish() {
+  phase_.Lap(ctx_.latency.of(PutPhase::kData));
   const auto now = std::chrono::steady_clock::now();
   std::sort(failed_.begin(), failed_.end(),
             [](const FailedWrite& a, const FailedWrite& b) { return a.key < b.key; });
@@ -369,6 +372,7 @@ void WriteBatch::OnFinished(bool end, Result<std::span<const uint8_t>> reply) {
     }
   }
   if (--finishing_ > 0) return;
+  phase_.Lap(ctx_.latency.of(PutPhase::kMasterEnd));
   if (!finish_error_.ok()) {
     for (const KeyRef& k : to_end_)
       held(k).SetKey(k.index, finish_error_.code(), finish_error_.message());

@@ -120,6 +120,7 @@ bool WriteReservations::Take(std::span<const uint64_t> sizes, uint8_t replica_co
   }
   if (!enough) {
     for (const auto& [size, count] : wanted) Missed(size, replica_count, count);
+    Publish();
     return false;
   }
   for (uint64_t size : sizes) {
@@ -134,6 +135,7 @@ bool WriteReservations::Take(std::span<const uint64_t> sizes, uint8_t replica_co
     SizeClass* c = Find(size, replica_count);
     if (!c->asking && c->stock.size() * 2 < c->target && now >= c->retry_at) Ask(*c);
   }
+  Publish();
   return true;
 }
 
@@ -256,6 +258,7 @@ void WriteReservations::OnGranted(uint64_t size, uint8_t replica_count, Clock::t
     }
   }
   if (!unwanted.empty()) GiveBack(unwanted);
+  Publish();
   if (c != nullptr && granted == 0) c->retry_at = Clock::now() + kRetryAfter;  // no room now
 }
 
@@ -301,6 +304,7 @@ void WriteReservations::Maintain() {
     ++it;
   }
   SendReturns();
+  Publish();
 }
 
 }  // namespace kvagent::agent

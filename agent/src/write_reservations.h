@@ -17,6 +17,7 @@
 // Service thread only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -73,7 +74,9 @@ class WriteReservations {
     return classes_.empty() && returns_.empty() ? Clock::time_point::max() : next_maintain_;
   }
 
-  uint64_t held() const;  // reserved writes in stock
+  uint64_t held() const;  // reserved writes in stock (service thread)
+  // The same as last published by the service thread, for any thread (the metrics endpoint).
+  uint64_t held_published() const { return held_published_.load(std::memory_order_relaxed); }
 
   // The size of the reserved writes a value of `size` bytes goes into: up to 1 KiB in steps of
   // 256 B, above in quarters of its power of two (at most a quarter of it is unused).
@@ -128,6 +131,8 @@ class WriteReservations {
   uint32_t agent_id_ = 0;
   uint64_t generation_ = 0;  // bumped when everything is dropped: late grants are ignored
   Clock::time_point next_maintain_;
+  std::atomic<uint64_t> held_published_{0};
+  void Publish() { held_published_.store(held(), std::memory_order_relaxed); }
 };
 
 }  // namespace kvagent::agent

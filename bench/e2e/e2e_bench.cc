@@ -31,6 +31,12 @@
 //                                                      a DEALER->ROUTER echo over loopback TCP
 //                                                      (a remote put makes two master RPCs, a
 //                                                      get one)
+//   e2e.curve.*                                        the remote store again, kvmaster and
+//                                                      kvagent sharing a cluster secret (CURVE
+//                                                      on the master link and events): 4 KiB
+//                                                      keys/s, 1 MiB GB/s and latencies, and
+//                                                      e2e.curve.*.vs_plain, each over the same
+//                                                      figure of e2e.remote
 //
 // The memcpy baseline is the one copy the design does per replica, single-threaded: the same
 // value size, from a client-arena-like source (a MAP_SHARED memfd mapping of 4 KiB pages, the
@@ -44,6 +50,7 @@
 // noisier; keys/s are medians of rounds, GB/s the best of 3 trials, latencies over all calls.
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,7 +58,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,7 +87,14 @@ constexpr size_t k4K = 4096;
 constexpr size_t kRoundBytes = size_t{128} << 20;  // pool working set of one round
 constexpr int kRounds = 5;
 
+// Every figure printed so far, for ratios between stores.
+std::map<std::string, double>& Printed() {
+  static std::map<std::string, double> printed;
+  return printed;
+}
+
 void Bench(const std::string& name, double value, const char* unit) {
+  Printed()[name] = value;
   std::printf("BENCH %s %.3f %s\n", name.c_str(), value, unit);
   std::fflush(stdout);
 }
@@ -180,13 +196,22 @@ void CrcCachedFn(uint8_t* d, const uint8_t* s, size_t n) {
 // A kvagent (with its kvmaster process when remote), every agent thread on the last CPU.
 class Store {
  public:
-  Store(bool remote, const kvagent::testing::Args& extra) {
+  // `curve`: kvmaster and kvagent share a cluster secret (remote only).
+  Store(bool remote, const kvagent::testing::Args& extra, bool curve = false) {
     // Children inherit the affinity of the thread that forks them: the agent is started from
     // here while this thread runs on the last CPU, so all its threads stay there.
     kvagent::testing::Args args = kvagent::testing::Concat({"--pool-size", "1GiB"}, extra);
+    kvagent::testing::Args secret;
+    if (curve) {
+      const std::string path = secret_dir_.path() + "/cluster-secret";
+      std::ofstream(path) << "e2e_bench's cluster secret, at least 32 bytes long\n";
+      ::chmod(path.c_str(), 0600);
+      secret = {"--cluster-secret-file", path};
+      args = kvagent::testing::Concat(args, secret);
+    }
     if (remote) {
       PinSelf(-1);  // kvmaster: wherever the scheduler puts it
-      master_.emplace();
+      master_.emplace(secret);
       if (!master_->started()) Die("kvmaster did not start");
       args = kvagent::testing::Concat(master_->AgentArgs(), args);
     }
@@ -215,6 +240,7 @@ class Store {
   }
 
  private:
+  kvagent::testing::TempDir secret_dir_;
   std::optional<kvagent::testing::KvmasterProcess> master_;
   std::optional<kvagent::testing::AgentProcess> agent_;
   std::unique_ptr<Client> client_;  // last: disconnects before the agent stops
@@ -523,6 +549,22 @@ void ChecksumCost() {
   Bench("e2e.checksums.get.1m.vs_off", best_get_on / best_get_off, "x");
 }
 
+// The remote store with CURVE: what authentication costs, as ratios to the same figures of the
+// plain remote store measured just before.
+void RunCurve(const kvagent::testing::Args& agent_flags) {
+  Store store(true, agent_flags, /*curve=*/true);
+  SmallValues(store, "e2e.curve");
+  LargeValues(store, "e2e.curve", size_t{1} << 20, "1m", 8);
+  Latency(store, "e2e.curve");
+  for (const char* figure : {"put.4k.b1", "get.4k.b1", "put.4k.b16", "get.4k.b16", "put.4k.b128",
+                             "get.4k.b128", "put.1m", "get.1m", "put.lat.p50", "get.lat.p50"}) {
+    const auto plain = Printed().find(std::string("e2e.remote.") + figure);
+    const auto curve = Printed().find(std::string("e2e.curve.") + figure);
+    if (plain == Printed().end() || curve == Printed().end() || plain->second == 0) continue;
+    Bench(std::string("e2e.curve.") + figure + ".vs_plain", curve->second / plain->second, "x");
+  }
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -540,8 +582,9 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `e2e_bench standalone|remote|checksums [KVAGENT FLAGS...]` runs one part only, its kvagent
-  // with the extra flags (for profiling and experiments).
+  // `e2e_bench standalone|remote|checksums|curve [KVAGENT FLAGS...]` runs one part only
+  // (curve: the remote store too, to compare with), its kvagent with the extra flags (for
+  // profiling and experiments).
   const std::string only = argc > 1 ? argv[1] : "";
   const kvagent::testing::Args agent_flags(argv + std::min(argc, 2), argv + argc);
   PinSelf(0);
@@ -552,5 +595,9 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "standalone") Run(false, agent_flags);
   if (only.empty() || only == "remote") Run(true, agent_flags);
   if (only.empty() || only == "checksums") ChecksumCost();
+  if (only.empty() || only == "curve") {
+    if (only == "curve") Run(true, agent_flags);  // the plain figures to compare with
+    RunCurve(agent_flags);
+  }
   return 0;
 }

@@ -13,9 +13,9 @@
 // so every subscriber sees the loss as a gap right where it happened. Consecutive drops share
 // one marker (one skipped seq per run of losses).
 //
-// Retention. The last replay_batches payloads (at most replay_max_bytes of them) stay in a
-// deque owned by the thread; an evicted batch's string is recycled as the next payload buffer,
-// so steady state allocates no payload buffers.
+// Retention and replay: EventReplay (event_replay.h), owned by the thread with the ROUTER.
+// An evicted batch's string is recycled as the next payload buffer when no replay message
+// still refers to it, so steady state allocates no payload buffers.
 #include "kvagent/common/event_publisher.h"
 
 #include <sys/eventfd.h>
@@ -27,7 +27,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -37,10 +36,30 @@
 
 #include <zmq.hpp>
 
+#include "event_replay.h"
 #include "event_socket.h"
+#include "kvagent/common/curve_auth.h"
+#include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {
+
+// Sets who may connect to the socket file of an ipc:// endpoint we bound: the owner only, or
+// also `group`. Other transports: nothing to do.
+Status RestrictIpcFile(const std::string& endpoint, std::optional<uint32_t> group) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (endpoint.rfind(kIpc, 0) != 0 || endpoint.size() == kIpc.size()) return Status::Ok();
+  const std::string path = endpoint.substr(kIpc.size());
+  if (group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+    return InvalidParams("cannot give " + path + " to group " + std::to_string(*group) + ": " +
+                         std::strerror(errno) +
+                         " (the agent must run as root or be a member of that group)");
+  }
+  if (::chmod(path.c_str(), group ? 0660 : 0600) != 0) {
+    return Internal("cannot set the mode of " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
 
 // Removes the socket file of an ipc:// endpoint we bound (ZMQ does not always remove it when the
 // socket closes). Other transports: nothing to do.
@@ -84,16 +103,21 @@ struct EncodedPayload {
 struct DropMarker {};  // one skipped seq
 using QueuedItem = std::variant<KvEvent, EncodedPayload, DropMarker>;
 
-struct RetainedBatch {
-  uint64_t seq = 0;
-  std::string payload;
+// The PUB side: plain (ipc://, inproc://, and tcp:// without CURVE) and CURVE (tcp:// with
+// it). A batch goes to every socket that has an endpoint.
+struct PubSockets {
+  explicit PubSockets(zmq::context_t& context)
+      : plain(context, zmq::socket_type::pub), curve(context, zmq::socket_type::pub) {}
+  zmq::socket_t plain;
+  zmq::socket_t curve;
+  bool plain_bound = false;
+  bool curve_bound = false;
 };
 
-// Replay requests served per wake-up before live batches get their turn again.
-constexpr int kReplayRequestsPerRound = 16;
-// A replay request is `[identity, b"", start_seq]`; anything longer is malformed.
-constexpr size_t kMaxReplayRequestFrames = 3;
-constexpr int64_t kMaxReplayRequestBytes = 4096;
+bool IsTcp(const std::string& endpoint) { return endpoint.rfind("tcp://", 0) == 0; }
+
+// While replays are pending, the thread looks at them at least this often.
+constexpr auto kReplayPumpInterval = std::chrono::milliseconds(10);
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -103,7 +127,9 @@ double NowSeconds() {
 
 class EventPublisher::Thread {
  public:
-  explicit Thread(EventPublisherOptions options) : options_(std::move(options)) {
+  explicit Thread(EventPublisherOptions options)
+      : options_(std::move(options)),
+        replay_(options_.replay_batches, options_.replay_max_bytes, options_.topic) {
     if (options_.queue_capacity == 0) options_.queue_capacity = 1;
     if (options_.max_batch_events == 0) options_.max_batch_events = 1;
   }
@@ -203,35 +229,59 @@ class EventPublisher::Thread {
 
   // ---- the publisher thread ------------------------------------------------------------------
 
-  Status BindSockets(zmq::socket_t& pub, zmq::socket_t& router) {
-    pub.set(zmq::sockopt::sndhwm, options_.sndhwm);
-    pub.set(zmq::sockopt::linger, 0);
-    KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, options_.endpoint, "event PUB"));
-    endpoint_ = pub.get(zmq::sockopt::last_endpoint);
+  // Binds `endpoint` on the plain or the CURVE PUB; returns the endpoint actually bound.
+  Result<std::string> BindPub(PubSockets& pub, const std::string& endpoint) {
+    const bool curve = options_.curve && IsTcp(endpoint);
+    zmq::socket_t& socket = curve ? pub.curve : pub.plain;
+    KVAGENT_RETURN_IF_ERROR(BindEventSocket(socket, endpoint, "event PUB"));
+    (curve ? pub.curve_bound : pub.plain_bound) = true;
+    std::string bound = socket.get(zmq::sockopt::last_endpoint);
+    KVAGENT_RETURN_IF_ERROR(RestrictIpcFile(bound, options_.ipc_group));
+    return bound;
+  }
+
+  Status BindSockets(PubSockets& pub, zmq::socket_t& router) {
+    for (zmq::socket_t* socket : {&pub.plain, &pub.curve}) {
+      socket->set(zmq::sockopt::sndhwm, options_.sndhwm);
+      socket->set(zmq::sockopt::linger, 0);
+      socket->set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
+    }
+    if (options_.curve) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveServer(pub.curve.handle(), *options_.curve));
+    }
+    auto main = BindPub(pub, options_.endpoint);
+    if (!main.ok()) return main.status();
+    endpoint_ = *main;
     for (const std::string& extra : options_.extra_endpoints) {
-      KVAGENT_RETURN_IF_ERROR(BindEventSocket(pub, extra, "event PUB"));
-      extra_endpoints_.push_back(pub.get(zmq::sockopt::last_endpoint));
+      auto bound = BindPub(pub, extra);
+      if (!bound.ok()) return bound.status();
+      extra_endpoints_.push_back(*bound);
     }
     if (options_.replay_endpoint.empty()) return Status::Ok();
-    // A replay answers with up to replay_batches messages at once; below that high-water mark
-    // the ROUTER would silently drop the tail of a long replay.
-    const size_t hwm = std::min<size_t>(2 * (options_.replay_batches + 1), 1 << 30);
-    router.set(zmq::sockopt::sndhwm, static_cast<int>(hwm));
-    router.set(zmq::sockopt::linger, 0);
-    router.set(zmq::sockopt::maxmsgsize, kMaxReplayRequestBytes);
+    EventReplay::Configure(router);
+    if (options_.curve && IsTcp(options_.replay_endpoint)) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveServer(router.handle(), *options_.curve));
+    }
     KVAGENT_RETURN_IF_ERROR(
         BindEventSocket(router, options_.replay_endpoint, "event replay ROUTER"));
     replay_endpoint_ = router.get(zmq::sockopt::last_endpoint);
-    return Status::Ok();
+    return RestrictIpcFile(replay_endpoint_, options_.ipc_group);
   }
 
   void Run(std::promise<Status>* bound) {
     zmq::context_t context(1);
-    zmq::socket_t pub(context, zmq::socket_type::pub);
+    // Checks the clients of the CURVE sockets; goes before the context does.
+    std::unique_ptr<ZapHandler> zap;
+    PubSockets pub(context);
     zmq::socket_t router(context, zmq::socket_type::router);
     Status status;
     try {
-      status = BindSockets(pub, router);
+      if (options_.curve) {
+        auto handler = ZapHandler::Start(context.handle(), {options_.curve->client.public_key});
+        status = handler.ok() ? Status::Ok() : handler.status();
+        if (handler.ok()) zap = std::move(*handler);
+      }
+      if (status.ok()) status = BindSockets(pub, router);
     } catch (const zmq::error_t& e) {  // a socket option refused: a bug, not an operator error
       status = Internal(std::string("event publisher: cannot set up its sockets: ") + e.what());
     }
@@ -246,15 +296,23 @@ class EventPublisher::Thread {
     // while we sent, and after a stop request nobody will write the eventfd again).
     bool busy = false;
     while (true) {
+      const auto wait = busy                ? std::chrono::milliseconds(0)
+                        : replay_.pending() ? kReplayPumpInterval
+                                            : std::chrono::milliseconds(-1);
       try {
-        zmq::poll(items, serve_replay ? 2 : 1, std::chrono::milliseconds(busy ? 0 : -1));
+        zmq::poll(items, serve_replay ? 2 : 1, wait);
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         LOG(ERROR) << "event publisher: zmq_poll failed: " << e.what() << "; stopping";
         break;
       }
       if (items[0].revents & ZMQ_POLLIN) wake_.Drain();
-      if (serve_replay && (items[1].revents & ZMQ_POLLIN)) ServeReplay(router);
+      if (serve_replay && (items[1].revents & ZMQ_POLLIN)) {
+        replay_.OnReadable(router);
+        replay_requests_.store(replay_.stats().requests, std::memory_order_relaxed);
+        bad_replay_requests_.store(replay_.stats().bad_requests, std::memory_order_relaxed);
+      }
+      if (serve_replay && replay_.pending()) replay_.Pump(router);
       bool stop = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -285,7 +343,7 @@ class EventPublisher::Thread {
 
   // Turns the queued items into batches: events are grouped up to max_batch_events and
   // max_batch_bytes; an encoded payload or a drop marker closes the batch being built.
-  void Publish(zmq::socket_t& pub, std::vector<QueuedItem>& work, bool retain) {
+  void Publish(PubSockets& pub, std::vector<QueuedItem>& work, bool retain) {
     for (QueuedItem& item : work) {
       if (auto* event = std::get_if<KvEvent>(&item)) {
         builder_.Add(*event);
@@ -311,7 +369,7 @@ class EventPublisher::Thread {
     SendBuilt(pub, retain);
   }
 
-  void SendBuilt(zmq::socket_t& pub, bool retain) {
+  void SendBuilt(PubSockets& pub, bool retain) {
     if (builder_.empty()) return;
     const size_t events = builder_.event_count();
     builder_.Finish(NowSeconds(), options_.dp_rank, &payload_);
@@ -319,67 +377,24 @@ class EventPublisher::Thread {
   }
 
   // Sends payload_ with the next seq, then moves it into the replay ring.
-  void SendPayload(zmq::socket_t& pub, bool retain, size_t events) {
+  void SendPayload(PubSockets& pub, bool retain, size_t events) {
     const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
     const std::string seq_frame = EncodeSeq(seq);
-    if (!(SendFrame(pub, options_.topic, true) && SendFrame(pub, seq_frame, true) &&
-          SendFrame(pub, payload_, false))) {
-      LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
+    for (auto [socket, bound] :
+         {std::pair{&pub.plain, pub.plain_bound}, std::pair{&pub.curve, pub.curve_bound}}) {
+      if (!bound) continue;
+      if (!(SendFrame(*socket, options_.topic, true) && SendFrame(*socket, seq_frame, true) &&
+            SendFrame(*socket, payload_, false))) {
+        LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
+      }
     }
     next_seq_.store(seq + 1, std::memory_order_relaxed);
     published_batches_.fetch_add(1, std::memory_order_relaxed);
     published_events_.fetch_add(events, std::memory_order_relaxed);
-    if (retain && options_.replay_batches > 0) Retain(seq);
-    payload_.clear();
-  }
-
-  // Keeps payload_ for replay, within replay_batches and replay_max_bytes (the newest batch
-  // is kept even when it alone is larger). The buffer of an evicted batch becomes payload_.
-  void Retain(uint64_t seq) {
-    retained_bytes_ += payload_.size();
-    retained_.push_back(RetainedBatch{seq, std::move(payload_)});
-    payload_ = std::string();
-    while (retained_.size() > 1 && (retained_.size() > options_.replay_batches ||
-                                    retained_bytes_ > options_.replay_max_bytes)) {
-      retained_bytes_ -= retained_.front().payload.size();
-      payload_.swap(retained_.front().payload);
-      retained_.pop_front();
-    }
-  }
-
-  void ServeReplay(zmq::socket_t& router) {
-    std::vector<zmq::message_t> parts;
-    for (int served = 0; served < kReplayRequestsPerRound; ++served) {
-      bool too_many = false;
-      if (!ReceiveMultipart(router, kMaxReplayRequestFrames, &parts, &too_many)) return;
-      std::optional<uint64_t> start;
-      if (!too_many && parts.size() == 3 && parts[1].size() == 0)
-        start = DecodeSeq(FrameView(parts[2]));
-      if (!start) {
-        bad_replay_requests_.fetch_add(1, std::memory_order_relaxed);
-        LOG_EVERY_N(WARNING, 100) << "event publisher: ignored a malformed replay request ("
-                                  << parts.size() << " frames); expected [b\"\", start_seq(8)]";
-        continue;
-      }
-      replay_requests_.fetch_add(1, std::memory_order_relaxed);
-      const std::string_view identity = FrameView(parts[0]);
-      for (const RetainedBatch& b : retained_) {
-        if (b.seq >= *start) SendReplayMessage(router, identity, EncodeSeq(b.seq), b.payload);
-      }
-      // The end marker: empty topic, seq ff*8, empty payload.
-      SendReplayMessage(router, identity, EncodeSeq(kReplayEndSeq), "", "");
-    }
-  }
-
-  // `[identity, b"", topic, seq, payload]`: the vLLM >= 0.26 layout (DEALER sees 4 frames).
-  void SendReplayMessage(zmq::socket_t& router, std::string_view identity,
-                         std::string_view seq_frame, std::string_view payload,
-                         std::optional<std::string_view> topic = std::nullopt) {
-    const bool sent = SendFrame(router, identity, true) && SendFrame(router, "", true) &&
-                      SendFrame(router, topic.value_or(options_.topic), true) &&
-                      SendFrame(router, seq_frame, true) && SendFrame(router, payload, false);
-    if (!sent) {
-      LOG_EVERY_N(WARNING, 1000) << "event publisher: a replay reply was not queued";
+    if (retain) {
+      replay_.Retain(seq, &payload_);
+    } else {
+      payload_.clear();
     }
   }
 
@@ -404,8 +419,7 @@ class EventPublisher::Thread {
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;
   std::string payload_;
-  std::deque<RetainedBatch> retained_;  // oldest first, seqs increasing
-  size_t retained_bytes_ = 0;           // payload bytes in retained_
+  EventReplay replay_;
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> published_batches_{0};
   std::atomic<uint64_t> published_events_{0};

@@ -22,6 +22,8 @@
 #include <zmq.hpp>
 
 #include "event_socket.h"
+#include "kvagent/common/curve_auth.h"
+#include "kvagent/common/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {
@@ -50,7 +52,11 @@ class EventSubscriber::Sockets {
   Status Connect() {
     sub_.set(zmq::sockopt::rcvhwm, options_.rcvhwm);
     sub_.set(zmq::sockopt::linger, 0);
+    sub_.set(zmq::sockopt::maxmsgsize, kMaxEventFrameBytes);
     sub_.set(zmq::sockopt::subscribe, "");
+    if (options_.curve && options_.endpoint.rfind("tcp://", 0) == 0) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveClient(sub_.handle(), *options_.curve));
+    }
     KVAGENT_RETURN_IF_ERROR(ConnectEventSocket(sub_, options_.endpoint, "event SUB"));
     if (!options_.replay_endpoint.empty()) KVAGENT_RETURN_IF_ERROR(NewDealer());
     if (options_.from_seq) {
@@ -100,10 +106,14 @@ class EventSubscriber::Sockets {
       dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
       dealer_->set(zmq::sockopt::linger, 0);
       dealer_->set(zmq::sockopt::rcvhwm, kReplayRcvHwm);
+      dealer_->set(zmq::sockopt::maxmsgsize, kMaxEventFrameBytes);
     } catch (const zmq::error_t& e) {  // EMFILE: out of file descriptors
       dealer_.reset();
       return Internal(std::string("event subscriber: cannot create the replay DEALER: ") +
                       e.what());
+    }
+    if (options_.curve && options_.replay_endpoint.rfind("tcp://", 0) == 0) {
+      KVAGENT_RETURN_IF_ERROR(MakeCurveClient(dealer_->handle(), *options_.curve));
     }
     return ConnectEventSocket(*dealer_, options_.replay_endpoint, "event replay DEALER");
   }

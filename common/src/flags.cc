@@ -1,10 +1,13 @@
 #include "kvagent/common/flags.h"
 
+#include <toml++/toml.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 namespace kvagent {
@@ -37,62 +40,6 @@ std::string ParseInteger(std::string_view text, T* out) {
   }
   *out = value;
   return "";
-}
-
-// Reads one TOML string literal starting at s[0] ('"' or '\''); returns the decoded text and
-// advances `s` past it, or an error.
-Result<std::string> ReadTomlString(std::string_view* s) {
-  const char quote = s->front();
-  std::string out;
-  size_t i = 1;
-  for (; i < s->size(); ++i) {
-    char c = (*s)[i];
-    if (c == quote) break;
-    if (c == '\\' && quote == '"') {
-      if (++i >= s->size()) break;
-      switch ((*s)[i]) {
-        case 'n':
-          out += '\n';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '"':
-          out += '"';
-          break;
-        default:
-          return InvalidParams("unsupported escape in string");
-      }
-      continue;
-    }
-    out += c;
-  }
-  if (i >= s->size()) return InvalidParams("unterminated string");
-  s->remove_prefix(i + 1);
-  return out;
-}
-
-// Strips a trailing comment that is outside any string.
-std::string_view StripComment(std::string_view line) {
-  char quote = 0;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quote) {
-      if (c == '\\' && quote == '"') {
-        ++i;
-      } else if (c == quote) {
-        quote = 0;
-      }
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-    } else if (c == '#') {
-      return line.substr(0, i);
-    }
-  }
-  return line;
 }
 
 }  // namespace
@@ -231,74 +178,137 @@ Status FlagSet::SetFlag(std::string_view name, std::string_view value, std::stri
   return Status::Ok();
 }
 
+namespace {
+
+// A TOML value as the text its flag parses (the same rules as on the command line).
+Result<std::string> ValueText(const toml::node& node) {
+  if (const auto* v = node.as_string()) return std::string(v->get());
+  if (const auto* v = node.as_integer()) return std::to_string(v->get());
+  if (const auto* v = node.as_boolean()) return std::string(v->get() ? "true" : "false");
+  if (const auto* v = node.as_floating_point()) {
+    std::ostringstream text;
+    text.precision(17);
+    text << v->get();
+    return text.str();
+  }
+  return InvalidParams("expected a string, a number or a boolean");
+}
+
+// One `key = value` of a config file, with where it is.
+struct ConfigEntry {
+  std::string key;     // as written (a table's keys: "table.key")
+  std::string option;  // the flag it sets
+  const toml::node* value;
+  uint32_t line;
+};
+
+}  // namespace
+
 Status FlagSet::ApplyConfigText(std::string_view text, std::string_view origin) {
-  size_t line_no = 0;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
-    ++line_no;
-    const std::string where = std::string(origin) + ":" + std::to_string(line_no) + ": ";
-    line = Trim(StripComment(line));
-    if (line.empty() || line.front() == '[') continue;
-    size_t eq = line.find('=');
-    if (eq == std::string_view::npos) {
-      return InvalidParams(where + "expected 'name = value'");
-    }
-    std::string_view key = Trim(line.substr(0, eq));
-    std::string_view raw = Trim(line.substr(eq + 1));
-    Flag* flag = Find(key);
-    if (flag == nullptr) {
-      return InvalidParams(where + "unknown option '" + std::string(key) + "'");
-    }
-    if (raw.empty()) return InvalidParams(where + "missing value for '" + std::string(key) + "'");
-    if (raw.front() == '[') {
-      if (!flag->is_list) return InvalidParams(where + "'" + std::string(key) + "' is not a list");
-      if (raw.back() != ']') return InvalidParams(where + "unterminated array");
-      std::string_view items = Trim(raw.substr(1, raw.size() - 2));
-      flag->clear();
-      while (!items.empty()) {
-        if (items.front() != '"' && items.front() != '\'') {
-          return InvalidParams(where + "array items must be strings");
-        }
-        auto s = ReadTomlString(&items);
-        if (!s.ok()) return InvalidParams(where + s.status().message());
-        KVAGENT_RETURN_IF_ERROR(SetFlag(key, *s, where));
-        items = Trim(items);
-        if (!items.empty()) {
-          if (items.front() != ',') return InvalidParams(where + "expected ',' in array");
-          items = Trim(items.substr(1));
-        }
+  const std::string file(origin);
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    return InvalidParams(file + ":" + std::to_string(e.source().begin.line) + ": " +
+                         std::string(e.description()));
+  }
+  // Every key, in the order of the file, so the first error reported is the first in the file.
+  // A key inside a table `[t]` sets the option "t-key" when there is one, else "key" (a
+  // `[section]` header only groups, as it always did).
+  std::vector<ConfigEntry> entries;
+  for (auto&& [key, node] : root) {
+    const std::string name(key.str());
+    if (const toml::table* table = node.as_table()) {
+      for (auto&& [inner_key, inner] : *table) {
+        const std::string inner_name(inner_key.str());
+        const std::string nested = Canonical(name + "-" + inner_name);
+        entries.push_back({name + "." + inner_name, Find(nested) ? nested : inner_name, &inner,
+                           inner.source().begin.line});
       }
       continue;
     }
-    std::string value;
-    if (raw.front() == '"' || raw.front() == '\'') {
-      auto s = ReadTomlString(&raw);
-      if (!s.ok()) return InvalidParams(where + s.status().message());
-      if (!Trim(raw).empty()) return InvalidParams(where + "unexpected text after the string");
-      value = std::move(*s);
-    } else {
-      value = std::string(raw);
+    entries.push_back({name, name, &node, node.source().begin.line});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const ConfigEntry& a, const ConfigEntry& b) { return a.line < b.line; });
+  for (const ConfigEntry& e : entries) {
+    const std::string where = file + ":" + std::to_string(e.line) + ": ";
+    Flag* flag = Find(e.option);
+    if (flag == nullptr) return InvalidParams(where + "unknown option '" + e.key + "'");
+    if (e.value->is_table()) {
+      return InvalidParams(where + "'" + e.key + "' is a table; options are one level deep");
+    }
+    if (const toml::array* items = e.value->as_array()) {
+      if (!flag->is_list) return InvalidParams(where + "'" + e.key + "' is not a list");
+      flag->clear();
+      for (const toml::node& item : *items) {
+        Result<std::string> value = ValueText(item);
+        if (!value.ok() || item.is_boolean()) {
+          return InvalidParams(where + "'" + e.key + "': array items must be strings or numbers");
+        }
+        KVAGENT_RETURN_IF_ERROR(SetFlag(flag->name, *value, where));
+      }
+      continue;
+    }
+    Result<std::string> value = ValueText(*e.value);
+    if (!value.ok()) {
+      return InvalidParams(where + "'" + e.key + "': " + value.status().message());
     }
     if (flag->is_list) flag->clear();
-    KVAGENT_RETURN_IF_ERROR(SetFlag(key, value, where));
+    KVAGENT_RETURN_IF_ERROR(SetFlag(flag->name, *value, where));
   }
   return Status::Ok();
 }
 
 Status FlagSet::Parse(int argc, char** argv, std::vector<std::string>* positionals) {
-  // A --config file applies first so that command-line flags override it.
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::string path;
-    if (arg == "--config" && i + 1 < argc) {
-      path = argv[i + 1];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      path = std::string(arg.substr(9));
-    } else {
-      continue;
+  help_requested_ = false;
+  version_requested_ = false;
+  // CLI11 reads the command line; the values are applied below, after the config file, with
+  // this FlagSet's own parsers (the same as for config files) and messages.
+  CLI::App app(summary_, program_);
+  app.set_help_flag();  // --help prints Usage(), not CLI11's text
+  app.allow_extras();   // positionals and unknown options: sorted out below, in order
+  CLI::Option* help = app.add_flag("-h,--help");
+  CLI::Option* version = app.add_flag("--version");
+  CLI::Option* config = app.add_option("--config")->expected(1);
+  std::vector<CLI::Option*> options;
+  options.reserve(flags_.size());
+  for (const Flag& f : flags_) {
+    std::string names = "--" + f.name;
+    std::string underscored = f.name;
+    std::replace(underscored.begin(), underscored.end(), '-', '_');
+    if (underscored != f.name) names += ",--" + underscored;
+    CLI::Option* o = f.is_bool ? app.add_flag(names) : app.add_option(names)->expected(1);
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    options.push_back(o);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--name: 1 required TEXT missing": the flag was last, without its value.
+    const std::string what = e.what();
+    const std::string name = Canonical(what.substr(0, what.find(':')));
+    if (name == "--config") return InvalidParams("--config needs a value: the config file's path");
+    return InvalidParams(name + " needs a value");
+  } catch (const CLI::ParseError& e) {
+    return InvalidParams(std::string(e.what()) + " (see " + program_ + " --help)");
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra.rfind("--", 0) == 0 && extra != "--") {
+      return InvalidParams("unknown option '" + extra.substr(0, extra.find('=')) + "' (see " +
+                           program_ + " --help)");
     }
+    if (extra == "--") continue;
+    if (positionals == nullptr) {
+      return InvalidParams("unexpected argument '" + extra + "' (see " + program_ + " --help)");
+    }
+    positionals->push_back(extra);
+  }
+  // A --config file applies first so that command-line flags override it.
+  if (config->count() > 0) {
+    const std::string path = config->results().back();
+    if (path.empty()) return InvalidParams("--config needs a value: the config file's path");
     std::ifstream in(path);
     if (!in) return InvalidParams("--config: cannot read '" + path + "'");
     std::stringstream buf;
@@ -306,47 +316,19 @@ Status FlagSet::Parse(int argc, char** argv, std::vector<std::string>* positiona
     KVAGENT_RETURN_IF_ERROR(ApplyConfigText(buf.str(), path));
     config_path_ = path;
   }
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      help_requested_ = true;
-      continue;
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    const std::vector<std::string>& given = options[i]->results();
+    if (given.empty()) continue;
+    Flag& f = flags_[i];
+    if (f.is_list) {
+      f.clear();  // the command line's list replaces the config file's
+      for (const std::string& v : given) KVAGENT_RETURN_IF_ERROR(SetFlag(f.name, v, ""));
+    } else {
+      KVAGENT_RETURN_IF_ERROR(SetFlag(f.name, given.back(), ""));
     }
-    if (arg.rfind("--", 0) != 0 || arg == "--") {
-      if (positionals == nullptr) {
-        return InvalidParams("unexpected argument '" + std::string(arg) + "' (see " + program_ +
-                             " --help)");
-      }
-      positionals->emplace_back(arg);
-      continue;
-    }
-    std::string_view body = arg.substr(2);
-    std::string_view name = body;
-    std::optional<std::string_view> value;
-    if (size_t eq = body.find('='); eq != std::string_view::npos) {
-      name = body.substr(0, eq);
-      value = body.substr(eq + 1);
-    }
-    if (Canonical(name) == "config") {
-      if (!value) ++i;  // already applied above
-      continue;
-    }
-    Flag* flag = Find(name);
-    if (flag == nullptr) {
-      return InvalidParams("unknown option '--" + std::string(name) + "' (see " + program_ +
-                           " --help)");
-    }
-    if (!value) {
-      if (flag->is_bool) {
-        value = "true";
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        return InvalidParams("--" + flag->name + " needs a value");
-      }
-    }
-    KVAGENT_RETURN_IF_ERROR(SetFlag(name, *value, ""));
   }
+  help_requested_ = help->count() > 0;
+  version_requested_ = version->count() > 0;
   return Status::Ok();
 }
 
@@ -361,6 +343,7 @@ std::string FlagSet::Usage() const {
     }
     out += "\n";
   }
+  out += "  --version\n      print the version and exit\n";
   out += "  --help\n      show this help\n";
   return out;
 }

@@ -1,26 +1,21 @@
 #include "kvagent/ipc/segment.h"
 
-#include <dirent.h>
-#include <signal.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string>
+#include <utility>
+
+#include "kvagent/common/format.h"
 
 namespace kvagent::ipc {
 
-namespace bip = boost::interprocess;
-
-struct Segment::Mapping {
-  bip::mapped_region region;
-};
-
 namespace {
-
 uint64_t PageAlign(uint64_t n) { return (n + kPageBytes - 1) & ~(kPageBytes - 1); }
 bool IsPowerOfTwo(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
@@ -67,14 +62,32 @@ Result<SegmentLayout> SegmentLayout::Compute(uint64_t request_ring_bytes,
   return l;
 }
 
-Segment::Segment(std::unique_ptr<Mapping> mapping, const SegmentLayout& layout)
-    : mapping_(std::move(mapping)),
-      base_(static_cast<uint8_t*>(mapping_->region.get_address())),
-      layout_(layout) {}
+Segment::Segment(uint8_t* base, uint64_t bytes, const SegmentLayout& layout, int fd)
+    : base_(base), mapped_bytes_(bytes), layout_(layout), fd_(fd) {}
 
-Segment::Segment(Segment&&) noexcept = default;
-Segment& Segment::operator=(Segment&&) noexcept = default;
-Segment::~Segment() = default;
+Segment::Segment(Segment&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)),
+      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
+      layout_(other.layout_),
+      fd_(std::exchange(other.fd_, -1)) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    this->~Segment();
+    new (this) Segment(std::move(other));
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+  CloseFd();
+}
+
+void Segment::CloseFd() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
 
 RingRef Segment::request_ring() const {
   return {reinterpret_cast<RingControl*>(base_ + layout_.request_control),
@@ -86,130 +99,108 @@ RingRef Segment::completion_ring() const {
           base_ + layout_.completion_data, layout_.completion_ring_bytes};
 }
 
-Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& layout,
-                                uint64_t agent_epoch, uint64_t client_id, SegmentOwner owner) {
-  try {
-    bip::permissions perms(0600);
-    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write, perms);
-    if (owner.set && fchown(shm.get_mapping_handle().handle, owner.uid, owner.gid) != 0) {
-      int err = errno;
-      bip::shared_memory_object::remove(name.c_str());
-      return Internal("cannot give segment " + name + " to uid " + std::to_string(owner.uid) +
-                      ": " + std::strerror(err));
-    }
-    shm.truncate(static_cast<bip::offset_t>(layout.total_bytes));
-    auto mapping = std::make_unique<Mapping>();
-    mapping->region = bip::mapped_region(shm, bip::read_write);
-    // `shm` (and its fd) closes here; the mapping keeps the memory.
-    Segment segment(std::move(mapping), layout);
-    // Fresh pages are zero: a valid empty ring. Construct the atomics in place.
-    auto* header = new (segment.base_) SegmentHeader{};
-    header->magic = kSegmentMagic;
-    header->layout_version = kSegmentLayoutVersion;
-    header->header_bytes = static_cast<uint32_t>(kPageBytes);
-    header->agent_epoch = agent_epoch;
-    header->client_id = client_id;
-    header->layout = layout;
-    new (segment.base_ + layout.request_control) RingControl{};
-    new (segment.base_ + layout.completion_control) RingControl{};
-    return segment;
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Internal("cannot create shared-memory segment " + name + " (" +
-                    std::to_string(layout.total_bytes) + " bytes): " + e.what() +
-                    "; check free space in /dev/shm or lower --max-arena-bytes");
-  }
-}
-
-Result<Segment> Segment::Open(const std::string& name, uint64_t expected_bytes) {
-  try {
-    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
-    bip::offset_t size = 0;
-    if (!shm.get_size(size) || static_cast<uint64_t>(size) != expected_bytes ||
-        expected_bytes < kPageBytes) {
-      return Internal("segment " + name + " is " + std::to_string(size) + " bytes, expected " +
-                      std::to_string(expected_bytes) + "; the agent and SDK disagree");
-    }
-    auto mapping = std::make_unique<Mapping>();
-    mapping->region = bip::mapped_region(shm, bip::read_write);
-    const auto* header = static_cast<const SegmentHeader*>(mapping->region.get_address());
-    if (header->magic != kSegmentMagic || header->layout_version != kSegmentLayoutVersion) {
-      return Internal("segment " + name + " has layout version " +
-                      std::to_string(header->layout_version) + ", this SDK speaks " +
-                      std::to_string(kSegmentLayoutVersion) + "; upgrade the SDK or the agent");
-    }
-    SegmentLayout layout = header->layout;
-    if (!LayoutIsSane(layout) || layout.total_bytes != expected_bytes) {
-      return Internal("segment " + name + " has an inconsistent layout; restart the agent");
-    }
-    return Segment(std::move(mapping), layout);
-  } catch (const bip::interprocess_exception& e) {
-    return Internal("cannot open shared-memory segment " + name + ": " + e.what() +
-                    "; the agent may have exited, or this process lacks permission");
-  }
-}
-
-bool Segment::Unlink(const std::string& name) {
-  return bip::shared_memory_object::remove(name.c_str());
-}
-
-std::string SegmentName(int agent_pid, uint64_t agent_epoch, uint64_t client_id) {
-  return std::string(kSegmentPrefix) + std::to_string(agent_pid) + "." +
-         std::to_string(agent_epoch) + "." + std::to_string(client_id);
-}
-
 namespace {
 
-// Parses "kvagent.<pid>.<epoch>.<id>" into pid and epoch.
-bool ParseName(const std::string& name, int* pid, uint64_t* epoch) {
-  const std::string prefix = kSegmentPrefix;
-  if (name.compare(0, prefix.size(), prefix) != 0) return false;
-  char* end = nullptr;
-  const char* p = name.c_str() + prefix.size();
-  long v = std::strtol(p, &end, 10);
-  if (end == p || *end != '.' || v <= 0) return false;
-  *pid = static_cast<int>(v);
-  p = end + 1;
-  unsigned long long e = std::strtoull(p, &end, 10);
-  if (end == p || *end != '.') return false;
-  *epoch = e;
-  return true;
-}
+// The seals every segment carries: its size is fixed for the life of both mappings, and the
+// client cannot remove the seals.
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-// Any live process with that pid counts, whatever its name (a kvagent may run under another
-// name): wrongly keeping a dead agent's name only delays its removal to a later start, wrongly
-// removing a live agent's would fail a client that is about to map it.
-bool ProcessExists(int pid) { return kill(pid, 0) == 0 || errno == EPERM; }
-
-template <typename Fn>
-void ForEachShmName(Fn&& fn) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (dirent* entry = readdir(dir)) fn(std::string(entry->d_name));
-  closedir(dir);
+Result<uint8_t*> Map(int fd, uint64_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return Internal("cannot map a segment of " + FormatBytes(bytes) + ": " + std::strerror(errno));
+  }
+  return static_cast<uint8_t*>(p);
 }
 
 }  // namespace
 
-int RemoveStaleSegments(int own_pid, uint64_t own_epoch) {
-  int removed = 0;
-  ForEachShmName([&](const std::string& name) {
-    int pid = 0;
-    uint64_t epoch = 0;
-    if (!ParseName(name, &pid, &epoch)) return;
-    const bool stale = pid == own_pid ? epoch != own_epoch : !ProcessExists(pid);
-    if (stale && Segment::Unlink(name)) ++removed;
-  });
-  return removed;
+Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoch,
+                                uint64_t client_id) {
+  const std::string name = "kvagent-client-" + std::to_string(client_id);
+  const int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    return Internal(
+        std::string("memfd_create failed: ") + std::strerror(errno) +
+        (errno == EMFILE || errno == ENFILE ? "; raise the agent's open-file limit" : ""));
+  }
+  struct FdGuard {
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } guard{fd};
+  const auto bytes = static_cast<off_t>(layout.total_bytes);
+  if (::ftruncate(fd, bytes) != 0) {
+    return Internal("cannot size a segment to " + FormatBytes(layout.total_bytes) + ": " +
+                    std::strerror(errno));
+  }
+  // Allocate every page now: memory that is not there is a clear error here, not a SIGBUS in
+  // the agent (or the client) on first touch.
+  int rc;
+  do {
+    rc = ::fallocate(fd, 0, 0, bytes);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    return Status(ErrorCode::kNoSpace,
+                  "cannot allocate " + FormatBytes(layout.total_bytes) +
+                      " for the client's segment (" + std::strerror(err) +
+                      "): the node is short of memory; connect with a smaller arena_bytes, or "
+                      "lower the agent's --max-arena-bytes");
+  }
+  if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
+    return Internal(std::string("cannot seal the segment: ") + std::strerror(errno));
+  }
+  auto base = Map(fd, layout.total_bytes);
+  if (!base.ok()) return base.status();
+  Segment segment(*base, layout.total_bytes, layout, std::exchange(guard.fd, -1));
+  // Fresh pages are zero: a valid empty ring. Construct the atomics in place.
+  auto* header = new (segment.base_) SegmentHeader{};
+  header->magic = kSegmentMagic;
+  header->layout_version = kSegmentLayoutVersion;
+  header->header_bytes = static_cast<uint32_t>(kPageBytes);
+  header->agent_epoch = agent_epoch;
+  header->client_id = client_id;
+  header->layout = layout;
+  new (segment.base_ + layout.request_control) RingControl{};
+  new (segment.base_ + layout.completion_control) RingControl{};
+  return segment;
 }
 
-int CountSegments(int agent_pid) {
-  const std::string prefix = std::string(kSegmentPrefix) + std::to_string(agent_pid) + ".";
-  int count = 0;
-  ForEachShmName([&](const std::string& name) {
-    if (name.compare(0, prefix.size(), prefix) == 0) ++count;
-  });
-  return count;
+Result<Segment> Segment::Open(int fd, uint64_t expected_bytes) {
+  struct FdGuard {
+    int fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } guard{fd};
+  if (fd < 0) return Internal("the agent passed no segment descriptor; upgrade the agent");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected_bytes ||
+      expected_bytes < kPageBytes) {
+    return Internal("the segment is " + std::to_string(st.st_size) + " bytes, expected " +
+                    std::to_string(expected_bytes) + "; the agent and SDK disagree");
+  }
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return Internal("the segment is not sealed against shrinking; upgrade the agent");
+  }
+  auto base = Map(fd, expected_bytes);
+  if (!base.ok()) return base.status();
+  Segment segment(*base, expected_bytes, SegmentLayout{}, -1);
+  const SegmentHeader& header = segment.header();
+  if (header.magic != kSegmentMagic || header.layout_version != kSegmentLayoutVersion) {
+    return Internal("the segment has layout version " + std::to_string(header.layout_version) +
+                    ", this SDK speaks " + std::to_string(kSegmentLayoutVersion) +
+                    "; upgrade the SDK or the agent");
+  }
+  SegmentLayout layout = header.layout;
+  if (!LayoutIsSane(layout) || layout.total_bytes != expected_bytes) {
+    return Internal("the segment has an inconsistent layout; restart the agent");
+  }
+  segment.layout_ = layout;
+  return segment;
 }
 
 }  // namespace kvagent::ipc

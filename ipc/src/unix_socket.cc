@@ -117,7 +117,30 @@ Result<PeerCredentials> GetPeerCredentials(int fd) {
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
 }
 
-Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::milliseconds timeout) {
+namespace {
+
+// send(), with `pass_fd` attached as SCM_RIGHTS when it is >= 0.
+ssize_t SendWithFd(int fd, const uint8_t* data, size_t size, int pass_fd) {
+  if (pass_fd < 0) return ::send(fd, data, size, MSG_NOSIGNAL);
+  iovec iov{const_cast<uint8_t*>(data), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  return ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::milliseconds timeout,
+                   int pass_fd) {
   if (message.size() > kMaxHandshakeMessage) return Internal("handshake message too large");
   std::vector<uint8_t> frame(4 + message.size());
   const uint32_t n = static_cast<uint32_t>(message.size());
@@ -125,7 +148,8 @@ Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::millis
   std::memcpy(frame.data() + 4, message.data(), message.size());
   size_t sent = 0;
   while (sent < frame.size()) {
-    ssize_t rc = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    // The descriptor goes with the first bytes that leave; once any did, it went with them.
+    ssize_t rc = SendWithFd(fd, frame.data() + sent, frame.size() - sent, sent == 0 ? pass_fd : -1);
     if (rc > 0) {
       sent += static_cast<size_t>(rc);
     } else if (rc < 0 && errno == EINTR) {
@@ -139,13 +163,16 @@ Status SendMessage(int fd, std::span<const uint8_t> message, std::chrono::millis
   return Status::Ok();
 }
 
-Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds timeout) {
+Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds timeout,
+                                            UniqueFd* received_fd) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   MessageReader reader;
+  if (received_fd != nullptr) reader.AcceptFds();
   while (true) {
     switch (reader.Read(fd)) {
       case MessageReader::State::kMessage:
+        if (received_fd != nullptr) *received_fd = reader.TakeFd();
         return reader.message();
       case MessageReader::State::kEof:
         return Status(ErrorCode::kAgentUnavailable,
@@ -178,7 +205,7 @@ MessageReader::State MessageReader::Read(int fd) {
       }
     }
     uint8_t chunk[4096];
-    ssize_t rc = ::recv(fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    ssize_t rc = Receive(fd, chunk, sizeof(chunk));
     if (rc > 0) {
       buffer_.insert(buffer_.end(), chunk, chunk + rc);
       if (buffer_.size() > kMaxHandshakeMessage + 4) return State::kError;
@@ -192,6 +219,29 @@ MessageReader::State MessageReader::Read(int fd) {
       return State::kError;
     }
   }
+}
+
+ssize_t MessageReader::Receive(int fd, uint8_t* data, size_t size) {
+  if (!accept_fds_) return ::recv(fd, data, size, MSG_DONTWAIT);
+  iovec iov{data, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t rc = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (rc < 0) return rc;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fd_ = UniqueFd(received);  // keeps the last one; any earlier one is closed
+    }
+  }
+  return rc;
 }
 
 }  // namespace kvagent::ipc

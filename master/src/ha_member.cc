@@ -11,6 +11,7 @@
 #include <optional>
 #include <string_view>
 
+#include "kvagent/common/watchdog.h"
 #include "kvagent/coord/etcd_client.h"
 #include "kvagent/coord/leader_watch.h"
 #include "kvagent/coord/lease_keeper.h"
@@ -70,7 +71,8 @@ class Member {
       : o_(std::move(o)),
         signals_(signals),
         keys_(o_.cluster.cluster),
-        etcd_{o_.cluster.etcd_endpoints, 1000ms} {}
+        etcd_{o_.cluster.etcd_endpoints, 1000ms},
+        watchdog_(Watchdog::IntervalFromEnvironment(), [this] { return status_; }) {}
 
   int Run() {
     auto client = coord::EtcdClient::Create(etcd_);
@@ -84,6 +86,8 @@ class Member {
               << " (lease " << o_.lease_ttl.count() << " s), state in "
               << o_.server.master.state_dir << " (term " << position_.epoch << ", record "
               << position_.seq << ")";
+    status_ = "kvmaster " + o_.name + ": member of cluster " + o_.cluster.ToString();
+    NotifyServiceManager("READY=1\nSTATUS=" + status_);
     while (!stop_) {
       if (!EnsureSession()) continue;
       std::string why;
@@ -95,12 +99,21 @@ class Member {
       const std::optional<coord::Leader> leader = watcher_->current();
       if (key == 0) {
         Elect();
+      } else if (leader && leader->epoch == key && leader->record.name == o_.name) {
+        // A term of this member's that it does not lead (an earlier process of it, whose lease
+        // has not expired yet): end it rather than follow itself.
+        LOG(WARNING) << "kvmaster " << o_.name << ": the leader key holds an earlier term of "
+                     << "this member (epoch " << leader->epoch << ") that nobody serves; "
+                     << "ending it";
+        (void)client_->DeleteIfCreatedAt(keys_.leader(), static_cast<int64_t>(leader->epoch));
+        Wait(100ms);
       } else if (leader && leader->epoch == key) {
         Follow(*leader);
       } else {
         Wait(50ms);  // a leader that is still starting
       }
     }
+    NotifyServiceManager("STOPPING=1");
     LOG(INFO) << "kvmaster " << o_.name << ": " << stop_reason_ << ", stopped";
     if (lease_) lease_->Revoke();  // our member record goes at once
     return 0;
@@ -114,6 +127,9 @@ class Member {
 
   // Waits up to `d` for a signal; a stop signal sets stop_.
   void Wait(std::chrono::milliseconds d) {
+    // systemd's watchdog: pinged from this loop, except while leading (then the server's loop
+    // pings, so that a hung server is noticed).
+    if (!leading_) watchdog_.Poll(std::chrono::steady_clock::now());
     const char* sig = signals_.WaitFor(d);
     if (sig == nullptr) return;
     if (std::string_view(sig) == "SIGUSR1") {
@@ -161,6 +177,8 @@ class Member {
     so.state_dir = o_.server.master.state_dir;
     so.status_file = o_.status_file;
     so.name = o_.name;
+    // With a cluster secret the leader's ROUTER is a CURVE server: follow it as a CURVE client.
+    if (o_.server.secret) so.curve = o_.server.secret->CurveKeys(KeyPlane::kMasterRpc);
     auto standby = Standby::Start(so);
     if (!standby.ok()) {
       LOG(ERROR) << "kvmaster " << o_.name << ": cannot follow " << leader.record.name << ": "
@@ -170,6 +188,9 @@ class Member {
     }
     LOG(INFO) << "kvmaster " << o_.name << ": following leader " << leader.record.name << " (epoch "
               << leader.epoch << ") at " << leader.record.rpc;
+    status_ = "kvmaster " + o_.name + " follows " + leader.record.name + " (epoch " +
+              std::to_string(leader.epoch) + ") of cluster " + o_.cluster.cluster;
+    if (o_.on_role) o_.on_role(nullptr, true);
     Clock::time_point publish = Clock::now();
     while (!stop_) {
       Wait(50ms);
@@ -309,6 +330,11 @@ class Member {
     SavePosition(o_.server.master.state_dir, position_);  // this state dir holds the cluster's
     Publish("leader", 0, record.rpc);
     WriteReadyFile(s, record, epoch);
+    leading_ = true;
+    status_ = "kvmaster " + o_.name + " leads cluster " + o_.cluster.cluster + " (epoch " +
+              std::to_string(epoch) + ")";
+    NotifyServiceManager("STATUS=" + status_);
+    if (o_.on_role) o_.on_role(&s, false);
     LOG(INFO) << "kvmaster " << o_.name << " leads cluster " << o_.cluster.cluster << " (epoch "
               << epoch << ") after "
               << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - won).count()
@@ -317,17 +343,23 @@ class Member {
               << " ms, step-down margin " << lease_->margin().count() << " ms";
 
     bool confirmed = true;
+    // The watcher may show the key as it was before this term (none) for a while after we
+    // created it: only a key it showed as ours and then as another, or a newer one, deposes us.
+    bool seen_ours = false;
     Clock::time_point publish = Clock::now() + 1s;
     std::string why;
     while (why.empty()) {
       Wait(20ms);
       position_ = {epoch, s.last_seq()};
       std::string unreachable;
+      const bool reachable = watcher_->etcd_reachable(&unreachable);
+      const uint64_t key = watcher_->key_epoch();
+      if (reachable && key == epoch) seen_ours = true;
       if (stop_) {
         why = stop_reason_ + ": handing over";
       } else if (lease_->lost()) {
         why = "its etcd lease expired (no renewal reached etcd in time)";
-      } else if (watcher_->etcd_reachable(&unreachable) && watcher_->key_epoch() != epoch) {
+      } else if (reachable && key != epoch && (seen_ours || key > epoch)) {
         why = "the leader key is no longer this term's";
       } else if (confirmed != lease_->valid()) {
         confirmed = !confirmed;
@@ -348,7 +380,14 @@ class Member {
     }
     down->store(true);
     LOG(WARNING) << "kvmaster " << o_.name << " steps down (epoch " << epoch << "): " << why;
+    if (o_.on_role) o_.on_role(nullptr, false);
+    leading_ = false;
     server->reset();
+    // Whatever the reason, the key must not outlive this term's server (agents would go on
+    // connecting to an endpoint nobody serves); a no-op when it is another term's already.
+    if (!stop_ && lease_ && !lease_->lost()) {
+      (void)client_->DeleteIfCreatedAt(keys_.leader(), static_cast<int64_t>(epoch));
+    }
     SavePosition(o_.server.master.state_dir, position_);
     if (stop_ && lease_) {
       lease_->Revoke();  // the others take over now, not after the TTL
@@ -379,6 +418,9 @@ class Member {
   Position position_;
   bool stop_ = false;
   std::string stop_reason_;
+  bool leading_ = false;
+  std::string status_;  // systemd's STATUS= line
+  Watchdog watchdog_;
 };
 
 }  // namespace

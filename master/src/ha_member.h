@@ -24,6 +24,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "kvagent/common/flags.h"
@@ -43,6 +44,9 @@ struct HaMemberOptions {
   MasterServerOptions server;  // what the member serves when it leads (state_dir required)
   std::string ready_file;  // rewritten each time it starts leading (rpc=, events=, replay=, epoch=)
   std::string status_file;  // a follower's progress (Standby's status file)
+  // Told when the member's role changes (its thread): `serving` the server while it leads (valid
+  // until the next call), else nullptr; `following` while it follows a leader. Optional.
+  std::function<void(const MasterServer* serving, bool following)> on_role;
 };
 
 // The flags of HA mode, declared once (kvmaster_main.cc).

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kvagent/common/validate.h"
 #include "kvagent/schemas/master_generated.h"
+#include "request_check.h"
 
 namespace kvagent::master {
 
@@ -321,13 +323,19 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
         service_->BatchPutRevoke(m->agent_id(), s.keys, SpanOf(m->write_ids()), &s.key_results), 0);
   };
 
+  if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return bad(shape);
+
   switch (req->body_type()) {
     case fb::Body::RegisterAgent: {
       const auto* m = req->body_as_RegisterAgent();
       auto r = service_->RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
       if (!r.ok()) return Finish(b, epoch, id, r.status(), fb::ReplyBody::NONE, 0);
       return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-                    fb::CreateRegisterAgentReply(b, r.value(), service_->incarnation()).Union());
+                    fb::CreateRegisterAgentReplyDirect(
+                        b, r.value(), service_->incarnation(),
+                        events_endpoint_.empty() ? nullptr : events_endpoint_.c_str(),
+                        events_endpoint_.empty() ? nullptr : events_replay_endpoint_.c_str())
+                        .Union());
     }
     case fb::Body::MountSegment: {
       const auto* m = req->body_as_MountSegment();
@@ -422,42 +430,26 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
           fb::CreateListKeysReply(b, b.CreateVector(keys), s.page.next_cursor, s.page.restarted);
       return Finish(b, epoch, id, st, fb::ReplyBody::ListKeysReply, body.Union());
     }
+    case fb::Body::SessionStats: {
+      const auto* m = req->body_as_SessionStats();
+      const std::string_view session =
+          m->session_id() ? m->session_id()->string_view() : std::string_view();
+      if (!session.empty()) {
+        if (Status st = ValidateSessionId(session); !st.ok()) return bad(st);
+      }
+      std::vector<MasterService::SessionUsage> usage;
+      uint64_t next_cursor = 0;
+      service_->SessionStats(session, m->cursor(), m->limit(), &usage, &next_cursor);
+      std::vector<flatbuffers::Offset<fb::SessionUsage>> out;
+      out.reserve(usage.size());
+      for (const MasterService::SessionUsage& u : usage) {
+        out.push_back(fb::CreateSessionUsageDirect(b, u.session_id.c_str(), u.blocks, u.bytes));
+      }
+      auto body = fb::CreateSessionStatsReply(b, b.CreateVector(out), next_cursor);
+      return Finish(b, epoch, id, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
+    }
     case fb::Body::Stats: {
-      const MasterStats st = service_->Stats();
-      std::vector<std::pair<std::string, uint64_t>> all = {
-          {"keys", st.keys},
-          {"writes_in_flight", st.writes_in_flight},
-          {"bytes_used", st.bytes_used},
-          {"bytes_capacity", st.bytes_capacity},
-          {"agents", st.agents},
-          {"segments", st.segments},
-          {"session_tags", st.session_tags},
-          {"evictions", st.evictions},
-          {"expired_agents", st.expired_agents},
-          {"taken_over_puts", st.taken_over_puts},
-          {"timed_out_writes", st.timed_out_writes},
-          {"bad_requests", st.bad_requests},
-          {"events_emitted", st.events_emitted},
-          {"oplog_records", st.oplog_records},
-          {"replication_last_seq", st.replication_last_seq},
-          {"suspect_agents", st.suspect_agents},
-          {"agents_suspected", st.agents_suspected},
-          {"fenced_bytes", st.fenced_bytes},
-          {"pending_fences", st.pending_fences},
-          {"bad_replicas", st.bad_replicas},
-          {"stalls_forgiven", st.stalls_forgiven},
-          {"log_writable", st.log_writable},
-          {"log_refusals", st.log_refusals},
-          {"log_bytes", st.log_bytes},
-          {"log_compactions", st.log_compactions},
-          {"oversized_values", st.oversized_values},
-          {"reserved_writes", st.reserved_writes},
-          {"reserved_bytes", st.reserved_bytes},
-          {"writes_reserved", st.writes_reserved},
-          {"reserved_commits", st.reserved_commits},
-          {"reserved_returned", st.reserved_returned},
-      };
-      if (extra_stats_) extra_stats_(&all);
+      const std::vector<std::pair<std::string, uint64_t>> all = StatCounters();
       std::vector<flatbuffers::Offset<flatbuffers::String>> names;
       std::vector<uint64_t> values;
       for (const auto& [n, v] : all) {
@@ -491,6 +483,45 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   return bad(InvalidParams("unknown request type " +
                            std::to_string(static_cast<int>(req->body_type())) +
                            "; the master speaks master.fbs as of this build: upgrade it"));
+}
+
+std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
+  const MasterStats st = service_->Stats();
+  std::vector<std::pair<std::string, uint64_t>> all = {
+      {"keys", st.keys},
+      {"writes_in_flight", st.writes_in_flight},
+      {"bytes_used", st.bytes_used},
+      {"bytes_capacity", st.bytes_capacity},
+      {"agents", st.agents},
+      {"segments", st.segments},
+      {"session_tags", st.session_tags},
+      {"evictions", st.evictions},
+      {"expired_agents", st.expired_agents},
+      {"taken_over_puts", st.taken_over_puts},
+      {"timed_out_writes", st.timed_out_writes},
+      {"bad_requests", st.bad_requests},
+      {"events_emitted", st.events_emitted},
+      {"oplog_records", st.oplog_records},
+      {"replication_last_seq", st.replication_last_seq},
+      {"suspect_agents", st.suspect_agents},
+      {"agents_suspected", st.agents_suspected},
+      {"fenced_bytes", st.fenced_bytes},
+      {"pending_fences", st.pending_fences},
+      {"bad_replicas", st.bad_replicas},
+      {"stalls_forgiven", st.stalls_forgiven},
+      {"log_writable", st.log_writable},
+      {"log_refusals", st.log_refusals},
+      {"log_bytes", st.log_bytes},
+      {"log_compactions", st.log_compactions},
+      {"oversized_values", st.oversized_values},
+      {"reserved_writes", st.reserved_writes},
+      {"reserved_bytes", st.reserved_bytes},
+      {"writes_reserved", st.writes_reserved},
+      {"reserved_commits", st.reserved_commits},
+      {"reserved_returned", st.reserved_returned},
+  };
+  if (extra_stats_) extra_stats_(&all);
+  return all;
 }
 
 }  // namespace kvagent::master

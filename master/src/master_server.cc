@@ -12,7 +12,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/event_publisher.h"
+#include "kvagent/common/format.h"
+#include "kvagent/common/watchdog.h"
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 
@@ -23,30 +27,41 @@ namespace {
 constexpr int64_t kMaxParkMs = 1000;
 // A follower that has not asked for this long no longer counts (for stats and sync acks).
 constexpr int64_t kFollowerSilentMs = 3000;
+// Bounds on what requests may make the server keep: parked long polls (beyond: answered at
+// once), followers counted (beyond: a new name is not), and replies held for followers (beyond
+// the count or past kMaxHoldMs — their callers have timed out — they are dropped, never sent).
+constexpr size_t kMaxParked = 1024;
+constexpr size_t kMaxFollowers = 256;
+constexpr size_t kMaxHeld = 65536;
+constexpr int64_t kMaxHoldMs = 30000;
 
 }  // namespace
 
 class MasterServer::Loop {
  public:
   Loop(std::unique_ptr<MasterService> service, std::unique_ptr<events::EventPublisher> publisher,
-       zmq::context_t context, zmq::socket_t router, const MasterServerOptions& options,
-       const Clock* clock)
+       zmq::context_t context, std::unique_ptr<ZapHandler> zap, zmq::socket_t router,
+       const MasterServerOptions& options, const Clock* clock)
       : service_(std::move(service)),
         publisher_(std::move(publisher)),
         rpc_(service_.get()),
         context_(std::move(context)),
+        zap_(std::move(zap)),
         router_(std::move(router)),
         tick_ms_(std::max(1, options.tick_ms)),
         may_serve_(options.may_serve),
         sync_followers_(std::max(0, options.sync_followers)),
-        clock_(clock) {
+        clock_(clock),
+        watchdog_(options.watchdog_interval, [this] { return StatusLine(); }) {
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
       const events::EventPublisherStats st = publisher_->stats();
       out->emplace_back("events_published", st.published_events);
       out->emplace_back("event_batches_published", st.published_batches);
       out->emplace_back("events_dropped", st.dropped_events);
       out->emplace_back("event_next_seq", st.next_seq);
+      out->emplace_back("event_replay_requests", st.replay_requests);
       out->emplace_back("bad_messages", bad_frames_);
+      out->emplace_back("refused_connections", zap_ ? zap_->refused() : 0);
       out->emplace_back("epoch", service_->incarnation());
       out->emplace_back("followers", LiveFollowers());
       out->emplace_back("replication_acked_seq", AckedBy(std::max(1, sync_followers_)));
@@ -55,8 +70,11 @@ class MasterServer::Loop {
       out->emplace_back("sync_dropped_replies", dropped_held_);
     });
     if (may_serve_) rpc_.set_may_serve(may_serve_);
+    // Agents learn where the events are from their registration reply.
+    rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
     PublishEvents();
     last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
+    board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -71,6 +89,7 @@ class MasterServer::Loop {
   events::EventPublisher& publisher() { return *publisher_; }
   uint64_t epoch() const { return service_->incarnation(); }
   uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
+  const StatsBoard& board() const { return board_; }
 
  private:
   struct Parked {  // a Replicate waiting for a record
@@ -83,6 +102,7 @@ class MasterServer::Loop {
     zmq::message_t identity;
     std::vector<uint8_t> reply;
     uint64_t seq = 0;
+    int64_t until_ms = 0;  // dropped past it: its caller has given up
   };
   struct Follower {
     uint64_t acked = 0;  // holds every record up to this one of our log (0: none yet)
@@ -118,7 +138,7 @@ class MasterServer::Loop {
     const MasterRpc::LastRequest& last = rpc_.last();
     if (last.replicate) {
       NoteFollower(last);
-      if (last.replicate_empty && last.wait_ms > 0) {
+      if (last.replicate_empty && last.wait_ms > 0 && parked_.size() < kMaxParked) {
         const int64_t wait = std::min<int64_t>(last.wait_ms, kMaxParkMs);
         parked_.push_back(Parked{std::move(frames_[0]),
                                  std::vector<uint8_t>(body.begin(), body.end()), last.after_seq,
@@ -131,8 +151,13 @@ class MasterServer::Loop {
     if (sync_followers_ > 0 && !last.refused) {
       const uint64_t seq = service_->replication_last_seq();
       if (seq > AckedBy(sync_followers_)) {
-        held_.push_back(
-            Held{std::move(frames_[0]), std::vector<uint8_t>(reply.begin(), reply.end()), seq});
+        held_.push_back(Held{std::move(frames_[0]),
+                             std::vector<uint8_t>(reply.begin(), reply.end()), seq,
+                             clock_->NowMs() + kMaxHoldMs});
+        if (held_.size() > kMaxHeld) {
+          held_.pop_front();
+          ++dropped_held_;
+        }
         return;
       }
     }
@@ -142,6 +167,7 @@ class MasterServer::Loop {
   // ---- followers ------------------------------------------------------------------------------
 
   void NoteFollower(const MasterRpc::LastRequest& r) {
+    if (followers_.size() >= kMaxFollowers && followers_.count(r.follower) == 0) return;
     Follower& f = followers_[r.follower];
     // after_seq counts only for a follower of this master's log (else it is about to get a
     // snapshot and holds nothing of ours yet).
@@ -203,6 +229,11 @@ class MasterServer::Loop {
       Reply(held_.front().identity, held_.front().reply);
       held_.pop_front();
     }
+    const int64_t now = clock_->NowMs();
+    while (!held_.empty() && held_.front().until_ms <= now) {
+      held_.pop_front();
+      ++dropped_held_;
+    }
   }
 
   // Prunes followers that went away (at most once a second).
@@ -214,6 +245,14 @@ class MasterServer::Loop {
   }
 
   // ---- the loop -------------------------------------------------------------------------------
+
+  // systemd's STATUS= (this thread).
+  std::string StatusLine() const {
+    const MasterStats s = service_->Stats();
+    return "kvmaster serving " + std::to_string(s.agents) + " agent(s), " + std::to_string(s.keys) +
+           " key(s), " + FormatBytes(s.bytes_used) + " of " + FormatBytes(s.bytes_capacity) +
+           " used";
+  }
 
   void Run() {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -243,12 +282,15 @@ class MasterServer::Loop {
           service_->Tick();
           PublishEvents();
         }
+        board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
         ForgetSilentFollowers(clock_->NowMs());
       }
       ServeParked();
       ReleaseHeld();
       last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
+      // From this loop (it wakes at least every tick): if it hangs, systemd stops hearing us.
+      watchdog_.Poll(std::chrono::steady_clock::now());
     }
     if (!held_.empty()) dropped_held_ += held_.size();
   }
@@ -257,6 +299,7 @@ class MasterServer::Loop {
   std::unique_ptr<events::EventPublisher> publisher_;
   MasterRpc rpc_;
   zmq::context_t context_;
+  std::unique_ptr<ZapHandler> zap_;  // before the context goes: checks the ROUTER's clients
   zmq::socket_t router_;
   int tick_ms_;
   std::function<bool()> may_serve_;
@@ -270,6 +313,8 @@ class MasterServer::Loop {
   std::map<std::string, Follower> followers_;
   int64_t next_prune_ms_ = 0;
   std::atomic<uint64_t> last_seq_{0};
+  StatsBoard board_;
+  Watchdog watchdog_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -280,10 +325,20 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   if (!service.ok()) return service.status();
 
   zmq::context_t context(1);
+  std::unique_ptr<ZapHandler> zap;
   zmq::socket_t router(context, zmq::socket_type::router);
+  if (options.secret) {
+    // The handler first: no client may complete a handshake before it checks keys.
+    auto curve =
+        StartCurveServer(context.handle(), options.secret->CurveKeys(KeyPlane::kMasterRpc));
+    if (!curve.ok()) return curve.status();
+    KVAGENT_RETURN_IF_ERROR(MakeCurveServer(router.handle(), curve->keys));
+    zap = std::move(curve->zap);
+  }
   router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::sndhwm, 100000);
-  router.set(zmq::sockopt::rcvhwm, 100000);
+  router.set(zmq::sockopt::sndhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::rcvhwm, kMasterRpcPeerQueue);
+  router.set(zmq::sockopt::maxmsgsize, kMaxMasterRequestBytes);
   try {
     router.bind(options.listen);
   } catch (const zmq::error_t& e) {
@@ -296,13 +351,15 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   pub.endpoint = options.events;
   pub.replay_endpoint = options.events_replay;
   pub.replay_batches = options.replay_batches;
+  if (options.secret) pub.curve = options.secret->CurveKeys(KeyPlane::kEvents);
   auto publisher = events::EventPublisher::Start(pub);
   if (!publisher.ok()) return publisher.status();
 
   std::unique_ptr<MasterServer> server(new MasterServer());
   server->endpoint_ = endpoint;
-  server->loop_ = std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
-                                         std::move(context), std::move(router), options, clock);
+  server->loop_ =
+      std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
+                             std::move(context), std::move(zap), std::move(router), options, clock);
   return server;
 }
 
@@ -312,5 +369,6 @@ std::string MasterServer::events_endpoint() const { return loop_->publisher().en
 std::string MasterServer::replay_endpoint() const { return loop_->publisher().replay_endpoint(); }
 uint64_t MasterServer::epoch() const { return loop_->epoch(); }
 uint64_t MasterServer::last_seq() const { return loop_->last_seq(); }
+StatCounterList MasterServer::StatsSnapshot() const { return loop_->board().Read(); }
 
 }  // namespace kvagent::master

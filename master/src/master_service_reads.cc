@@ -1,6 +1,8 @@
 // MasterService: reads, removal, listing, stats and periodic work.
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "kvagent/common/validate.h"
 #include "kvagent/master/master_service.h"
 #include "metadata_store.h"
@@ -152,6 +154,23 @@ std::optional<std::string> MasterService::SessionOf(std::string_view key) const 
 
 bool MasterService::HasSessionTag(std::string_view session_id) const {
   return store_->tags().Contains(session_id);
+}
+
+void MasterService::SessionStats(std::string_view session_id, uint64_t cursor, uint32_t limit,
+                                 std::vector<SessionUsage>* out, uint64_t* next_cursor) const {
+  out->clear();
+  *next_cursor = 0;
+  if (!session_id.empty()) {
+    const SessionTags::Usage u = store_->tags().UsageOf(session_id);
+    out->push_back(SessionUsage{std::string(session_id), u.blocks, u.bytes});
+    return;
+  }
+  std::vector<SessionTags::Usage> page;
+  *next_cursor = store_->tags().Page(cursor, std::clamp<uint32_t>(limit, 1, 10000), &page);
+  out->reserve(page.size());
+  for (const SessionTags::Usage& u : page) {
+    out->push_back(SessionUsage{std::string(u.session_id), u.blocks, u.bytes});
+  }
 }
 
 MasterStats MasterService::Stats() const {

@@ -217,6 +217,7 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
       const std::string_view key = r.Str();
       if (!r.ok()) break;
       if (ObjectEntry* old = objects_.Find(key)) {
+        tags_.Unstored(old->second.tag, old->second.size);
         tags_.Release(old->second.tag);
         objects_.Erase(old);
       }
@@ -258,6 +259,7 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
     return Internal("malformed object record");
   }
   if (ObjectEntry* old = objects_.Find(key)) {
+    tags_.Unstored(old->second.tag, old->second.size);
     tags_.Release(old->second.tag);
     objects_.Erase(old);
   }
@@ -276,6 +278,7 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
   o.AssignReplicas(replicas.data(), n);
   o.readable = true;
   o.tag = tags_.Acquire(session);
+  tags_.Stored(o.tag, o.size);
   next_write_id_ = std::max(next_write_id_, version + 1);
   return Status::Ok();
 }
@@ -306,6 +309,7 @@ void MetadataStore::FinishRestore() {
   });
   for (ObjectEntry* e : lost) {
     FreeReplicas(e->second);
+    tags_.Unstored(e->second.tag, e->second.size);
     tags_.Release(e->second.tag);
     objects_.Erase(e);
   }

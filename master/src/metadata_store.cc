@@ -177,7 +177,10 @@ void MetadataStore::RefreshPartBytes() {
     capacity_ += s.allocator.size();
   }
   part_bytes_ = options_.max_part_bytes;
-  if (smallest > 0) part_bytes_ = std::min(part_bytes_, smallest);
+  // A segment below the minimum (mounted by an older master, restored from its log) cannot
+  // shrink the parts below it either.
+  if (smallest > 0)
+    part_bytes_ = std::min(part_bytes_, std::max(smallest, options_.min_segment_bytes));
   part_bytes_ = std::max<uint64_t>(part_bytes_, SegmentAllocator::kAlignment);
   RefreshCandidates();
 }
@@ -233,9 +236,10 @@ Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index
     LogSegment(s);
     return MountResult{sid, restored};
   }
-  if (size < SegmentAllocator::kAlignment) {
+  if (size < std::max(options_.min_segment_bytes, SegmentAllocator::kAlignment)) {
     return InvalidParams("segment size " + std::to_string(size) + " is below the minimum of " +
-                         std::to_string(SegmentAllocator::kAlignment) + " bytes");
+                         std::to_string(options_.min_segment_bytes) +
+                         " bytes; give the agent a larger --pool-size (at least 1MiB)");
   }
   if (!ReserveLog(SegmentRecordBytes(endpoints), 1)) return LogRefused();
   Segment s{next_segment_id_++, agent_id, index, std::move(endpoints), SegmentAllocator(size)};

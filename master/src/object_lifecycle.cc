@@ -28,6 +28,7 @@ void MetadataStore::Unlist(ObjectEntry* e) {
 void MetadataStore::Erase(ObjectEntry* e) {
   Unlist(e);
   Object& o = e->second;
+  if (o.readable) tags_.Unstored(o.tag, o.size);
   if (o.pending) tags_.Release(o.pending->tag);
   tags_.Release(o.tag);
   objects_.Erase(e);
@@ -59,6 +60,7 @@ bool MetadataStore::BeginRewrite(ObjectEntry* e, uint64_t size,
   EmitRemoved(*e);
   LogRemoved(e->first);
   if (o.listed) lru_.Remove(e);
+  tags_.Unstored(o.tag, o.size);
   o.readable = false;
   if (replicas) {
     FreeReplicas(o);  // no reader holds them: the caller checked the lease
@@ -135,6 +137,7 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
   }
   o.pending.reset();
   o.readable = true;
+  tags_.Stored(o.tag, o.size);
   if (!o.hard_pin) lru_.PushBack(e);
   if (log) AppendRecord();  // record_ holds the object as committed
   EmitStored(*e);

@@ -1,5 +1,6 @@
 #include "kvagent/master/session_tags.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace kvagent::master {
@@ -41,6 +42,40 @@ void SessionTags::Release(TagId id) {
   e.name.clear();
   e.name.shrink_to_fit();
   free_ids_.push_back(id);
+}
+
+void SessionTags::Stored(TagId id, uint64_t bytes) {
+  if (id == kUntagged) return;
+  assert(id < entries_.size() && entries_[id].refs > 0);
+  ++entries_[id].blocks;
+  entries_[id].bytes += bytes;
+}
+
+void SessionTags::Unstored(TagId id, uint64_t bytes) {
+  if (id == kUntagged) return;
+  assert(id < entries_.size() && entries_[id].blocks > 0 && entries_[id].bytes >= bytes);
+  --entries_[id].blocks;
+  entries_[id].bytes -= bytes;
+}
+
+SessionTags::Usage SessionTags::UsageOf(std::string_view session_id) const {
+  auto it = by_name_.find(session_id);
+  if (it == by_name_.end()) return Usage{session_id, 0, 0};
+  const Entry& e = entries_[it->second];
+  return Usage{e.name, e.blocks, e.bytes};
+}
+
+uint64_t SessionTags::Page(uint64_t cursor, uint32_t limit, std::vector<Usage>* out) const {
+  uint64_t id = std::max<uint64_t>(cursor, 1);  // entries_[0] is the untagged sentinel
+  const uint64_t look_until = id + 4 * uint64_t{limit} + 1024;
+  uint32_t added = 0;
+  for (; id < entries_.size() && added < limit && id < look_until; ++id) {
+    const Entry& e = entries_[id];
+    if (e.refs == 0 || e.blocks == 0) continue;
+    out->push_back(Usage{e.name, e.blocks, e.bytes});
+    ++added;
+  }
+  return id < entries_.size() ? id : 0;
 }
 
 std::string_view SessionTags::Name(TagId id) const {

@@ -14,6 +14,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/curve_auth.h"
+#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/oplog.h"
 #include "kvagent/schemas/master_generated.h"
 #include "replication_log.h"
@@ -48,6 +50,12 @@ class Standby::Follower {
   void Connect() {
     socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     socket_->set(zmq::sockopt::linger, 0);
+    socket_->set(zmq::sockopt::maxmsgsize, kMaxReplicationReplyBytes);
+    if (options_.curve) {
+      if (Status st = MakeCurveClient(socket_->handle(), *options_.curve); !st.ok()) {
+        LOG(ERROR) << "standby: " << st.ToString();
+      }
+    }
     socket_->connect(options_.primary);
   }
 

@@ -16,8 +16,15 @@ Status CheckParallel(size_t count, size_t key_count, const char* what) {
                        std::to_string(key_count) + " keys; give one per key");
 }
 
-// List's page and Stat's counters, when present.
+// List's page, Stat's counters and the sessions of Sessions, when present.
 void DecodeListAndCounters(const proto::Completion& c, Reply* reply) {
+  if (const auto* sessions = c.sessions()) {
+    reply->sessions.reserve(sessions->size());
+    for (const proto::SessionUsage* u : *sessions) {
+      reply->sessions.push_back(SessionUsage{
+          u->session_id() ? u->session_id()->str() : std::string(), u->blocks(), u->bytes()});
+    }
+  }
   reply->next_cursor = c.next_cursor();
   if (const auto* listed = c.listed()) {
     reply->listed.reserve(listed->size());
@@ -104,6 +111,15 @@ Status ValidateCall(const CallSpec& spec) {
       return Status::Ok();
     case proto::Op::Stat:
       return Status::Ok();
+    case proto::Op::Sessions:
+      if (!spec.sessions->session_id.empty()) {
+        KVAGENT_RETURN_IF_ERROR(ValidateSessionId(spec.sessions->session_id));
+      }
+      if (spec.sessions->limit > 10000) {
+        return InvalidParams("limit " + std::to_string(spec.sessions->limit) +
+                             " is above 10000; page with next_cursor instead");
+      }
+      return Status::Ok();
   }
   return InvalidParams("unknown op");
 }
@@ -123,6 +139,10 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
   if (!spec.keys.empty()) keys = fbb.CreateVectorOfStrings(spec.keys.begin(), spec.keys.end());
   if (IsWrite(spec.op) && !o.session_ids.empty()) {
     sessions = fbb.CreateVectorOfStrings(o.session_ids.begin(), o.session_ids.end());
+  }
+  if (spec.sessions != nullptr && !spec.sessions->session_id.empty()) {
+    const std::string* one = &spec.sessions->session_id;
+    sessions = fbb.CreateVectorOfStrings(one, one + 1);
   }
   if (!buffers.empty()) buffer_vec = fbb.CreateVectorOfStructs(buffers.data(), buffers.size());
   if (IsWrite(spec.op) && !o.blocks.empty()) {
@@ -157,6 +177,10 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
     if (!prefix.IsNull()) b.add_prefix(prefix);
     b.add_cursor(spec.list->cursor);
     b.add_limit(spec.list->limit);
+  }
+  if (spec.sessions != nullptr) {
+    b.add_cursor(spec.sessions->cursor);
+    b.add_limit(spec.sessions->limit);
   }
   b.add_op(spec.op);
   if (!keys.IsNull()) b.add_keys(keys);

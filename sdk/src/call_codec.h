@@ -20,7 +20,8 @@ struct CallSpec {
   std::span<const Value> values;                // Put/Upsert
   std::span<const ArenaBuffer* const> targets;  // Get
   const CallOptions* options = nullptr;
-  const ListOptions* list = nullptr;  // List
+  const ListOptions* list = nullptr;          // List
+  const SessionsOptions* sessions = nullptr;  // Sessions
 };
 
 // The shared validation boundary applied before anything is sent (the agent checks again):

@@ -164,7 +164,17 @@ PendingCall Client::SubmitStat(std::chrono::milliseconds timeout) {
   return Submit(Spec(proto::Op::Stat, {}, options));
 }
 
+PendingCall Client::SubmitSessions(const SessionsOptions& sessions) {
+  CallOptions options;
+  options.timeout = sessions.timeout;
+  CallSpec spec = Spec(proto::Op::Sessions, {}, options);
+  spec.sessions = &sessions;
+  return Submit(spec);
+}
+
 Reply Client::List(const ListOptions& options) { return SubmitList(options).Wait(); }
+
+Reply Client::Sessions(const SessionsOptions& options) { return SubmitSessions(options).Wait(); }
 
 Reply Client::Stat(std::chrono::milliseconds timeout) { return SubmitStat(timeout).Wait(); }
 

@@ -68,7 +68,8 @@ Status Connection::Handshake(const ClientOptions& options) {
                                 options.arena_bytes, options.ring_bytes));
   KVAGENT_RETURN_IF_ERROR(ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
                                            options.connect_timeout));
-  auto answer = ipc::ReceiveMessage(socket_.get(), options.connect_timeout);
+  ipc::UniqueFd segment_fd;
+  auto answer = ipc::ReceiveMessage(socket_.get(), options.connect_timeout, &segment_fd);
   if (!answer.ok()) return answer.status();
   const proto::Welcome* welcome = VerifiedRoot<proto::Welcome>(*answer);
   if (welcome == nullptr) return Unavailable("the agent's Welcome is malformed; upgrade the SDK");
@@ -77,14 +78,17 @@ Status Connection::Handshake(const ClientOptions& options) {
                   "the agent refused the connection: " +
                       (welcome->message() ? welcome->message()->str() : std::string()));
   }
-  const std::string segment_name = welcome->segment_name() ? welcome->segment_name()->str() : "";
-  auto segment = ipc::Segment::Open(segment_name, welcome->segment_bytes());
+  if (welcome->protocol_version() != static_cast<uint32_t>(proto::ProtocolVersion::Current)) {
+    return Unavailable("the agent speaks protocol version " +
+                       std::to_string(welcome->protocol_version()) + " and this SDK " +
+                       std::to_string(static_cast<uint32_t>(proto::ProtocolVersion::Current)) +
+                       "; upgrade the older of the two");
+  }
+  auto segment = ipc::Segment::Open(segment_fd.Release(), welcome->segment_bytes());
   if (!segment.ok()) return segment.status();
-  // We mapped it: the name can go (the agent removes it too; we may lack the permission).
-  ipc::Segment::Unlink(segment_name);
   if (segment->header().client_id != welcome->client_id() ||
       segment->header().agent_epoch != welcome->agent_epoch()) {
-    return Unavailable("segment " + segment_name + " belongs to another client; retry");
+    return Unavailable("the segment the agent passed belongs to another client; retry");
   }
   client_id_ = welcome->client_id();
   agent_epoch_ = welcome->agent_epoch();

@@ -2,6 +2,7 @@
 // can put arbitrary bytes on the request ring and scribble over the shared control blocks.
 #pragma once
 
+#include <fcntl.h>
 #include <flatbuffers/flatbuffers.h>
 
 #include <chrono>
@@ -29,12 +30,14 @@ class RawSession {
     socket_ = std::move(*fd);
     flatbuffers::FlatBufferBuilder fbb;
     auto name = fbb.CreateString("raw-session");
-    fbb.Finish(proto::CreateHello(fbb, 1, name, arena_bytes, ring_bytes));
+    fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
+                                  arena_bytes, ring_bytes));
     if (!ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kTimeout).ok()) {
       Fail("send Hello");
       return;
     }
-    auto answer = ipc::ReceiveMessage(socket_.get(), kTimeout);
+    ipc::UniqueFd segment_fd;
+    auto answer = ipc::ReceiveMessage(socket_.get(), kTimeout, &segment_fd);
     if (!answer.ok()) {
       Fail(answer.status().ToString());
       return;
@@ -45,7 +48,9 @@ class RawSession {
       Fail("refused: " + w->message()->str());
       return;
     }
-    auto segment = ipc::Segment::Open(w->segment_name()->str(), w->segment_bytes());
+    // A duplicate stays with the test, which may try to resize it (the seals refuse).
+    segment_fd_ = ipc::UniqueFd(::fcntl(segment_fd.get(), F_DUPFD_CLOEXEC, 0));
+    auto segment = ipc::Segment::Open(segment_fd.Release(), w->segment_bytes());
     if (!segment.ok()) {
       Fail(segment.status().ToString());
       return;
@@ -69,6 +74,8 @@ class RawSession {
   const std::string& error() const { return error_; }
   ipc::Segment& segment() { return *segment_; }
   int socket_fd() const { return socket_.get(); }
+  // The client's own descriptor of its segment (what a hostile client would ftruncate).
+  int segment_fd() const { return segment_fd_.get(); }
   uint64_t client_id() const { return client_id_; }
 
   bool Send(uint64_t tag, std::span<const uint8_t> frame) {
@@ -98,6 +105,7 @@ class RawSession {
   void Fail(std::string why) { error_ = std::move(why); }
 
   ipc::UniqueFd socket_;
+  ipc::UniqueFd segment_fd_;
   std::vector<uint8_t> welcome_bytes_;
   std::unique_ptr<ipc::Segment> segment_;
   ipc::FrameProducer producer_;

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -96,7 +101,84 @@ TEST_F(FlagSetTest, ConfigErrorsNameFileAndLine) {
   Status s = flags_.ApplyConfigText("run_dir = \"/x\"\nbogus = 1\n", "agent.toml");
   EXPECT_EQ(s.message(), "agent.toml:2: unknown option 'bogus'");
   s = flags_.ApplyConfigText("run_dir = \"unterminated\n", "agent.toml");
-  EXPECT_EQ(s.message(), "agent.toml:1: unterminated string");
+  EXPECT_EQ(s.message().rfind("agent.toml:1: Error while parsing string", 0), 0u) << s.message();
+  s = flags_.ApplyConfigText("run_dir = \"/x\"\n\npool_size = \"1XB\"\n", "agent.toml");
+  EXPECT_EQ(s.message(),
+            "agent.toml:3: --pool-size: unknown size suffix 'XB' (use B, KiB, MiB, GiB or TiB)");
+  s = flags_.ApplyConfigText("spin_us = \"lots\"\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:1: --spin-us: expected an integer, got 'lots'");
+  s = flags_.ApplyConfigText("run_dir = [\"a\"]\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:1: 'run_dir' is not a list");
+  s = flags_.ApplyConfigText("run_dir = 1979-05-27\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:1: 'run_dir': expected a string, a number or a boolean");
+  s = flags_.ApplyConfigText("[agent]\nbogus = 1\n", "agent.toml");
+  EXPECT_EQ(s.message(), "agent.toml:2: unknown option 'agent.bogus'");
+}
+
+// Writes `text` to a file in $TMPDIR; returns its path.
+std::string ConfigFile(const std::string& text) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp ? tmp : "/tmp") + "/kvagent-flags-test-" +
+                     std::to_string(::getpid()) + ".toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST_F(FlagSetTest, AListFlagOnTheCommandLineReplacesTheConfigFilesList) {
+  const std::string path = ConfigFile("allow_uid = [\"1\", \"2\"]\nspin_us = 9\n");
+  ASSERT_TRUE(Parse({"--config", path, "--allow-uid", "7"}).ok());
+  EXPECT_EQ(opts_.allow_uid, (std::vector<std::string>{"7"}));  // not 1, 2, 7
+  EXPECT_EQ(opts_.spin_us, 9);
+  ASSERT_TRUE(Parse({"--config=" + path}).ok());
+  EXPECT_EQ(opts_.allow_uid, (std::vector<std::string>{"1", "2"}));
+  std::remove(path.c_str());
+}
+
+TEST_F(FlagSetTest, ConfigWithoutAPathIsAnError) {
+  const Status s = Parse({"--run-dir", "/x", "--config"});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(s.message(), "--config needs a value: the config file's path");
+  EXPECT_EQ(Parse({"--config="}).message(), "--config needs a value: the config file's path");
+  EXPECT_EQ(Parse({"--config", "/nonexistent.toml"}).message(),
+            "--config: cannot read '/nonexistent.toml'");
+}
+
+TEST_F(FlagSetTest, CommandLineFlagsOverrideTheConfigFile) {
+  const std::string path = ConfigFile("run_dir = \"/from/file\"\nstandalone = false\n");
+  ASSERT_TRUE(Parse({"--run-dir", "/from/flag", "--config", path}).ok());
+  EXPECT_EQ(opts_.run_dir, "/from/flag");
+  EXPECT_FALSE(opts_.standalone);
+  std::remove(path.c_str());
+}
+
+TEST(FlagSetTables, AKeyInATableSetsTheTablePrefixedOptionWhenThereIsOne) {
+  std::string listen = "0.0.0.0:0";
+  std::string transport = "auto";
+  int64_t ttl = 0;
+  FlagSet flags("kvagent", "test");
+  flags.String("data-listen", &listen, "");
+  flags.String("data-transport", &transport, "");
+  flags.Int("lease-ttl-ms", &ttl, "");
+  ASSERT_TRUE(flags
+                  .ApplyConfigText("[data]\nlisten = \"0.0.0.0:7000\"\ntransport = \"tcp\"\n"
+                                   "[master]\nlease_ttl_ms = 500\n",
+                                   "agent.toml")
+                  .ok());
+  EXPECT_EQ(listen, "0.0.0.0:7000");
+  EXPECT_EQ(transport, "tcp");
+  EXPECT_EQ(ttl, 500);  // no "master-lease-ttl-ms": the key itself
+}
+
+TEST_F(FlagSetTest, AnArgumentThatIsNotAFlagIsRefusedWithoutPositionals) {
+  EXPECT_EQ(Parse({"stray"}).message(), "unexpected argument 'stray' (see kvagent --help)");
+  EXPECT_EQ(Parse({"--standalone", "false"}).message(),
+            "unexpected argument 'false' (see kvagent --help)");
+}
+
+TEST_F(FlagSetTest, VersionIsNoticed) {
+  ASSERT_TRUE(Parse({"--version"}).ok());
+  EXPECT_TRUE(flags_.version_requested());
+  EXPECT_FALSE(flags_.help_requested());
 }
 
 TEST_F(FlagSetTest, HelpListsEveryOptionWithDefault) {

@@ -61,6 +61,9 @@ TEST_P(ClientKill, ClientSigkilledDuringLargePutsLeavesNothingPartialOrLeakedAnd
   ASSERT_EQ(large.ReadLine(), "ready");
   auto observer = Connect(store.agent());
   ASSERT_TRUE(observer);
+  // Answered once the agent handed it to the ring service, which it does after closing its
+  // copy of the segment's descriptor: the count below is stable.
+  ASSERT_TRUE(observer->Ping().ok());
   const int base_fds = CountFds(agent);
   const int base_mappings = CountSegmentMappings(agent);
   ASSERT_GE(base_mappings, 3);  // the churners' and the observer's segments

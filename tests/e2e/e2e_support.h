@@ -174,7 +174,7 @@ inline int RunClient(std::vector<std::string> args,
 // segment that outlives the client leaks memory even once its name is gone from /dev/shm).
 inline int CountSegmentMappings(pid_t agent_pid) {
   std::ifstream maps("/proc/" + std::to_string(agent_pid) + "/maps");
-  const std::string name = "/kvagent." + std::to_string(agent_pid) + ".";
+  const std::string name = "/memfd:kvagent-client-";  // ipc::Segment::Create's memfd
   int n = 0;
   for (std::string line; std::getline(maps, line);) n += line.find(name) != std::string::npos;
   return n;

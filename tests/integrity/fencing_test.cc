@@ -103,9 +103,9 @@ TEST(Fencing, TwoMastersServingAtOnceNeverMixTheirWritersBytes) {
                 "0"};
   };
   NodeAgent pool(agent_args("tcp://127.0.0.2:" + std::to_string(vip), m1));
-  // The writers' own pools are tiny: their values live in the shared pool, where both masters
-  // place them (and where a reader finds them).
-  const Args tiny = {"--pool-size", "64KiB", "--pool-huge-pages=false"};
+  // The writers' own pools are tiny (the smallest a master mounts): most of their values live
+  // in the shared pool, where both masters place them (and where a reader finds them).
+  const Args tiny = {"--pool-size", "1MiB", "--pool-huge-pages=false"};
   NodeAgent a(Concat(agent_args(m1.rpc(), m1), tiny));
   ASSERT_TRUE(pool.started() && a.started());
   auto ca = a.Connect();

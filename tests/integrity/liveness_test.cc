@@ -4,6 +4,9 @@
 // it comes back with the same incarnation.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "integrity_support.h"
 #include "netns_pair.h"
@@ -102,13 +105,18 @@ TEST(Liveness, AnAgentPartitionedFromItsMasterKeepsItsObjectsAfterTheHeal) {
   TempDir dir;
   const std::string ready = dir.path() + "/ready";
   const std::string rpc = "tcp://" + net.address_a() + ":50051";
+  // Across hosts the planes need the cluster secret (kvmaster refuses such addresses without).
+  const std::string secret = dir.path() + "/cluster-secret";
+  std::ofstream(secret) << "the liveness test's cluster secret, 32+ bytes\n";
+  chmod(secret.c_str(), 0600);
   ProcessGuard master;
   {
-    auto argv = NamespacePair::In(
-        net.a(),
-        {KVMASTER_BINARY, "--listen", rpc, "--events", "tcp://" + net.address_a() + ":5557",
-         "--events-replay", "tcp://" + net.address_a() + ":5558", "--ready-file", ready,
-         "--agent-ttl-ms", "1000", "--agent-dead-ms", "60000", "--tick-ms", "20"});
+    auto argv =
+        NamespacePair::In(net.a(), {KVMASTER_BINARY, "--listen", rpc, "--events",
+                                    "tcp://" + net.address_a() + ":5557", "--events-replay",
+                                    "tcp://" + net.address_a() + ":5558", "--ready-file", ready,
+                                    "--agent-ttl-ms", "1000", "--agent-dead-ms", "60000",
+                                    "--tick-ms", "20", "--cluster-secret-file", secret});
     const pid_t pid = fork();
     if (pid == 0) {
       if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
@@ -128,7 +136,7 @@ TEST(Liveness, AnAgentPartitionedFromItsMasterKeepsItsObjectsAfterTheHeal) {
   NodeAgent agent({"--master", rpc, "--master-events", "tcp://" + net.address_a() + ":5557",
                    "--master-events-replay", "tcp://" + net.address_a() + ":5558", "--data-listen",
                    net.address_b() + ":0", "--heartbeat-ms", "200", "--master-timeout-ms", "1000",
-                   "--master-ready-wait-ms", "5000"},
+                   "--master-ready-wait-ms", "5000", "--cluster-secret-file", secret},
                   NamespacePair::In(net.b(), {}));
   ASSERT_TRUE(agent.started());
   auto c = agent.Connect();

@@ -24,6 +24,8 @@ class Cluster {
  public:
   explicit Cluster(MasterOptions options = {}, int agents = 2, uint64_t segment_bytes = 1 << 20)
       : options_(std::move(options)) {
+    // Small segments make eviction and multi-part values cheap to test: allow the size asked.
+    options_.min_segment_bytes = std::min(options_.min_segment_bytes, segment_bytes);
     Open();
     for (int i = 0; i < agents; ++i) AddAgent("node-" + std::to_string(i), segment_bytes);
   }

@@ -245,7 +245,8 @@ TEST_F(OpLogTest, ACompactionWhileWritesAreInFlightKeepsThemOut) {
   EXPECT_EQ(c.svc->SessionOf("done"), "s");
   EXPECT_EQ(c.svc->SessionOf("in-flight"), std::nullopt);
   EXPECT_EQ(c.svc->SessionOf("rewritten"), std::nullopt);
-  auto k = testing::Views(std::vector<std::string>{"in-flight", "rewritten"});
+  const std::vector<std::string> keys = {"in-flight", "rewritten"};  // the views point into it
+  auto k = testing::Views(keys);
   KeyResults exist;
   ASSERT_TRUE(c.svc->BatchExist(k, &exist).ok());
   EXPECT_EQ(exist.exists, (std::vector<uint8_t>{0, 0}));

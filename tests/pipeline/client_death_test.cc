@@ -38,6 +38,9 @@ TEST(ClientDeath, ClientKilledDuringLargePutsLeavesNoPartialObjectNoLeakAndOther
   ASSERT_TRUE(agent.started());
   auto other = Connect(agent);
   ASSERT_TRUE(other);
+  // Answered once the agent serves it, which is after it closed its copy of the segment's
+  // descriptor: the count below is stable.
+  ASSERT_TRUE(other->Ping().ok());
   const int base_fds = CountFds(agent.pid());
   constexpr size_t kSize = 1 << 20;
   for (int round = 0; round < 3; ++round) {

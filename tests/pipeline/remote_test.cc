@@ -252,10 +252,11 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheR
   ASSERT_TRUE(master.started());
   AgentProcess writer(RemoteAgentArgs(master, {"--data-peer-timeout-ms", "2000"}));
   ASSERT_TRUE(writer.started());
-  // The peer's pool is 64 KiB, which also caps the master's part size at 64 KiB. A 64 KiB value
-  // is one part that needs the whole pool: once a small value took some of it, large values get
-  // their second replica nowhere (best effort) and small ones get it on the peer.
-  AgentProcess peer(RemoteAgentArgs(master, {"--pool-size", "64KiB", "--pool-huge-pages=false"}));
+  // The peer's pool is 1 MiB (the smallest segment a master mounts), which also caps the
+  // master's part size at 1 MiB. A 1 MiB value is one part that needs the whole pool: once a
+  // small value took some of it, large values get their second replica nowhere (best effort)
+  // and small ones get it on the peer.
+  AgentProcess peer(RemoteAgentArgs(master, {"--pool-size", "1MiB", "--pool-huge-pages=false"}));
   ASSERT_TRUE(peer.started());
   auto c = Connect(writer);
   ASSERT_TRUE(c);
@@ -266,7 +267,7 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheR
   const std::vector<std::string> sessions = {"s0", "s1", "s2", "s3"};
   std::vector<std::string> bytes;
   std::vector<Value> values;
-  for (const auto& k : keys) bytes.push_back(Pattern(k, k[0] == 's' ? 4096 : 65536));
+  for (const auto& k : keys) bytes.push_back(Pattern(k, k[0] == 's' ? 4096 : 1 << 20));
   for (const auto& b : bytes) values.emplace_back(std::string_view(b));
   CallOptions o;
   o.session_ids = sessions;
@@ -277,7 +278,7 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheR
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(r.keys[i].code, ErrorCode::kOk) << keys[i] << ": " << r.keys[i].message;
     EXPECT_EQ(r.keys[i].replicas, 1u) << keys[i];  // the peer's replica could not be written
-    EXPECT_TRUE(GetOne(*c, keys[i], 65536) == bytes[i]) << keys[i];
+    EXPECT_TRUE(GetOne(*c, keys[i], keys[i][0] == 's' ? 4096 : 1 << 20) == bytes[i]) << keys[i];
   }
   std::map<std::string, std::string> tags;
   for (const auto& k : c->List().listed) tags[k.key] = k.session_id;

@@ -299,6 +299,34 @@ class RoundTripTest(SdkTest):
         self.assertEqual(g.keys[0].length, 9)
         self.assertEqual(target.tobytes(9), b"raw bytes")
 
+    def test_out_of_range_integers_and_non_finite_timeouts_are_refused_before_anything_is_sent(self):
+        # ctypes wraps integers silently: replica_count=257 used to store with 1 replica.
+        bad_writes = [dict(replica_count=257), dict(replica_count=-1),
+                      dict(soft_pin_ttl_ms=1 << 32), dict(soft_pin_ttl_ms=-5),
+                      dict(replica_count=1.5), dict(timeout=float("inf")),
+                      dict(timeout=float("nan")), dict(timeout="1")]
+        for kw in bad_writes:
+            with self.assertRaises(kvagent.InvalidParams, msg=repr(kw)) as caught:
+                self.client.put(["range-k"], [b"v"], **kw)
+            self.assertNotIn("OverflowError", str(caught.exception))
+        self.assertEqual(self.client.exist(["range-k"]).keys[0].exists, False)
+        for kw in [dict(limit=(1 << 32) + 5), dict(limit=-1), dict(cursor=-1),
+                   dict(timeout=float("inf"))]:
+            with self.assertRaises(kvagent.InvalidParams, msg=repr(kw)):
+                self.client.list(**kw)
+        for timeout in (float("inf"), float("-inf"), float("nan")):
+            with self.assertRaises(kvagent.InvalidParams):
+                self.client.ping(timeout=timeout)
+        with self.assertRaises(kvagent.InvalidParams):
+            self.client.allocate(-1)
+        with self.assertRaises(kvagent.InvalidParams):
+            kvagent.Client(run_dir=self.agent.run_dir, connect_timeout=float("nan"))
+        with self.assertRaises(kvagent.InvalidParams):
+            self.client.put(["range-k"], [b"v"],
+                            blocks=[kvagent.Block(hashes=[1], token_ids=[1 << 32], block_size=1)])
+        self.client.put(["range-k"], [b"v"], replica_count=255, soft_pin_ttl_ms=(1 << 32) - 1)
+        self.assertEqual(self.client.exist(["range-k"]).keys[0].exists, True)
+
     def test_keys_are_bytes_with_nul_and_non_ascii_and_values_any_buffer(self):
         c = self.client
         key = "ключ\x00键"

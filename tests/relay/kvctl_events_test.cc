@@ -284,6 +284,13 @@ TEST(KvctlEventsTail, MainParsesFlagsUsesTheRunDirAndAnswersHelp) {
   EXPECT_NE(t.err.find("--bogus"), std::string::npos) << t.err;
   t = main({"tail", "--count", "-3"});
   EXPECT_EQ(t.status, 2);
+  // A seq is 0 or more; leaving --from-seq out means live only.
+  for (const char* bad : {"-1", "-7", "x", "1e3"}) {
+    t = main({"tail", "--from-seq", bad, "--count=1"});
+    EXPECT_EQ(t.status, 2) << bad;
+    EXPECT_NE(t.err.find("--from-seq " + std::string(bad) + " is not a seq"), std::string::npos)
+        << t.err;
+  }
 }
 
 TEST(KvctlEventsTail, JsonStringEscapesQuotesBackslashesAndControlCharacters) {

@@ -17,11 +17,11 @@ Result<EventRelayOptions> ParseAndDerive(std::vector<std::string> args, std::str
   return relay_flags.Options("/run/kvagent", master);
 }
 
-TEST(EventRelayFlags, DefaultsAreTheMastersHostOnPorts5557And5558AndTheRunDirSockets) {
+TEST(EventRelayFlags, WithoutFlagsTheMasterTellsItsEndpointsAndTheRunDirHoldsTheSockets) {
   auto o = ParseAndDerive({}, "tcp://10.0.0.5:50051");
   ASSERT_TRUE(o.ok()) << o.status().ToString();
-  EXPECT_EQ(o->master_events, "tcp://10.0.0.5:5557");
-  EXPECT_EQ(o->master_events_replay, "tcp://10.0.0.5:5558");
+  EXPECT_EQ(o->master_events, "");  // asked from the master at registration (master_endpoints)
+  EXPECT_EQ(o->master_events_replay, "");
   EXPECT_EQ(o->endpoint, "ipc:///run/kvagent/events.sock");
   EXPECT_EQ(o->replay_endpoint, "ipc:///run/kvagent/events-replay.sock");
   EXPECT_TRUE(o->extra_endpoints.empty());
@@ -42,6 +42,23 @@ TEST(EventRelayFlags, AMasterEndpointWithoutTcpHostAndPortNamesTheFlagToSet) {
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("--master-events-replay"), std::string::npos)
       << o.status().ToString();
+}
+
+TEST(EventRelayFlags, OneFlagGivenTheOtherIsTheMastersHostOnItsDefaultPort) {
+  auto o = ParseAndDerive({"--master-events", "tcp://m:7000"}, "tcp://10.0.0.5:50051");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->master_events, "tcp://m:7000");
+  EXPECT_EQ(o->master_events_replay, "tcp://10.0.0.5:5558");
+}
+
+TEST(EventRelayFlags, AWildcardHostTheMasterBoundBecomesTheMastersAddress) {
+  EXPECT_EQ(ResolveAdvertised("tcp://0.0.0.0:6000", "tcp://10.0.0.5:50051"), "tcp://10.0.0.5:6000");
+  EXPECT_EQ(ResolveAdvertised("tcp://[::]:6000", "tcp://[fd00::5]:50051"), "tcp://[fd00::5]:6000");
+  EXPECT_EQ(ResolveAdvertised("tcp://*:6001", "ipc:///run/master.sock"), "tcp://127.0.0.1:6001");
+  EXPECT_EQ(ResolveAdvertised("tcp://10.1.1.1:6000", "tcp://10.0.0.5:50051"),
+            "tcp://10.1.1.1:6000");
+  EXPECT_EQ(ResolveAdvertised("ipc:///run/events.sock", "tcp://10.0.0.5:50051"),
+            "ipc:///run/events.sock");
 }
 
 TEST(EventRelayFlags, WithPortKeepsIpv6HostsAndRejectsWhatIsNotTcpHostPort) {

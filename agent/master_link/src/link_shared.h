@@ -67,6 +67,10 @@ class RemoteMaster::Shared {
   std::atomic<uint32_t> segment_id{0};
   void SetState(LinkState s, std::string detail);  // also wakes WaitReady
   std::string detail() const;
+  // The master's event endpoints from its last RegisterAgentReply (as it bound them); empty
+  // until a master that tells them answered.
+  void SetEventEndpoints(std::string events, std::string replay);
+  std::pair<std::string, std::string> event_endpoints() const;
   std::mutex state_mu;
   std::condition_variable ready_cv;
 
@@ -90,8 +94,9 @@ class RemoteMaster::Shared {
  private:
   std::mutex queue_mu_;
   std::vector<Outgoing> queue_;
-  std::string detail_;  // guarded by state_mu
-  std::string where_;   // guarded by state_mu
+  std::string detail_;                                   // guarded by state_mu
+  std::string where_;                                    // guarded by state_mu
+  std::pair<std::string, std::string> event_endpoints_;  // guarded by state_mu
 };
 
 // The link thread's loop (master_link.cc): runs until shared->stop.

@@ -11,6 +11,9 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "kvagent/common/curve_auth.h"
+#include "kvagent/common/zmq_limits.h"
+#include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
 
@@ -101,9 +104,17 @@ class Link {
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::sndhwm, 100000);
     dealer_->set(zmq::sockopt::rcvhwm, 100000);
+    dealer_->set(zmq::sockopt::maxmsgsize, kMaxMasterReplyBytes);
+    if (o_.curve) {
+      if (Status st = MakeCurveClient(dealer_->handle(), *o_.curve); !st.ok()) {
+        return Down(st.message(), now);
+      }
+    }
     const std::string monitor = "inproc://kvagent-master-link-" + std::to_string(++sockets_);
     zmq_socket_monitor(dealer_->handle(), monitor.c_str(),
-                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED);
+                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED |
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
     monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
     monitor_->set(zmq::sockopt::linger, 0);
     monitor_->connect(monitor);
@@ -113,6 +124,7 @@ class Link {
       return Down("cannot connect to " + endpoint_ + ": " + e.what(), now);
     }
     connected_ = false;
+    handshake_done_ = false;
     ++attempt_;
     s_.SetState(LinkState::kConnecting,
                 attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
@@ -185,6 +197,11 @@ class Link {
         }
         highest_epoch_ = std::max(highest_epoch_, registered_master_);
         s_.epoch.store(registered_master_, std::memory_order_relaxed);
+        if (r->events_endpoint() != nullptr && r->events_endpoint()->size() > 0) {
+          s_.SetEventEndpoints(r->events_endpoint()->str(), r->events_replay_endpoint()
+                                                                ? r->events_replay_endpoint()->str()
+                                                                : "");
+        }
         // From here on the pool refuses ops placed by any other master; only then is it
         // mounted (offered for new replicas).
         if (o_.set_master_epoch) o_.set_master_epoch(registered_master_);
@@ -241,6 +258,11 @@ class Link {
   // Applies the fences of a heartbeat reply; the next heartbeat acknowledges them.
   void ApplyFences(const mfb::HeartbeatReply& r) {
     if (r.fence_seq() == acked_fence_seq_ && r.write_watermark() <= applied_watermark_) return;
+    if (!fbcheck::ElementsAligned(r.fenced_writes())) {  // the Verifier checks 4 bytes only
+      LOG_EVERY_N(WARNING, 100) << "master link: a heartbeat reply's fences are misaligned; "
+                                   "ignored (is kvmaster the same version?)";
+      return;
+    }
     Fences f;
     f.master_epoch = fenced_epoch_;
     f.fence_seq = r.fence_seq();
@@ -416,10 +438,19 @@ class Link {
       }
       if (id == ZMQ_EVENT_CONNECTED) {
         connected_ = true;
+      } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        handshake_done_ = true;
+      } else if (id == ZMQ_EVENT_DISCONNECTED && !handshake_done_) {
+        // Dropped before the handshake completed: the two ends disagree on authentication (a
+        // peer with another secret, or only one of them with a secret).
+        return Down(AuthMismatch(), now);
       } else if (id == ZMQ_EVENT_DISCONNECTED) {
         return Down("the connection to kvmaster " + endpoint_ + " was lost", now);
       } else if (id == ZMQ_EVENT_CONNECT_RETRIED && !connected_) {
         return Down("kvmaster " + endpoint_ + " refuses connections", now);
+      } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                 id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        return Down(AuthMismatch(), now);
       }
     }
   }
@@ -522,6 +553,12 @@ class Link {
     backoff_ = o_.backoff_min;
   }
 
+  std::string AuthMismatch() const {
+    return "kvmaster " + endpoint_ +
+           " and this agent do not authenticate each other (the handshake failed): give both "
+           "the same --cluster-secret-file (or neither, on loopback)";
+  }
+
   Status NotReady() const {
     return Status(ErrorCode::kMasterUnavailable,
                   "kvmaster at " + endpoint_ + " is not reachable (" + s_.detail() +
@@ -551,6 +588,7 @@ class Link {
   std::unique_ptr<zmq::socket_t> monitor_;
   uint64_t sockets_ = 0;
   bool connected_ = false;
+  bool handshake_done_ = false;  // ZMTP handshake (with CURVE: authentication) completed
   Phase phase_ = Phase::kDown;
   uint32_t agent_id_ = 0;
   uint32_t attempt_ = 0;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <future>
 
+#include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
 
@@ -61,6 +62,16 @@ void RemoteMaster::Shared::SetWhere(std::string where) {
   where_ = std::move(where);
 }
 
+void RemoteMaster::Shared::SetEventEndpoints(std::string events, std::string replay) {
+  std::lock_guard<std::mutex> lock(state_mu);
+  event_endpoints_ = {std::move(events), std::move(replay)};
+}
+
+std::pair<std::string, std::string> RemoteMaster::Shared::event_endpoints() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(state_mu));
+  return event_endpoints_;
+}
+
 // ---- RemoteMaster -------------------------------------------------------------------------
 
 Status CheckMasterEndpoint(std::string_view endpoint) {
@@ -108,6 +119,34 @@ events::BlockStored BlockOf(const mfb::BlockMeta* m) {
   out.block_size = m->block_size();
   if (m->lora_name() != nullptr) out.lora_name = m->lora_name()->str();
   return out;
+}
+
+// A ListKeys page is read into owned strings and vectors: refuse one whose keys share their
+// data (a few bytes from the master would become gigabytes here) or whose 8-byte hash vectors
+// are misaligned (reading them would be undefined behaviour).
+Status CheckListedKeys(const mfb::ListKeysReply& page, size_t reply_bytes) {
+  if (page.keys() == nullptr) return Status::Ok();
+  uint64_t referred = 0;
+  for (const mfb::ListedKey* k : *page.keys()) {
+    referred += fbcheck::StringBytes(k->key()) + fbcheck::StringBytes(k->session_id());
+    if (const mfb::BlockMeta* m = k->block()) {
+      if (!fbcheck::ElementsAligned(m->block_hashes()) ||
+          !fbcheck::ElementsAligned(m->parent_block_hash())) {
+        return Internal(
+            "kvmaster's ListKeys reply has misaligned block hashes; check that "
+            "kvmaster and kvagent are the same version");
+      }
+      referred += fbcheck::VectorBytes(m->block_hashes()) +
+                  fbcheck::VectorBytes(m->parent_block_hash()) +
+                  fbcheck::VectorBytes(m->token_ids()) + fbcheck::StringBytes(m->lora_name());
+    }
+  }
+  if (referred > reply_bytes) {
+    return Internal("kvmaster's ListKeys reply refers to " + std::to_string(referred) +
+                    " bytes in a message of " + std::to_string(reply_bytes) +
+                    "; check that kvmaster and kvagent are the same version");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -191,6 +230,12 @@ agent::MasterIdentity RemoteMaster::identity() const {
           shared_->segment_id.load(std::memory_order_acquire)};
 }
 
+std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints() const {
+  auto e = shared_->event_endpoints();
+  if (e.first.empty()) return std::nullopt;
+  return e;
+}
+
 std::string RemoteMaster::Describe() const {
   std::string out = "kvmaster " + shared_->Where() + ": " + shared_->detail();
   if (ready()) {
@@ -242,6 +287,9 @@ Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
         const mfb::ListKeysReply* page = root->body_as_ListKeysReply();
         if (page == nullptr) {
           return promise->set_value(Internal("kvmaster answered ListKeys with another body"));
+        }
+        if (Status st = CheckListedKeys(*page, reply->size()); !st.ok()) {
+          return promise->set_value(st);
         }
         KeyPage out;
         out.next_cursor = page->next_cursor();

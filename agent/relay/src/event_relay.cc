@@ -118,6 +118,7 @@ class EventRelay::Thread {
     o.from_seq = from_seq;
     o.replay_timeout = options_.replay_timeout;
     o.idle_probe_interval = options_.idle_probe_interval;
+    o.curve = options_.curve;
     return events::EventSubscriber::Start(std::move(o));
   }
 
@@ -128,16 +129,22 @@ class EventRelay::Thread {
       target_replay_ = options_.master_events_replay;
     }
     if (options_.master_events.empty()) {
-      connected->set_value(Status::Ok());  // await_master: the first master comes later
+      // The first master's endpoints come later: from SwitchMaster (await_master: etcd) or from
+      // the master's registration reply (master_endpoints).
+      connected->set_value(Status::Ok());
     } else {
       auto sub = Subscribe(std::nullopt);
       connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
       if (!sub.ok()) return;
       sub_ = std::move(*sub);
     }
+    bool said = false;
     while (!stopping()) {
       if (switching()) TakeSwitch();
       if (!sub_) {
+        if (!options_.await_master && options_.master_endpoints && TryMasterEndpoints(&said)) {
+          continue;
+        }
         std::this_thread::sleep_for(kPoll / 4);  // no master to follow yet
         continue;
       }
@@ -168,6 +175,32 @@ class EventRelay::Thread {
       return;
     }
     sub_ = std::move(*sub);
+  }
+
+  // Asks options_.master_endpoints once; true when it knows them and they connect.
+  bool TryMasterEndpoints(bool* said) {
+    SetPhase(RelayPhase::kJoining);
+    if (auto e = options_.master_endpoints()) {
+      options_.master_events = e->first;
+      options_.master_events_replay = e->second;
+      auto sub = Subscribe(std::nullopt);
+      if (sub.ok()) {
+        LOG(INFO) << "event relay: following kvmaster's events at " << e->first
+                  << (e->second.empty() ? "" : ", replay at " + e->second)
+                  << " (as its registration reply said)";
+        sub_ = std::move(*sub);
+        return true;
+      }
+      LOG_EVERY_N(ERROR, 100) << "event relay: kvmaster's event endpoint " << e->first
+                              << " does not connect: " << sub.status().ToString()
+                              << "; set --master-events and --master-events-replay";
+      options_.master_events.clear();
+    } else if (!*said) {
+      LOG(INFO) << "event relay: waiting for kvmaster's event endpoints (it tells them when "
+                   "this agent registers)";
+      *said = true;
+    }
+    return false;
   }
 
   // ---- join ----------------------------------------------------------------------------------
@@ -408,7 +441,7 @@ class EventRelay::Thread {
 };
 
 Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
-  if (options.master_events.empty() && !options.await_master) {
+  if (options.master_events.empty() && !options.await_master && !options.master_endpoints) {
     return InvalidParams("event relay: no master event endpoint; set --master-events");
   }
   if (!options.list_content) {
@@ -418,6 +451,8 @@ Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options)
   p.endpoint = options.endpoint;
   p.replay_endpoint = options.replay_endpoint;
   p.extra_endpoints = options.extra_endpoints;
+  p.ipc_group = options.ipc_group;
+  p.curve = options.curve;
   p.topic = options.topic;
   p.replay_batches = options.replay_batches;
   p.replay_max_bytes = options.replay_max_bytes;

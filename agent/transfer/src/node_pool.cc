@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -100,7 +101,7 @@ Status NodePool::CheckRange(uint64_t offset, uint64_t length) const {
   return CheckPoolRange(offset, length, size_, "node pool");
 }
 
-Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& options) {
+Result<std::unique_ptr<NodePool>> NodePool::Map(const NodePoolOptions& options) {
   if (options.size_bytes == 0) {
     return InvalidParams("--pool-size is 0; give the pool at least one page (default 1GiB)");
   }
@@ -167,41 +168,59 @@ Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& option
   }
   LOG(INFO) << line;
 
+  pool->mlock_wanted_ = options.mlock;
+  return pool;
+}
+
+Status NodePool::Prefault(const PrefaultProgress& progress) {
   // Pre-fault every page now so that requests never take a fault. MADV_POPULATE_WRITE does it
-  // in the kernel in one call; without it, write one byte per page (a read would only map the
-  // shared zero page).
+  // in the kernel, one step of at most 1 GiB at a time (progress in between); without it, write
+  // one byte per page (a read would only map the shared zero page).
+  constexpr uint64_t kStep = uint64_t{1} << 30;
   const auto start = std::chrono::steady_clock::now();
   const char* method = "MADV_POPULATE_WRITE";
-  if (madvise(pool->base_, pool->size_, MADV_POPULATE_WRITE) != 0) {
-    if (errno != EINVAL) {
-      return Status(ErrorCode::kNoSpace, "cannot fault in the " + FormatBytes(pool->size_) +
-                                             " node pool (" + ErrnoText(errno) +
-                                             "); lower --pool-size or free memory");
+  if (progress) progress(0, size_);
+  for (uint64_t done = 0; done < size_;) {
+    const uint64_t step = std::min(kStep, size_ - done);
+    if (madvise(base_ + done, step, MADV_POPULATE_WRITE) != 0) {
+      if (errno != EINVAL) {
+        return Status(ErrorCode::kNoSpace, "cannot fault in the " + FormatBytes(size_) +
+                                               " node pool (" + ErrnoText(errno) +
+                                               "); lower --pool-size or free memory");
+      }
+      method = "a write per page";
+      volatile uint8_t* bytes = base_;
+      for (uint64_t off = done; off < done + step; off += page_bytes_) bytes[off] = 0;
     }
-    method = "a write per page";
-    volatile uint8_t* bytes = pool->base_;
-    for (uint64_t off = 0; off < pool->size_; off += pool->page_bytes_) bytes[off] = 0;
+    done += step;
+    if (progress) progress(done, size_);
   }
-  pool->prefault_seconds_ =
+  prefault_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double gbps = pool->prefault_seconds_ > 0
-                          ? static_cast<double>(pool->size_) / pool->prefault_seconds_ / 1e9
-                          : 0;
+  const double gbps =
+      prefault_seconds_ > 0 ? static_cast<double>(size_) / prefault_seconds_ / 1e9 : 0;
   char timing[96];
-  std::snprintf(timing, sizeof(timing), "%.3f s (%.2f GB/s)", pool->prefault_seconds_, gbps);
-  LOG(INFO) << "NodePool: pre-faulted " << FormatBytes(pool->size_) << " in " << timing << " via "
+  std::snprintf(timing, sizeof(timing), "%.3f s (%.2f GB/s)", prefault_seconds_, gbps);
+  LOG(INFO) << "NodePool: pre-faulted " << FormatBytes(size_) << " in " << timing << " via "
             << method;
 
-  if (options.mlock) {
+  if (mlock_wanted_) {
     // The raw syscall, not mlock(): sanitizer runtimes replace mlock() with a no-op, and the
     // pool must really be locked (or the failure really reported) in every build.
-    if (syscall(SYS_mlock, pool->base_, pool->size_) != 0) {
-      return Internal("cannot mlock the " + FormatBytes(pool->size_) + " node pool (" +
-                      ErrnoText(errno) + "): " + MemlockHint(pool->size_));
+    if (syscall(SYS_mlock, base_, size_) != 0) {
+      return Internal("cannot mlock the " + FormatBytes(size_) + " node pool (" + ErrnoText(errno) +
+                      "): " + MemlockHint(size_));
     }
-    pool->locked_ = true;
+    locked_ = true;
     LOG(INFO) << "NodePool: locked in memory (mlock)";
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<NodePool>> NodePool::Create(const NodePoolOptions& options) {
+  auto pool = Map(options);
+  if (!pool.ok()) return pool.status();
+  KVAGENT_RETURN_IF_ERROR((*pool)->Prefault());
   return pool;
 }
 

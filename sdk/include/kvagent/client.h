@@ -170,15 +170,23 @@ struct Counter {
   std::string text;
 };
 
+// Sessions: what the cluster stores for one session ID now.
+struct SessionUsage {
+  std::string session_id;
+  uint64_t blocks = 0;  // readable objects tagged with the session
+  uint64_t bytes = 0;   // their value bytes
+};
+
 // The outcome of a call. `status` is the request-level result: OK when every key was attempted
 // (look at `keys`), otherwise why none was — then every key carries the same code and message.
 struct [[nodiscard]] Reply {
   Status status;
-  std::vector<KeyResult> keys;    // one per key of the request, in order
-  uint64_t removed_count = 0;     // RemoveAll
-  std::vector<ListedKey> listed;  // List: this page
-  uint64_t next_cursor = 0;       // List: pass it to the next List; 0 when the scan is complete
-  std::vector<Counter> counters;  // Stat
+  std::vector<KeyResult> keys;         // one per key of the request, in order
+  uint64_t removed_count = 0;          // RemoveAll
+  std::vector<ListedKey> listed;       // List: this page
+  uint64_t next_cursor = 0;            // List, Sessions: pass it to the next call; 0 at the end
+  std::vector<Counter> counters;       // Stat
+  std::vector<SessionUsage> sessions;  // Sessions
   bool ok() const { return status.ok(); }
 };
 
@@ -187,6 +195,14 @@ struct ListOptions {
   std::string prefix;                    // only keys that start with it ("" for every key)
   uint64_t cursor = 0;                   // 0 to start, then Reply::next_cursor
   uint32_t limit = 1000;                 // about this many keys per page (at most 10000)
+  std::chrono::milliseconds timeout{0};  // 0: ClientOptions::call_timeout
+};
+
+// Arguments of Sessions.
+struct SessionsOptions {
+  std::string session_id;                // this session only ("" for every session, paged)
+  uint64_t cursor = 0;                   // 0 to start, then Reply::next_cursor
+  uint32_t limit = 1000;                 // at most this many sessions per page (at most 10000)
   std::chrono::milliseconds timeout{0};  // 0: ClientOptions::call_timeout
 };
 
@@ -254,6 +270,13 @@ class Client {
   // The agent's counters ("agent.*": clients, requests, batches, keys and bytes per op,
   // failures, master link) and the master's ("master.*") in Reply::counters.
   Reply Stat(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // What the cluster stores per session ID now, in Reply::sessions: blocks (readable objects
+  // tagged with the session) and bytes, from counters the master keeps (the cost does not grow
+  // with the number of keys). With options.session_id, that session (zeros when nothing is
+  // stored); else a page of the sessions that store something, in the master's order (page on
+  // with Reply::next_cursor until it is 0). A page may be shorter than `limit`, even empty,
+  // before the end.
+  Reply Sessions(const SessionsOptions& options = {});
 
   // Asynchronous forms: submit now, collect with PendingCall::Wait() or poll Ready(). Local
   // validation errors and agent failures come back through the PendingCall as well.
@@ -270,6 +293,7 @@ class Client {
   PendingCall SubmitRemoveAll(const CallOptions& options = {});
   PendingCall SubmitList(const ListOptions& options = {});
   PendingCall SubmitStat(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  PendingCall SubmitSessions(const SessionsOptions& options = {});
 
   uint64_t client_id() const;
   uint64_t agent_epoch() const;

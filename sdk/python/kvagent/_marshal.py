@@ -26,6 +26,17 @@ def invalid(message):
     return InvalidParams(ErrorCode.INVALID_PARAMS, message)
 
 
+def unsigned(value, bits, what, low=0):
+    """`value` checked to be an integer in [low, 2**bits - 1] (ctypes would wrap it silently:
+    replica_count=257 became 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid("%s is a %s; give an integer" % (what, type(value).__name__))
+    high = (1 << bits) - 1
+    if not low <= value <= high:
+        raise invalid("%s is %d; give %d..%d" % (what, value, low, high))
+    return value
+
+
 def encode(text, what):
     """A key or session ID as bytes: str is UTF-8 encoded, bytes-like passes unchanged (so
     invalid bytes reach the library's own validation); None is empty."""
@@ -119,13 +130,14 @@ def block_array(blocks, keep):
         if b is None:
             continue
         hashes = (ctypes.c_uint64 * len(b.hashes))(*[h & U64_MASK for h in b.hashes])
-        tokens = (ctypes.c_uint32 * len(b.token_ids))(*b.token_ids)
+        tokens = (ctypes.c_uint32 * len(b.token_ids))(
+            *[unsigned(t, 32, "blocks[%d].token_ids" % i) for t in b.token_ids])
         lora = encode(b.lora_name, "blocks[%d].lora_name" % i)
         keep.extend((hashes, tokens, lora))
         e = c[i]
         e.hashes, e.hash_count = hashes, len(b.hashes)
         e.token_ids, e.token_count = tokens, len(b.token_ids)
-        e.block_size = b.block_size
+        e.block_size = unsigned(b.block_size, 32, "blocks[%d].block_size" % i)
         e.hashes_signed = 1 if b.signed else 0
         if b.parent_hash is not None:
             e.has_parent, e.parent_hash = 1, b.parent_hash & U64_MASK

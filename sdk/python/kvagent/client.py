@@ -99,6 +99,11 @@ def _ms(seconds):
     """Seconds (float or None) as whole milliseconds for the C ABI; None or 0: the default."""
     if seconds is None:
         return 0
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise marshal.invalid("timeout is a %s; give seconds as a number" % type(seconds).__name__)
+    if not math.isfinite(seconds):
+        raise marshal.invalid("timeout is %r; give a finite number of seconds >= 0 (None: the "
+                              "default)" % seconds)
     if seconds < 0:
         raise marshal.invalid("timeout is negative; give seconds >= 0")
     return min(max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0, 0xFFFFFFFF)
@@ -153,9 +158,11 @@ class Client:
             struct_size=ctypes.sizeof(native.ConnectOptions),
             run_dir=os.fsencode(run_dir),
             client_name=marshal.encode(name, "name") if name else None,
-            arena_bytes=arena_bytes, ring_bytes=ring_bytes,
+            arena_bytes=marshal.unsigned(arena_bytes, 64, "arena_bytes"),
+            ring_bytes=marshal.unsigned(ring_bytes, 64, "ring_bytes"),
             connect_timeout_ms=_ms(connect_timeout), call_timeout_ms=_ms(call_timeout),
-            spin_us=spin_us, max_in_flight=max_in_flight)
+            spin_us=marshal.unsigned(spin_us, 32, "spin_us"),
+            max_in_flight=marshal.unsigned(max_in_flight, 32, "max_in_flight"))
         handle = ctypes.c_void_p()
         code = lib.kv_connect(ctypes.byref(options), ctypes.byref(handle))
         if code != ErrorCode.OK:
@@ -214,7 +221,8 @@ class Client:
         """A new ArenaBuffer of ``size`` bytes. Raises NoSpace (the message gives the largest
         free extent) or InvalidParams (size 0)."""
         handle = ctypes.c_void_p()
-        code = self._lib.kv_allocate(self._h(), size, ctypes.byref(handle))
+        code = self._lib.kv_allocate(self._h(), marshal.unsigned(size, 64, "size"),
+                                     ctypes.byref(handle))
         if code != ErrorCode.OK:
             raise marshal.last_error(self._lib, code)
         return ArenaBuffer(self._lib, handle.value)
@@ -367,7 +375,9 @@ class Client:
         """kv_list's arguments: a kv_list_options_t."""
         encoded = marshal.encode(prefix, "prefix")
         options = native.ListOptions(struct_size=ctypes.sizeof(native.ListOptions),
-                                     cursor=cursor, limit=limit, timeout_ms=_ms(timeout))
+                                     cursor=marshal.unsigned(cursor, 64, "cursor"),
+                                     limit=marshal.unsigned(limit, 32, "limit"),
+                                     timeout_ms=_ms(timeout))
         options.prefix.data = ctypes.cast(ctypes.c_char_p(encoded), ctypes.c_void_p)
         options.prefix.size = len(encoded)
         return (ctypes.byref(options),), (encoded, options)
@@ -418,7 +428,8 @@ class Client:
                                                                              None):
             options = ctypes.byref(native.WriteOptions(
                 struct_size=ctypes.sizeof(native.WriteOptions), timeout_ms=_ms(timeout),
-                soft_pin_ttl_ms=soft_pin_ttl_ms, replica_count=replica_count,
+                soft_pin_ttl_ms=marshal.unsigned(soft_pin_ttl_ms, 32, "soft_pin_ttl_ms"),
+                replica_count=marshal.unsigned(replica_count, 8, "replica_count", low=1),
                 soft_pin=1 if soft_pin else 0, hard_pin=1 if hard_pin else 0))
         return (n, marshal.bytes_array(encoded, keep),
                 marshal.value_array(values, ArenaBuffer, keep), c_sessions, c_blocks,

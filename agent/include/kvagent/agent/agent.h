@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@
 namespace kvagent::agent {
 
 inline constexpr int kMaxClientsLimit = 127;
+// Largest ring a client may get (--max-ring-bytes): a request frame, and the master message
+// built from it, stay below kvmaster's message limit (64 MiB).
+inline constexpr uint64_t kMaxRingBytesLimit = 32ULL << 20;
 
 struct AgentConfig {
   std::string run_dir = "/run/kvagent";   // created (0755) if missing; holds agent.sock
@@ -29,12 +33,18 @@ struct AgentConfig {
   uint64_t ring_bytes = 1ULL << 20;       // default size of each ring (power of two)
   uint64_t max_ring_bytes = 16ULL << 20;  // cap on a client's requested ring size
   int max_clients = kMaxClientsLimit;     // 1..127
-  // Who may attach (SO_PEERCRED): a uid in allow_uids or a gid in allow_gids. Both empty means
-  // the agent's own uid and root.
+  // Who may attach (SO_PEERCRED): the agent's own uid, root, a uid in allow_uids or a gid in
+  // allow_gids (the lists add to the first two).
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
+  // A connection that has not completed its handshake (Hello .. Attached) by then is closed.
+  std::chrono::milliseconds handshake_timeout{10000};
   // How long the ring service keeps spinning after the last request before it sleeps.
   std::chrono::microseconds spin{50};
+  // systemd watchdog: the ring-service thread sends WATCHDOG=1 (and STATUS=<watchdog_status()>,
+  // called on that thread) every watchdog_interval; 0: no pings (Watchdog, common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
+  std::function<std::string()> watchdog_status;
 
   // "<run_dir>/agent.sock".
   std::string SocketPath() const { return run_dir + "/agent.sock"; }
@@ -46,8 +56,8 @@ Status MakeRunDir(const std::string& dir);
 
 class Agent {
  public:
-  // Creates the run dir, removes segments left by dead agents, listens on the socket and starts
-  // both threads. `handler` executes every valid request other than Ping.
+  // Creates the run dir, listens on the socket and starts both threads. `handler` executes every
+  // valid request other than Ping.
   static Result<std::unique_ptr<Agent>> Start(AgentConfig config,
                                               std::unique_ptr<RequestHandler> handler);
 

@@ -6,8 +6,9 @@
 // thread). The pipeline speaks master.fbs to both, so one code path serves both modes.
 //
 // Threading: every method runs on the agent's service thread (the one that calls the
-// RequestHandler), except where a method says otherwise. Replies reach that thread through the
-// PostFn given to Bind(), never on another thread.
+// RequestHandler), except where a method says otherwise. ready(), Describe() and AppendStats()
+// must be safe on any thread (the metrics endpoint reads them). Replies reach that thread through
+// the PostFn given to Bind(), never on another thread.
 #pragma once
 
 #include <flatbuffers/flatbuffers.h>

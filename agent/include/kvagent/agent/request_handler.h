@@ -58,6 +58,13 @@ struct ListedKey {
   std::string session_id;  // "" when untagged
 };
 
+// Sessions: what the cluster stores for one session ID.
+struct SessionUsage {
+  std::string session_id;
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;
+};
+
 // Stat: one counter; `text` for the few values that are words.
 struct Counter {
   std::string name;
@@ -71,13 +78,14 @@ struct CompletionData {
   Status status;  // request level: OK when every key was attempted
   std::vector<ErrorCode> codes;
   std::vector<std::string> messages;
-  std::vector<uint64_t> lengths;  // Get
-  std::vector<bool> exists;       // Exist
-  std::vector<uint8_t> replicas;  // Put/Upsert: replicas written per key
-  uint64_t removed_count = 0;     // RemoveAll
-  std::vector<ListedKey> listed;  // List
-  uint64_t next_cursor = 0;       // List
-  std::vector<Counter> counters;  // Stat
+  std::vector<uint64_t> lengths;       // Get
+  std::vector<bool> exists;            // Exist
+  std::vector<uint8_t> replicas;       // Put/Upsert: replicas written per key
+  uint64_t removed_count = 0;          // RemoveAll
+  std::vector<ListedKey> listed;       // List
+  uint64_t next_cursor = 0;            // List, Sessions
+  std::vector<Counter> counters;       // Stat
+  std::vector<SessionUsage> sessions;  // Sessions
 
   // Every one of `key_count` keys fails with `status` (request-level status too).
   static CompletionData FailAll(const Status& status, size_t key_count);

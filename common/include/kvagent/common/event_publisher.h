@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -30,7 +31,15 @@ struct EventPublisherOptions {
   // More endpoints the same PUB socket binds (e.g. tcp next to ipc): every subscriber, on
   // whichever endpoint, sees the same batches with the same seq.
   std::vector<std::string> extra_endpoints;
-  std::string replay_endpoint;         // ROUTER bind endpoint; empty: no replay socket
+  std::string replay_endpoint;  // ROUTER bind endpoint; empty: no replay socket
+  // Who may connect to the ipc:// endpoints: unset, only the owner (socket files mode 0600);
+  // set, also this group (mode 0660, group-owned by it). Connecting needs write permission.
+  std::optional<uint32_t> ipc_group;
+  // With keys, every tcp:// endpoint (PUB and replay) is a CURVE server of those keys (the
+  // events plane of the cluster secret, curve_auth.h): only members subscribe. ipc:// and
+  // inproc:// endpoints stay plain (their file permissions decide), on a second PUB socket that
+  // carries the same batches with the same seq.
+  std::optional<CurvePlaneKeys> curve;
   std::string topic;                   // frame 0 of every batch; default empty
   std::optional<int64_t> dp_rank = 0;  // third element of every payload built here
   size_t replay_batches = 10000;       // batches retained for replay

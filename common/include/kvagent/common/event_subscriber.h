@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -46,6 +47,9 @@ struct EventSubscriberOptions {
   std::chrono::milliseconds idle_probe_interval{1000};
   bool decode = false;  // also decode each payload (EventDelivery::batch / decode_status)
   int rcvhwm = 100000;  // SUB receive high-water mark (messages); overflow shows as a gap
+  // With keys, the SUB and the replay DEALER are CURVE clients of them for tcp:// endpoints
+  // (a publisher with the cluster secret, curve_auth.h); ipc:// endpoints stay plain.
+  std::optional<CurvePlaneKeys> curve;
 };
 
 struct EventDelivery {

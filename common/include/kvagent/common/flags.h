@@ -1,10 +1,13 @@
 // Command-line flags and config files for the binaries (kvagent, kvmaster, kvctl).
 //
 // Every option is declared once, with a help line, and can be given as `--name value`,
-// `--name=value`, or as `name = value` in a config file passed with `--config FILE`
-// (a flat TOML subset: comments, strings, integers, floats, booleans, arrays of strings; a
-// `[section]` header is accepted and ignored). Flags on the command line override the file.
-// Dashes and underscores in names are interchangeable (`pool-size` == `pool_size`).
+// `--name=value`, or as `name = value` in a TOML config file passed with `--config FILE`.
+// The command line is read with CLI11 and config files with toml++ (full TOML: strings, numbers,
+// booleans, arrays; a key inside a table `[t]` sets the option `t-key` when there is one, else
+// `key`, so a `[section]` header may simply group keys). Flags on the command line override the
+// file; a list flag given on the command line replaces the file's list. Dashes and underscores
+// in names are interchangeable (`pool-size` == `pool_size`). Unknown options and bad values are
+// errors naming the flag, or the file and line.
 //
 // Sizes accept binary suffixes (`64KiB`, `512MiB`, `1GiB`, also `K`, `M`, `G`); durations are
 // plain milliseconds in flags named `*-ms`.
@@ -36,7 +39,8 @@ class FlagSet {
   void Double(std::string name, double* target, std::string help);
   void Bool(std::string name, bool* target, std::string help);      // `--name`, `--name=false`
   void Size(std::string name, uint64_t* target, std::string help);  // bytes, with suffixes
-  // Repeatable: each occurrence appends (a config array sets the whole list).
+  // Repeatable: each occurrence on the command line appends; the command line's occurrences
+  // replace a config file's list, and a config array sets the whole list.
   void StringList(std::string name, std::vector<std::string>* target, std::string help);
 
   // Parses argv[1..]. Arguments that do not start with `--` are collected as positionals when
@@ -48,6 +52,8 @@ class FlagSet {
   Status ApplyConfigText(std::string_view text, std::string_view origin);
 
   bool help_requested() const { return help_requested_; }
+  // `--version` was given: print the program's version (kvagent::kVersion) and exit 0.
+  bool version_requested() const { return version_requested_; }
   std::string Usage() const;
 
  private:
@@ -71,6 +77,7 @@ class FlagSet {
   std::vector<Flag> flags_;
   std::string config_path_;
   bool help_requested_ = false;
+  bool version_requested_ = false;
 };
 
 // "1GiB" -> 1073741824. Exposed for tests and for kvctl.

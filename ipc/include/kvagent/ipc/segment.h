@@ -1,11 +1,17 @@
 // The per-client shared-memory segment: a header, a request ring (client -> agent), a
 // completion ring (agent -> client) and the client's data arena.
 //
-// The agent creates one segment per client with Boost.Interprocess (shared_memory_object +
-// mapped_region) under a name "kvagent.<agent pid>.<epoch>.<client id>", tells the client the
-// name during the handshake, and unlinks the name as soon as the client has mapped it (the
-// client unlinks too, ignoring failures): from then on the memory lives only as long as the
-// two mappings, so a SIGKILL on either side leaves nothing in /dev/shm.
+// The agent creates one segment per client as a memfd: sized, its pages allocated up front
+// (fallocate), then sealed against shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW |
+// F_SEAL_SEAL). It hands the client the file descriptor over agent.sock (SCM_RIGHTS) with the
+// Welcome; nothing is ever named in /dev/shm. So:
+//   - a client cannot truncate the memory under the agent (the agent would die of SIGBUS on its
+//     next access): the seals make ftruncate fail;
+//   - a lack of memory is an error at attach (fallocate fails), never a SIGBUS later;
+//   - a client in another mount or IPC namespace (a container with its own /dev/shm), or under
+//     another uid mapping, attaches as long as it can reach agent.sock;
+//   - the memory lives exactly as long as the two mappings: a SIGKILL on either side leaves
+//     nothing behind.
 //
 // Layout (offsets from the start of the mapping, every region page-aligned):
 //   [0, 4096)           SegmentHeader
@@ -33,7 +39,6 @@ inline constexpr uint64_t kSegmentMagic = 0x314D48535641564BULL;  // "KVAVSHM1"
 inline constexpr uint32_t kSegmentLayoutVersion = 1;
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kMaxRingBytes = 256ULL << 20;
-inline constexpr const char* kSegmentPrefix = "kvagent.";
 
 // Offsets and sizes of every region; computed, never read back from shared memory by the agent.
 struct SegmentLayout {
@@ -54,7 +59,7 @@ struct SegmentLayout {
   friend bool operator==(const SegmentLayout&, const SegmentLayout&) = default;
 };
 
-// At offset 0 of every segment. Written once by the agent before the client learns the name,
+// At offset 0 of every segment. Written once by the agent before the client gets the fd,
 // except `agent_shutdown`, which the agent sets when it stops (the client then fails fast).
 struct SegmentHeader {
   uint64_t magic;
@@ -67,29 +72,20 @@ struct SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) <= kPageBytes);
 
-// Who should own the shared-memory object when the creator runs as root (fchown to the peer).
-struct SegmentOwner {
-  bool set = false;
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-};
-
-// One mapping of a segment. Move-only; unmaps on destruction (the name, if still linked, stays:
-// call Unlink()).
+// One mapping of a segment. Move-only; unmaps on destruction.
 class Segment {
  public:
-  // Creates the shared-memory object `name` (mode 0600, or owned by `owner` when set), sizes it,
-  // maps it and writes the header and empty rings. Fails if the name exists.
-  static Result<Segment> Create(const std::string& name, const SegmentLayout& layout,
-                                uint64_t agent_epoch, uint64_t client_id, SegmentOwner owner);
+  // Creates the memfd, sizes it, allocates every page (fallocate), seals it, maps it and writes
+  // the header and empty rings. The segment keeps the fd until ReleaseFd/CloseFd. Errors:
+  // NO_SPACE when the memory cannot be allocated (the message says how much and what to do),
+  // INTERNAL for other system-call failures.
+  static Result<Segment> Create(const SegmentLayout& layout, uint64_t agent_epoch,
+                                uint64_t client_id);
 
-  // Opens and maps an existing segment and checks its header: magic, version, that it is
-  // `expected_bytes` long and that every region lies inside the mapping.
-  static Result<Segment> Open(const std::string& name, uint64_t expected_bytes);
-
-  // Removes the name from /dev/shm; the mappings stay valid. Returns false if it was not there
-  // or could not be removed (a client without permission).
-  static bool Unlink(const std::string& name);
+  // Maps the segment behind `fd` (received from the agent) and checks it: its size is
+  // `expected_bytes`, it is sealed against shrinking, and its header (magic, version, layout)
+  // is consistent. Takes ownership of the fd and closes it once mapped.
+  static Result<Segment> Open(int fd, uint64_t expected_bytes);
 
   Segment(Segment&&) noexcept;
   Segment& operator=(Segment&&) noexcept;
@@ -102,24 +98,18 @@ class Segment {
   std::span<uint8_t> arena() const { return {base_ + layout_.arena, layout_.arena_bytes}; }
   uint8_t* base() const { return base_; }
 
+  // The memfd of a created segment (-1 once closed): what the agent passes to the client.
+  int fd() const { return fd_; }
+  // Closes the fd (the mapping stays): once the client has it, the agent keeps only the map.
+  void CloseFd();
+
  private:
-  struct Mapping;
-  Segment(std::unique_ptr<Mapping> mapping, const SegmentLayout& layout);
+  Segment(uint8_t* base, uint64_t bytes, const SegmentLayout& layout, int fd);
 
-  std::unique_ptr<Mapping> mapping_;
   uint8_t* base_ = nullptr;
+  uint64_t mapped_bytes_ = 0;
   SegmentLayout layout_;
+  int fd_ = -1;
 };
-
-// "kvagent.<pid>.<epoch>.<client id>".
-std::string SegmentName(int agent_pid, uint64_t agent_epoch, uint64_t client_id);
-
-// Removes segment names left by agents that died between creating a segment and unlinking it:
-// every "kvagent.<pid>.*" in /dev/shm whose pid is no live process, and names of our own pid
-// from another epoch. Returns how many it removed.
-int RemoveStaleSegments(int own_pid, uint64_t own_epoch);
-
-// Counts names in /dev/shm that start with "kvagent.<pid>." (for tests and diagnostics).
-int CountSegments(int agent_pid);
 
 }  // namespace kvagent::ipc

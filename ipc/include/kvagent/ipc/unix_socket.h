@@ -61,14 +61,18 @@ struct PeerCredentials {
 // The credentials of the process at the other end of a connected unix socket (SO_PEERCRED).
 [[nodiscard]] Result<PeerCredentials> GetPeerCredentials(int fd);
 
-// Writes one length-prefixed message, waiting at most `timeout` for buffer space.
+// Writes one length-prefixed message, waiting at most `timeout` for buffer space. With
+// `pass_fd` >= 0 the descriptor travels with the message's first bytes (SCM_RIGHTS); the
+// caller keeps its own copy.
 [[nodiscard]] Status SendMessage(int fd, std::span<const uint8_t> message,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout, int pass_fd = -1);
 
 // Reads one length-prefixed message, waiting at most `timeout`. AGENT_UNAVAILABLE on EOF,
 // TIMEOUT on timeout, INVALID_PARAMS when the peer announces more than kMaxHandshakeMessage.
-[[nodiscard]] Result<std::vector<uint8_t>> ReceiveMessage(int fd,
-                                                          std::chrono::milliseconds timeout);
+// With `received_fd`, a descriptor the peer passed with the message (SCM_RIGHTS) lands there
+// (close-on-exec); without it, passed descriptors are discarded by the kernel.
+[[nodiscard]] Result<std::vector<uint8_t>> ReceiveMessage(int fd, std::chrono::milliseconds timeout,
+                                                          UniqueFd* received_fd = nullptr);
 
 // Incremental reader of length-prefixed messages for non-blocking sockets driven by epoll.
 class MessageReader {
@@ -80,10 +84,22 @@ class MessageReader {
   // an oversized message (the connection should be closed).
   State Read(int fd);
   const std::vector<uint8_t>& message() const { return message_; }
+  // Bytes received that do not yet form a whole message.
+  size_t pending_bytes() const { return buffer_.size(); }
+
+  // Accept descriptors passed with the bytes (SCM_RIGHTS; at most one is kept, later ones are
+  // closed). Off by default: then the kernel discards any a peer sends.
+  void AcceptFds() { accept_fds_ = true; }
+  // The last descriptor received (invalid when none).
+  UniqueFd TakeFd() { return std::move(fd_); }
 
  private:
+  ssize_t Receive(int fd, uint8_t* data, size_t size);
+
   std::vector<uint8_t> buffer_;
   std::vector<uint8_t> message_;
+  bool accept_fds_ = false;
+  UniqueFd fd_;
 };
 
 }  // namespace kvagent::ipc

@@ -34,6 +34,17 @@ class MasterRpc {
   // until the next call.
   std::span<const uint8_t> Handle(std::span<const uint8_t> request);
 
+  // The counters of the Stats reply (`kvctl stat` shows them as "master.*"): the service's,
+  // then the extra ones. Same thread as Handle.
+  std::vector<std::pair<std::string, uint64_t>> StatCounters() const;
+
+  // The event endpoints told to agents in RegisterAgentReply (MasterServer sets what its
+  // publisher bound). Unset: none told.
+  void set_event_endpoints(std::string events, std::string replay) {
+    events_endpoint_ = std::move(events);
+    events_replay_endpoint_ = std::move(replay);
+  }
+
   // Extra counters appended to the Stats reply (e.g. the event publisher's). Optional.
   using ExtraStats = std::function<void(std::vector<std::pair<std::string, uint64_t>>*)>;
   void set_extra_stats(ExtraStats fn) { extra_stats_ = std::move(fn); }
@@ -63,6 +74,8 @@ class MasterRpc {
   ExtraStats extra_stats_;
   std::function<bool()> may_serve_;
   LastRequest last_;
+  std::string events_endpoint_;
+  std::string events_replay_endpoint_;
 };
 
 }  // namespace kvagent::master

@@ -14,12 +14,17 @@
 // sent, once the master may no longer serve.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
+#include "kvagent/master/master_metrics.h"
 #include "kvagent/master/types.h"
 
 namespace kvagent::master {
@@ -30,6 +35,9 @@ struct MasterServerOptions {
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)
+  // systemd watchdog: the serving thread sends WATCHDOG=1 and a STATUS= line this often (0:
+  // never), so a hung loop stops the pings (common/watchdog.h).
+  std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
   // High availability: whether this master may serve now (its leadership is confirmed), asked
   // before every request (MasterRpc::set_may_serve) and every tick; while false it changes
@@ -38,6 +46,9 @@ struct MasterServerOptions {
   // Synchronous replication: replies wait until this many followers hold the records they
   // depend on (0: asynchronous).
   int sync_followers = 0;
+  // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
+  // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
+  std::optional<ClusterSecret> secret;
 };
 
 class MasterServer {
@@ -60,6 +71,9 @@ class MasterServer {
   // The master's epoch (MasterService::incarnation) and its newest replicated record.
   uint64_t epoch() const;
   uint64_t last_seq() const;
+  // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).
+  // Any thread: the metrics endpoint reads them without disturbing the serving thread.
+  StatCounterList StatsSnapshot() const;
 
  private:
   class Loop;

@@ -102,19 +102,20 @@ class MasterService {
   // (reservations never evict) or the agent holds its share already (kMaxReservedWritesPerAgent
   // writes, 1/kReservedShareDivisor of all pools). out: per reserved write, OK, its placements
   // and its write id; out->lease_ttl_ms: each is abandoned like a write in flight when not
-  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count or replica count;
-  // AGENT_UNAVAILABLE for an unknown agent.
+  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count
+  // or replica count; AGENT_UNAVAILABLE for an unknown agent.
   Status ReserveWrites(const ReserveWritesRequest& request, PlacementBatch* out);
   // A put of each key into a reserved write of this agent: BatchPutStart's checks and session
   // rules, then BatchPutEnd's commit, in one call. A value may be smaller than its reserved
   // write: it fills the reserved parts in order (each part up to its length; the parts it does
-  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key: OK (readable, BlockStored; its
-  // replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored or being written: the
-  // reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write is unknown here
-  // (abandoned, expired, or reserved by another master: nothing is stored; put again), or the
-  // End's errors. Committing the same key and reserved write twice is OK, also when the first
-  // commit reached the log of a master that went down and this one restored it. Otherwise, when
-  // request.master_epoch is not this master's incarnation, each key is MASTER_UNAVAILABLE.
+  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key:
+  // OK (readable, BlockStored; its replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored
+  // or being written: the reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write
+  // is unknown here (abandoned, expired, or reserved by another master: nothing is stored; put
+  // again), or the End's errors. Committing the same key and reserved write twice is OK, also when
+  // the first commit reached the log of a master that went down and this one restored it.
+  // Otherwise, when request.master_epoch is not this master's incarnation, each key is
+  // MASTER_UNAVAILABLE.
   Status BatchPutCommit(const WriteCommitRequest& request, KeyResults* out);
 
   // Readable replicas of every part of each key, in part order (within a part, replicas on
@@ -156,6 +157,19 @@ class MasterService {
   std::optional<std::string> SessionOf(std::string_view key) const;
   // True while some object or in-flight write references `session_id`.
   bool HasSessionTag(std::string_view session_id) const;
+
+  // What the cluster stores per session ID now: readable objects tagged with it and their
+  // bytes, from counters kept next to the session tags (no scan of the objects). With a
+  // `session_id`: that one (zeros when nothing is stored). Without: sessions that store
+  // something, a page of at most `limit` (1..10000) from `cursor` (0 to start); *next_cursor is
+  // where to go on, 0 at the end.
+  struct SessionUsage {
+    std::string session_id;
+    uint64_t blocks = 0;
+    uint64_t bytes = 0;
+  };
+  void SessionStats(std::string_view session_id, uint64_t cursor, uint32_t limit,
+                    std::vector<SessionUsage>* out, uint64_t* next_cursor) const;
 
   MasterStats Stats() const;
   // Counted in Stats().bad_requests: the RPC layer reports malformed or unknown messages here.

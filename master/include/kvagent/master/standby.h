@@ -16,6 +16,9 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
 
 namespace kvagent::master {
@@ -32,6 +35,8 @@ struct StandbyOptions {
   std::chrono::milliseconds poll{20};       // between requests when there was nothing new
   std::chrono::milliseconds timeout{1000};  // a request unanswered this long (after `wait`):
                                             // reconnect
+  // The primary's master-rpc keys when it runs with a cluster secret (a CURVE client).
+  std::optional<CurvePlaneKeys> curve;
 };
 
 class Standby {

@@ -70,7 +70,8 @@ struct MasterOptions {
   // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it
   // (and at most a quarter of the agent TTL).
   int64_t max_tick_gap_ms = 1000;
-  std::string state_dir;  // operation log directory; empty: no persistence
+  uint64_t min_segment_bytes = 1ull << 20;  // smaller segments are refused (kMinSegmentBytes)
+  std::string state_dir;                    // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
   uint64_t replication_log_bytes = 0;
   LogSync log_sync = LogSync::kWrite;  // when the operation log reaches the disk
@@ -105,6 +106,12 @@ struct ReplicationPage {
 // INVALID_PARAMS naming the first inconsistent option (non-positive TTL, release timeout
 // below the put timeout, watermarks outside 0 < low <= high <= 1, parts below 4 KiB).
 Status ValidateMasterOptions(const MasterOptions& options);
+
+// Smallest segment (node pool) the master mounts. Values are split into parts no larger than
+// the smallest mounted segment (so that any segment can hold a part); without a floor one tiny
+// segment would split every value in the cluster into tiny parts, and every Get reply with
+// them.
+inline constexpr uint64_t kMinSegmentBytes = uint64_t{1} << 20;  // MasterOptions' default
 
 // Largest value a write may announce (256 TiB): far beyond any pool, and small enough that
 // size arithmetic (rounding, parts) cannot overflow.
@@ -281,10 +288,10 @@ struct ListPage {
 
 // Counters for Stats and logs.
 struct MasterStats {
-  uint64_t keys = 0;  // readable objects
+  uint64_t keys = 0;              // readable objects
   uint64_t writes_in_flight = 0;  // puts and upserts started, not ended (reserved writes apart)
-  uint64_t bytes_used = 0;      // allocated in all segments (including in-flight and discarded)
-  uint64_t bytes_capacity = 0;  // size of all mounted segments
+  uint64_t bytes_used = 0;        // allocated in all segments (including in-flight and discarded)
+  uint64_t bytes_capacity = 0;    // size of all mounted segments
   uint64_t agents = 0;
   uint64_t segments = 0;
   uint64_t session_tags = 0;  // distinct session IDs referenced

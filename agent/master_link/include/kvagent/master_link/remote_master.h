@@ -31,12 +31,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kvagent/agent/master_port.h"
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -77,6 +79,9 @@ struct RemoteMasterOptions {
   // registers there), with the leader's event endpoints, so the event relay follows it. Must
   // not block.
   std::function<void(const std::string& events, const std::string& replay)> on_leader_changed;
+  // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
+  // reaches only a kvmaster that holds the same secret (curve_auth.h).
+  std::optional<CurvePlaneKeys> curve;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).
@@ -116,6 +121,11 @@ class RemoteMaster final : public agent::MasterPort {
   // than the service thread and the link thread (the event relay's content source).
   // MASTER_UNAVAILABLE when the link is down or the master does not answer.
   Result<KeyPage> ListKeys(uint64_t cursor, uint32_t limit);
+
+  // The master's KV-event PUB and replay endpoints as its last registration reply told them
+  // (host as the master bound it: a wildcard means the master's own address); nullopt until
+  // registered with a master that tells them. Any thread.
+  std::optional<std::pair<std::string, std::string>> EventEndpoints() const;
 
   // MasterPort (service thread, except ready/identity/Describe/AppendStats: any thread).
   void Bind(agent::PostFn post) override;

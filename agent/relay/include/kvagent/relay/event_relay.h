@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
 
@@ -60,16 +61,27 @@ using ContentSource = std::function<Result<ContentPage>(uint64_t cursor)>;
 // medium EXTERNAL. For a ListKeys page whose entries carry only key and session.
 events::BlockStored AnnouncementFromKey(std::string_view key, std::string_view session_id);
 
+// The master's event endpoints (PUB, replay ROUTER) once known; nullopt while not.
+using MasterEventEndpoints = std::function<std::optional<std::pair<std::string, std::string>>()>;
+
 struct EventRelayOptions {
-  // The master's PUB, e.g. tcp://master:5557 (required unless await_master).
+  // The master's PUB, e.g. tcp://master:5557. Empty: asked from `master_endpoints` when set,
+  // which the relay thread calls until it answers (the master tells its endpoints when the agent
+  // registers; the relay stays `joining` meanwhile), or given later by SwitchMaster
+  // (await_master).
   std::string master_events;
+  MasterEventEndpoints master_endpoints;
   std::string master_events_replay;          // its replay ROUTER; empty: gaps are never repaired
   std::string endpoint;                      // our PUB, ipc://<run-dir>/events.sock (required)
   std::string replay_endpoint;               // our replay ROUTER; empty: none
   std::vector<std::string> extra_endpoints;  // more PUB endpoints (--events-tcp), same seq
-  ContentSource list_content;                // the store's content (required)
-  std::string topic;                         // frame 0 of our batches
-  size_t replay_batches = 10000;             // our retention for replay (EVENTS.md default)
+  std::optional<uint32_t> ipc_group;         // who may connect to our ipc sockets (publisher)
+  // With a cluster secret: the master's events-plane keys (our SUB and replay DEALER are CURVE
+  // clients), and the same keys for our tcp:// endpoints (CURVE servers).
+  std::optional<CurvePlaneKeys> curve;
+  ContentSource list_content;     // the store's content (required)
+  std::string topic;              // frame 0 of our batches
+  size_t replay_batches = 10000;  // our retention for replay (EVENTS.md default)
   size_t replay_max_bytes = size_t{256} << 20;
   // How long to wait for a first live batch before asking the master's replay for its retained
   // history instead (a quiet master publishes nothing live; that replay can be large).

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -48,6 +49,15 @@ class NodePool {
   // The caller owns the returned pool; the pool owns the mapping.
   [[nodiscard]] static Result<std::unique_ptr<NodePool>> Create(const NodePoolOptions& options);
 
+  // Create in two steps, so that the agent can bind its ports and check its run dir before
+  // spending minutes pre-faulting a large pool: Map reserves the mapping (no page is touched);
+  // Prefault faults every page in, in steps of at most 1 GiB, calling `progress(faulted, total)`
+  // before the first step and after each (to tell systemd, EXTEND_TIMEOUT_USEC), then mlocks
+  // when options.mlock. Errors as Create's.
+  using PrefaultProgress = std::function<void(uint64_t faulted_bytes, uint64_t total_bytes)>;
+  [[nodiscard]] static Result<std::unique_ptr<NodePool>> Map(const NodePoolOptions& options);
+  [[nodiscard]] Status Prefault(const PrefaultProgress& progress = {});
+
   ~NodePool();  // munmap (which also drops the mlock)
   NodePool(const NodePool&) = delete;
   NodePool& operator=(const NodePool&) = delete;
@@ -77,6 +87,7 @@ class NodePool {
   PoolPages pages_;
   uint64_t page_bytes_;
   bool locked_ = false;
+  bool mlock_wanted_ = false;
   double prefault_seconds_ = 0;
 };
 

@@ -1,0 +1,121 @@
+// The acceptor's handshake messages: Hello -> Welcome (+ the segment's fd) -> Attached.
+#include <unistd.h>
+
+#include <glog/logging.h>
+
+#include "acceptor.h"
+#include "kvagent/common/format.h"
+#include "kvagent/schemas/agent_generated.h"
+
+namespace kvagent::agent {
+namespace {
+
+constexpr auto kSendTimeout = std::chrono::milliseconds(1000);
+
+bool IsPowerOfTwo(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+std::string Describe(const ipc::PeerCredentials& peer) {
+  return "pid " + std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + ", gid " +
+         std::to_string(peer.gid);
+}
+
+}  // namespace
+
+void Acceptor::Refuse(Connection& conn, const Status& why) {
+  LOG(WARNING) << "refused a client (" << Describe(conn.peer) << "): " << why.ToString();
+  flatbuffers::FlatBufferBuilder fbb;
+  auto message = fbb.CreateString(why.message());
+  proto::WelcomeBuilder b(fbb);
+  b.add_status(static_cast<uint16_t>(why.code()));
+  b.add_message(message);
+  b.add_protocol_version(static_cast<uint32_t>(proto::ProtocolVersion::Current));
+  fbb.Finish(b.Finish());
+  (void)ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kSendTimeout);
+}
+
+bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
+  Result<HelloRequest> hello = ReadHello(message);
+  if (!hello.ok()) {
+    Refuse(conn, hello.status());
+    return false;
+  }
+  const uint32_t ours = static_cast<uint32_t>(proto::ProtocolVersion::Current);
+  if (hello->protocol_version != ours) {
+    Refuse(conn, InvalidParams("the client speaks protocol version " +
+                               std::to_string(hello->protocol_version) + " and this agent speaks " +
+                               std::to_string(ours) + "; upgrade the older of the two"));
+    return false;
+  }
+  if (!Allowed(conn.peer)) {
+    Refuse(conn, Status(ErrorCode::kAgentUnavailable,
+                        "uid " + std::to_string(conn.peer.uid) + " / gid " +
+                            std::to_string(conn.peer.gid) +
+                            " may not attach to this agent; start it with --allow-uid " +
+                            std::to_string(conn.peer.uid) + " or --allow-gid " +
+                            std::to_string(conn.peer.gid)));
+    return false;
+  }
+  if (CountClients() >= static_cast<size_t>(config_.max_clients)) {
+    Refuse(conn, Status(ErrorCode::kAgentUnavailable,
+                        "the agent already serves " + std::to_string(config_.max_clients) +
+                            " clients (--max-clients, at most " + std::to_string(kMaxClientsLimit) +
+                            "); close a client or run another agent with its own --run-dir"));
+    return false;
+  }
+  const uint64_t ring = hello->ring_bytes == 0
+                            ? config_.ring_bytes
+                            : std::min(hello->ring_bytes, config_.max_ring_bytes);
+  if (!IsPowerOfTwo(ring)) {
+    Refuse(conn, InvalidParams("ring_bytes " + std::to_string(ring) +
+                               " is not a power of two; ask for e.g. 1 MiB"));
+    return false;
+  }
+  const uint64_t arena = std::min(hello->arena_bytes, config_.max_arena_bytes);
+  auto layout = ipc::SegmentLayout::Compute(ring, ring, arena);
+  if (!layout.ok()) {
+    Refuse(conn, layout.status());
+    return false;
+  }
+  const ClientId id = next_client_id_++;
+  conn.client_name = std::move(hello->client_name);
+  auto segment = ipc::Segment::Create(*layout, epoch_, id);
+  if (!segment.ok()) {
+    Refuse(conn, segment.status());
+    return false;
+  }
+  conn.client_id = id;
+  conn.segment = std::make_shared<ipc::Segment>(std::move(*segment));
+  conn.phase = Phase::kAwaitAttached;
+  fd_of_client_[id] = conn.fd.get();
+
+  flatbuffers::FlatBufferBuilder fbb;
+  proto::WelcomeBuilder b(fbb);
+  b.add_status(static_cast<uint16_t>(ErrorCode::kOk));
+  b.add_protocol_version(ours);
+  b.add_client_id(id);
+  b.add_agent_epoch(epoch_);
+  b.add_segment_bytes(layout->total_bytes);
+  b.add_arena_bytes(layout->arena_bytes);
+  b.add_ring_bytes(ring);
+  fbb.Finish(b.Finish());
+  const Status sent = ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
+                                       kSendTimeout, conn.segment->fd());
+  // The client has its own descriptor now (or never will): the agent keeps only the mapping.
+  conn.segment->CloseFd();
+  return sent.ok();
+}
+
+bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
+  Result<uint64_t> attached = ReadAttached(message);
+  if (!attached.ok() || *attached != conn.client_id) return false;
+  conn.phase = Phase::kLive;
+  LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
+            << Describe(conn.peer) << ") attached: arena "
+            << FormatBytes(conn.segment->layout().arena_bytes) << ", rings "
+            << FormatBytes(conn.segment->layout().request_ring_bytes);
+  service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
+                                                      std::move(conn.segment)));
+  return true;
+}
+
+}  // namespace kvagent::agent

@@ -1,0 +1,30 @@
+// The agent's reading of the handshake messages a client sends on agent.sock (schemas/agent.fbs:
+// Hello, Attached): verified, then copied into plain values, so the acceptor never touches a
+// FlatBuffer it has not checked (and the fuzz harness reaches exactly this code).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent::agent {
+
+struct HelloRequest {
+  uint32_t protocol_version = 0;
+  std::string client_name;  // sanitized for logs (SanitizedClientName)
+  uint64_t arena_bytes = 0;
+  uint64_t ring_bytes = 0;
+};
+
+// INVALID_PARAMS when `message` is not a valid Hello FlatBuffer.
+[[nodiscard]] Result<HelloRequest> ReadHello(std::span<const uint8_t> message);
+// The client id an Attached names; INVALID_PARAMS when `message` is not a valid Attached.
+[[nodiscard]] Result<uint64_t> ReadAttached(std::span<const uint8_t> message);
+
+// `name` as it may appear in a log line: printable ASCII kept, anything else (newlines, escape
+// sequences, bytes of other scripts) as \xNN, at most 64 bytes of the original.
+std::string SanitizedClientName(std::string_view name);
+
+}  // namespace kvagent::agent

@@ -1,0 +1,59 @@
+// The TCP data plane's fixed headers (agent/transfer/src/tcp_wire.h, read-only here): Hello,
+// Auth, AuthOk, Request and Reply as a peer could send them. Must never crash or hit UB, and
+// whatever decodes must encode back to the same bytes (the decoders reject reserved bits and
+// unknown values).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "tcp_wire.h"
+
+namespace wire = kvagent::transfer::wire;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  uint8_t out[wire::kRequestBytes];
+  if (size >= wire::kHelloBytes) {
+    wire::Hello hello;
+    if (wire::DecodeHello(data, &hello).ok()) {
+      wire::EncodeHello(hello, out);
+      if (std::memcmp(out, data, wire::kHelloBytes) != 0) std::abort();
+    }
+  }
+  if (size >= wire::kAuthBytes) {
+    wire::Auth auth;
+    if (wire::DecodeAuth(data, &auth).ok()) {
+      wire::EncodeAuth(auth, out);
+      if (std::memcmp(out, data, wire::kAuthBytes) != 0) std::abort();
+    }
+  }
+  if (size >= wire::kAuthOkBytes) {
+    std::array<uint8_t, wire::kProofBytes> proof;
+    if (wire::DecodeAuthOk(data, &proof).ok()) {
+      wire::EncodeAuthOk(proof, out);
+      if (std::memcmp(out, data, wire::kAuthOkBytes) != 0) std::abort();
+    }
+  }
+  if (size >= wire::kRequestBytes) {
+    wire::Request request;
+    if (wire::DecodeRequest(data, &request).ok()) {
+      wire::EncodeRequest(request, out);
+      if (std::memcmp(out, data, wire::kRequestBytes) != 0) std::abort();
+    }
+  }
+  if (size >= wire::kReplyBytes) {
+    wire::Reply reply;
+    if (wire::DecodeReply(data, &reply).ok()) {
+      wire::EncodeReply(reply, out);
+      // Finding (reported to the data plane's owner): DecodeReply accepts a non-zero reserved
+      // u16 at offset 6, which the header comment says is 0. Compare around it until it checks
+      // it; then drop the masking.
+      uint8_t in[wire::kReplyBytes];
+      std::memcpy(in, data, sizeof in);
+      in[6] = in[7] = 0;
+      if (std::memcmp(out, in, wire::kReplyBytes) != 0) std::abort();
+    }
+  }
+  return 0;
+}
