@@ -82,6 +82,10 @@ for f in *; do
         -lkvclient -o "$f.bin"
       run_against_agent "$f" env LD_LIBRARY_PATH="$build/sdk/c" "./$f.bin"
       ;;
+    mooncake_*.py)  # the Mooncake-compatible package (sdk/python/compat) finds kvagent itself
+      run_against_agent "$f" env PYTHONPATH="$src/sdk/python/compat" PYTHONDONTWRITEBYTECODE=1 \
+        KVAGENT_LIBKVCLIENT="$build/sdk/c/libkvclient.so.0" /usr/bin/python3 "$f"
+      ;;
     *.py)
       run_against_agent "$f" env PYTHONPATH="$src/sdk/python" PYTHONDONTWRITEBYTECODE=1 \
         KVAGENT_LIBKVCLIENT="$build/sdk/c/libkvclient.so.0" /usr/bin/python3 "$f"

@@ -18,6 +18,7 @@ packages=(
   libcivetweb-dev
   libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
+  python3-torch
   iproute2 procps
   prometheus lintian
   clang-14 libclang-rt-14-dev

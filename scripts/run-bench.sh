@@ -12,3 +12,8 @@ for b in ipc_bench master_bench transfer_bench e2e_bench events_bench relay_benc
   fi
 done
 [[ $ran -gt 0 ]] || { echo "no benchmarks built" >&2; exit 1; }
+# Python benchmarks run the package from the source tree against this build's binaries.
+if [[ -x "$build/agent/kvagent" && -e "$build/sdk/c/libkvclient.so.0" ]]; then
+  echo "== mooncake_bench"
+  /usr/bin/python3 "$(dirname "$0")/../bench/mooncake/mooncake_bench.py" "$build"
+fi

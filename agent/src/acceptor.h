@@ -36,6 +36,7 @@
 #include "kvagent/agent/agent.h"
 #include "kvagent/ipc/segment.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "process_memory.h"
 #include "ring_service.h"
 
 namespace kvagent::agent {
@@ -72,6 +73,7 @@ class Acceptor {
     ClientId client_id = 0;
     std::string client_name;                // sanitized
     std::shared_ptr<ipc::Segment> segment;  // until handed to the ring service
+    std::shared_ptr<ProcessMemory> memory;  // granted process memory, or null
   };
 
   void Run();

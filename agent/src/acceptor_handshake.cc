@@ -84,11 +84,25 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
     return false;
   }
   conn.client_id = id;
+  Status memory_refused;
+  if (hello->memory_probe_address != 0) {
+    auto memory = ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address,
+                                       hello->memory_probe_value);
+    if (memory.ok()) {
+      conn.memory = std::move(*memory);
+    } else {
+      memory_refused = memory.status();
+      LOG(INFO) << "client " << id << " (" << conn.client_name << ", " << Describe(conn.peer)
+                << ") asked for process memory; not granted: " << memory_refused.message();
+    }
+  }
   conn.segment = std::make_shared<ipc::Segment>(std::move(*segment));
   conn.phase = Phase::kAwaitAttached;
   fd_of_client_[id] = conn.fd.get();
 
   flatbuffers::FlatBufferBuilder fbb;
+  flatbuffers::Offset<flatbuffers::String> refused_off;
+  if (!memory_refused.ok()) refused_off = fbb.CreateString(memory_refused.message());
   proto::WelcomeBuilder b(fbb);
   b.add_status(static_cast<uint16_t>(ErrorCode::kOk));
   b.add_protocol_version(ours);
@@ -97,6 +111,8 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   b.add_segment_bytes(layout->total_bytes);
   b.add_arena_bytes(layout->arena_bytes);
   b.add_ring_bytes(ring);
+  b.add_process_memory(conn.memory != nullptr);
+  if (!refused_off.IsNull()) b.add_process_memory_message(refused_off);
   fbb.Finish(b.Finish());
   const Status sent = ipc::SendMessage(conn.fd.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
                                        kSendTimeout, conn.segment->fd());
@@ -106,15 +122,26 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
 }
 
 bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
-  Result<uint64_t> attached = ReadAttached(message);
-  if (!attached.ok() || *attached != conn.client_id) return false;
+  Result<AttachedRequest> attached = ReadAttached(message);
+  if (!attached.ok() || attached->client_id != conn.client_id) return false;
+  if (conn.memory != nullptr && attached->has_peer_scratch) {
+    Status set = conn.memory->SetPeerScratch(attached->peer_scratch_offset,
+                                             attached->peer_scratch_length,
+                                             conn.segment->layout().arena_bytes);
+    if (!set.ok()) {
+      LOG(WARNING) << "client " << conn.client_id << ": " << set.message();
+      return false;
+    }
+  }
   conn.phase = Phase::kLive;
   LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
             << Describe(conn.peer) << ") attached: arena "
             << FormatBytes(conn.segment->layout().arena_bytes) << ", rings "
-            << FormatBytes(conn.segment->layout().request_ring_bytes);
+            << FormatBytes(conn.segment->layout().request_ring_bytes)
+            << (conn.memory ? ", process memory" : "");
   service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
-                                                      std::move(conn.segment)));
+                                                      std::move(conn.segment),
+                                                      std::move(conn.memory)));
   return true;
 }
 

@@ -27,6 +27,7 @@
 #include "data_moves.h"
 #include "master_messages.h"
 #include "pipeline_context.h"
+#include "process_memory.h"
 
 namespace kvagent::agent {
 
@@ -99,6 +100,7 @@ class WriteBatch final : public Batch {
                const SegmentTable& segments);
   void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t segment,
                      const Status& why);
+  void FailCopy(uint32_t key, const Status& why);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   bool Expire(uint32_t key, std::chrono::steady_clock::time_point now, std::string_view skipped);
   void Finish();
@@ -117,6 +119,9 @@ class WriteBatch final : public Batch {
   std::vector<FailedWrite> failed_;
   std::unordered_map<uint32_t, Status> first_failure_;  // per key with a failed replica
   RemoteMoves remote_;
+  // Parts of process-memory values staged for peers (client_values.h), until the data plane is
+  // done with them.
+  std::vector<std::unique_ptr<ProcessMemory::ScratchRange>> peer_scratch_;
   std::vector<KeyRef> to_end_;
   std::vector<uint64_t> end_ids_;
   std::vector<uint32_t> end_part_counts_;
@@ -145,12 +150,15 @@ class ReadBatch final : public Batch {
   struct PartRead {
     uint32_t key = 0;
     uint32_t part = 0;
-    uint8_t* dst = nullptr;
+    uint8_t* dst = nullptr;  // where a peer's bytes land (the arena, or the peer scratch)
+    uint64_t at = 0;         // the part's offset in the value
     uint64_t length = 0;
     uint32_t checksum = 0;
     bool checksummed = false;
     bool corrupt_seen = false;  // some replica's bytes failed the checksum
     std::vector<Replica> left;  // in the order to try them
+    // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
+    std::shared_ptr<ProcessMemory::ScratchRange> scratch;
   };
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
@@ -162,6 +170,8 @@ class ReadBatch final : public Batch {
   // otherwise the replica is reported and counted.
   bool Verified(PartRead& read, const Replica& replica, uint32_t crc);
   void PartFailed(const PartRead& read, const Status& last);
+  void FailKey(uint32_t key, const Status& why);
+  void DeliverPeerRead(const PartRead& read);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   void Finish();
 

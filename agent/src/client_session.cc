@@ -3,11 +3,13 @@
 namespace kvagent::agent {
 
 ClientSession::ClientSession(ClientId id, std::string name, ipc::PeerCredentials peer,
-                             std::shared_ptr<ipc::Segment> segment)
+                             std::shared_ptr<ipc::Segment> segment,
+                             std::shared_ptr<const ProcessMemory> memory)
     : id_(id),
       name_(std::move(name)),
       peer_(peer),
       segment_(std::move(segment)),
+      memory_(std::move(memory)),
       requests_(segment_->request_ring()),
       completions_(segment_->completion_ring()) {}
 

@@ -17,13 +17,15 @@
 #include "kvagent/ipc/frame_ring.h"
 #include "kvagent/ipc/segment.h"
 #include "kvagent/ipc/unix_socket.h"
+#include "process_memory.h"
 
 namespace kvagent::agent {
 
 class ClientSession {
  public:
   ClientSession(ClientId id, std::string name, ipc::PeerCredentials peer,
-                std::shared_ptr<ipc::Segment> segment);
+                std::shared_ptr<ipc::Segment> segment,
+                std::shared_ptr<const ProcessMemory> memory = nullptr);
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
@@ -32,6 +34,8 @@ class ClientSession {
   const ipc::PeerCredentials& peer() const { return peer_; }
   const std::shared_ptr<ipc::Segment>& segment() const { return segment_; }
   uint64_t arena_bytes() const { return segment_->layout().arena_bytes; }
+  // The client's own memory when it was granted at the handshake (process_memory.h), or null.
+  const std::shared_ptr<const ProcessMemory>& memory() const { return memory_; }
   ipc::FrameConsumer& requests() { return requests_; }
 
   // Queues a completion: straight onto the ring when it has room and nothing is waiting,
@@ -72,6 +76,7 @@ class ClientSession {
   const std::string name_;
   const ipc::PeerCredentials peer_;
   std::shared_ptr<ipc::Segment> segment_;
+  std::shared_ptr<const ProcessMemory> memory_;
   ipc::FrameConsumer requests_;
   ipc::FrameProducer completions_;
   std::deque<PendingCompletion> backlog_;

@@ -42,15 +42,17 @@ const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
   return kNone;
 }
 
+Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
+                                                        const OpStamp& stamp) {
+  if (ctx.fence == nullptr) return transfer::PoolFence::LocalWrite();
+  return ctx.fence->BeginLocalWrite(stamp.master_epoch, stamp.write_id);
+}
+
 Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp, uint64_t offset,
                             const uint8_t* src, uint64_t length) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
-  transfer::PoolFence::LocalWrite hold;  // the fence waits for this copy
-  if (ctx.fence != nullptr) {
-    auto allowed = ctx.fence->BeginLocalWrite(stamp.master_epoch, stamp.write_id);
-    if (!allowed.ok()) return allowed.status();
-    hold = std::move(*allowed);
-  }
+  auto hold = FenceLocalWrite(ctx, stamp);  // the fence waits for this copy
+  if (!hold.ok()) return hold.status();
   // The value is read again later, most likely by another process: keep it out of our cache.
   if (!ctx.checksums) {
     StreamCopy(ctx.pool->base() + offset, src, length);

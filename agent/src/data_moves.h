@@ -61,6 +61,10 @@ struct OpStamp {
 // BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
 [[nodiscard]] Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp,
                                           uint64_t offset, const uint8_t* src, uint64_t length);
+// The pool fence's permission for a local copy of write `stamp.write_id` (CopyToPool's, for copies
+// made another way: process_memory.h); the fence waits for it until it is destroyed.
+[[nodiscard]] Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
+                                                                      const OpStamp& stamp);
 // The reverse for a get (ordinary stores: the reader wants it in cache), with the CRC32C of what
 // was copied (0 when ctx.checksums is off).
 [[nodiscard]] Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset,

@@ -44,13 +44,22 @@ Result<HelloRequest> ReadHello(std::span<const uint8_t> message) {
       SanitizedClientName(hello->client_name() ? hello->client_name()->string_view() : "");
   out.arena_bytes = hello->arena_bytes();
   out.ring_bytes = hello->ring_bytes();
+  out.memory_probe_address = hello->memory_probe_address();
+  out.memory_probe_value = hello->memory_probe_value();
   return out;
 }
 
-Result<uint64_t> ReadAttached(std::span<const uint8_t> message) {
+Result<AttachedRequest> ReadAttached(std::span<const uint8_t> message) {
   const proto::Attached* attached = VerifiedRoot<proto::Attached>(message);
   if (attached == nullptr) return InvalidParams("the Attached message is not a valid FlatBuffer");
-  return attached->client_id();
+  AttachedRequest out;
+  out.client_id = attached->client_id();
+  if (const proto::BufferRef* scratch = attached->peer_scratch()) {
+    out.has_peer_scratch = true;
+    out.peer_scratch_offset = scratch->offset();
+    out.peer_scratch_length = scratch->length();
+  }
+  return out;
 }
 
 }  // namespace kvagent::agent

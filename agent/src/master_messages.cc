@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client_values.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 
 namespace kvagent::agent {
@@ -93,7 +94,7 @@ Offset<mfb::WriteStart> MasterMessages::StartTable(uint32_t agent,
   bool any_session = false;
   for (const KeyRef& k : keys) {
     const proto::Request& r = requests[k.request].request.request();
-    sizes_.push_back(r.buffers()->Get(k.index)->length());
+    sizes_.push_back(ClientValue(requests[k.request].request, k.index).length());
     any_session |= Count(r.session_ids()) != 0;
   }
   const auto size_vec = fbb_.CreateVector(sizes_);

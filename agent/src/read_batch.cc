@@ -19,6 +19,7 @@
 #include <glog/logging.h>
 
 #include "batch.h"
+#include "client_values.h"
 #include "kvagent/common/checksum.h"
 
 namespace kvagent::agent {
@@ -61,7 +62,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
     const uint64_t size = p.sizes()->Get(k);
     versions_[k] = p.write_ids()->Get(k);
     h.result.lengths[keys_[k].index] = size;
-    const uint64_t capacity = h.request.request().buffers()->Get(keys_[k].index)->length();
+    const uint64_t capacity = ClientValue(h.request, keys_[k].index).length();
     if (size > capacity) {
       h.SetKey(keys_[k].index, ErrorCode::kBufferOutOfRange,
                "the value is " + std::to_string(size) + " bytes but buffers[" +
@@ -87,8 +88,6 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
 void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& reply,
                         const SegmentTable& segments) {
   HeldRequest& h = held(keys_[k]);
-  const proto::BufferRef* target = h.request.request().buffers()->Get(keys_[k].index);
-  uint8_t* dst = h.request.arena().data() + target->offset();
   const uint32_t end = reply.first()->Get(k + 1);
   uint64_t part_offset = 0;
   uint32_t i = reply.first()->Get(k);
@@ -98,7 +97,7 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
     PartRead read;
     read.key = k;
     read.part = first->part();
-    read.dst = dst + part_offset;
+    read.at = part_offset;
     read.length = first->length();
     read.checksum = first->checksum();
     read.checksummed = first->checksummed() && ctx_.checksums;
@@ -134,11 +133,14 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
 
 void ReadBatch::ReadPart(PartRead read) {
   Status last(ErrorCode::kTransferFailed, "the master listed no replica for it");
+  const HeldRequest& h = held(keys_[read.key]);
+  const ClientValue target(h.request, keys_[read.key].index);  // the arena, or client memory
   while (!read.left.empty() && read.left.front().endpoint.empty()) {
     Replica local = std::move(read.left.front());
     read.left.erase(read.left.begin());
-    Result<uint32_t> copied = CopyFromPool(ctx_, local.offset, read.dst, read.length);
+    Result<uint32_t> copied = target.FromPool(ctx_, local.offset, read.at, read.length);
     if (!copied.ok()) {
+      if (ClientMemoryFailed(copied.status())) return FailKey(read.key, copied.status());
       last = copied.status();
       continue;
     }
@@ -147,6 +149,12 @@ void ReadBatch::ReadPart(PartRead read) {
     last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
   }
   if (read.left.empty()) return PartFailed(read, last);
+  if (read.dst == nullptr) {  // where the peer's bytes land: the arena, or the peer scratch
+    auto staged = target.ForPeer(read.at, read.length, /*fill=*/false);
+    if (!staged.ok()) return FailKey(read.key, staged.status());
+    read.dst = staged->data;
+    read.scratch = std::move(staged->scratch);
+  }
   Replica peer = std::move(read.left.front());
   read.left.erase(read.left.begin());
   remote_.Add(read.key, keys_[read.key].request, transfer::TransferKind::kRead, peer.endpoint,
@@ -186,6 +194,24 @@ void ReadBatch::PartFailed(const PartRead& read, const Status& last) {
            "reading the value from its replica failed: " + last.message());
 }
 
+// Key `k` fails because its client's memory could not be written (or no peer scratch was left):
+// the replicas are not to blame.
+void ReadBatch::FailKey(uint32_t k, const Status& why) {
+  if (!copied_[k]) return;
+  copied_[k] = 0;
+  held(keys_[k]).SetKey(keys_[k].index, CopyFailureCode(why), why.message());
+}
+
+// Verified bytes a peer wrote into a peer scratch range go on into the client's own memory (an
+// arena part is already in place).
+void ReadBatch::DeliverPeerRead(const PartRead& read) {
+  if (read.scratch == nullptr || held(keys_[read.key]).gone) return;
+  const HeldRequest& h = held(keys_[read.key]);
+  Status moved =
+      ClientValue(h.request, keys_[read.key].index).FromPeer(read.dst, read.at, read.length);
+  if (!moved.ok()) FailKey(read.key, moved);
+}
+
 void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results) {
   std::vector<PartRead> reads = std::move(reads_);
   std::vector<Replica> tried = std::move(tried_);
@@ -199,7 +225,10 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
     Status last = results[i];
     if (last.ok()) {
       const uint32_t crc = read.checksummed ? Crc32c(read.dst, read.length) : 0;
-      if (Verified(read, tried[i], crc)) continue;
+      if (Verified(read, tried[i], crc)) {
+        DeliverPeerRead(read);
+        continue;
+      }
       last = Status(ErrorCode::kDataCorrupted,
                     "the replica from " + tried[i].endpoint + " failed its checksum");
     }

@@ -5,6 +5,7 @@
 
 #include "kvagent/common/validate.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
+#include "process_memory.h"
 
 namespace kvagent::agent {
 namespace {
@@ -32,8 +33,51 @@ Status MustBeAbsent(size_t count, const char* field, Op op) {
                        "; leave it empty");
 }
 
+// A put's values or a get's targets in the client's own memory (Request.memory).
+Status CheckMemory(const proto::Request& req, size_t key_count, bool process_memory, bool values) {
+  if (!process_memory) {
+    return InvalidParams(
+        "memory ranges need process memory, which the agent did not grant this client at "
+        "connect (see its log); pass arena buffers instead");
+  }
+  if (Count(req.buffers()) != 0) {
+    return InvalidParams("the request gives both buffers and memory ranges; give one of them");
+  }
+  const auto* counts = req.memory_counts();
+  const size_t ranges = Count(req.memory());
+  if (Count(counts) != key_count) {
+    return InvalidParams("memory_counts has " + std::to_string(Count(counts)) + " entries for " +
+                         std::to_string(key_count) + " keys; give one count per key");
+  }
+  size_t first = 0;
+  for (size_t i = 0; i < key_count; ++i) {
+    const uint32_t n = counts->Get(static_cast<uoffset_t>(i));
+    const std::string what = "memory of key " + std::to_string(i);
+    if (n == 0 || n > ranges - first) {
+      return InvalidParams(what + ": memory_counts[" + std::to_string(i) + "] is " +
+                           std::to_string(n) + " with " + std::to_string(ranges - first) +
+                           " ranges left; give at least one range per key");
+    }
+    auto length = RangesLength(ProcessRanges(req, first, n), what);
+    KVAGENT_RETURN_IF_ERROR(length.status());
+    if (values && *length == 0)
+      return InvalidParams(what + " is empty; a value is at least 1 byte");
+    first += n;
+  }
+  if (first != ranges) {
+    return InvalidParams("memory holds " + std::to_string(ranges) +
+                         " ranges but memory_counts "
+                         "add up to " +
+                         std::to_string(first));
+  }
+  return Status::Ok();
+}
+
 Status CheckBuffers(const proto::Request& req, size_t key_count, uint64_t arena_bytes,
-                    bool values) {
+                    bool process_memory, bool values) {
+  if (req.memory_counts() != nullptr || req.memory() != nullptr) {
+    return CheckMemory(req, key_count, process_memory, values);
+  }
   const auto* buffers = req.buffers();
   if (Count(buffers) != key_count) {
     return InvalidParams("buffers has " + std::to_string(Count(buffers)) + " entries for " +
@@ -70,13 +114,15 @@ Status CheckBlocks(const proto::Request& req, size_t key_count) {
   return Status::Ok();
 }
 
-Status CheckWrite(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
+Status CheckWrite(const proto::Request& req, size_t key_count, uint64_t arena_bytes,
+                  bool process_memory) {
   const auto* keys = req.keys();
   const auto* sessions = req.session_ids();
   KVAGENT_RETURN_IF_ERROR(ValidateWriteKeys(
       key_count, [&](size_t i) { return View(keys->Get(static_cast<uoffset_t>(i))); },
       Count(sessions), [&](size_t i) { return View(sessions->Get(static_cast<uoffset_t>(i))); }));
-  KVAGENT_RETURN_IF_ERROR(CheckBuffers(req, key_count, arena_bytes, /*values=*/true));
+  KVAGENT_RETURN_IF_ERROR(
+      CheckBuffers(req, key_count, arena_bytes, process_memory, /*values=*/true));
   KVAGENT_RETURN_IF_ERROR(CheckBlocks(req, key_count));
   if (const proto::WriteOptions* o = req.options(); o != nullptr && o->replica_count() == 0) {
     return InvalidParams("options.replica_count is 0; ask for at least 1 replica");
@@ -102,13 +148,15 @@ Status CheckListArguments(const proto::Request& req) {
 // shared string: the master batch built from such a frame (each key written out) would be
 // thousands of times larger than the frame.
 Status CheckShape(const proto::Request& req, size_t frame_bytes) {
-  if (!fbcheck::ElementsAligned(req.buffers())) {
+  if (!fbcheck::ElementsAligned(req.buffers()) || !fbcheck::ElementsAligned(req.memory())) {
     return InvalidParams(
-        "buffers is not 8-byte aligned in the frame; send frames built by the "
+        "buffers or memory is not 8-byte aligned in the frame; send frames built by the "
         "kvagent SDK");
   }
   uint64_t referred = fbcheck::StringBytes(req.keys()) + fbcheck::StringBytes(req.session_ids()) +
-                      fbcheck::VectorBytes(req.buffers()) + fbcheck::StringBytes(req.prefix());
+                      fbcheck::VectorBytes(req.buffers()) + fbcheck::VectorBytes(req.memory()) +
+                      fbcheck::VectorBytes(req.memory_counts()) +
+                      fbcheck::StringBytes(req.prefix());
   if (const auto* blocks = req.blocks()) {
     for (uoffset_t i = 0; i < blocks->size(); ++i) {
       const proto::BlockMeta* b = blocks->Get(i);
@@ -129,21 +177,29 @@ Status CheckShape(const proto::Request& req, size_t frame_bytes) {
   return Status::Ok();
 }
 
-Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes) {
+Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes,
+               bool process_memory) {
   const Op op = req.op();
   const auto* keys = req.keys();
   auto key_at = [&](size_t i) { return View(keys->Get(static_cast<uoffset_t>(i))); };
   switch (op) {
-    case Op::Ping:
-    case Op::RemoveAll:
-      return MustBeAbsent(key_count, "keys", op);
     case Op::Put:
     case Op::Upsert:
-      return CheckWrite(req, key_count, arena_bytes);
+      return CheckWrite(req, key_count, arena_bytes, process_memory);
     case Op::Get:
       KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
       KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.session_ids()), "session_ids", op));
-      return CheckBuffers(req, key_count, arena_bytes, /*values=*/false);
+      return CheckBuffers(req, key_count, arena_bytes, process_memory, /*values=*/false);
+    default:
+      break;
+  }
+  // The other ops name no values.
+  KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.memory()), "memory", op));
+  KVAGENT_RETURN_IF_ERROR(MustBeAbsent(Count(req.memory_counts()), "memory_counts", op));
+  switch (op) {
+    case Op::Ping:
+    case Op::RemoveAll:
+      return MustBeAbsent(key_count, "keys", op);
     case Op::Exist:
     case Op::Remove:
       KVAGENT_RETURN_IF_ERROR(ValidateKeys(key_count, key_at));
@@ -170,6 +226,8 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
                              std::to_string(kMaxListLimit) + "; page with next_cursor instead");
       }
       return Status::Ok();
+    default:
+      break;
   }
   return InvalidParams("unknown op " + std::to_string(static_cast<int>(op)) +
                        "; the SDK is newer than this agent: upgrade the agent");
@@ -177,7 +235,14 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
 
 }  // namespace
 
-CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes) {
+ProcessMemory::Ranges ProcessRanges(const proto::Request& req, size_t first, size_t count) {
+  // A vector of structs is the structs back to back (aligned: the Verifier checked).
+  const auto* all = reinterpret_cast<const proto::MemoryRange*>(req.memory()->Data());
+  return ProcessMemory::Ranges(all + first, count);
+}
+
+CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes,
+                            bool process_memory) {
   CheckedRequest out;
   flatbuffers::Verifier verifier(frame.data(), frame.size(), kMaxDepth, kMaxTables);
   if (frame.size() < sizeof(uoffset_t) || !verifier.VerifyBuffer<proto::Request>(nullptr)) {
@@ -194,7 +259,9 @@ CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64
     return out;
   }
   out.status = CheckShape(*out.request, frame.size());
-  if (out.status.ok()) out.status = CheckOp(*out.request, out.key_count, arena_bytes);
+  if (out.status.ok()) {
+    out.status = CheckOp(*out.request, out.key_count, arena_bytes, process_memory);
+  }
   return out;
 }
 

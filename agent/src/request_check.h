@@ -6,6 +6,7 @@
 
 #include "kvagent/common/status.h"
 #include "kvagent/schemas/agent_generated.h"
+#include "process_memory.h"
 
 namespace kvagent::agent {
 
@@ -24,8 +25,13 @@ struct CheckedRequest {
 // Runs the FlatBuffers Verifier over `frame` (a private copy: the client cannot change it
 // underneath), checks that its request_id equals the ring record's `tag`, and checks the request
 // against the shared validation boundary (common/validate.h) for its op: keys, session IDs,
-// counts, buffer references inside an arena of `arena_bytes`, block metadata, write options,
-// List's prefix and limit.
-CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes);
+// counts, buffer references inside an arena of `arena_bytes` (or, for a client granted
+// `process_memory`, well-formed memory ranges), block metadata, write options, List's prefix
+// and limit.
+CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes,
+                            bool process_memory = false);
+
+// The memory ranges [first, first + count) of a request (Request.memory; checked to exist).
+ProcessMemory::Ranges ProcessRanges(const proto::Request& req, size_t first, size_t count);
 
 }  // namespace kvagent::agent

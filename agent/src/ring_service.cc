@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client_values.h"
 #include "completion_encoder.h"
 #include "request_check.h"
 
@@ -223,7 +224,8 @@ bool RingService::ServeRequests(ClientSession& session) {
 
 void RingService::HandleFrame(ClientSession& session, uint64_t tag,
                               std::span<const uint8_t> frame) {
-  CheckedRequest checked = CheckRequest(frame, tag, session.arena_bytes());
+  CheckedRequest checked =
+      CheckRequest(frame, tag, session.arena_bytes(), session.memory() != nullptr);
   if (!checked.status.ok()) {
     VLOG(1) << "client " << session.id() << " request " << tag << ": " << checked.status.ToString();
     Send(session, tag, EncodeFailure(fbb_, tag, checked.status, checked.key_count));
@@ -238,6 +240,10 @@ void RingService::HandleFrame(ClientSession& session, uint64_t tag,
   request.request_id = tag;
   request.frame.assign(frame.begin(), frame.end());
   request.segment = session.segment();
+  if (checked.request->memory_counts() != nullptr) {
+    request.memory = session.memory();
+    request.memory_first = FirstMemoryRanges(*checked.request);
+  }
   handler_busy_ = true;
   handler_->Handle(std::move(request), *this);
 }

@@ -23,6 +23,7 @@
 #include <algorithm>
 
 #include "batch.h"
+#include "client_values.h"
 #include "kvagent/common/checksum.h"
 #include "write_reservations.h"
 
@@ -106,7 +107,7 @@ bool WriteBatch::StartReserved() {
   std::vector<uint64_t> sizes;
   sizes.reserve(keys_.size());
   for (const KeyRef& k : keys_) {
-    sizes.push_back(held(k).request.request().buffers()->Get(k.index)->length());
+    sizes.push_back(ClientValue(held(k).request, k.index).length());
   }
   const proto::WriteOptions* o = requests_.front().request.request().options();
   std::vector<WriteReservations::Reserved> taken;
@@ -138,14 +139,13 @@ bool WriteBatch::StartReserved() {
   return true;
 }
 
-// Every replica of every part of key `k`, from the client's arena. Parts are in order and each
-// part's offset in the value is the sum of the lengths of the parts before it; a part's replicas
-// are adjacent in `placements`.
+// Every replica of every part of key `k`, from where the client keeps the value (its arena or
+// its own memory: client_values.h). Parts are in order and each part's offset in the value is
+// the sum of the lengths of the parts before it; a part's replicas are adjacent in `placements`.
 void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
                          const SegmentTable& segments) {
   HeldRequest& h = held(keys_[k]);
-  const proto::BufferRef* value = h.request.request().buffers()->Get(keys_[k].index);
-  uint8_t* src = h.request.arena().data() + value->offset();
+  const ClientValue value(h.request, keys_[k].index);
   const auto end = static_cast<uint32_t>(placements.size());
   const OpStamp base{0, epoch_, write_ids_[k]};
   uint64_t part_offset = 0;
@@ -155,7 +155,7 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
     const uint64_t length = placements[i].length;
     uint32_t group_end = i;
     while (group_end < end && placements[group_end].part == part) ++group_end;
-    if (part_offset + length > value->length() || part_offset + length < part_offset) {
+    if (part_offset + length > value.length() || part_offset + length < part_offset) {
       state_[k] = kFailed;
       h.SetKey(keys_[k].index, ErrorCode::kInternal,
                "the master placed more bytes than the value holds; check that kvmaster and "
@@ -171,8 +171,9 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
       const ReplicaPlace& pl = placements[j];
       const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
       if (!seg.local) continue;
-      Result<uint32_t> copied = CopyToPool(ctx_, base, pl.offset, src + part_offset, length);
+      Result<uint32_t> copied = value.ToPool(ctx_, base, part_offset, pl.offset, length);
       if (!copied.ok()) {
+        if (ClientMemoryFailed(copied.status())) return FailCopy(k, copied.status());
         if (copied.status().code() == ErrorCode::kTransferFailed)
           ++ctx_.counters.fenced_local_writes;
         ReplicaFailed(k, part_index, part, pl.segment_id, copied.status());
@@ -183,8 +184,11 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
       summed = true;
     }
     if (!summed && ctx_.checksums) {
-      parts_[part_index].checksum = Crc32c(src + part_offset, length);
+      Result<uint32_t> sum = value.Checksum(part_offset, length);
+      if (!sum.ok()) return FailCopy(k, sum.status());
+      parts_[part_index].checksum = *sum;
     }
+    PeerBuffer source;  // the part's bytes for the data plane: staged once for all its peers
     for (uint32_t j = i; j < group_end; ++j) {
       const ReplicaPlace& pl = placements[j];
       const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
@@ -195,21 +199,34 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
                              "segment " + std::to_string(pl.segment_id) + " has no endpoint"));
         continue;
       }
+      if (source.data == nullptr) {
+        auto staged = value.ForPeer(part_offset, length, /*fill=*/true);
+        if (!staged.ok()) return FailCopy(k, staged.status());
+        source = std::move(*staged);
+      }
       OpStamp stamp = base;
       stamp.pool_incarnation = seg.incarnation;
       remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl.offset,
-                  src + part_offset, length, stamp);
+                  source.data, length, stamp);
       remote_parts_.push_back(RemoteReplica{part_index, part, pl.segment_id});
     }
+    if (source.scratch) peer_scratch_.push_back(std::move(source.scratch));
     part_offset += length;
     i = group_end;
   }
-  if (part_offset != value->length()) {
+  if (part_offset != value.length()) {
     state_[k] = kFailed;
     h.SetKey(keys_[k].index, ErrorCode::kInternal,
              "the master's placements do not cover the value; check that kvmaster and kvagent "
              "are the same version");
   }
+}
+
+// Key `k` fails because its client's memory could not be read (or staged for a peer): nothing
+// of it is committed.
+void WriteBatch::FailCopy(uint32_t k, const Status& why) {
+  state_[k] = kFailed;
+  held(keys_[k]).SetKey(keys_[k].index, CopyFailureCode(why), why.message());
 }
 
 void WriteBatch::ReplicaFailed(uint32_t k, uint32_t part_index, uint32_t part, uint32_t segment,
@@ -240,6 +257,7 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
 
 void WriteBatch::Finish() {
   phase_.Lap(ctx_.latency.of(PutPhase::kData));
+  peer_scratch_.clear();  // the data plane is done with every staged part
   const auto now = std::chrono::steady_clock::now();
   std::sort(failed_.begin(), failed_.end(),
             [](const FailedWrite& a, const FailedWrite& b) { return a.key < b.key; });

@@ -5,6 +5,10 @@
 //   master.put.zmq.b{1,16,128,1024}     keys/s  the same through a real ROUTER (MasterServer
 //                                               thread + its event publisher) from a DEALER in
 //                                               this process, 8 batches in flight
+//   master.put.{inproc,zmq}.commit.b128 keys/s  the path agents take: writes reserved ahead
+//                                               (ReserveWrites) and committed with one message
+//                                               (BatchPutCommit); .vs_inproc: the RPC layer's
+//                                               share (issue 14: >= 0.7)
 //   master.put.zmq.agents{16,64}.b16    keys/s  16 / 64 simulated agents, one DEALER each, 2
 //                                               batches in flight each; .p99 us (one put's
 //                                               master part); .vs_one_agent ratio to b16 above
@@ -131,6 +135,51 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
     p.svc->TakeEvents(&events);  // what the owner hands to the publisher
   }
   return static_cast<double>(kv.size() / batch * batch) / Seconds(t0, Clock::now());
+}
+
+// The put path agents take now (one master round trip): agents reserve writes ahead
+// (ReserveWrites, 1024 per call) and commit keys into them (BatchPutCommit), `batch` keys per
+// commit. Returns keys/s over both calls.
+double CommitInProcess(const std::vector<std::string>& keys,
+                       const std::vector<std::string>& sessions, size_t batch) {
+  InProcess p;
+  std::vector<std::string_view> kv(keys.begin(), keys.end());
+  std::vector<std::string_view> sv(sessions.begin(), sessions.end());
+  std::vector<uint64_t> sizes(batch, 4096);
+  std::vector<uint32_t> part_counts(batch, 1), checksums(batch, 0x1234);
+  PlacementBatch reserved;
+  KeyResults committed;
+  std::vector<events::KvEvent> events;
+  const size_t per_call = kMaxReservedWritesPerCall / batch * batch;
+  size_t done = 0;
+  auto t0 = Clock::now();
+  for (size_t call = 0; done + batch <= kv.size(); ++call) {
+    ReserveWritesRequest r;
+    r.agent = p.agents[call % p.agents.size()];
+    r.size = 4096;
+    r.count = static_cast<uint32_t>(std::min(per_call, (kv.size() - done) / batch * batch));
+    if (!p.svc->ReserveWrites(r, &reserved).ok() || reserved.write_ids.empty()) {
+      std::fprintf(stderr, "master_bench: ReserveWrites granted nothing\n");
+      std::exit(1);
+    }
+    const std::vector<uint64_t> ids = reserved.write_ids;
+    for (size_t i = 0; i + batch <= ids.size(); i += batch, done += batch) {
+      WriteCommitRequest c;
+      c.start.agent = r.agent;
+      c.start.keys = std::span(kv).subspan(done, batch);
+      c.start.sizes = sizes;
+      c.start.session_ids = std::span(sv).subspan(done, batch);
+      c.finish.agent = r.agent;
+      c.finish.keys = c.start.keys;
+      c.finish.write_ids = std::span(ids).subspan(i, batch);
+      c.finish.part_counts = part_counts;
+      c.finish.checksums = checksums;
+      c.master_epoch = p.svc->incarnation();
+      (void)p.svc->BatchPutCommit(c, &committed);
+      p.svc->TakeEvents(&events);
+    }
+  }
+  return static_cast<double>(done) / Seconds(t0, Clock::now());
 }
 
 double MapInsertBaseline(const std::vector<std::string>& keys) {
@@ -478,6 +527,89 @@ void ReplicationBench() {
   }
 }
 
+// CommitInProcess through a real ROUTER from one DEALER: the reservations of each agent are
+// taken first (one ReserveWrites of up to 4096 per agent, 8 in flight), then every commit is
+// sent (pre-built once the ids are known, untimed), 8 in flight. keys/s over both timed phases.
+double CommitThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
+                        const std::vector<std::string>& sessions, size_t batch) {
+  const size_t per_agent = 4096 / batch * batch;
+  const size_t agents = (keys.size() / batch * batch + per_agent - 1) / per_agent;
+  Dealer d(endpoint);
+  std::vector<uint32_t> ids_of_agent;
+  uint64_t epoch = 0;
+  for (size_t a = 0; a < agents; ++a) {
+    ids_of_agent.push_back(JoinThroughWire(d, "bench-zc" + std::to_string(a), uint64_t{1} << 40));
+  }
+  flatbuffers::FlatBufferBuilder b;
+  std::vector<Bytes> reserves;
+  const size_t per_call = kMaxReservedWritesPerCall / batch * batch;
+  std::vector<size_t> agent_of;  // per reserve message
+  for (size_t a = 0; a < agents; ++a) {
+    const size_t agent_keys = std::min(per_agent, keys.size() / batch * batch - a * per_agent);
+    for (size_t k = 0; k < agent_keys; k += per_call) {
+      b.Clear();
+      const auto count = static_cast<uint32_t>(std::min(per_call, agent_keys - k));
+      reserves.push_back(
+          Message(b, reserves.size(), fb::Body::ReserveWrites,
+                  fb::CreateReserveWrites(b, ids_of_agent[a], 4096, 1, count).Union()));
+      agent_of.push_back(a);
+    }
+  }
+  std::vector<std::vector<uint64_t>> granted(agents);
+  const size_t window = 8;
+  auto run = [&](const std::vector<Bytes>& messages, auto&& on_reply) {
+    size_t next = 0, done = 0;
+    while (next < messages.size() && next < window) d.Send(messages[next++]);
+    while (done < messages.size()) {
+      std::string reply = d.Receive();
+      const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(reply.data());
+      if (r->status() != 0) {
+        std::fprintf(stderr, "master_bench: request failed: %s\n", r->message()->c_str());
+        std::exit(1);
+      }
+      on_reply(*r);
+      ++done;
+      if (next < messages.size()) d.Send(messages[next++]);
+    }
+  };
+  auto t0 = Clock::now();
+  run(reserves, [&](const fb::Reply& r) {
+    const fb::PlacementReply* p = r.body_as_PlacementReply();
+    epoch = p->master_epoch();
+    std::vector<uint64_t>& g = granted[agent_of[r.request_id()]];
+    g.insert(g.end(), p->write_ids()->begin(), p->write_ids()->end());
+  });
+  const double reserve_s = Seconds(t0, Clock::now());
+  std::vector<Bytes> commits;
+  std::vector<uint64_t> sizes(batch, 4096);
+  std::vector<uint32_t> ones(batch, 1), sums(batch, 0x1234);
+  size_t done = 0;
+  for (size_t a = 0; a < agents; ++a) {
+    for (size_t i = 0; i + batch <= granted[a].size(); i += batch, done += batch) {
+      std::vector<std::string> k(keys.begin() + done, keys.begin() + done + batch);
+      std::vector<std::string> s(sessions.begin() + done, sessions.begin() + done + batch);
+      b.Clear();
+      auto start = fb::CreateWriteStart(b, ids_of_agent[a], b.CreateVectorOfStrings(k),
+                                        b.CreateVector(sizes), b.CreateVectorOfStrings(s), 0,
+                                        fb::CreateWriteOptions(b, 1));
+      auto finish =
+          fb::CreateWriteFinish(b, ids_of_agent[a], 0, b.CreateVector(granted[a].data() + i, batch),
+                                b.CreateVector(ones), b.CreateVector(sums));
+      commits.push_back(Message(b, commits.size(), fb::Body::BatchPutCommit,
+                                fb::CreateWriteCommit(b, start, finish, epoch).Union()));
+    }
+  }
+  auto t1 = Clock::now();
+  run(commits, [&](const fb::Reply& r) {
+    const fb::KeyCodesReply* k = r.body_as_KeyCodesReply();
+    if (k == nullptr || k->codes()->Get(0) != 0) {
+      std::fprintf(stderr, "master_bench: a commit failed\n");
+      std::exit(1);
+    }
+  });
+  return static_cast<double>(done) / (reserve_s + Seconds(t1, Clock::now()));
+}
+
 // ---- memory and events ---------------------------------------------------------------------
 
 double BytesPerKey(size_t n) {
@@ -601,6 +733,12 @@ int main(int argc, char** argv) {
     Bench("master.put.inproc.b" + std::to_string(b), put, "keys/s");
     if (b == 128) Bench("master.put.inproc.b128.vs_map_insert", put / map_insert, "x");
   }
+  double commit_inproc = 0;
+  if (wanted("inproc") || wanted("zmq")) {
+    auto keys = MakeKeys(1'000'000, "inproc-commit/blk-");
+    commit_inproc = CommitInProcess(keys, MakeSessions(keys.size()), 128);
+    Bench("master.put.inproc.commit.b128", commit_inproc, "keys/s");
+  }
 
   if (wanted("zmq")) {
     MasterServerOptions so;
@@ -625,6 +763,13 @@ int main(int argc, char** argv) {
       // An echo moves one message per key batch; a put is two round trips (start + end).
       if (b == 128) Bench("master.put.zmq.b128.vs_echo", put / echo, "x");
       if (b == 16) one_agent_b16 = put;
+    }
+    // The path agents take (reserved writes: one round trip per put).
+    {
+      auto keys = MakeKeys(500'000, "zmq-commit/blk-");
+      const double put = CommitThroughZmq(server->endpoint(), keys, MakeSessions(keys.size()), 128);
+      Bench("master.put.zmq.commit.b128", put, "keys/s");
+      Bench("master.put.zmq.commit.b128.vs_inproc", put / commit_inproc, "x");
     }
     // Many nodes on one master: where it scales and where it stops (issue 14).
     for (size_t n : {16, 64}) {

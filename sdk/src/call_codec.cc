@@ -42,6 +42,20 @@ void DecodeListAndCounters(const proto::Completion& c, Reply* reply) {
   }
 }
 
+// Ranges of the caller's memory: no null range with bytes, no range wrapping the address space.
+Status CheckRanges(MemoryValue ranges, const std::string& what) {
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    const MemoryRange& r = ranges[j];
+    const auto start = reinterpret_cast<uintptr_t>(r.data);
+    if ((r.data == nullptr && r.size > 0) || start + r.size < start) {
+      return InvalidParams(what + " range " + std::to_string(j) + " (" + std::to_string(r.size) +
+                           " bytes) has no valid address; pass memory "
+                           "of this process");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateCall(const CallSpec& spec) {
@@ -64,6 +78,7 @@ Status ValidateCall(const CallSpec& spec) {
           return InvalidParams("values[" + std::to_string(i) +
                                "] is empty; a value is at least 1 byte");
         }
+        KVAGENT_RETURN_IF_ERROR(CheckRanges(v.ranges(), "values[" + std::to_string(i) + "]"));
         if (v.buffer() != nullptr && (!v.buffer()->valid() || v.length() > v.buffer()->size())) {
           return Status(ErrorCode::kBufferOutOfRange,
                         "values[" + std::to_string(i) + "] names " + std::to_string(v.length()) +
@@ -88,6 +103,17 @@ Status ValidateCall(const CallSpec& spec) {
       return Status::Ok();
     case proto::Op::Get:
       KVAGENT_RETURN_IF_ERROR(ValidateKeys(n, key_at));
+      if (!spec.memory_targets.empty() || spec.targets.empty()) {
+        KVAGENT_RETURN_IF_ERROR(CheckParallel(spec.memory_targets.size(), n, "targets"));
+        for (size_t i = 0; i < n; ++i) {
+          const std::string what = "targets[" + std::to_string(i) + "]";
+          if (spec.memory_targets[i].empty()) {
+            return InvalidParams(what + " has no ranges; give at least one per key");
+          }
+          KVAGENT_RETURN_IF_ERROR(CheckRanges(spec.memory_targets[i], what));
+        }
+        return Status::Ok();
+      }
       KVAGENT_RETURN_IF_ERROR(CheckParallel(spec.targets.size(), n, "buffers"));
       for (size_t i = 0; i < n; ++i) {
         if (spec.targets[i] == nullptr || !spec.targets[i]->valid()) {
@@ -125,8 +151,7 @@ Status ValidateCall(const CallSpec& spec) {
 }
 
 std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-                                       const CallSpec& spec,
-                                       std::span<const proto::BufferRef> buffers,
+                                       const CallSpec& spec, const ValueLocations& where,
                                        std::chrono::milliseconds timeout,
                                        std::chrono::steady_clock::time_point deadline) {
   fbb.Clear();
@@ -144,7 +169,15 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
     const std::string* one = &spec.sessions->session_id;
     sessions = fbb.CreateVectorOfStrings(one, one + 1);
   }
-  if (!buffers.empty()) buffer_vec = fbb.CreateVectorOfStructs(buffers.data(), buffers.size());
+  flatbuffers::Offset<flatbuffers::Vector<const proto::MemoryRange*>> memory_vec;
+  flatbuffers::Offset<flatbuffers::Vector<uint32_t>> counts_vec;
+  if (!where.buffers.empty()) {
+    buffer_vec = fbb.CreateVectorOfStructs(where.buffers.data(), where.buffers.size());
+  }
+  if (!where.memory_counts.empty()) {
+    memory_vec = fbb.CreateVectorOfStructs(where.memory.data(), where.memory.size());
+    counts_vec = fbb.CreateVector(where.memory_counts.data(), where.memory_counts.size());
+  }
   if (IsWrite(spec.op) && !o.blocks.empty()) {
     std::vector<flatbuffers::Offset<proto::BlockMeta>> metas;
     metas.reserve(o.blocks.size());
@@ -186,6 +219,8 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
   if (!keys.IsNull()) b.add_keys(keys);
   if (!sessions.IsNull()) b.add_session_ids(sessions);
   if (!buffer_vec.IsNull()) b.add_buffers(buffer_vec);
+  if (!memory_vec.IsNull()) b.add_memory(memory_vec);
+  if (!counts_vec.IsNull()) b.add_memory_counts(counts_vec);
   if (!blocks.IsNull()) b.add_blocks(blocks);
   if (!options.IsNull()) b.add_options(options);
   if (o.force) b.add_force(true);

@@ -18,7 +18,8 @@ struct CallSpec {
   proto::Op op = proto::Op::Ping;
   std::span<const std::string> keys;
   std::span<const Value> values;                // Put/Upsert
-  std::span<const ArenaBuffer* const> targets;  // Get
+  std::span<const ArenaBuffer* const> targets;  // Get into arena buffers
+  std::span<const MemoryValue> memory_targets;  // Get into memory of this process (GetInto)
   const CallOptions* options = nullptr;
   const ListOptions* list = nullptr;          // List
   const SessionsOptions* sessions = nullptr;  // Sessions
@@ -28,12 +29,19 @@ struct CallSpec {
 // keys, session IDs and their count, one value/target per key, block metadata, write options.
 Status ValidateCall(const CallSpec& spec);
 
-// Encodes the request into `fbb` (cleared first); `buffers` are the arena ranges of the values
-// or targets, parallel to the keys (empty for ops without buffers). `timeout` and `deadline`
-// (steady_clock: CLOCK_MONOTONIC) are the call's, sent so the agent can skip expired work.
+// Where a request's values or targets are: arena ranges parallel to the keys (`buffers`), or
+// ranges of the client's memory (`memory`, key after key, `memory_counts` per key); both empty
+// for ops without values.
+struct ValueLocations {
+  std::span<const proto::BufferRef> buffers;
+  std::span<const proto::MemoryRange> memory;
+  std::span<const uint32_t> memory_counts;
+};
+
+// Encodes the request into `fbb` (cleared first). `timeout` and `deadline` (steady_clock:
+// CLOCK_MONOTONIC) are the call's, sent so the agent can skip expired work.
 std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint64_t request_id,
-                                       const CallSpec& spec,
-                                       std::span<const proto::BufferRef> buffers,
+                                       const CallSpec& spec, const ValueLocations& where,
                                        std::chrono::milliseconds timeout,
                                        std::chrono::steady_clock::time_point deadline);
 

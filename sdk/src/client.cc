@@ -38,6 +38,12 @@ ArenaBuffer::~ArenaBuffer() {
   if (arena_ && data_ != nullptr) arena_->allocator.Free(offset_);
 }
 
+// ---- Value --------------------------------------------------------------------------------
+
+Value::Value(MemoryValue ranges) : ranges_(ranges) {
+  for (const MemoryRange& r : ranges) length_ += r.size;
+}
+
 // ---- PendingCall --------------------------------------------------------------------------
 
 PendingCall::PendingCall()
@@ -95,6 +101,7 @@ uint64_t Client::client_id() const { return connection_->client_id(); }
 uint64_t Client::agent_epoch() const { return connection_->agent_epoch(); }
 uint64_t Client::arena_bytes() const { return connection_->arena_bytes(); }
 bool Client::connected() const { return connection_->alive(); }
+bool Client::process_memory() const { return connection_->process_memory(); }
 
 PendingCall Client::Submit(const CallSpec& spec) { return connection_->Submit(spec); }
 
@@ -135,6 +142,14 @@ PendingCall Client::SubmitGet(std::span<const std::string> keys,
                               const CallOptions& options) {
   CallSpec spec = Spec(proto::Op::Get, keys, options);
   spec.targets = buffers;
+  return Submit(spec);
+}
+
+PendingCall Client::SubmitGetInto(std::span<const std::string> keys,
+                                  std::span<const MemoryValue> targets,
+                                  const CallOptions& options) {
+  CallSpec spec = Spec(proto::Op::Get, keys, options);
+  spec.memory_targets = targets;
   return Submit(spec);
 }
 
@@ -193,6 +208,11 @@ Reply Client::Upsert(std::span<const std::string> keys, std::span<const Value> v
 Reply Client::Get(std::span<const std::string> keys, std::span<const ArenaBuffer* const> buffers,
                   const CallOptions& options) {
   return SubmitGet(keys, buffers, options).Wait();
+}
+
+Reply Client::GetInto(std::span<const std::string> keys, std::span<const MemoryValue> targets,
+                      const CallOptions& options) {
+  return SubmitGetInto(keys, targets, options).Wait();
 }
 
 Reply Client::Exist(std::span<const std::string> keys, const CallOptions& options) {

@@ -2,11 +2,13 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
+#include <random>
 
 #include "kvagent/schemas/agent_generated.h"
 
@@ -37,6 +39,28 @@ Status Unavailable(std::string message) {
   return Status(ErrorCode::kAgentUnavailable, std::move(message));
 }
 
+// Under Yama ptrace_scope 1 only a process's ancestors (and the one it names) may read its
+// memory: name the agent at the other end of `socket`. Without Yama, or with another scope,
+// there is nothing to do (scope 2 and 3 need CAP_SYS_PTRACE, which naming cannot give).
+void NameAgentAsPtracer(int socket) {
+  std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
+  int value = 0;
+  if (!(scope >> value) || value != 1) return;
+  auto agent = ipc::GetPeerCredentials(socket);
+  if (agent.ok() && agent->pid > 0) (void)prctl(PR_SET_PTRACER, agent->pid, 0, 0, 0);
+}
+
+// Copies `n` bytes from `src` across `ranges` in order (stops at the end of either).
+void CopyToRanges(const uint8_t* src, size_t n, MemoryValue ranges) {
+  for (const MemoryRange& r : ranges) {
+    if (n == 0) return;
+    const size_t take = std::min(n, r.size);
+    std::memcpy(r.data, src, take);
+    src += take;
+    n -= take;
+  }
+}
+
 }  // namespace
 
 Connection::Connection(const ClientOptions& options)
@@ -64,8 +88,16 @@ Status Connection::Handshake(const ClientOptions& options) {
   flatbuffers::FlatBufferBuilder fbb;
   auto name =
       fbb.CreateString(options.client_name.empty() ? DefaultClientName() : options.client_name);
+  uint64_t probe_address = 0;
+  if (options.process_memory) {
+    NameAgentAsPtracer(socket_.get());
+    std::random_device random;
+    memory_probe_ = (uint64_t{random()} << 32 | random()) | 1;  // never 0
+    probe_address = reinterpret_cast<uintptr_t>(&memory_probe_);
+  }
   fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
-                                options.arena_bytes, options.ring_bytes));
+                                options.arena_bytes, options.ring_bytes, probe_address,
+                                memory_probe_));
   KVAGENT_RETURN_IF_ERROR(ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
                                            options.connect_timeout));
   ipc::UniqueFd segment_fd;
@@ -96,11 +128,31 @@ Status Connection::Handshake(const ClientOptions& options) {
   producer_ = ipc::FrameProducer(shared->request_ring());
   consumer_ = ipc::FrameConsumer(shared->completion_ring());
   arena_ = std::make_shared<ArenaState>(shared, shared->layout().arena_bytes);
+  process_memory_ = options.process_memory && welcome->process_memory();
 
+  proto::BufferRef scratch(0, 0);
+  if (process_memory_) KVAGENT_RETURN_IF_ERROR(SetAsidePeerScratch(options, &scratch));
   flatbuffers::FlatBufferBuilder attached;
-  attached.Finish(proto::CreateAttached(attached, client_id_));
+  attached.Finish(
+      proto::CreateAttached(attached, client_id_, scratch.length() > 0 ? &scratch : nullptr));
   return ipc::SendMessage(socket_.get(), {attached.GetBufferPointer(), attached.GetSize()},
                           options.connect_timeout);
+}
+
+Status Connection::SetAsidePeerScratch(const ClientOptions& options, proto::BufferRef* scratch) {
+  const uint64_t arena = arena_->segment->layout().arena_bytes;
+  const uint64_t bytes = options.peer_scratch_bytes != 0
+                             ? options.peer_scratch_bytes
+                             : std::min<uint64_t>(arena / 4, uint64_t{64} << 20);
+  if (bytes == 0) return Status::Ok();
+  auto range = Allocate(bytes);
+  if (!range.ok()) {
+    return InvalidParams("peer_scratch_bytes " + std::to_string(bytes) + " does not fit the " +
+                         std::to_string(arena) + "-byte arena; ask for less");
+  }
+  *scratch = proto::BufferRef(range->offset(), range->size());
+  peer_scratch_ = std::move(*range);
+  return Status::Ok();
 }
 
 Connection::~Connection() { Close(); }
@@ -205,6 +257,7 @@ Result<uint32_t> Connection::AcquireSlot(Clock::time_point deadline) {
 void Connection::ReleaseSlot(uint32_t index) {
   Slot& s = slots_[index];
   s.temporaries.clear();  // returns raw-value copies to the arena
+  s.scatters.clear();
   s.reply = Reply{};
   s.id.store(0, std::memory_order_relaxed);
   s.state.store(kFree, std::memory_order_release);
@@ -226,42 +279,14 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   const Clock::time_point deadline = Clock::now() + timeout;
   if (Status valid = ValidateCall(spec); !valid.ok()) return Failed(valid, n);
 
-  // Arena ranges of the values (Put/Upsert) or targets (Get); raw bytes are copied into
-  // temporary buffers that live as long as the call.
   std::vector<proto::BufferRef> refs;
+  std::vector<proto::MemoryRange> memory;
+  std::vector<uint32_t> counts;
   std::vector<ArenaBuffer> temporaries;
-  if (!spec.values.empty()) {
-    refs.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      const Value& v = spec.values[i];
-      if (v.buffer() != nullptr) {
-        if (v.buffer()->arena_ != arena_) {
-          return Failed(Status(ErrorCode::kBufferOutOfRange,
-                               "values[" + std::to_string(i) +
-                                   "] was allocated by another Client; allocate it from this one"),
-                        n);
-        }
-        refs.emplace_back(v.buffer()->offset(), v.length());
-        continue;
-      }
-      auto copy = Allocate(v.length());
-      if (!copy.ok()) return Failed(copy.status(), n);
-      std::memcpy(copy->data(), v.bytes().data(), v.length());
-      refs.emplace_back(copy->offset(), v.length());
-      temporaries.push_back(std::move(*copy));
-    }
-  } else if (!spec.targets.empty()) {
-    refs.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      const ArenaBuffer* t = spec.targets[i];
-      if (t->arena_ != arena_) {
-        return Failed(Status(ErrorCode::kBufferOutOfRange,
-                             "buffers[" + std::to_string(i) +
-                                 "] was allocated by another Client; allocate it from this one"),
-                      n);
-      }
-      refs.emplace_back(t->offset(), t->size());
-    }
+  std::vector<Slot::ScatterTarget> scatters;
+  if (Status located = LocateValues(spec, &refs, &memory, &counts, &temporaries, &scatters);
+      !located.ok()) {
+    return Failed(located, n);
   }
 
   auto index = AcquireSlot(deadline);
@@ -272,12 +297,13 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   slot.key_count = n;
   slot.deadline = deadline;
   slot.temporaries = std::move(temporaries);
+  slot.scatters = std::move(scatters);
   slot.state.store(kWaiting, std::memory_order_relaxed);
   slot.id.store(id, std::memory_order_release);
 
   thread_local flatbuffers::FlatBufferBuilder fbb(1024);
   const std::span<const uint8_t> frame =
-      EncodeRequest(fbb, id, spec, refs,
+      EncodeRequest(fbb, id, spec, ValueLocations{refs, memory, counts},
                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout), deadline);
   Status pushed = Push(id, frame, deadline);
   if (!pushed.ok()) {
@@ -285,6 +311,143 @@ PendingCall Connection::Submit(const CallSpec& spec) {
     return Failed(pushed, n);
   }
   return PendingCall(shared_from_this(), *index, id, Reply{});
+}
+
+bool Connection::InArena(const void* data, size_t size, uint64_t* offset) const {
+  const std::span<uint8_t> arena = arena_->segment->arena();
+  const auto start = reinterpret_cast<uintptr_t>(arena.data());
+  const auto at = reinterpret_cast<uintptr_t>(data);
+  if (at < start || size > arena.size() || at - start > arena.size() - size) return false;
+  *offset = at - start;
+  return true;
+}
+
+Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferRef>* refs,
+                                std::vector<proto::MemoryRange>* memory,
+                                std::vector<uint32_t>* counts,
+                                std::vector<ArenaBuffer>* temporaries,
+                                std::vector<Slot::ScatterTarget>* scatters) {
+  if (spec.values.empty() && spec.memory_targets.empty() && spec.targets.empty()) {
+    return Status::Ok();  // an op without values
+  }
+  const size_t n = spec.keys.size();
+  for (size_t i = 0; i < spec.values.size(); ++i) {
+    const ArenaBuffer* b = spec.values[i].buffer();
+    if (b != nullptr && b->arena_ != arena_) {
+      return Status(ErrorCode::kBufferOutOfRange,
+                    "values[" + std::to_string(i) +
+                        "] was allocated by another Client; allocate it from this one");
+    }
+  }
+  // Where key i's bytes are when they are one range of our arena (an ArenaBuffer, or memory
+  // that happens to lie in the arena, e.g. a host pool allocated from it): the agent then
+  // copies them from/to the arena without any copy here.
+  std::vector<proto::BufferRef> in_arena(n);
+  std::vector<uint8_t> is_in_arena(n, 0);
+  size_t arena_keys = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t offset = 0;
+    bool found = false;
+    size_t size = 0;
+    if (!spec.values.empty()) {
+      const Value& v = spec.values[i];
+      size = v.length();
+      if (v.buffer() != nullptr) {
+        offset = v.buffer()->offset();
+        found = true;
+      } else if (v.ranges().size() <= 1) {
+        const void* data = v.ranges().empty() ? v.bytes().data() : v.ranges()[0].data;
+        found = InArena(data, size, &offset);
+      }
+    } else if (!spec.memory_targets.empty()) {
+      const MemoryValue target = spec.memory_targets[i];
+      if (target.size() == 1) {
+        size = target[0].size;
+        found = InArena(target[0].data, size, &offset);
+      }
+    } else {
+      const ArenaBuffer* t = spec.targets[i];
+      if (t->arena_ != arena_) {
+        return Status(ErrorCode::kBufferOutOfRange,
+                      "buffers[" + std::to_string(i) +
+                          "] was allocated by another Client; allocate it from this one");
+      }
+      offset = t->offset();
+      size = t->size();
+      found = true;
+    }
+    if (found) {
+      in_arena[i] = proto::BufferRef(offset, size);
+      is_in_arena[i] = 1;
+      ++arena_keys;
+    }
+  }
+  if (arena_keys == n) {
+    *refs = std::move(in_arena);
+    return Status::Ok();
+  }
+  auto ranges_of = [&](size_t i) -> MemoryValue {
+    if (!spec.memory_targets.empty()) return spec.memory_targets[i];
+    return spec.values[i].ranges();
+  };
+  if (process_memory_) {
+    // The agent reads (put) or writes (get) every key in our memory directly.
+    counts->reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const MemoryValue ranges = ranges_of(i);
+      if (!ranges.empty()) {
+        for (const MemoryRange& r : ranges) {
+          memory->emplace_back(reinterpret_cast<uintptr_t>(r.data), r.size);
+        }
+        counts->push_back(static_cast<uint32_t>(ranges.size()));
+        continue;
+      }
+      const Value& v = spec.values[i];
+      const void* data = v.buffer() != nullptr ? v.buffer()->data() : v.bytes().data();
+      memory->emplace_back(reinterpret_cast<uintptr_t>(data), v.length());
+      counts->push_back(1);
+    }
+    return Status::Ok();
+  }
+  // Without process memory: what is not in the arena goes through a temporary arena buffer,
+  // copied in here (put) or out when the reply comes (get: Scatter).
+  refs->reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (is_in_arena[i]) {
+      refs->push_back(in_arena[i]);
+      continue;
+    }
+    const MemoryValue ranges = ranges_of(i);
+    size_t size = 0;
+    for (const MemoryRange& r : ranges) size += r.size;
+    if (ranges.empty()) size = spec.values[i].length();
+    auto temporary = Allocate(std::max<size_t>(size, 1));
+    KVAGENT_RETURN_IF_ERROR(temporary.status());
+    refs->emplace_back(temporary->offset(), size);
+    if (!spec.memory_targets.empty()) {
+      scatters->push_back(
+          Slot::ScatterTarget{i, temporaries->size(), {ranges.begin(), ranges.end()}});
+    } else if (ranges.empty()) {
+      std::memcpy(temporary->data(), spec.values[i].bytes().data(), size);
+    } else {
+      uint8_t* at = temporary->data();
+      for (const MemoryRange& r : ranges) {
+        std::memcpy(at, r.data, r.size);
+        at += r.size;
+      }
+    }
+    temporaries->push_back(std::move(*temporary));
+  }
+  return Status::Ok();
+}
+
+void Connection::Scatter(Slot& slot, const Reply& reply) {
+  for (const Slot::ScatterTarget& t : slot.scatters) {
+    if (t.key >= reply.keys.size() || reply.keys[t.key].code != ErrorCode::kOk) continue;
+    const ArenaBuffer& staged = slot.temporaries[t.temporary];
+    CopyToRanges(staged.data(), std::min<size_t>(reply.keys[t.key].length, staged.size()),
+                 t.ranges);
+  }
 }
 
 Status Connection::Push(uint64_t id, std::span<const uint8_t> frame, Clock::time_point deadline) {
@@ -408,6 +571,7 @@ Reply Connection::Wait(uint32_t index, uint64_t id) {
   while (true) {
     if (s.state.load(std::memory_order_acquire) == kDone) {
       Reply reply = std::move(s.reply);
+      Scatter(s, reply);
       ReleaseSlot(index);
       return reply;
     }

@@ -66,6 +66,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t client_id() const { return client_id_; }
   uint64_t agent_epoch() const { return agent_epoch_; }
   uint64_t arena_bytes() const { return arena_->segment->layout().arena_bytes; }
+  bool process_memory() const { return process_memory_; }
   bool alive() const { return !dead_.load(std::memory_order_acquire); }
 
  private:
@@ -78,10 +79,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Clock::time_point deadline;
     Reply reply;
     std::vector<ArenaBuffer> temporaries;  // copies of raw values, freed with the slot
+    // GetInto without process memory: where each key's value goes once it is in its temporary
+    // arena buffer (copied out by Wait).
+    struct ScatterTarget {
+      size_t key;
+      size_t temporary;                 // index into `temporaries`
+      std::vector<MemoryRange> ranges;  // a copy: the caller's array may be gone (the C ABI's is)
+    };
+    std::vector<ScatterTarget> scatters;
   };
 
   explicit Connection(const ClientOptions& options);
   Status Handshake(const ClientOptions& options);
+  // After a Welcome that granted process memory: sets the peer scratch aside (in `scratch`).
+  Status SetAsidePeerScratch(const ClientOptions& options, proto::BufferRef* scratch);
+  // Where the values (Put/Upsert) or targets (Get) of `spec` go on the wire: arena ranges or
+  // memory ranges; raw values without process memory are copied into `temporaries`, GetInto
+  // targets get temporaries and `scatters`.
+  Status LocateValues(const CallSpec& spec, std::vector<proto::BufferRef>* refs,
+                      std::vector<proto::MemoryRange>* memory, std::vector<uint32_t>* counts,
+                      std::vector<ArenaBuffer>* temporaries,
+                      std::vector<Slot::ScatterTarget>* scatters);
+  // True when [data, data + size) lies in our arena; then *offset is where.
+  bool InArena(const void* data, size_t size, uint64_t* offset) const;
+  // Copies the values of a finished GetInto from their temporaries into the caller's ranges.
+  static void Scatter(Slot& slot, const Reply& reply);
 
   // Slots.
   Result<uint32_t> AcquireSlot(Clock::time_point deadline);
@@ -114,6 +136,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ipc::UniqueFd monitor_wake_;  // eventfd that stops the monitor thread
   std::thread monitor_;
   std::shared_ptr<ArenaState> arena_;
+  bool process_memory_ = false;  // granted at the handshake
+  uint64_t memory_probe_ = 0;    // the nonce the agent reads from our memory to grant it
+  ArenaBuffer peer_scratch_;     // with process memory: the agent's staging for peers
 
   std::mutex produce_mu_;
   ipc::FrameProducer producer_;  // guarded by produce_mu_

@@ -20,8 +20,10 @@ namespace kvagent::testing {
 class RawSession {
  public:
   // Connects and completes the handshake; ok() says whether it worked, error() why not.
+  // With a non-zero `memory_probe_address` the Hello asks for process memory (agent.fbs).
   explicit RawSession(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
-                      uint64_t ring_bytes = 0) {
+                      uint64_t ring_bytes = 0, uint64_t memory_probe_address = 0,
+                      uint64_t memory_probe_value = 0) {
     auto fd = ipc::ConnectUnix(socket_path);
     if (!fd.ok()) {
       Fail(fd.status().ToString());
@@ -31,7 +33,8 @@ class RawSession {
     flatbuffers::FlatBufferBuilder fbb;
     auto name = fbb.CreateString("raw-session");
     fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
-                                  arena_bytes, ring_bytes));
+                                  arena_bytes, ring_bytes, memory_probe_address,
+                                  memory_probe_value));
     if (!ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()}, kTimeout).ok()) {
       Fail("send Hello");
       return;
@@ -71,6 +74,9 @@ class RawSession {
   }
 
   bool ok() const { return ok_; }
+  const proto::Welcome& welcome() const {
+    return *flatbuffers::GetRoot<proto::Welcome>(welcome_bytes_.data());
+  }
   const std::string& error() const { return error_; }
   ipc::Segment& segment() { return *segment_; }
   int socket_fd() const { return socket_.get(); }

@@ -260,6 +260,8 @@ class Failover : public ::testing::Test {
   }
 
   TempDir dir_;
+  // Before the processes: destroyed after them (a namespace is deleted once nothing runs in it).
+  std::unique_ptr<NetnsLink> netns_;
   std::unique_ptr<EtcdProcess> etcd_;
   std::string etcd_endpoint_;
   std::vector<std::unique_ptr<HaMaster>> masters_;

@@ -46,7 +46,8 @@ TEST_F(Failover, ALeaderStoppedPastItsLeaseIsReplacedAndChangesNothingWhenItWake
 
 TEST_F(Failover, ALeaderCutOffFromEtcdStopsServingBeforeAnotherIsElected) {
   if (!CanUseNetns()) GTEST_SKIP() << "needs root and ip netns";
-  NetnsLink link;
+  netns_ = std::make_unique<NetnsLink>();  // the fixture's: it goes after the masters in it
+  NetnsLink& link = *netns_;
   ASSERT_TRUE(link.ok());
   // m1 listens on the namespace's address, which is not loopback: without a cluster secret it
   // needs --insecure-no-auth (the test's network is its own).

@@ -10,7 +10,7 @@ import os
 import subprocess
 import unittest
 
-from ops_support import Processes, wait_for
+from ops_support import LIMIT_S, Processes, wait_for
 
 
 def run(args, **kw):
@@ -36,7 +36,8 @@ class LogDirTest(unittest.TestCase):
         not_dir = os.path.join(self.p.dir, "file")
         open(not_dir, "w").close()
         for path, words in ((missing, "No such file or directory"), (not_dir, "not a directory")):
-            r = run([os.environ["KVMASTER"], "--log-dir", path, "--listen", "tcp://127.0.0.1:0"],
+            r = run([os.environ["KVMASTER"], "--log-dir", path, "--listen", "tcp://127.0.0.1:0",
+                     "--events", "tcp://127.0.0.1:0", "--events-replay", "tcp://127.0.0.1:0"],
                     text=True)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(f"--log-dir {path}", r.stderr)
@@ -95,7 +96,7 @@ class ConfigAndFlagsTest(unittest.TestCase):
         r = run([os.environ["KVAGENT"], "--config", bad_key, "--help"], text=True)
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr, f"kvagent: {bad_key}:3: unknown option 'pool_sise'\n")
-        bad_value = self.write("b.toml", '[data]\nlisten = "0.0.0.0:7000"\ntransport = "udp"\n')
+        bad_value = self.write("b.toml", '[data]\nlisten = "127.0.0.1:7000"\ntransport = "udp"\n')
         r = run([os.environ["KVAGENT"], "--config", bad_value, "--run-dir",
                  os.path.join(self.p.dir, "run")], text=True)
         self.assertEqual(r.returncode, 2)
@@ -105,15 +106,27 @@ class ConfigAndFlagsTest(unittest.TestCase):
         self.assertEqual(r.stderr, "kvagent: --config needs a value: the config file's path\n")
 
     def test_a_list_flag_replaces_the_files_list(self):
-        # The file allows root (uid 0); the command line allows only uid 12345: root is refused.
-        conf = self.write("c.toml", 'allow_uid = ["0"]\n')
-        run_dir = os.path.join(self.p.dir, "run")
-        self.p.start([os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "16MiB",
-                      "--config", conf, "--allow-uid", "12345"], "agent.log")
-        wait_for(lambda: os.path.exists(os.path.join(run_dir, "agent.sock")), "agent.sock")
-        r = self.p.kvctl(run_dir, "ping")
-        self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("may not attach", r.stderr)
+        # The file allows uid 65534 (nobody); the command line allows only uid 12345: nobody is
+        # refused. (The agent's own uid and root may always attach, so the client runs as nobody.)
+        os.chmod(self.p.dir, 0o755)
+        conf = self.write("c.toml", 'allow_uid = ["65534"]\n')
+
+        def ping_as_nobody(run_dir):
+            return subprocess.run([os.environ["KVCTL"], "--run-dir", run_dir, "ping"],
+                                  capture_output=True, text=True, timeout=LIMIT_S,
+                                  preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+
+        for name, extra, allowed in (("file", [], True), ("flag", ["--allow-uid", "12345"], False)):
+            run_dir = os.path.join(self.p.dir, name)
+            self.p.start([os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "16MiB",
+                          "--config", conf, *extra], name + ".log")
+            wait_for(lambda: os.path.exists(os.path.join(run_dir, "agent.sock")), "agent.sock")
+            r = ping_as_nobody(run_dir)
+            if allowed:
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            else:
+                self.assertEqual(r.returncode, 1, r.stdout)
+                self.assertIn("may not attach", r.stderr)
 
 
 class PutFromStdinTest(unittest.TestCase):

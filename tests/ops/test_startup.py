@@ -108,7 +108,15 @@ class SampleConfigTest(unittest.TestCase):
         self.addCleanup(p.stop)
         conf = os.environ["SAMPLE_CONFIG_DIR"]
         state = os.path.join(p.dir, "state")
-        master = p.kvmaster("--config", os.path.join(conf, "master.toml"), "--state-dir", state)
+        # The sample names the secret where systemd's LoadCredential= puts it; here, one of ours.
+        secret = os.path.join(p.dir, "cluster-secret")
+        made = subprocess.run([os.environ["KVCTL"], "secret", "generate", secret],
+                              capture_output=True, text=True, timeout=LIMIT_S)
+        self.assertEqual(made.returncode, 0, made.stderr)
+        master = p.kvmaster("--config", os.path.join(conf, "master.toml"), "--state-dir", state,
+                            "--cluster-secret-file", secret)
+        with open(os.path.join(conf, "master.toml")) as f:
+            self.assertIn("cluster_secret_file =", f.read())
         run_dir, _ = p.kvagent("a", "--config", os.path.join(conf, "agent.toml"),
                                "--pool-size", "1GiB")  # the sample's own size, stated
         stat = p.stat(run_dir)

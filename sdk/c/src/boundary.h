@@ -2,6 +2,7 @@
 // turns every escaping exception into KV_INTERNAL, and the reading of versioned option structs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -47,24 +48,29 @@ kv_status_t Guarded(Body&& body) noexcept {
 // newer header) is accepted only if the bytes this library does not know are zero, so a caller
 // never silently loses an option it set.
 // `init` names the struct's init function for the message.
+// `out` holds the defaults (its *_init). A struct_size between `first_size` (the struct as first
+// published) and sizeof(T) comes from an older header: the fields it lacks keep their defaults.
 template <typename T>
-Status ReadOptions(const T* given, T* out, std::string_view name, std::string_view init) {
+Status ReadOptions(const T* given, T* out, std::string_view name, std::string_view init,
+                   size_t first_size = sizeof(T)) {
   if (given == nullptr) return Status::Ok();
   const size_t size = given->struct_size;
-  if (size < sizeof(T)) {
+  if (size < first_size) {
     return InvalidParams(std::string(name) + ".struct_size is " + std::to_string(size) +
                          "; initialize it with " + std::string(init) + " (sizeof is " +
                          std::to_string(sizeof(T)) + ")");
   }
-  const auto* extra = reinterpret_cast<const unsigned char*>(given) + sizeof(T);
-  for (size_t i = 0; i < size - sizeof(T); ++i) {
-    if (extra[i] != 0) {
-      return InvalidParams(std::string(name) + " sets fields this libkvclient (" +
-                           std::to_string(sizeof(T)) +
-                           "-byte struct) does not know; upgrade libkvclient or leave them unset");
+  if (size > sizeof(T)) {
+    const auto* extra = reinterpret_cast<const unsigned char*>(given) + sizeof(T);
+    for (size_t i = 0; i < size - sizeof(T); ++i) {
+      if (extra[i] != 0) {
+        return InvalidParams(
+            std::string(name) + " sets fields this libkvclient (" + std::to_string(sizeof(T)) +
+            "-byte struct) does not know; upgrade libkvclient or leave them unset");
+      }
     }
   }
-  std::memcpy(static_cast<void*>(out), given, sizeof(T));
+  std::memcpy(static_cast<void*>(out), given, std::min(size, sizeof(T)));
   out->struct_size = sizeof(T);
   return Status::Ok();
 }

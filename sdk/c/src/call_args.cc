@@ -111,6 +111,8 @@ struct CallArgs {
   std::vector<BlockMetadata> blocks;
   std::vector<Value> values;
   std::vector<const ArenaBuffer*> targets;
+  std::vector<MemoryRange> memory;         // kv_*_from / kv_get_into: every key's ranges
+  std::vector<MemoryValue> memory_values;  // ... and each key's slice of them
   CallOptions options;
   ListOptions list;
 
@@ -121,6 +123,7 @@ struct CallArgs {
   Status ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
   Status ReadBlock(const kv_block_t& c, size_t i, BlockMetadata* out);
   Status ReadTargets(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+  Status ReadMemory(const Request& r);
   Status ReadCallOptions(const Request& r);
   Status ReadList(const Request& r);
 };
@@ -139,7 +142,7 @@ Status CallArgs::Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>
       return ReadWrite(r, held);
     case Op::kGet:
       KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
-      KVAGENT_RETURN_IF_ERROR(ReadTargets(r, held));
+      KVAGENT_RETURN_IF_ERROR(r.memory ? ReadMemory(r) : ReadTargets(r, held));
       return ReadCallOptions(r);
     case Op::kExist:
     case Op::kRemove:
@@ -162,12 +165,46 @@ Status CallArgs::ReadKeys(const Request& r) {
   return CopyStrings(t_key_pool, r.keys, r.count, "keys", &keys);
 }
 
+Status CallArgs::ReadMemory(const Request& r) {
+  // Bounds what is read from the caller before the arrays are copied (layers x keys at most).
+  constexpr size_t kMaxRanges = size_t{256} * kMaxBatchKeys;
+  if (r.count > 0 && r.ranges == nullptr) {
+    return NullArray("ranges", r.count, "pass at least one kv_memory_range_t per key");
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < r.count; ++i) {
+    const size_t n = r.range_counts == nullptr ? 1 : r.range_counts[i];
+    if (n == 0) {
+      return InvalidParams(Indexed("range_counts", i) + " is 0; give at least one range per key");
+    }
+    if (n > kMaxRanges - total) {
+      return InvalidParams("range_counts add up to more than " + std::to_string(kMaxRanges) +
+                           " ranges; split the call");
+    }
+    total += n;
+  }
+  memory.reserve(total);
+  for (size_t j = 0; j < total; ++j)
+    memory.push_back(MemoryRange{r.ranges[j].data, r.ranges[j].size});
+  memory_values.reserve(r.count);
+  size_t first = 0;
+  for (size_t i = 0; i < r.count; ++i) {
+    const size_t n = r.range_counts == nullptr ? 1 : r.range_counts[i];
+    memory_values.emplace_back(memory.data() + first, n);
+    first += n;
+  }
+  return Status::Ok();
+}
+
 Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
-  if (r.count > 0 && r.values == nullptr) {
+  if (r.memory) {
+    KVAGENT_RETURN_IF_ERROR(ReadMemory(r));
+    values.assign(memory_values.begin(), memory_values.end());
+  } else if (r.count > 0 && r.values == nullptr) {
     return NullArray("values", r.count, "pass one kv_value_t per key");
   }
-  values.reserve(r.count);
-  for (size_t i = 0; i < r.count; ++i) {
+  if (!r.memory) values.reserve(r.count);
+  for (size_t i = 0; !r.memory && i < r.count; ++i) {
     const kv_value_t& v = r.values[i];
     if (v.buffer != nullptr) {
       held->push_back(v.buffer->arena);
@@ -285,7 +322,8 @@ void Submit(Client& client, const Request& r, kv_pending& pending) {
       pending.call = client.SubmitUpsert(a.keys, a.values, a.options);
       return;
     case Op::kGet:
-      pending.call = client.SubmitGet(a.keys, a.targets, a.options);
+      pending.call = r.memory ? client.SubmitGetInto(a.keys, a.memory_values, a.options)
+                              : client.SubmitGet(a.keys, a.targets, a.options);
       return;
     case Op::kExist:
       pending.call = client.SubmitExist(a.keys, a.options);

@@ -23,6 +23,10 @@ struct Request {
   const kv_bytes_t* session_ids = nullptr;  // Put/Upsert: count entries or NULL
   const kv_block_t* blocks = nullptr;       // Put/Upsert: count entries or NULL
   kv_buffer_t* const* buffers = nullptr;    // Get: count entries
+  // kv_*_from / kv_get_into: the values are ranges of the caller's memory instead.
+  bool memory = false;
+  const kv_memory_range_t* ranges = nullptr;
+  const size_t* range_counts = nullptr;  // count entries, or NULL: one range per key
   const kv_write_options_t* write = nullptr;
   const kv_call_options_t* call = nullptr;
   const kv_list_options_t* list = nullptr;  // List

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <iterator>
 #include <memory>
 #include <utility>
@@ -136,6 +137,26 @@ Request Read(size_t count, const kv_bytes_t* keys, kv_buffer_t* const* buffers,
   return r;
 }
 
+// kv_put_from / kv_upsert_from and kv_get_into: the values are ranges of the caller's memory.
+Request WriteFrom(Op op, size_t count, const kv_bytes_t* keys, const kv_memory_range_t* ranges,
+                  const size_t* range_counts, const kv_bytes_t* session_ids,
+                  const kv_block_t* blocks, const kv_write_options_t* options) {
+  Request r = Write(op, count, keys, nullptr, session_ids, blocks, options);
+  r.memory = true;
+  r.ranges = ranges;
+  r.range_counts = range_counts;
+  return r;
+}
+
+Request ReadInto(size_t count, const kv_bytes_t* keys, const kv_memory_range_t* ranges,
+                 const size_t* range_counts, const kv_call_options_t* options) {
+  Request r = Keyed(Op::kGet, count, keys, options);
+  r.memory = true;
+  r.ranges = ranges;
+  r.range_counts = range_counts;
+  return r;
+}
+
 Request Timed(Op op, uint32_t timeout_ms) {
   Request r;
   r.op = op;
@@ -157,9 +178,11 @@ using kvagent::c_abi::Call;
 using kvagent::c_abi::Guarded;
 using kvagent::c_abi::Keyed;
 using kvagent::c_abi::Op;
+using kvagent::c_abi::ReadInto;
 using kvagent::c_abi::SetLastError;
 using kvagent::c_abi::SubmitCall;
 using kvagent::c_abi::Write;
+using kvagent::c_abi::WriteFrom;
 
 extern "C" {
 
@@ -180,8 +203,9 @@ kv_status_t kv_connect(const kv_connect_options_t* options, kv_client_t** client
   return Guarded([&] {
     kv_connect_options_t o;
     kv_connect_options_init(&o);
-    kvagent::Status read =
-        kvagent::c_abi::ReadOptions(options, &o, "options", "kv_connect_options_init");
+    kvagent::Status read = kvagent::c_abi::ReadOptions(
+        options, &o, "options", "kv_connect_options_init",
+        offsetof(kv_connect_options_t, process_memory));  // 0.1's struct ends there
     if (!read.ok()) return SetLastError(read);
     kvagent::ClientOptions co;
     if (o.run_dir != nullptr && *o.run_dir != '\0') co.run_dir = o.run_dir;
@@ -193,6 +217,8 @@ kv_status_t kv_connect(const kv_connect_options_t* options, kv_client_t** client
     if (o.call_timeout_ms != 0) co.call_timeout = std::chrono::milliseconds(o.call_timeout_ms);
     co.spin = std::chrono::microseconds(o.spin_us);
     if (o.max_in_flight != 0) co.max_in_flight = o.max_in_flight;
+    co.process_memory = o.process_memory != 0;
+    co.peer_scratch_bytes = o.peer_scratch_bytes;
     auto connected = kvagent::Client::Connect(std::move(co));
     if (!connected.ok()) return SetLastError(connected.status());
     auto handle = std::make_unique<kv_client>();
@@ -230,6 +256,9 @@ uint64_t kv_client_arena_bytes(const kv_client_t* client) {
 }
 int kv_client_connected(const kv_client_t* client) {
   return client && client->client->connected() ? 1 : 0;
+}
+int kv_client_process_memory(const kv_client_t* client) {
+  return client && client->client->process_memory() ? 1 : 0;
 }
 
 kv_status_t kv_allocate(kv_client_t* client, size_t size, kv_buffer_t** buffer) {
@@ -283,6 +312,31 @@ kv_status_t kv_get(kv_client_t* client, size_t count, const kv_bytes_t* keys,
   return Call(client, kvagent::c_abi::Read(count, keys, buffers, options), result);
 }
 
+kv_status_t kv_put_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                        const kv_memory_range_t* ranges, const size_t* range_counts,
+                        const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                        const kv_write_options_t* options, kv_result_t** result) {
+  return Call(client,
+              WriteFrom(Op::kPut, count, keys, ranges, range_counts, session_ids, blocks, options),
+              result);
+}
+
+kv_status_t kv_upsert_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                           const kv_memory_range_t* ranges, const size_t* range_counts,
+                           const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                           const kv_write_options_t* options, kv_result_t** result) {
+  return Call(
+      client,
+      WriteFrom(Op::kUpsert, count, keys, ranges, range_counts, session_ids, blocks, options),
+      result);
+}
+
+kv_status_t kv_get_into(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                        const kv_memory_range_t* ranges, const size_t* range_counts,
+                        const kv_call_options_t* options, kv_result_t** result) {
+  return Call(client, ReadInto(count, keys, ranges, range_counts, options), result);
+}
+
 kv_status_t kv_exist(kv_client_t* client, size_t count, const kv_bytes_t* keys,
                      const kv_call_options_t* options, kv_result_t** result) {
   return Call(client, Keyed(Op::kExist, count, keys, options), result);
@@ -332,6 +386,31 @@ kv_status_t kv_submit_get(kv_client_t* client, size_t count, const kv_bytes_t* k
                           kv_buffer_t* const* buffers, const kv_call_options_t* options,
                           kv_pending_t** pending) {
   return SubmitCall(client, kvagent::c_abi::Read(count, keys, buffers, options), pending);
+}
+
+kv_status_t kv_submit_put_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                               const kv_memory_range_t* ranges, const size_t* range_counts,
+                               const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                               const kv_write_options_t* options, kv_pending_t** pending) {
+  return SubmitCall(
+      client, WriteFrom(Op::kPut, count, keys, ranges, range_counts, session_ids, blocks, options),
+      pending);
+}
+
+kv_status_t kv_submit_upsert_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                                  const kv_memory_range_t* ranges, const size_t* range_counts,
+                                  const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                                  const kv_write_options_t* options, kv_pending_t** pending) {
+  return SubmitCall(
+      client,
+      WriteFrom(Op::kUpsert, count, keys, ranges, range_counts, session_ids, blocks, options),
+      pending);
+}
+
+kv_status_t kv_submit_get_into(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                               const kv_memory_range_t* ranges, const size_t* range_counts,
+                               const kv_call_options_t* options, kv_pending_t** pending) {
+  return SubmitCall(client, ReadInto(count, keys, ranges, range_counts, options), pending);
 }
 
 kv_status_t kv_submit_exist(kv_client_t* client, size_t count, const kv_bytes_t* keys,

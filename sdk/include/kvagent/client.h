@@ -59,7 +59,31 @@ struct ClientOptions {
   std::chrono::microseconds spin{50};
   // Calls in flight at once; Submit waits (reaping completions) when all are taken.
   uint32_t max_in_flight = 4096;
+  // Lets the agent read and write this process's memory directly (process_vm_readv/writev):
+  // values given as memory (MemoryRange, plain bytes) then cross memory once, straight between
+  // this process and the node pool, instead of through the arena. The agent grants it when it
+  // may read this process (same user, or CAP_SYS_PTRACE; under Yama ptrace_scope 1 the SDK
+  // names the agent as this process's ptracer with prctl(PR_SET_PTRACER), which replaces an
+  // earlier such setting of the process). Client::process_memory() says whether it was granted;
+  // without it such values are copied through the arena, as before.
+  bool process_memory = false;
+  // With process memory: arena bytes set aside for parts of values that travel to or from a
+  // peer's pool (the data plane moves bytes only from registered memory). 0: a quarter of the
+  // arena, at most 64 MiB.
+  uint64_t peer_scratch_bytes = 0;
 };
+
+// A range of this process's own memory: a host KV pool, a tensor, any buffer. A put reads it,
+// a get writes it; it must stay valid (and, for a get, unread by others) until the call returns
+// (for Submit, until Wait returns).
+struct MemoryRange {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+// One key's value as ranges of this process's memory, in order: gathered for a put, filled for a
+// get (their total is the capacity).
+using MemoryValue = std::span<const MemoryRange>;
 
 // A range of this client's data arena, owned by the caller: allocated by Client::Allocate and
 // returned to the arena on destruction. Fill it in place and pass it to Put (zero-copy), or
@@ -91,11 +115,15 @@ class ArenaBuffer {
   uint64_t offset_ = 0;
 };
 
-// A value to store: either an ArenaBuffer (zero-copy; the first `length` bytes, default all) or
-// bytes the SDK copies into a temporary arena buffer for the duration of the call. The referred
-// memory must stay valid until the call returns (or, for Submit, until Wait returns).
+// A value to store: an ArenaBuffer (zero-copy; the first `length` bytes, default all), or bytes
+// or memory ranges of this process. With process memory (ClientOptions::process_memory) the
+// agent reads bytes and ranges straight from this process; otherwise the SDK copies them into a
+// temporary arena buffer for the duration of the call. The referred memory must stay valid until
+// the call returns (or, for Submit, until Wait returns).
 class Value {
  public:
+  // The concatenation of `ranges` (memory of this process; see MemoryRange).
+  Value(MemoryValue ranges);                                                      // NOLINT
   Value(const ArenaBuffer& buffer) : buffer_(&buffer), length_(buffer.size()) {}  // NOLINT
   Value(const ArenaBuffer& buffer, size_t length) : buffer_(&buffer), length_(length) {}
   Value(std::span<const uint8_t> bytes) : bytes_(bytes), length_(bytes.size()) {}  // NOLINT
@@ -105,11 +133,13 @@ class Value {
 
   const ArenaBuffer* buffer() const { return buffer_; }
   std::span<const uint8_t> bytes() const { return bytes_; }
+  MemoryValue ranges() const { return ranges_; }  // non-empty for a value given as ranges
   size_t length() const { return length_; }
 
  private:
   const ArenaBuffer* buffer_ = nullptr;
   std::span<const uint8_t> bytes_;
+  MemoryValue ranges_;
   size_t length_ = 0;
 };
 
@@ -260,6 +290,12 @@ class Client {
   // Reads each key's value into the matching buffer (its size is the capacity).
   Reply Get(std::span<const std::string> keys, std::span<const ArenaBuffer* const> buffers,
             const CallOptions& options = {});
+  // Reads each key's value into ranges of this process's memory (targets[i], filled in order;
+  // their total is the capacity); Reply::keys[i].length is the value's length. With process
+  // memory the agent writes straight into them; otherwise the value goes through a temporary
+  // arena buffer and is copied out when the call returns.
+  Reply GetInto(std::span<const std::string> keys, std::span<const MemoryValue> targets,
+                const CallOptions& options = {});
   Reply Exist(std::span<const std::string> keys, const CallOptions& options = {});
   Reply Remove(std::span<const std::string> keys, const CallOptions& options = {});
   Reply RemoveAll(const CallOptions& options = {});
@@ -288,6 +324,8 @@ class Client {
   PendingCall SubmitGet(std::span<const std::string> keys,
                         std::span<const ArenaBuffer* const> buffers,
                         const CallOptions& options = {});
+  PendingCall SubmitGetInto(std::span<const std::string> keys, std::span<const MemoryValue> targets,
+                            const CallOptions& options = {});
   PendingCall SubmitExist(std::span<const std::string> keys, const CallOptions& options = {});
   PendingCall SubmitRemove(std::span<const std::string> keys, const CallOptions& options = {});
   PendingCall SubmitRemoveAll(const CallOptions& options = {});
@@ -300,6 +338,9 @@ class Client {
   uint64_t arena_bytes() const;  // granted
   // False once the agent is known to be gone (then every call fails with AGENT_UNAVAILABLE).
   bool connected() const;
+  // True when the agent reads and writes this process's memory directly (asked with
+  // ClientOptions::process_memory and granted at connect).
+  bool process_memory() const;
 
  private:
   explicit Client(std::shared_ptr<sdk_detail::Connection> connection);

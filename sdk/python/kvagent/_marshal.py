@@ -123,6 +123,41 @@ def value_array(values, buffer_type, keep):
     return c
 
 
+def memory_arrays(entries, key_count, what, keep):
+    """(kv_memory_range_t array, size_t counts array or None) for one entry per key, each an
+    (address, size) pair or a list of such pairs (gathered or filled in order). Built over
+    array("Q") words: kv_memory_range_t is (void*, size_t)."""
+    entries = one_per_key(entries, key_count, what, "(address, size) or a list of them")
+    if key_count == 0:
+        return None, None
+    try:
+        if all(type(e) is tuple for e in entries):  # the common case: one range per key
+            words = array.array("Q", [x for e in entries for x in e])
+            counts = None
+            if len(words) != 2 * key_count:
+                raise ValueError
+        else:
+            flat, counts = [], []
+            for e in entries:
+                ranges = [e] if type(e) is tuple else list(e)
+                counts.append(len(ranges))
+                for r in ranges:
+                    address, size = r
+                    flat += (address, size)
+            words = array.array("Q", flat)
+    except (TypeError, ValueError, OverflowError):
+        raise invalid("%s: give (address, size) pairs of ints >= 0, or a list of them per key"
+                      % what) from None
+    keep.append(words)
+    c_ranges = (native.MemoryRange * (len(words) // 2)).from_buffer(words)
+    c_counts = None
+    if counts is not None:
+        count_words = array.array("Q", counts)
+        keep.append(count_words)
+        c_counts = (ctypes.c_size_t * len(count_words)).from_buffer(count_words)
+    return c_ranges, c_counts
+
+
 def block_array(blocks, keep):
     """A kv_block_t array; None entries mean "no metadata for this key"."""
     c = (native.Block * len(blocks))()

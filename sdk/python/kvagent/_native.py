@@ -41,6 +41,8 @@ class ConnectOptions(ctypes.Structure):
         ("call_timeout_ms", c_uint32),
         ("spin_us", c_uint32),
         ("max_in_flight", c_uint32),
+        ("process_memory", c_uint8),
+        ("peer_scratch_bytes", c_uint64),
     ]
 
 
@@ -73,6 +75,12 @@ class ListOptions(ctypes.Structure):
         ("limit", c_uint32),
         ("timeout_ms", c_uint32),
     ]
+
+
+class MemoryRange(ctypes.Structure):
+    """kv_memory_range_t: a range of this process's memory."""
+
+    _fields_ = [("data", c_void_p), ("size", c_size_t)]
 
 
 class Value(ctypes.Structure):
@@ -153,6 +161,9 @@ _HANDLE_OUT = _P(c_void_p)
 _WRITE_ARGS = [c_void_p, c_size_t, _P(Bytes), _P(Value), _P(Bytes), _P(Block), _P(WriteOptions)]
 _GET_ARGS = [c_void_p, c_size_t, _P(Bytes), _P(c_void_p), _P(CallOptions)]
 _KEYED_ARGS = [c_void_p, c_size_t, _P(Bytes), _P(CallOptions)]
+_WRITE_FROM_ARGS = [c_void_p, c_size_t, _P(Bytes), _P(MemoryRange), _P(c_size_t), _P(Bytes),
+                    _P(Block), _P(WriteOptions)]
+_GET_INTO_ARGS = [c_void_p, c_size_t, _P(Bytes), _P(MemoryRange), _P(c_size_t), _P(CallOptions)]
 
 # name: (restype, argtypes)
 _FUNCTIONS = {
@@ -166,6 +177,7 @@ _FUNCTIONS = {
     "kv_client_agent_epoch": (c_uint64, [c_void_p]),
     "kv_client_arena_bytes": (c_uint64, [c_void_p]),
     "kv_client_connected": (ctypes.c_int, [c_void_p]),
+    "kv_client_process_memory": (ctypes.c_int, [c_void_p]),
     "kv_allocate": (c_status, [c_void_p, c_size_t, _HANDLE_OUT]),
     "kv_buffer_free": (None, [c_void_p]),
     "kv_buffer_data": (c_void_p, [c_void_p]),
@@ -182,6 +194,9 @@ _CALL_ARGS = {
     "put": _WRITE_ARGS,
     "upsert": _WRITE_ARGS,
     "get": _GET_ARGS,
+    "put_from": _WRITE_FROM_ARGS,
+    "upsert_from": _WRITE_FROM_ARGS,
+    "get_into": _GET_INTO_ARGS,
     "exist": _KEYED_ARGS,
     "remove": _KEYED_ARGS,
     "remove_all": [c_void_p, _P(CallOptions)],

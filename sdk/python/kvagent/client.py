@@ -35,6 +35,12 @@ class ArenaBuffer:
         """The buffer's size in bytes."""
         return self._size
 
+    @property
+    def address(self):
+        """The address of the buffer's first byte (for ctypes.memmove and C code); valid while
+        the buffer is open. Raises InvalidParams once closed."""
+        return ctypes.addressof(self._live())
+
     def __len__(self):
         return self._size
 
@@ -152,7 +158,7 @@ class Client:
 
     def __init__(self, run_dir="/run/kvagent", name=None, arena_bytes=64 << 20, *,
                  ring_bytes=0, connect_timeout=5.0, call_timeout=30.0, spin_us=50,
-                 max_in_flight=0):
+                 max_in_flight=0, process_memory=False, peer_scratch_bytes=0):
         lib = native.library()
         options = native.ConnectOptions(
             struct_size=ctypes.sizeof(native.ConnectOptions),
@@ -162,7 +168,9 @@ class Client:
             ring_bytes=marshal.unsigned(ring_bytes, 64, "ring_bytes"),
             connect_timeout_ms=_ms(connect_timeout), call_timeout_ms=_ms(call_timeout),
             spin_us=marshal.unsigned(spin_us, 32, "spin_us"),
-            max_in_flight=marshal.unsigned(max_in_flight, 32, "max_in_flight"))
+            max_in_flight=marshal.unsigned(max_in_flight, 32, "max_in_flight"),
+            process_memory=1 if process_memory else 0,
+            peer_scratch_bytes=marshal.unsigned(peer_scratch_bytes, 64, "peer_scratch_bytes"))
         handle = ctypes.c_void_p()
         code = lib.kv_connect(ctypes.byref(options), ctypes.byref(handle))
         if code != ErrorCode.OK:
@@ -208,6 +216,13 @@ class Client:
     def arena_bytes(self):
         """The arena size the agent granted."""
         return self._lib.kv_client_arena_bytes(self._h())
+
+    @property
+    def process_memory(self):
+        """True when the agent reads and writes this process's memory directly (asked with
+        process_memory=True and granted at connect): put_from/get_into then copy once, straight
+        between this process and the node pool."""
+        return self._handle is not None and bool(self._lib.kv_client_process_memory(self._handle))
 
     @property
     def connected(self):
@@ -256,6 +271,36 @@ class Client:
         """Reads each key's value into the matching ArenaBuffer (zero-copy); the value's length
         is ``result.keys[i].length`` (with BUFFER_OUT_OF_RANGE when the buffer is smaller)."""
         return self._call(self._lib.kv_get, *self._get_args(keys, buffers, timeout))
+
+    def put_from(self, keys, sources, session_ids=None, blocks=None, **write):
+        """put() with each value in this process's memory: ``sources`` has one (address, size)
+        pair per key, or a list of pairs whose bytes are gathered in order. With process memory
+        the agent reads them directly; otherwise the library copies them into the arena first.
+        A range the agent cannot read fails its key with INVALID_PARAMS."""
+        return self._call(self._lib.kv_put_from,
+                          *self._write_from_args(keys, sources, session_ids, blocks, **write))
+
+    def upsert_from(self, keys, sources, session_ids=None, blocks=None, **write):
+        """upsert() with values in this process's memory (as put_from)."""
+        return self._call(self._lib.kv_upsert_from,
+                          *self._write_from_args(keys, sources, session_ids, blocks, **write))
+
+    def get_into(self, keys, targets, timeout=None):
+        """get() into this process's memory: ``targets`` has one (address, capacity) pair per
+        key, or a list of pairs filled in order. ``result.keys[i].length`` is the value's
+        length (BUFFER_OUT_OF_RANGE when it exceeds the capacity). The memory must not be read
+        or written by anyone else until the call returns."""
+        return self._call(self._lib.kv_get_into, *self._get_into_args(keys, targets, timeout))
+
+    def submit_put_from(self, keys, sources, session_ids=None, blocks=None, **write):
+        """put_from(), submitted now; the memory must stay valid until wait() returns."""
+        return self._submit(self._lib.kv_submit_put_from,
+                            *self._write_from_args(keys, sources, session_ids, blocks, **write))
+
+    def submit_get_into(self, keys, targets, timeout=None):
+        """get_into(), submitted now; the memory is written until wait() returns."""
+        return self._submit(self._lib.kv_submit_get_into,
+                            *self._get_into_args(keys, targets, timeout))
 
     def get_bytes(self, key, capacity=None, timeout=None):
         """Convenience for one key: allocates a buffer, gets into it and returns a copy of the
@@ -408,6 +453,21 @@ class Client:
         return (len(encoded), marshal.bytes_array(encoded, keep), c_buffers,
                 _call_options(timeout, False)), keep
 
+    def _get_into_args(self, keys, targets, timeout):
+        """kv_get_into arguments: count, keys, ranges, range counts, kv_call_options_t."""
+        keep = []
+        encoded = marshal.encode_all(keys, "keys")
+        ranges, counts = marshal.memory_arrays(targets, len(encoded), "targets", keep)
+        return (len(encoded), marshal.bytes_array(encoded, keep), ranges, counts,
+                _call_options(timeout, False)), keep
+
+    def _write_from_args(self, keys, sources, session_ids, blocks, **write):
+        """kv_put_from arguments: _write_args with the values as memory ranges."""
+        (n, c_keys, _values, c_sessions, c_blocks, options), keep = self._write_args(
+            keys, None, session_ids, blocks, **write)
+        ranges, counts = marshal.memory_arrays(sources, n, "sources", keep)
+        return (n, c_keys, ranges, counts, c_sessions, c_blocks, options), keep
+
     def _write_args(self, keys, values, session_ids, blocks, replica_count=1, soft_pin=False,
                     soft_pin_ttl_ms=0, hard_pin=False, timeout=None):
         """Put/Upsert arguments: count, keys, values, session IDs, blocks, kv_write_options_t
@@ -415,7 +475,8 @@ class Client:
         keep = []
         encoded = marshal.encode_all(keys, "keys")
         n = len(encoded)
-        values = marshal.one_per_key(values, n, "values", "one value")
+        if values is not None:
+            values = marshal.one_per_key(values, n, "values", "one value")
         c_sessions = c_blocks = options = None
         if session_ids is not None:
             sessions = marshal.one_per_key(session_ids, n, "session_ids",
@@ -431,6 +492,6 @@ class Client:
                 soft_pin_ttl_ms=marshal.unsigned(soft_pin_ttl_ms, 32, "soft_pin_ttl_ms"),
                 replica_count=marshal.unsigned(replica_count, 8, "replica_count", low=1),
                 soft_pin=1 if soft_pin else 0, hard_pin=1 if hard_pin else 0))
-        return (n, marshal.bytes_array(encoded, keep),
-                marshal.value_array(values, ArenaBuffer, keep), c_sessions, c_blocks,
+        c_values = None if values is None else marshal.value_array(values, ArenaBuffer, keep)
+        return (n, marshal.bytes_array(encoded, keep), c_values, c_sessions, c_blocks,
                 options), keep

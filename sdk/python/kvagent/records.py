@@ -84,6 +84,11 @@ class Result:
         return [marshal.code_of(r[0]) for r in self._rows]
 
     @property
+    def lengths(self):
+        """Get: each key's value length, in order (without building the KeyResult objects)."""
+        return [r[2] for r in self._rows]
+
+    @property
     def ok(self):
         """True when every key succeeded (see KeyResult.ok)."""
         return all(r[0] in _SUCCESS for r in self._rows)

@@ -35,6 +35,7 @@ class Segment;
 namespace kvagent::agent {
 
 using ClientId = uint64_t;
+class ProcessMemory;
 
 // A valid request, copied out of the client's ring into memory the handler owns.
 struct ClientRequest {
@@ -44,6 +45,10 @@ struct ClientRequest {
   // Keeps the client's mapping alive while the request is held, even after the client is gone,
   // so a transfer in flight never touches unmapped memory.
   std::shared_ptr<ipc::Segment> segment;
+  // Set when the request's values are in the client's own memory (Request.memory): the
+  // client's process, granted at the handshake (agent/src/process_memory.h).
+  std::shared_ptr<const ProcessMemory> memory;
+  std::vector<uint32_t> memory_first;  // with `memory`: the index of each key's first range
 
   const proto::Request& request() const;
   size_t key_count() const;

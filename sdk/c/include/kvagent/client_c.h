@@ -113,8 +113,9 @@ typedef struct kv_pending kv_pending_t; /* a submitted call not yet collected */
  * reads the fields that lie within struct_size; a struct_size larger than the library knows is
  * accepted when the extra bytes are zero (fields of a newer header left unset: every field added
  * later takes 0 as its default) and refused with KV_INVALID_PARAMS otherwise (upgrade
- * libkvclient), so an option the caller set is never silently ignored. A struct_size smaller
- * than this version's is refused too. Passing NULL means defaults. */
+ * libkvclient), so an option the caller set is never silently ignored. A struct_size of an
+ * older header (fields appended since are missing) is accepted and those fields take 0; one
+ * smaller than the first published version is refused. Passing NULL means defaults. */
 
 typedef struct kv_connect_options {
   size_t struct_size;
@@ -126,6 +127,17 @@ typedef struct kv_connect_options {
   uint32_t call_timeout_ms;    /* default for calls that give none; 0: 30000 */
   uint32_t spin_us;            /* how long a waiting caller spins before it sleeps */
   uint32_t max_in_flight;      /* calls in flight at once (submit waits beyond); 0: 4096 */
+  /* Added after 0.1.0 (an older struct_size leaves these 0). Non-zero: let the agent read and write
+   * this process's memory directly (process_vm_readv/writev), so values given as memory
+   * (kv_put_from, kv_get_into, and raw bytes of kv_put) cross memory once, straight between this
+   * process and the node pool. The agent grants it when it may read this process (same user, or
+   * CAP_SYS_PTRACE; under Yama ptrace_scope 1 the library names the agent with
+   * prctl(PR_SET_PTRACER)); see kv_client_process_memory. Without it such values are copied through
+   * the arena. */
+  uint8_t process_memory;
+  /* With process_memory: arena bytes set aside for parts of values that travel to or from a
+   * peer's pool; 0: a quarter of the arena, at most 64 MiB. */
+  uint64_t peer_scratch_bytes;
 } kv_connect_options_t;
 
 static inline void kv_connect_options_init(kv_connect_options_t* options) {
@@ -187,6 +199,12 @@ typedef struct kv_value {
   const void* bytes;
   size_t size;
 } kv_value_t;
+
+/* A range of the calling process's own memory (any buffer: a host KV pool, a tensor). */
+typedef struct kv_memory_range {
+  void* data;
+  size_t size;
+} kv_memory_range_t;
 
 /* Metadata of the KV block(s) a key holds; becomes the key's BlockStored event (EVENTS.md).
  * An entry with hash_count 0, token_count 0 and an empty lora_name means "no metadata for this
@@ -276,6 +294,9 @@ KV_API uint64_t kv_client_agent_epoch(const kv_client_t* client);
 KV_API uint64_t kv_client_arena_bytes(const kv_client_t* client);
 /* 0 once the agent is known to be gone (then every call fails with KV_AGENT_UNAVAILABLE). */
 KV_API int kv_client_connected(const kv_client_t* client);
+/* 1 when the agent reads and writes this process's memory directly (asked with
+ * kv_connect_options_t.process_memory and granted at connect), else 0. */
+KV_API int kv_client_process_memory(const kv_client_t* client);
 
 /* ---- arena buffers ------------------------------------------------------------------------ */
 
@@ -320,6 +341,27 @@ KV_API kv_status_t kv_get(kv_client_t* client, size_t count, const kv_bytes_t* k
                           kv_buffer_t* const* buffers, const kv_call_options_t* options,
                           kv_result_t** result);
 
+/* Like kv_put / kv_upsert / kv_get with values in this process's memory instead of arena
+ * buffers. Key i uses range_counts[i] consecutive entries of `ranges` (NULL range_counts: one
+ * each): a put stores their concatenation, a get fills them in order (their total is the
+ * capacity; keys[i].length is the value's length). With process memory the agent copies
+ * straight between them and the node pool; otherwise the library copies them through temporary
+ * arena buffers (a get's copy happens before the call returns, or in kv_pending_wait). A range
+ * the agent cannot read (put) or write (get) fails its key with KV_INVALID_PARAMS. The memory
+ * must stay valid until the call returns (asynchronous: until kv_pending_wait returns); a
+ * get's ranges must not be read or written by anyone else meanwhile. */
+KV_API kv_status_t kv_put_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                               const kv_memory_range_t* ranges, const size_t* range_counts,
+                               const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                               const kv_write_options_t* options, kv_result_t** result);
+KV_API kv_status_t kv_upsert_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                                  const kv_memory_range_t* ranges, const size_t* range_counts,
+                                  const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                                  const kv_write_options_t* options, kv_result_t** result);
+KV_API kv_status_t kv_get_into(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                               const kv_memory_range_t* ranges, const size_t* range_counts,
+                               const kv_call_options_t* options, kv_result_t** result);
+
 /* keys[i].exists tells whether each object is readable. */
 KV_API kv_status_t kv_exist(kv_client_t* client, size_t count, const kv_bytes_t* keys,
                             const kv_call_options_t* options, kv_result_t** result);
@@ -361,6 +403,18 @@ KV_API kv_status_t kv_submit_upsert(kv_client_t* client, size_t count, const kv_
 KV_API kv_status_t kv_submit_get(kv_client_t* client, size_t count, const kv_bytes_t* keys,
                                  kv_buffer_t* const* buffers, const kv_call_options_t* options,
                                  kv_pending_t** pending);
+KV_API kv_status_t kv_submit_put_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                                      const kv_memory_range_t* ranges, const size_t* range_counts,
+                                      const kv_bytes_t* session_ids, const kv_block_t* blocks,
+                                      const kv_write_options_t* options, kv_pending_t** pending);
+KV_API kv_status_t kv_submit_upsert_from(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                                         const kv_memory_range_t* ranges,
+                                         const size_t* range_counts, const kv_bytes_t* session_ids,
+                                         const kv_block_t* blocks,
+                                         const kv_write_options_t* options, kv_pending_t** pending);
+KV_API kv_status_t kv_submit_get_into(kv_client_t* client, size_t count, const kv_bytes_t* keys,
+                                      const kv_memory_range_t* ranges, const size_t* range_counts,
+                                      const kv_call_options_t* options, kv_pending_t** pending);
 KV_API kv_status_t kv_submit_exist(kv_client_t* client, size_t count, const kv_bytes_t* keys,
                                    const kv_call_options_t* options, kv_pending_t** pending);
 KV_API kv_status_t kv_submit_remove(kv_client_t* client, size_t count, const kv_bytes_t* keys,
