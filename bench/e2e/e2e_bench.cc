@@ -24,6 +24,10 @@
 //                                                      (the agent is still polling)
 //   e2e.remote.master_rtt.p50                          us, one kvmaster RPC (Exist of a key)
 //                                                      from a plain DEALER, without the agent
+//   e2e.remote.copy.4k                                 us, one 4 KiB memcpy between large regions
+//   e2e.remote.put.lat.vs_rtt_plus_copy                put.lat.p50 / (master_rtt.p50 + copy.4k):
+//                                                      the remote put over its limit (issue 14:
+//                                                      <= 1.3)
 //   e2e.checksums.{on,off}.{put,get}.{4k.b128,1m}      the cost of end-to-end checksums: two
 //   e2e.checksums.{put,get}.{4k.b128,1m}.vs_off        standalone stores, one with
 //                                                      --checksums=false, in alternating rounds
@@ -483,6 +487,25 @@ double ZmqRoundTripP50() {
 
 // The same round trip to the running kvmaster itself, with its work: p50 (us) of an Exist of
 // one key sent from a plain DEALER (what an agent's master RPC costs without the agent).
+// The copy a 4 KiB put makes, alone: memcpy of 4 KiB values between rotating buffers of two
+// 64 MiB regions (larger than the caches, as the arena and the pool are), median of 20 rounds
+// of 4096 copies, in microseconds per copy.
+double Copy4KiBMicros() {
+  constexpr size_t kRegion = size_t{64} << 20;
+  std::vector<uint8_t> from(kRegion, 7), to(kRegion, 0);
+  std::vector<double> us;
+  size_t at = 0;
+  for (int round = 0; round < 20; ++round) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 4096; ++i, at = (at + k4K) % kRegion) {
+      std::memcpy(to.data() + at, from.data() + (kRegion - k4K - at), k4K);
+    }
+    us.push_back(Seconds(Clock::now() - t0) * 1e6 / 4096);
+  }
+  if (to[12345] != 7) Die("the copy baseline copied nothing");
+  return Percentile(us, 0.5);
+}
+
 double MasterRoundTripP50(const std::string& endpoint) {
   kvagent::master::testing::MasterClient master(endpoint);
   const auto exist = kvagent::master::testing::KeysMsg(
@@ -572,10 +595,18 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   LargeValues(store, p, size_t{1} << 20, "1m", 8);
   LargeValues(store, p, size_t{16} << 20, "16m", 4);
   Latency(store, p);
-  // A put is two master round trips (WriteStart, then End), a get one (BatchGet).
+  // A put of a repeated size is one master round trip (BatchPutCommit into writes reserved
+  // ahead), a get one (BatchGet). The limit of a remote put: that round trip plus the copy.
   if (remote) {
-    Bench(p + ".master_rtt.p50", MasterRoundTripP50(store.master_rpc()), "us");
+    const double rtt = MasterRoundTripP50(store.master_rpc());
+    Bench(p + ".master_rtt.p50", rtt, "us");
     Bench(p + ".zmq_rtt.p50", ZmqRoundTripP50(), "us");
+    const double copy = Copy4KiBMicros();
+    Bench(p + ".copy.4k", copy, "us");
+    const auto put = Printed().find(p + ".put.lat.p50");
+    if (put != Printed().end()) {
+      Bench(p + ".put.lat.vs_rtt_plus_copy", put->second / (rtt + copy), "x");
+    }
   }
 }
 
