@@ -16,7 +16,7 @@ namespace kvagent::coord {
 struct LeaderRecord {
   std::string name;    // the member that leads
   std::string rpc;     // its ROUTER for agents (master.fbs); empty while it is still starting
-  std::string events;  // its event PUB (EVENTS.md)
+  std::string events;  // its event PUB (docs/events.md)
   std::string replay;  // its event replay ROUTER (may be empty)
 
   // A leader is usable once it has published where it serves.

@@ -3,12 +3,12 @@
 // One object, owned by one thread: kvmaster's ROUTER thread, or the agent's request thread in
 // `kvagent --standalone`. Batches come in as spans (views into the caller's request; nothing
 // is copied per key beyond what is stored) and go out as per-key results in reusable
-// containers. Semantics are those of ../shared/design/SEMANTICS.md: objects become readable at
+// containers. Semantics are those of docs/semantics.md: objects become readable at
 // PutEnd, duplicate puts answer OBJECT_ALREADY_EXISTS, timed-out puts can be taken over, upserts
 // rewrite in place or resized, reads take leases, eviction runs at the watermarks, agents that
 // stop heartbeating are dropped. Session IDs follow the eleven attribution rules.
 //
-// KV events (EVENTS.md) are produced in order and collected with TakeEvents(); the owner hands
+// KV events (docs/events.md) are produced in order and collected with TakeEvents(); the owner hands
 // them to its EventPublisher after each request, so publishing never blocks a request. The first
 // events of a new service are AllBlocksCleared and, after a restore, one BlockStored per
 // restored object. Time comes from the injected Clock; periodic work runs in Tick().

@@ -128,7 +128,7 @@ struct WriteOptions {
   friend bool operator==(const WriteOptions&, const WriteOptions&) = default;
 };
 
-// Block metadata a writer supplies for one key (EVENTS.md BlockStored). Empty block_hashes
+// Block metadata a writer supplies for one key (docs/events.md, BlockStored). Empty block_hashes
 // means "none": the event then derives hashes from the key.
 struct BlockMetaView {
   std::span<const events::BlockHash> block_hashes;
