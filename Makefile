@@ -13,7 +13,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo asan-test tsan-test cross-aarch64 fuzz format clean package install
+.PHONY: all deps configure build test bench demo demo-ha soak asan-test tsan-test cross-aarch64 fuzz format clean package install
 
 all: build
 
@@ -27,7 +27,11 @@ build: deps configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600 -LE soak
+
+# Long fault runs (kvmaster HA: many faults in a row under load); KVAGENT_SOAK_ROUNDS=N.
+soak: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -L soak --timeout 3600
 
 bench: build
 	@scripts/run-bench.sh $(BUILD_DIR)
@@ -35,6 +39,9 @@ bench: build
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
 
+# kvmaster high availability: etcd, three kvmasters, an agent; the leader killed under load.
+demo-ha: build
+	@scripts/demo-ha.sh $(BUILD_DIR)
 # Debian packages (kvagent, kvmaster, libkvclient0, libkvclient-dev, python3-kvagent) in
 # $(BUILD_DIR)/packages/, built by CPack from this build (packaging/CMakeLists.txt).
 package: build
@@ -51,7 +58,7 @@ install: build
 asan-test: deps
 	@cmake -S . -B $(ASAN_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DKVAGENT_SANITIZE=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
-	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE no_sanitizer
+	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE 'no_sanitizer|soak'
 
 # The tests again under ThreadSanitizer (run by CI): a race anywhere in our code, the tests or
 # the binaries they start fails the test. scripts/tsan-test.sh says what runs and why.

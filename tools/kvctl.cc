@@ -40,6 +40,8 @@ constexpr std::string_view kUsage =
     "                              measure puts and gets through the SDK (removes its keys)\n"
     "  events tail [--json] [--session ID] [--count N] [--from-seq N]\n"
     "                              follow the KV events (which session stored which block)\n"
+    "  cluster --master etcd://HOST:PORT/CLUSTER [--wait-ms MS]\n"
+    "                              the kvmasters of a cluster: leader, epoch, members\n"
     "  secret generate|fingerprint FILE\n"
     "                              write a new cluster secret / check one and print its "
     "fingerprint\n"
@@ -120,11 +122,16 @@ int main(int argc, char** argv) {
   char** sub_argv = argv + command;
   using Command = int (*)(const GlobalOptions&, int, char**, std::ostream&, std::ostream&);
   constexpr std::pair<std::string_view, Command> kCommands[] = {
-      {"put", kvagent::kvctl::PutCommand},     {"get", kvagent::kvctl::GetCommand},
-      {"rm", kvagent::kvctl::RmCommand},       {"ls", kvagent::kvctl::LsCommand},
-      {"stat", kvagent::kvctl::StatCommand},   {"ping", kvagent::kvctl::PingCommand},
-      {"bench", kvagent::kvctl::BenchCommand},       {"secret", kvagent::kvctl::SecretCommand},
+      {"put", kvagent::kvctl::PutCommand},
+      {"get", kvagent::kvctl::GetCommand},
+      {"rm", kvagent::kvctl::RmCommand},
+      {"ls", kvagent::kvctl::LsCommand},
+      {"stat", kvagent::kvctl::StatCommand},
+      {"ping", kvagent::kvctl::PingCommand},
+      {"bench", kvagent::kvctl::BenchCommand},
+      {"secret", kvagent::kvctl::SecretCommand},
       {"sessions", kvagent::kvctl::SessionsCommand},
+      {"cluster", kvagent::kvctl::ClusterCommand},
   };
   for (const auto& [command_name, run] : kCommands) {
     if (name == command_name) return run(global, sub_argc, sub_argv, std::cout, std::cerr);

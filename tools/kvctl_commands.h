@@ -46,6 +46,10 @@ int SessionsCommand(const GlobalOptions& global, int argc, char** argv, std::ost
                     std::ostream& err);
 int BenchCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                  std::ostream& err);
+// `cluster --master etcd://...` (kvctl_cluster.cc): the kvmasters of a cluster as etcd shows
+// them; needs no agent.
+int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
+                   std::ostream& err);
 // `secret generate|fingerprint FILE` (kvctl_secret.cc): needs no agent.
 int SecretCommand(const GlobalOptions& global, int argc, char** argv, std::ostream& out,
                   std::ostream& err);

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <mutex>
 #include <random>
 
 #include "agent_metrics.h"
@@ -31,6 +32,7 @@
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/common/version.h"
 #include "kvagent/common/watchdog.h"
+#include "kvagent/coord/cluster_address.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master/master_flags.h"
 #include "kvagent/master_link/remote_master.h"
@@ -168,7 +170,18 @@ Status Check(Flags& v) {
     // The relay's endpoints follow from --master unless given.
     auto relay = v.relay.Options(v.agent.run_dir, v.master);
     if (!relay.ok()) return relay.status();
-    KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.master, "--master", have_secret));
+    if (kvagent::coord::IsClusterAddress(v.master)) {
+      // Without a secret the agent goes wherever etcd says the leader is: only an etcd on this
+      // host may say it (kvmaster itself then listens on loopback unless --insecure-no-auth).
+      auto cluster = kvagent::coord::ParseClusterAddress(v.master);
+      if (!cluster.ok()) return cluster.status();
+      for (const std::string& etcd : cluster->etcd_endpoints) {
+        KVAGENT_RETURN_IF_ERROR(
+            v.auth.CheckEndpoint("tcp://" + etcd, "--master " + v.master + ": etcd", have_secret));
+      }
+    } else {
+      KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.master, "--master", have_secret));
+    }
     KVAGENT_RETURN_IF_ERROR(
         v.auth.CheckEndpoint(relay->master_events, "--master-events", have_secret));
     KVAGENT_RETURN_IF_ERROR(
@@ -220,6 +233,25 @@ kvagent::relay::ContentSource ContentThrough(kvagent::master_link::RemoteMaster*
   };
 }
 
+// With --master etcd://...: the leader's event endpoints reach the relay as the link finds each
+// leader, also the ones found before the relay started (Attach).
+struct RelayToLeader {
+  std::mutex mu;
+  kvagent::relay::EventRelay* relay = nullptr;  // guarded by mu
+  std::string events, replay;                   // the leader's, guarded by mu
+  void Leader(const std::string& e, const std::string& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    events = e;
+    replay = r;
+    if (relay != nullptr) relay->SwitchMaster(e, r);
+  }
+  void Attach(kvagent::relay::EventRelay* r) {
+    std::lock_guard<std::mutex> lock(mu);
+    relay = r;
+    if (r != nullptr && !events.empty()) r->SwitchMaster(events, replay);
+  }
+};
+
 // "agent.relay.*": what `kvctl stat` shows of the event relay (remote mode).
 void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
                          std::vector<kvagent::agent::Counter>* out) {
@@ -236,38 +268,18 @@ void AppendRelayCounters(const kvagent::relay::EventRelay& relay,
       {"objects_reannounced", s.objects_reannounced},
       {"dropped_events", s.dropped_events},
       {"malformed_messages", s.malformed_messages},
+      {"master_switches", s.master_switches},
   };
   for (const auto& [name, value] : counters) {
     out->push_back({std::string("agent.relay.") + name, value, ""});
   }
 }
 
-// The master side of the agent: the embedded master (standalone) or the link to kvmaster with
-// the event relay that follows it, and what the ready line says of them.
-struct MasterSide {
-  std::unique_ptr<kvagent::agent::MasterPort> port;
-  kvagent::master_link::RemoteMaster* link = nullptr;  // owned by `port` (remote only)
-  std::unique_ptr<kvagent::relay::EventRelay> relay;   // remote only
-  kvagent::agent::EmbeddedMaster* embedded = nullptr;  // owned by `port` (standalone only)
-  std::string mode;
-  std::string events;
-};
+}  // namespace
 
-// What the master side needs of the data side started before it.
-struct DataSide {
-  const Flags& v;
-  uint64_t incarnation;
-  uint64_t pool_bytes;
-  std::string data_endpoint;
-  kvagent::transfer::PoolFence* fence;
-  kvagent::transfer::TransferEngine* engine;
-};
-
-// Flags parsed and checked. Exit code when the process should end now (help, version: 0; a bad
-// flag: 2, the message on stderr), else nullopt.
-std::optional<int> ParseFlags(int argc, char** argv, Flags& v,
-                              Result<kvagent::transfer::NodePoolOptions>& pool_options,
-                              Result<kvagent::transfer::TransferEngineOptions>& engine_options) {
+int main(int argc, char** argv) {
+  kvagent::PreferHugePageHeap(argv);
+  Flags v;
   kvagent::FlagSet flags("kvagent",
                          "the kvagent node agent: serves SDK clients on <run-dir>/agent.sock");
   Declare(flags, v);
@@ -281,208 +293,14 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& v,
     return 0;
   }
   if (parsed.ok()) parsed = Check(v);
-  pool_options = v.transfer.PoolOptions();
-  engine_options = v.transfer.EngineOptions();
+  auto pool_options = v.transfer.PoolOptions();
+  auto engine_options = v.transfer.EngineOptions();
   if (parsed.ok() && !pool_options.ok()) parsed = pool_options.status();
   if (parsed.ok() && !engine_options.ok()) parsed = engine_options.status();
   if (!parsed.ok()) {
     std::cerr << "kvagent: " << parsed.message() << "\n";
     return 2;
   }
-  return std::nullopt;
-}
-
-// /metrics answers from the start (kvagent_up 0) and in full once `sources` is set.
-Result<std::unique_ptr<kvagent::metrics::MetricsHttpServer>> StartMetrics(
-    const std::string& listen, std::atomic<const kvagent::agent::MetricsSources*>* sources) {
-  if (listen.empty()) return std::unique_ptr<kvagent::metrics::MetricsHttpServer>();
-  return kvagent::metrics::MetricsHttpServer::Start(listen, [sources] {
-    return kvagent::agent::RenderAgentMetrics(sources->load(std::memory_order_acquire));
-  });
-}
-
-// Standalone: the embedded master, registered and mounted at once, with its event publisher.
-// The failing step's name in *what.
-Result<MasterSide> StartEmbedded(const DataSide& d, std::string* what) {
-  const Flags& v = d.v;
-  kvagent::agent::EmbeddedMasterOptions o;
-  o.master = v.embedded;
-  o.agent_name = v.agent_name;
-  o.incarnation = d.incarnation;
-  o.pool_bytes = d.pool_bytes;
-  o.data_endpoint = d.data_endpoint;
-  o.events.endpoint = "ipc://" + v.agent.run_dir + "/events.sock";
-  o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
-  o.fence = d.fence;
-  if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
-  auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
-  if (!group.ok()) {
-    *what = "event sockets";
-    return group.status();
-  }
-  o.events.ipc_group = *group;
-  if (v.secret) o.events.curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
-  auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
-  if (!embedded.ok()) {
-    *what = "embedded master";
-    return embedded.status();
-  }
-  MasterSide m;
-  m.events = (*embedded)->events_endpoint();
-  for (const std::string& e : (*embedded)->extra_endpoints()) m.events += " and " + e;
-  m.mode = "standalone";
-  m.embedded = embedded->get();
-  m.port = std::move(*embedded);
-  return m;
-}
-
-// The master link's options: fences reach the pool from the link thread, each in force (local
-// copies waited for, payloads arriving for a fenced write cut off) before the link acknowledges
-// it; a re-registration asks the relay (in `relay_slot`) to resync.
-kvagent::master_link::RemoteMasterOptions LinkOptions(
-    const DataSide& d, std::shared_ptr<std::atomic<kvagent::relay::EventRelay*>> relay_slot) {
-  const Flags& v = d.v;
-  kvagent::master_link::RemoteMasterOptions o;
-  o.endpoint = v.master;
-  o.agent_name = v.agent_name;
-  o.incarnation = d.incarnation;
-  o.pool_bytes = d.pool_bytes;
-  o.data_endpoint = d.data_endpoint;
-  o.heartbeat = std::chrono::milliseconds(v.heartbeat_ms);
-  o.timeout = std::chrono::milliseconds(v.master_timeout_ms);
-  auto refence = [engine = d.engine] {
-    std::promise<void> done;
-    engine->Refence([&done] { done.set_value(); });
-    done.get_future().wait();
-  };
-  o.set_master_epoch = [fence = d.fence, refence](uint64_t epoch) {
-    fence->SetEpoch(epoch);
-    refence();
-  };
-  o.apply_fences = [fence = d.fence, refence](const kvagent::master_link::Fences& f) {
-    if (fence->Apply(f.master_epoch, f.write_watermark, f.fenced_writes)) refence();
-  };
-  // The link only calls it after a re-registration (a master that restarted or forgot us).
-  o.on_master_restarted = [relay_slot] {
-    if (auto* r = relay_slot->load()) r->RequestResync();
-  };
-  if (v.secret) o.curve = v.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
-  return o;
-}
-
-// The event relay following kvmaster through `link`.
-Result<std::unique_ptr<kvagent::relay::EventRelay>> StartRelay(
-    const Flags& v, kvagent::master_link::RemoteMaster* link) {
-  auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
-  if (!relay_options.ok()) return relay_options.status();
-  relay_options->list_content = ContentThrough(link);
-  if (relay_options->master_events.empty()) {  // where kvmaster says its events are
-    relay_options->master_endpoints =
-        [link, master = v.master]() -> std::optional<std::pair<std::string, std::string>> {
-      auto e = link->EventEndpoints();
-      if (!e) return std::nullopt;
-      return std::pair{
-          kvagent::relay::ResolveAdvertised(e->first, master),
-          e->second.empty() ? std::string() : kvagent::relay::ResolveAdvertised(e->second, master)};
-    };
-  }
-  if (v.secret) relay_options->curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
-  return kvagent::relay::EventRelay::Start(std::move(*relay_options));
-}
-
-// With kvmaster: the link (registering in the background) and the relay; ready when the link
-// is, or explicitly degraded after --ready-wait-ms. The failing step's name in *what.
-Result<MasterSide> StartRemote(const DataSide& d,
-                               std::shared_ptr<std::atomic<kvagent::relay::EventRelay*>> relay_slot,
-                               std::string* what) {
-  const Flags& v = d.v;
-  auto remote = kvagent::master_link::RemoteMaster::Start(LinkOptions(d, relay_slot));
-  if (!remote.ok()) {
-    *what = "master link";
-    return remote.status();
-  }
-  MasterSide m;
-  m.link = remote->get();
-  auto relay = StartRelay(v, m.link);
-  if (!relay.ok()) {
-    *what = "event relay";
-    return relay.status();
-  }
-  m.relay = std::move(*relay);
-  relay_slot->store(m.relay.get());
-  m.events = m.relay->endpoint();
-  for (const std::string& e : m.relay->extra_endpoints()) m.events += " and " + e;
-  m.mode = "kvmaster " + v.master;
-  if (!m.link->WaitReady(std::chrono::milliseconds(v.ready_wait_ms))) {
-    LOG(WARNING) << "kvagent: kvmaster " << v.master << " is not reachable yet ("
-                 << m.link->Describe()
-                 << "); serving degraded: requests fail with MASTER_UNAVAILABLE until the "
-                    "link is up (it keeps retrying)";
-    m.mode += " (degraded: not reachable yet)";
-  }
-  m.port = std::move(*remote);
-  return m;
-}
-
-// Now the long part: fault every page of the pool in, telling systemd that start-up goes on
-// (EXTEND_TIMEOUT_USEC: a 64 GiB pool must not trip the unit's start timeout) and how far.
-Status PrefaultPool(kvagent::transfer::NodePool& pool) {
-  return pool.Prefault([](uint64_t done, uint64_t total) {
-    kvagent::NotifyServiceManager(
-        "EXTEND_TIMEOUT_USEC=60000000\nSTATUS=kvagent: pre-faulting "
-        "the node pool: " +
-        kvagent::FormatBytes(done) + " of " + kvagent::FormatBytes(total));
-  });
-}
-
-// The request pipeline over the master side's port, with reserved writes (remote master) and
-// the relay's and the metrics endpoint's counters in `kvctl stat`.
-std::unique_ptr<kvagent::agent::RequestPipeline> MakePipeline(
-    const Flags& v, std::unique_ptr<kvagent::agent::MasterPort> port,
-    kvagent::transfer::NodePool* pool, kvagent::transfer::TransferEngine* engine,
-    const kvagent::transfer::PoolFence* fence,
-    std::shared_ptr<std::atomic<kvagent::relay::EventRelay*>> relay_slot,
-    const std::string& metrics_url) {
-  if (!v.checksums) {
-    LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
-                    "a get cannot tell corrupt bytes (for measuring their cost only)";
-  }
-  auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(std::move(port), pool, engine,
-                                                                    fence, v.checksums);
-  if (!v.master.empty() && v.reserved_write_bytes > 0) {
-    kvagent::agent::WriteReservations::Options reserved;
-    reserved.budget_bytes = v.reserved_write_bytes;
-    pipeline->EnableReservedWrites(reserved);
-  }
-  pipeline->set_extra_counters(
-      [relay_slot, metrics_url](std::vector<kvagent::agent::Counter>* out) {
-        if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
-        if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
-      });
-  return pipeline;
-}
-
-// "kvagent ready: ..." (the log line and systemd's STATUS=).
-std::string ReadyLine(const Flags& v, const MasterSide& m, const kvagent::transfer::NodePool& pool,
-                      const kvagent::transfer::TransferEngine& engine,
-                      const std::string& metrics_url) {
-  return "kvagent ready: " + m.mode + ", pool " + kvagent::FormatBytes(pool.size()) + " (" +
-         std::string(kvagent::transfer::PoolPagesName(pool.pages())) + "), data " +
-         engine.endpoint() + ", events " + m.events + ", clients on " + v.agent.SocketPath() +
-         ", heap on " + kvagent::HeapPagesDescription() +
-         (metrics_url.empty() ? "" : ", metrics " + metrics_url) +
-         (v.secret ? ", cluster secret " + v.secret->Fingerprint() : std::string());
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  kvagent::PreferHugePageHeap(argv);
-  Flags v;
-  Result<kvagent::transfer::NodePoolOptions> pool_options = kvagent::InvalidParams("unparsed");
-  Result<kvagent::transfer::TransferEngineOptions> engine_options =
-      kvagent::InvalidParams("unparsed");
-  if (auto exit_code = ParseFlags(argc, argv, v, pool_options, engine_options)) return *exit_code;
 
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -498,11 +316,18 @@ int main(int argc, char** argv) {
     return fail("run dir", kvagent::InvalidParams("another kvagent serves " + v.agent.SocketPath() +
                                                   "; stop it or pick another --run-dir"));
   }
+  // /metrics answers from the start (kvagent_up 0) and in full once the agent serves.
   std::atomic<const kvagent::agent::MetricsSources*> metrics_sources{nullptr};
   kvagent::agent::MetricsSources sources;
-  auto metrics_server = StartMetrics(v.metrics_listen, &metrics_sources);
-  if (!metrics_server.ok()) return fail("metrics", metrics_server.status());
-  const std::string metrics_url = *metrics_server ? (*metrics_server)->url() : "";
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!v.metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(v.metrics_listen, [&metrics_sources] {
+      return kvagent::agent::RenderAgentMetrics(metrics_sources.load(std::memory_order_acquire));
+    });
+    if (!started.ok()) return fail("metrics", started.status());
+    metrics_server = std::move(*started);
+  }
+  const std::string metrics_url = metrics_server ? metrics_server->url() : "";
 
   if (Status st = kvagent::agent::MakeRunDir(v.agent.run_dir); !st.ok()) {
     return fail("run dir", st);
@@ -524,40 +349,157 @@ int main(int argc, char** argv) {
   auto engine = kvagent::transfer::TransferEngine::Create(**pool, *engine_options);
   if (!engine.ok()) return fail("data plane", engine.status());
 
+  std::unique_ptr<kvagent::agent::MasterPort> port;
+  kvagent::master_link::RemoteMaster* link = nullptr;
+  std::unique_ptr<kvagent::relay::EventRelay> relay;
   // The relay, for the link's re-registration hook; cleared before the relay goes.
   auto relay_slot = std::make_shared<std::atomic<kvagent::relay::EventRelay*>>(nullptr);
-  const DataSide data{v,           incarnation,  (*pool)->size(), (*engine)->endpoint(),
-                      fence.get(), engine->get()};
-  std::string what;
-  auto master =
-      v.master.empty() ? StartEmbedded(data, &what) : StartRemote(data, relay_slot, &what);
-  if (!master.ok()) return fail(what, master.status());
+  auto relay_to_leader = std::make_shared<RelayToLeader>();
+  std::string mode;
+  std::string events;
+  kvagent::agent::EmbeddedMaster* embedded_master = nullptr;
+  if (v.master.empty()) {
+    kvagent::agent::EmbeddedMasterOptions o;
+    o.master = v.embedded;
+    o.agent_name = v.agent_name;
+    o.incarnation = incarnation;
+    o.pool_bytes = (*pool)->size();
+    o.data_endpoint = (*engine)->endpoint();
+    o.events.endpoint = "ipc://" + v.agent.run_dir + "/events.sock";
+    o.events.replay_endpoint = "ipc://" + v.agent.run_dir + "/events-replay.sock";
+    o.fence = fence.get();
+    if (!v.relay.events_tcp.empty()) o.events.extra_endpoints.push_back(v.relay.events_tcp);
+    auto group = kvagent::relay::ResolveEventsGroup(v.relay.events_group);
+    if (!group.ok()) return fail("event sockets", group.status());
+    o.events.ipc_group = *group;
+    if (v.secret) o.events.curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
+    auto embedded = kvagent::agent::EmbeddedMaster::Start(std::move(o));
+    if (!embedded.ok()) return fail("embedded master", embedded.status());
+    events = (*embedded)->events_endpoint();
+    for (const std::string& e : (*embedded)->extra_endpoints()) events += " and " + e;
+    mode = "standalone";
+    embedded_master = embedded->get();
+    port = std::move(*embedded);
+  } else {
+    kvagent::master_link::RemoteMasterOptions o;
+    o.endpoint = v.master;
+    o.agent_name = v.agent_name;
+    o.incarnation = incarnation;
+    o.pool_bytes = (*pool)->size();
+    o.data_endpoint = (*engine)->endpoint();
+    o.heartbeat = std::chrono::milliseconds(v.heartbeat_ms);
+    o.timeout = std::chrono::milliseconds(v.master_timeout_ms);
+    // Fences reach the pool from the link thread; each is in force (local copies waited for,
+    // payloads arriving for a fenced write cut off) before the link acknowledges it.
+    auto refence = [engine = engine->get()] {
+      std::promise<void> done;
+      engine->Refence([&done] { done.set_value(); });
+      done.get_future().wait();
+    };
+    o.set_master_epoch = [fence = fence.get(), refence](uint64_t epoch) {
+      fence->SetEpoch(epoch);
+      refence();
+    };
+    o.apply_fences = [fence = fence.get(), refence](const kvagent::master_link::Fences& f) {
+      if (fence->Apply(f.master_epoch, f.write_watermark, f.fenced_writes)) refence();
+    };
+    // The link only calls it after a re-registration (a master that restarted or forgot us).
+    o.on_master_restarted = [relay_slot] {
+      if (auto* r = relay_slot->load()) r->RequestResync();
+    };
+    o.on_leader_changed = [relay_to_leader](const std::string& e, const std::string& r) {
+      relay_to_leader->Leader(e, r);
+    };
+    if (v.secret) o.curve = v.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
+    auto remote = kvagent::master_link::RemoteMaster::Start(std::move(o));
+    if (!remote.ok()) return fail("master link", remote.status());
+    link = remote->get();
+    auto relay_options = v.relay.Options(v.agent.run_dir, v.master);
+    if (!relay_options.ok()) return fail("event relay", relay_options.status());
+    relay_options->list_content = ContentThrough(link);
+    if (relay_options->master_events.empty() && !relay_options->await_master) {  // kvmaster says
+      relay_options->master_endpoints =
+          [link, master = v.master]() -> std::optional<std::pair<std::string, std::string>> {
+        auto e = link->EventEndpoints();
+        if (!e) return std::nullopt;
+        return std::pair{kvagent::relay::ResolveAdvertised(e->first, master),
+                         e->second.empty() ? std::string()
+                                           : kvagent::relay::ResolveAdvertised(e->second, master)};
+      };
+    }
+    if (v.secret) relay_options->curve = v.secret->CurveKeys(kvagent::KeyPlane::kEvents);
+    auto started = kvagent::relay::EventRelay::Start(std::move(*relay_options));
+    if (!started.ok()) return fail("event relay", started.status());
+    relay = std::move(*started);
+    relay_slot->store(relay.get());
+    relay_to_leader->Attach(relay.get());
+    events = relay->endpoint();
+    for (const std::string& e : relay->extra_endpoints()) events += " and " + e;
+    mode = "kvmaster " + v.master;
+    if (!link->WaitReady(std::chrono::milliseconds(v.ready_wait_ms))) {
+      LOG(WARNING) << "kvagent: kvmaster " << v.master << " is not reachable yet ("
+                   << link->Describe()
+                   << "); serving degraded: requests fail with MASTER_UNAVAILABLE until the "
+                      "link is up (it keeps retrying)";
+      mode += " (degraded: not reachable yet)";
+    }
+    port = std::move(*remote);
+  }
 
-  if (Status st = PrefaultPool(**pool); !st.ok()) return fail("node pool", st);
+  // Now the long part: fault every page of the pool in, telling systemd that start-up goes on
+  // (EXTEND_TIMEOUT_USEC: a 64 GiB pool must not trip the unit's start timeout) and how far.
+  const Status prefaulted = (*pool)->Prefault([](uint64_t done, uint64_t total) {
+    kvagent::NotifyServiceManager(
+        "EXTEND_TIMEOUT_USEC=60000000\nSTATUS=kvagent: pre-faulting "
+        "the node pool: " +
+        kvagent::FormatBytes(done) + " of " + kvagent::FormatBytes(total));
+  });
+  if (!prefaulted.ok()) return fail("node pool", prefaulted);
 
-  auto pipeline = MakePipeline(v, std::move(master->port), pool->get(), engine->get(), fence.get(),
-                               relay_slot, metrics_url);
+  if (!v.checksums) {
+    LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
+                    "a get cannot tell corrupt bytes (for measuring their cost only)";
+  }
+  auto pipeline = std::make_unique<kvagent::agent::RequestPipeline>(
+      std::move(port), pool->get(), engine->get(), fence.get(), v.checksums);
+  if (!v.master.empty() && v.reserved_write_bytes > 0) {
+    kvagent::agent::WriteReservations::Options reserved;
+    reserved.budget_bytes = v.reserved_write_bytes;
+    pipeline->EnableReservedWrites(reserved);
+  }
+  pipeline->set_extra_counters(
+      [relay_slot, metrics_url](std::vector<kvagent::agent::Counter>* out) {
+        if (const kvagent::relay::EventRelay* r = relay_slot->load()) AppendRelayCounters(*r, out);
+        if (!metrics_url.empty()) out->push_back({"agent.metrics_endpoint", 0, metrics_url});
+      });
   const kvagent::agent::RequestPipeline* pipeline_view = pipeline.get();
   // systemd's watchdog (WatchdogSec=): pinged from the ring-service thread, with a status line.
   v.agent.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
   v.agent.watchdog_status = [pipeline_view] { return "kvagent " + pipeline_view->StatusLine(); };
   auto agent = kvagent::agent::Agent::Start(v.agent, std::move(pipeline));
   if (!agent.ok()) return fail("agent", agent.status());
-  sources = {pipeline_view, agent->get(), engine->get(), master->embedded};
+  sources = {pipeline_view, agent->get(), engine->get(), embedded_master};
   metrics_sources.store(&sources, std::memory_order_release);
 
-  const std::string status = ReadyLine(v, *master, **pool, **engine, metrics_url);
+  const std::string status =
+      "kvagent ready: " + mode + ", pool " + kvagent::FormatBytes((*pool)->size()) + " (" +
+      std::string(kvagent::transfer::PoolPagesName((*pool)->pages())) + "), data " +
+      (*engine)->endpoint() + ", events " + events + ", clients on " + v.agent.SocketPath() +
+      ", heap on " + kvagent::HeapPagesDescription() +
+      (metrics_url.empty() ? "" : ", metrics " + metrics_url) +
+      (v.secret ? ", cluster secret " + v.secret->Fingerprint() : std::string());
   LOG(INFO) << status;
   kvagent::NotifyServiceManager("READY=1\nSTATUS=" + status);
 
   const char* signal_name = stop_signals.Wait();
   kvagent::NotifyServiceManager("STOPPING=1");
   LOG(INFO) << "received " << signal_name << "; shutting down";
-  metrics_server->reset();  // before what it reads
-  (*agent)->Stop();         // the service thread stops the master link too
+  metrics_server.reset();  // before what it reads
+  (*agent)->Stop();        // the service thread stops the master link too
   relay_slot->store(nullptr);
-  master->relay.reset();  // before the link its content source reads through
-  agent->reset();         // the pipeline and its master port
+  relay_to_leader->Attach(nullptr);
+  relay.reset();   // before the link its content source reads through
+  agent->reset();  // the pipeline and its master port
   engine->reset();
   fence.reset();
   pool->reset();

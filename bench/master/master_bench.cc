@@ -17,6 +17,14 @@
 //                                               is a fixed budget, not per key)
 //   master.events                       events/s BlockStored events through EventPublisher to a
 //                                               connected subscriber
+//   master.put.zmq.b{1,128}.{alone,follower,sync_follower}
+//                                       keys/s  puts through the ROUTER of a master with a state
+//                                               dir (--log-sync write): alone (the baseline), with
+//                                               a follower fetching its log (a Standby long-
+//                                               polling Replicate into a state dir of its own), and
+//                                               with --sync-followers 1 (each reply waits until the
+//                                               follower holds its records); .vs_alone ratios;
+//                                               the modes take turns, 3 rounds, best of each
 // Baselines from the same run: an unordered_map insert of the same keys, a ZMQ echo round trip
 // of the same request sizes, and msgpack encoding alone. The machine is shared: numbers move
 // when other builds run.
@@ -39,6 +47,7 @@
 #include "kvagent/common/kv_event.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/master/standby.h"
 #include "kvagent/schemas/master_generated.h"
 
 namespace {
@@ -445,6 +454,79 @@ ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t t
   return out;
 }
 
+// ---- replication -----------------------------------------------------------------------------
+
+// Puts through a master with a state dir: alone, with a follower, with a synchronous follower.
+// The three modes take turns, three rounds; each figure is the best of its rounds (the machine is
+// shared: a single round mostly measures who else ran at the time).
+double ReplicationRound(bool with_follower, int sync, size_t batch, int round) {
+  char leader_dir[] = "/var/tmp/kvmaster-bench-XXXXXX";
+  char follower_dir[] = "/var/tmp/kvmaster-bench-XXXXXX";
+  if (mkdtemp(leader_dir) == nullptr || mkdtemp(follower_dir) == nullptr) return 0;
+  double put = 0;
+  {
+    MasterServerOptions so;
+    so.listen = "tcp://127.0.0.1:0";
+    so.events = "tcp://127.0.0.1:0";
+    so.events_replay = "";
+    so.master = BenchOptions();
+    so.master.state_dir = leader_dir;
+    so.sync_followers = sync;
+    kvagent::master::SteadyClock clock;
+    auto server = std::move(MasterServer::Start(so, &clock).value());
+    std::unique_ptr<Standby> follower;
+    if (with_follower) {
+      StandbyOptions fo;
+      fo.primary = server->endpoint();
+      fo.state_dir = follower_dir;
+      fo.name = "bench-follower";
+      follower = std::move(Standby::Start(fo).value());
+      while (!follower->synced()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    Dealer d(server->endpoint());
+    const uint32_t agent = JoinThroughWire(d, "bench-zmq", uint64_t{1} << 42);
+    const size_t n = batch == 1 ? 20'000 : 300'000;
+    auto keys = MakeKeys(n, ("repl-r" + std::to_string(round) + "-s" + std::to_string(sync) +
+                             (with_follower ? "-f" : "-a") + "-b" + std::to_string(batch) + "/blk-")
+                                .c_str());
+    auto sessions = MakeSessions(n);
+    put = PutThroughZmq(server->endpoint(), keys, sessions, batch, agent);
+    if (follower && follower->applied_seq() == 0) put = 0;  // the follower fetched nothing
+  }
+  std::filesystem::remove_all(leader_dir);
+  std::filesystem::remove_all(follower_dir);
+  return put;
+}
+
+void ReplicationBench() {
+  struct Mode {
+    const char* name;
+    bool follower;
+    int sync;
+  };
+  const Mode modes[] = {{"alone", false, 0}, {"follower", true, 0}, {"sync_follower", true, 1}};
+  const size_t batches[] = {1, 128};
+  double best[3][2] = {};
+  for (int round = 0; round < 3; ++round) {
+    for (int m = 0; m < 3; ++m) {
+      for (int i = 0; i < 2; ++i) {
+        const double put = ReplicationRound(modes[m].follower, modes[m].sync, batches[i], round);
+        std::printf("# replication round %d: %s b%zu %.0f keys/s\n", round, modes[m].name,
+                    batches[i], put);
+        best[m][i] = std::max(best[m][i], put);
+      }
+    }
+  }
+  for (int m = 0; m < 3; ++m) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string name =
+          "master.put.zmq.b" + std::to_string(batches[i]) + "." + modes[m].name;
+      Bench(name, best[m][i], "keys/s");
+      if (m > 0 && best[0][i] > 0) Bench(name + ".vs_alone", best[m][i] / best[0][i], "x");
+    }
+  }
+}
+
 // CommitInProcess through a real ROUTER from one DEALER: the reservations of each agent are
 // taken first (one ReserveWrites of up to 4096 per agent, 8 in flight), then every commit is
 // sent (pre-built once the ids are known, untimed), 8 in flight. keys/s over both timed phases.
@@ -621,7 +703,8 @@ void EventsBench() {
 
 }  // namespace
 
-// `master_bench [inproc|zmq|memory|events]...` runs only the named parts (default: all).
+// `master_bench [inproc|zmq|log|replication|memory|events]...` runs only the named parts
+// (default: all).
 int main(int argc, char** argv) {
   // The heap the kvmaster and kvagent binaries run with (heap_pages.h); KVAGENT_HUGE_HEAP=0
   // measures with 4 KiB pages.
@@ -699,6 +782,7 @@ int main(int argc, char** argv) {
   }
 
   if (wanted("log")) LogBench();
+  if (wanted("replication")) ReplicationBench();
   if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
   if (wanted("events")) EventsBench();
   return 0;

@@ -14,13 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 
+#include "ha_member.h"
 #include "kvagent/common/cluster_auth_flags.h"
-#include "kvagent/common/errno_text.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics.h"
@@ -57,14 +55,14 @@ struct MetricsState {
 kvagent::Status CheckLogDir(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
-    return kvagent::InvalidParams(kvagent::WithErrno("--log-dir " + dir) +
+    return kvagent::InvalidParams("--log-dir " + dir + ": " + std::strerror(errno) +
                                   "; create it or pick another directory");
   }
   if (!S_ISDIR(st.st_mode)) {
     return kvagent::InvalidParams("--log-dir " + dir + " is not a directory");
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return kvagent::InvalidParams(kvagent::WithErrno("--log-dir " + dir) +
+    return kvagent::InvalidParams("--log-dir " + dir + ": " + std::strerror(errno) +
                                   " (kvmaster cannot create log files there)");
   }
   return kvagent::Status::Ok();
@@ -85,20 +83,17 @@ bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-// Follows the primary until promoted; returns nullptr then, or why the standby stopped instead
-// ("SIGTERM", "SIGINT", "error").
+// Follows the primary until promoted by hand (SIGUSR1); returns nullptr then, or why the standby
+// stopped instead ("SIGTERM", "SIGINT", "error"). Automatic failover is --etcd's (ha_member.h).
 const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
-                                int64_t promote_after_ms, const kvagent::StopSignals& signals) {
+                                const kvagent::StopSignals& signals) {
   auto standby = kvagent::master::Standby::Start(options);
   if (!standby.ok()) {
     LOG(ERROR) << "kvmaster standby cannot start: " << standby.status().ToString();
     return "error";
   }
   LOG(INFO) << "kvmaster standby: following " << options.primary << ", its state kept in "
-            << options.state_dir << "; promote with SIGUSR1"
-            << (promote_after_ms > 0 ? " or after " + std::to_string(promote_after_ms) +
-                                           " ms without an answer from the primary"
-                                     : std::string());
+            << options.state_dir << "; promote with SIGUSR1";
   // The watchdog is pinged from this loop, which checks the standby every 100 ms.
   kvagent::Watchdog watchdog(kvagent::Watchdog::IntervalFromEnvironment(), [&] {
     return "kvmaster standby of " + options.primary + ": " +
@@ -119,10 +114,6 @@ const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
                       "there is no state to serve";
     } else if (sig != nullptr) {
       why = "SIGUSR1";
-    } else if (promote_after_ms > 0 && synced &&
-               (*standby)->silent_for().count() >= promote_after_ms) {
-      why = "the primary has not answered for " + std::to_string((*standby)->silent_for().count()) +
-            " ms";
     }
   }
   LOG(INFO) << "kvmaster standby: promoting (" << why << ") at the primary's record "
@@ -130,35 +121,34 @@ const char* FollowUntilPromoted(const kvagent::master::StandbyOptions& options,
   return nullptr;
 }
 
-// Every flag of kvmaster, with its default.
-struct Flags {
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvagent::PreferHugePageHeap(argv);
   kvagent::master::MasterServerOptions opts;
+  kvagent::master::MasterOptions& m = opts.master;
   std::string log_dir;
   std::string ready_file;
   int64_t tick_ms = opts.tick_ms;
   uint64_t replay_batches = opts.replay_batches;
-  kvagent::master::StandbyOptions standby;
-  int64_t promote_after_ms = 0;
+  m.replication_log_bytes = 64ull << 20;
+  kvagent::master::StandbyOptions standby_options;
+  kvagent::master::HaFlags ha;
   std::string metrics_listen;
   int64_t log_max_mb = 100;
   int64_t log_keep_days = 7;
-  std::string log_sync = std::string(kvagent::master::LogSyncName(opts.master.log_sync));
   kvagent::ClusterAuthFlags auth;
 
-  Flags() { opts.master.replication_log_bytes = 64ull << 20; }
-};
-
-void Declare(kvagent::FlagSet& flags, Flags& v) {
-  kvagent::master::MasterServerOptions& opts = v.opts;
-  kvagent::master::MasterOptions& m = opts.master;
+  kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
   flags.String("events", &opts.events, "ZMQ PUB endpoint of the KV events (docs/events.md)");
   flags.String("events-replay", &opts.events_replay,
                "ZMQ ROUTER endpoint answering event replay requests (empty: none)");
-  flags.Uint("events-replay-batches", &v.replay_batches, "event batches kept for replay");
+  flags.Uint("events-replay-batches", &replay_batches, "event batches kept for replay");
   flags.String("state-dir", &m.state_dir,
                "directory of the operation log; restores objects and tags at start (empty: "
                "metadata lives in memory only)");
+  std::string log_sync = std::string(kvagent::master::LogSyncName(m.log_sync));
   flags.Int("agent-ttl-ms", &m.agent_ttl_ms,
             "an agent silent this long is suspect: no new replicas go to it, reads prefer its "
             "objects' other replicas, its objects stay");
@@ -166,17 +156,16 @@ void Declare(kvagent::FlagSet& flags, Flags& v) {
             "an agent silent this long is dropped with the objects only it held (0: 12 times "
             "--agent-ttl-ms)");
   kvagent::master::DeclareMasterFlags(&flags, &m, /*embedded=*/false);
-  flags.Int("tick-ms", &v.tick_ms, "period of expiry, timeout and eviction checks");
-  flags.String("log-dir", &v.log_dir,
+  flags.Int("tick-ms", &tick_ms, "period of expiry, timeout and eviction checks");
+  flags.String("log-dir", &log_dir,
                "write log files here, rotated by --log-max-mb and removed after --log-keep-days "
                "(default: stderr, which systemd's journal keeps)");
-  flags.Int("log-max-mb", &v.log_max_mb,
-            "with --log-dir: start a new log file past this size (MB)");
-  flags.Int("log-keep-days", &v.log_keep_days,
+  flags.Int("log-max-mb", &log_max_mb, "with --log-dir: start a new log file past this size (MB)");
+  flags.Int("log-keep-days", &log_keep_days,
             "with --log-dir: remove log files older than this many days (0: keep them all)");
-  flags.String("ready-file", &v.ready_file,
+  flags.String("ready-file", &ready_file,
                "once serving, write the bound endpoints here (rpc=, events=, replay=, metrics=)");
-  flags.String("log-sync", &v.log_sync,
+  flags.String("log-sync", &log_sync,
                "when operation-log records reach the disk before a change is acknowledged: "
                "write (write(2): survives a kvmaster crash) or fsync (also fdatasync(2): "
                "survives a power loss)");
@@ -186,73 +175,20 @@ void Declare(kvagent::FlagSet& flags, Flags& v) {
   flags.Bool("truncate-damaged-log", &m.truncate_damaged_log,
              "start even when the operation log is damaged in the middle, keeping the records "
              "before the damage and dropping the rest (default: refuse to start)");
-  flags.String("metrics-listen", &v.metrics_listen,
+  flags.String("metrics-listen", &metrics_listen,
                "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9479; "
                "default: off)");
   flags.Size("replication-log-bytes", &m.replication_log_bytes,
              "operation-log records kept for standbys to fetch (0: serve no standby)");
-  flags.String("follow", &v.standby.primary,
+  flags.String("follow", &standby_options.primary,
                "run as a standby of the kvmaster at this endpoint: keep a copy of its state in "
-               "--state-dir and serve nothing until promoted (SIGUSR1, or --promote-after-ms)");
-  flags.Int("promote-after-ms", &v.promote_after_ms,
-            "standby: promote itself once the primary has not answered for this long (0: only "
-            "on SIGUSR1)");
-  flags.String("status-file", &v.standby.status_file,
+               "--state-dir and serve nothing until promoted by hand (SIGUSR1); for automatic "
+               "failover use --etcd");
+  flags.String("status-file", &standby_options.status_file,
                "standby: rewrite this file after each fetch (primary=, incarnation=, "
                "applied_seq=)");
-  v.auth.Declare(&flags);
-}
-
-// Checks the parsed flags and fills in what follows from them (the log sync mode, the standby's
-// state dir and keys, the cluster secret). INVALID_PARAMS with the message for stderr.
-kvagent::Status Check(Flags& v) {
-  kvagent::master::MasterServerOptions& opts = v.opts;
-  kvagent::master::MasterOptions& m = opts.master;
-  auto sync = kvagent::master::ParseLogSync(v.log_sync);
-  if (!sync.ok()) return sync.status();
-  m.log_sync = *sync;
-  if (kvagent::Status st = kvagent::master::ValidateMasterOptions(m); !st.ok()) {
-    return kvagent::InvalidParams(st.message() + " (see kvmaster --help)");
-  }
-  if (!v.metrics_listen.empty()) {
-    KVAGENT_RETURN_IF_ERROR(
-        kvagent::metrics::CheckListenAddress(v.metrics_listen, "--metrics-listen"));
-  }
-  opts.tick_ms = static_cast<int>(v.tick_ms);
-  opts.replay_batches = v.replay_batches;
-  v.standby.state_dir = m.state_dir;
-  if (!v.standby.primary.empty() && m.state_dir.empty()) {
-    return kvagent::InvalidParams(
-        "--follow needs --state-dir (the standby keeps the primary's state there)");
-  }
-  if (v.promote_after_ms < 0 || (v.promote_after_ms > 0 && v.standby.primary.empty())) {
-    return kvagent::InvalidParams("--promote-after-ms must be >= 0 and goes with --follow");
-  }
-  auto secret = v.auth.Load();
-  if (!secret.ok()) return secret.status();
-  for (auto [endpoint, flag] :
-       {std::pair{&opts.listen, "--listen"}, std::pair{&opts.events, "--events"},
-        std::pair{&opts.events_replay, "--events-replay"},
-        std::pair{&v.standby.primary, "--follow"}}) {
-    KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(*endpoint, flag, secret->has_value()));
-  }
-  opts.secret = *secret;
-  if (opts.secret) v.standby.curve = opts.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
-
-  if (v.log_max_mb < 1 || v.log_max_mb > 4095 || v.log_keep_days < 0) {
-    return kvagent::InvalidParams("--log-max-mb must be 1..4095 and --log-keep-days >= 0");
-  }
-  // glog would fall back to other directories (or drop the logs) without a word: a log dir
-  // that cannot take files is a configuration error, said at once.
-  if (!v.log_dir.empty()) KVAGENT_RETURN_IF_ERROR(CheckLogDir(v.log_dir));
-  return kvagent::Status::Ok();
-}
-
-// Flags parsed and checked. The exit code when the process should end now (help, version: 0;
-// a bad flag: 2, the message on stderr), else nullopt.
-std::optional<int> ParseFlags(int argc, char** argv, Flags& v) {
-  kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
-  Declare(flags, v);
+  ha.Declare(&flags);
+  auth.Declare(&flags);
   if (kvagent::Status st = flags.Parse(argc, argv); !st.ok()) {
     std::cerr << "kvmaster: " << st.message() << "\n";
     return 2;
@@ -265,49 +201,130 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& v) {
     std::cout << "kvmaster " << kvagent::kVersion << "\n";
     return 0;
   }
-  if (kvagent::Status st = Check(v); !st.ok()) {
-    std::cerr << "kvmaster: " << st.message() << "\n";
+  if (auto sync = kvagent::master::ParseLogSync(log_sync); sync.ok()) {
+    m.log_sync = *sync;
+  } else {
+    std::cerr << "kvmaster: " << sync.status().message() << "\n";
     return 2;
   }
-  return std::nullopt;
-}
+  if (kvagent::Status st = kvagent::master::ValidateMasterOptions(m); !st.ok()) {
+    std::cerr << "kvmaster: " << st.message() << " (see kvmaster --help)\n";
+    return 2;
+  }
+  if (!metrics_listen.empty()) {
+    if (kvagent::Status st =
+            kvagent::metrics::CheckListenAddress(metrics_listen, "--metrics-listen");
+        !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  opts.tick_ms = static_cast<int>(tick_ms);
+  opts.replay_batches = replay_batches;
+  standby_options.state_dir = m.state_dir;
+  if (!standby_options.primary.empty() && m.state_dir.empty()) {
+    std::cerr << "kvmaster: --follow needs --state-dir (the standby keeps the primary's state "
+                 "there)\n";
+    return 2;
+  }
+  if (ha.sync_followers < 0 || ha.sync_followers > 16) {
+    std::cerr << "kvmaster: --sync-followers must be 0..16\n";
+    return 2;
+  }
+  auto secret = auth.Load();
+  if (!secret.ok()) {
+    std::cerr << "kvmaster: " << secret.status().message() << "\n";
+    return 2;
+  }
+  for (auto [endpoint, flag] :
+       {std::pair{&opts.listen, "--listen"}, std::pair{&opts.events, "--events"},
+        std::pair{&opts.events_replay, "--events-replay"},
+        std::pair{&standby_options.primary, "--follow"}}) {
+    if (kvagent::Status st = auth.CheckEndpoint(*endpoint, flag, secret->has_value()); !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  opts.secret = *secret;
+  if (opts.secret) {
+    standby_options.curve = opts.secret->CurveKeys(kvagent::KeyPlane::kMasterRpc);
+  }
+  opts.sync_followers = static_cast<int>(ha.sync_followers);  // also for --follow standbys
+  opts.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
+  kvagent::master::HaMemberOptions member;
+  if (ha.enabled()) {
+    member.server = opts;  // with the secret: its followers and agents must hold it too
+    member.ready_file = ready_file;
+    member.status_file = standby_options.status_file;
+    kvagent::Status st = standby_options.primary.empty()
+                             ? ha.Apply(&member)
+                             : kvagent::InvalidParams("--follow and --etcd exclude each other");
+    if (!st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
 
-// glog to stderr, or to rotated files in --log-dir with old ones removed.
-void InitLogging(const Flags& v, const char* argv0) {
-  if (v.log_dir.empty()) {
+  if (log_max_mb < 1 || log_max_mb > 4095 || log_keep_days < 0) {
+    std::cerr << "kvmaster: --log-max-mb must be 1..4095 and --log-keep-days >= 0\n";
+    return 2;
+  }
+  if (!log_dir.empty()) {
+    // glog would fall back to other directories (or drop the logs) without a word: a log dir
+    // that cannot take files is a configuration error, said at once.
+    if (kvagent::Status st = CheckLogDir(log_dir); !st.ok()) {
+      std::cerr << "kvmaster: " << st.message() << "\n";
+      return 2;
+    }
+  }
+  if (log_dir.empty()) {
     FLAGS_logtostderr = true;
   } else {
-    FLAGS_log_dir = v.log_dir;
-    FLAGS_max_log_size = static_cast<uint32_t>(v.log_max_mb);  // glog starts a new file past it
+    FLAGS_log_dir = log_dir;
+    FLAGS_max_log_size = static_cast<uint32_t>(log_max_mb);  // glog starts a new file past it
     FLAGS_stop_logging_if_full_disk = true;
   }
-  google::InitGoogleLogging(argv0);
-  if (!v.log_dir.empty() && v.log_keep_days > 0) {
-    google::EnableLogCleaner(static_cast<unsigned>(v.log_keep_days));
+  google::InitGoogleLogging(argv[0]);
+  if (!log_dir.empty() && log_keep_days > 0) {
+    google::EnableLogCleaner(static_cast<unsigned>(log_keep_days));
   }
-}
 
-// "kvmaster serving: ..." (the log line once the server is up).
-std::string ServingLine(const Flags& v, const kvagent::master::MasterServer& server) {
-  const kvagent::master::MasterServerOptions& opts = v.opts;
-  const std::string& state_dir = opts.master.state_dir;
-  return "kvmaster serving: requests on " + server.endpoint() + ", events on " +
-         server.events_endpoint() + ", replay on " + server.replay_endpoint() +
-         (opts.secret ? ", members only (cluster secret " + opts.secret->Fingerprint() + ")"
-                      : std::string(", no authentication (no --cluster-secret-file)")) +
-         (state_dir.empty() ? ", no persistence" : ", state in " + state_dir) + ", heap on " +
-         kvagent::HeapPagesDescription();
-}
+  // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
+  const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
+  MetricsState metrics_state;
+  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
+  if (!metrics_listen.empty()) {
+    auto started = kvagent::metrics::MetricsHttpServer::Start(
+        metrics_listen, [&metrics_state] { return metrics_state.Render(); });
+    if (!started.ok()) {
+      LOG(ERROR) << "kvmaster cannot start: " << started.status().ToString();
+      return 1;
+    }
+    metrics_server = std::move(*started);
+    LOG(INFO) << "kvmaster: metrics on " << metrics_server->url();
+  }
+  if (ha.enabled()) {
+    member.on_role = [&metrics_state](const kvagent::master::MasterServer* serving,
+                                      bool following) {
+      metrics_state.standby.store(following, std::memory_order_relaxed);
+      metrics_state.server.store(serving, std::memory_order_release);
+    };
+    const int code = kvagent::master::RunHaMember(std::move(member), stop_signals);
+    metrics_server.reset();
+    return code;
+  }
+  if (!standby_options.primary.empty()) {
+    metrics_state.standby.store(true, std::memory_order_relaxed);
+    if (const char* stop = FollowUntilPromoted(standby_options, stop_signals)) {
+      LOG(INFO) << "kvmaster standby: " << stop << ", stopped";
+      return std::string_view(stop) == "error" ? 1 : 0;
+    }
+    metrics_state.standby.store(false, std::memory_order_relaxed);
+  }
 
-// Serves until SIGTERM/SIGINT (SIGUSR1 is ignored once serving). Exit code.
-int Serve(Flags& v, MetricsState& metrics_state,
-          std::unique_ptr<kvagent::metrics::MetricsHttpServer>& metrics_server,
-          const kvagent::StopSignals& stop_signals) {
-  kvagent::master::MasterServerOptions& opts = v.opts;
-  const std::string& state_dir = opts.master.state_dir;
   kvagent::NotifyServiceManager(
       std::string("STATUS=kvmaster: ") +
-      (state_dir.empty() ? "starting" : "replaying the operation log in " + state_dir));
+      (m.state_dir.empty() ? "starting" : "replaying the operation log in " + m.state_dir));
   opts.watchdog_interval = kvagent::Watchdog::IntervalFromEnvironment();
   kvagent::master::SteadyClock clock;
   auto server = kvagent::master::MasterServer::Start(opts, &clock);
@@ -315,11 +332,17 @@ int Serve(Flags& v, MetricsState& metrics_state,
     LOG(ERROR) << "kvmaster cannot start: " << server.status().ToString();
     return 1;
   }
-  LOG(INFO) << ServingLine(v, *server.value());
+  LOG(INFO) << "kvmaster serving: requests on " << server.value()->endpoint() << ", events on "
+            << server.value()->events_endpoint() << ", replay on "
+            << server.value()->replay_endpoint()
+            << (opts.secret ? ", members only (cluster secret " + opts.secret->Fingerprint() + ")"
+                            : std::string(", no authentication (no --cluster-secret-file)"))
+            << (m.state_dir.empty() ? ", no persistence" : ", state in " + m.state_dir)
+            << ", heap on " << kvagent::HeapPagesDescription();
   metrics_state.server.store(server.value().get(), std::memory_order_release);
   const std::string metrics_url = metrics_server ? metrics_server->url() : "";
-  if (!v.ready_file.empty() && !WriteReadyFile(v.ready_file, *server.value(), metrics_url)) {
-    LOG(ERROR) << "cannot write --ready-file " << v.ready_file;
+  if (!ready_file.empty() && !WriteReadyFile(ready_file, *server.value(), metrics_url)) {
+    LOG(ERROR) << "cannot write --ready-file " << ready_file;
     metrics_server.reset();
     return 1;
   }
@@ -336,37 +359,4 @@ int Serve(Flags& v, MetricsState& metrics_state,
   server.value().reset();
   LOG(INFO) << "kvmaster: stopped";
   return 0;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  kvagent::PreferHugePageHeap(argv);
-  Flags v;
-  if (auto exit_code = ParseFlags(argc, argv, v)) return *exit_code;
-  InitLogging(v, argv[0]);
-
-  // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
-  const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
-  MetricsState metrics_state;
-  std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
-  if (!v.metrics_listen.empty()) {
-    auto started = kvagent::metrics::MetricsHttpServer::Start(
-        v.metrics_listen, [&metrics_state] { return metrics_state.Render(); });
-    if (!started.ok()) {
-      LOG(ERROR) << "kvmaster cannot start: " << started.status().ToString();
-      return 1;
-    }
-    metrics_server = std::move(*started);
-    LOG(INFO) << "kvmaster: metrics on " << metrics_server->url();
-  }
-  if (!v.standby.primary.empty()) {
-    metrics_state.standby.store(true, std::memory_order_relaxed);
-    if (const char* stop = FollowUntilPromoted(v.standby, v.promote_after_ms, stop_signals)) {
-      LOG(INFO) << "kvmaster standby: " << stop << ", stopped";
-      return std::string_view(stop) == "error" ? 1 : 0;
-    }
-    metrics_state.standby.store(false, std::memory_order_relaxed);
-  }
-  return Serve(v, metrics_state, metrics_server, stop_signals);
 }

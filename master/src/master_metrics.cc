@@ -78,6 +78,18 @@ constexpr Mapping kTable[] = {
      "reserved writes given back unused, or refused at commit"},
     {"oversized_values", "kvmaster_oversized_values_total", true,
      "puts refused as larger than the pools' high watermark"},
+    {"epoch", "kvmaster_epoch", false,
+     "this master's epoch (with etcd: its term, the leader key's create revision)"},
+    {"followers", "kvmaster_followers", false,
+     "standbys or followers that fetched the log within the last 3 s"},
+    {"replication_acked_seq", "kvmaster_replication_acked_seq", false,
+     "newest record held by --sync-followers followers (at least 1)"},
+    {"sync_followers", "kvmaster_sync_followers", false,
+     "followers a change waits for before it is acknowledged (--sync-followers)"},
+    {"sync_waiting_replies", "kvmaster_sync_waiting_replies", false,
+     "replies held until followers hold their records"},
+    {"sync_dropped_replies", "kvmaster_sync_dropped_replies_total", true,
+     "held replies dropped, never sent (the master stopped serving, or they waited too long)"},
 };
 
 }  // namespace

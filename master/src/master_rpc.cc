@@ -75,8 +75,10 @@ void CollectStrings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::S
   for (const flatbuffers::String* s : *v) out->emplace_back(s->data(), s->size());
 }
 
-std::span<const uint8_t> Finish(Builder& b, uint64_t request_id, const Status& status,
-                                fb::ReplyBody type, flatbuffers::Offset<void> body) {
+// Every reply names the answering master's epoch (master.fbs Reply.master_epoch).
+std::span<const uint8_t> Finish(Builder& b, uint64_t epoch, uint64_t request_id,
+                                const Status& status, fb::ReplyBody type,
+                                flatbuffers::Offset<void> body, bool not_serving = false) {
   auto message = status.ok() ? 0 : b.CreateString(status.message()).o;
   fb::ReplyBuilder r(b);
   r.add_request_id(request_id);
@@ -86,6 +88,8 @@ std::span<const uint8_t> Finish(Builder& b, uint64_t request_id, const Status& s
     r.add_body_type(type);
     r.add_body(body);
   }
+  r.add_master_epoch(epoch);
+  if (not_serving) r.add_not_serving(true);
   b.Finish(r.Finish());
   return {b.GetBufferPointer(), b.GetSize()};
 }
@@ -125,13 +129,18 @@ using Reply = std::span<const uint8_t>;
 class MasterRpc::Call {
  public:
   Call(MasterRpc& rpc, uint64_t id)
-      : rpc_(rpc), service_(*rpc.service_), s_(*rpc.scratch_), b_(s_.builder), id_(id) {}
+      : rpc_(rpc),
+        service_(*rpc.service_),
+        s_(*rpc.scratch_),
+        b_(s_.builder),
+        id_(id),
+        epoch_(service_.incarnation()) {}
 
   Reply Dispatch(const fb::Request& req);
   // A refused request: counted in bad_requests, nothing changed.
   Reply Bad(Status status) {
     service_.CountBadRequest();
-    return Finish(b_, id_, status, fb::ReplyBody::NONE, 0);
+    return Finish(b_, epoch_, id_, status, fb::ReplyBody::NONE, 0);
   }
 
  private:
@@ -166,12 +175,14 @@ class MasterRpc::Call {
   Scratch& s_;
   Builder& b_;
   const uint64_t id_;
+  const uint64_t epoch_;
 };
 
 std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
   b.Clear();
+  const uint64_t epoch = service_->incarnation();
   // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
   // the message object at any offset. Copy those (they are small).
   if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
@@ -182,7 +193,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
   if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {
     service_->CountBadRequest();
-    return Finish(b, 0,
+    return Finish(b, epoch, 0,
                   InvalidParams("the request is not a valid master.fbs Request (" +
                                 std::to_string(request.size()) +
                                 " bytes failed verification); check the client's protocol "
@@ -190,6 +201,19 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
                   fb::ReplyBody::NONE, 0);
   }
   const fb::Request* req = fb::GetRequest(request.data());
+  last_ = LastRequest{};
+  last_.type = static_cast<uint8_t>(req->body_type());
+  // A master that may not serve (its leadership is not confirmed) changes nothing and says so;
+  // it still hands out its records (a follower may fetch what it made while it led).
+  if (may_serve_ && req->body_type() != fb::Body::Replicate && !may_serve_()) {
+    last_.refused = true;
+    return Finish(b, epoch, req->request_id(),
+                  Status(ErrorCode::kMasterUnavailable,
+                         "this kvmaster does not serve now: it could not confirm its leadership "
+                         "in etcd in time (or lost it); nothing was done. Ask etcd for the "
+                         "leader (the agent does this by itself)"),
+                  fb::ReplyBody::NONE, 0, /*not_serving=*/true);
+  }
   Call call(*this, req->request_id());
   if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return call.Bad(shape);
   return call.Dispatch(*req);
@@ -283,7 +307,7 @@ Reply MasterRpc::Call::PlacementReply(const Status& status) {
   }
   r.add_lease_ttl_ms(pb.lease_ttl_ms);
   r.add_master_epoch(service_.incarnation());
-  return Finish(b_, id_, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
+  return Finish(b_, epoch_, id_, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
 }
 
 Reply MasterRpc::Call::CodesReply(const Status& status, uint64_t removed_count) {
@@ -299,7 +323,7 @@ Reply MasterRpc::Call::CodesReply(const Status& status, uint64_t removed_count) 
   if (!exists.IsNull()) r.add_exists(exists);
   if (!replicas.IsNull()) r.add_replicas(replicas);
   r.add_removed_count(removed_count);
-  return Finish(b_, id_, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
+  return Finish(b_, epoch_, id_, status, fb::ReplyBody::KeyCodesReply, r.Finish().Union());
 }
 
 WriteStartRequest MasterRpc::Call::ReadStart(const fb::WriteStart* m) {
@@ -369,10 +393,10 @@ WriteEndRequest MasterRpc::Call::ReadFinish(const fb::WriteFinish* m,
 
 Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
   auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
-  if (!r.ok()) return Finish(b_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
   const std::string& events = rpc_.events_endpoint_;
   return Finish(
-      b_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+      b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
       fb::CreateRegisterAgentReplyDirect(
           b_, r.value(), service_.incarnation(), events.empty() ? nullptr : events.c_str(),
           events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
@@ -382,8 +406,8 @@ Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
 Reply MasterRpc::Call::MountSegment(const fb::MountSegment* m) {
   CollectStrings(m->endpoints(), &s_.endpoints);
   auto r = service_.MountSegment(m->agent_id(), m->segment_index(), m->size(), s_.endpoints);
-  if (!r.ok()) return Finish(b_, id_, r.status(), fb::ReplyBody::NONE, 0);
-  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::MountSegmentReply,
+  if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::MountSegmentReply,
                 fb::CreateMountSegmentReply(b_, r->segment_id, r->restored_objects).Union());
 }
 
@@ -395,7 +419,7 @@ Reply MasterRpc::Call::Heartbeat(const fb::Heartbeat* m) {
   r.add_fence_seq(h.fence_seq);
   r.add_write_watermark(h.write_watermark);
   if (fenced) r.add_fenced_writes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(fenced));
-  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::HeartbeatReply, r.Finish().Union());
 }
 
 Reply MasterRpc::Call::WriteStart(const fb::WriteStart* m, bool upsert) {
@@ -499,7 +523,7 @@ Reply MasterRpc::Call::ListKeys(const fb::ListKeys* m) {
   }
   auto body =
       fb::CreateListKeysReply(b_, b_.CreateVector(keys), s_.page.next_cursor, s_.page.restarted);
-  return Finish(b_, id_, st, fb::ReplyBody::ListKeysReply, body.Union());
+  return Finish(b_, epoch_, id_, st, fb::ReplyBody::ListKeysReply, body.Union());
 }
 
 Reply MasterRpc::Call::SessionStats(const fb::SessionStats* m) {
@@ -517,7 +541,7 @@ Reply MasterRpc::Call::SessionStats(const fb::SessionStats* m) {
     out.push_back(fb::CreateSessionUsageDirect(b_, u.session_id.c_str(), u.blocks, u.bytes));
   }
   auto body = fb::CreateSessionStatsReply(b_, b_.CreateVector(out), next_cursor);
-  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::SessionStatsReply, body.Union());
 }
 
 Reply MasterRpc::Call::Stats() {
@@ -529,19 +553,26 @@ Reply MasterRpc::Call::Stats() {
     values.push_back(v);
   }
   auto body = fb::CreateStatsReply(b_, b_.CreateVector(names), b_.CreateVector(values));
-  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::StatsReply, body.Union());
 }
 
 Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
+  LastRequest& last = rpc_.last_;
+  last.replicate = true;
+  last.after_seq = m->after_seq();
+  last.incarnation = m->incarnation();
+  last.wait_ms = m->wait_ms();
+  if (m->follower() != nullptr) last.follower = m->follower()->str();
   ReplicationPage page;
   const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
   Status st = service_.ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
-  if (!st.ok()) return Finish(b_, id_, st, fb::ReplyBody::NONE, 0);
+  if (!st.ok()) return Finish(b_, epoch_, id_, st, fb::ReplyBody::NONE, 0);
+  last.replicate_empty = !page.snapshot && page.records.empty();
   auto records =
       b_.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()), page.records.size());
   auto body =
       fb::CreateReplicateReply(b_, service_.incarnation(), page.snapshot, page.last_seq, records);
-  return Finish(b_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
 }
 
 std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {

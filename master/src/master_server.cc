@@ -2,8 +2,11 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
@@ -18,21 +21,38 @@
 #include "kvagent/master/master_service.h"
 
 namespace kvagent::master {
+namespace {
+
+// A long-polling Replicate is held at most this long, whatever it asked for.
+constexpr int64_t kMaxParkMs = 1000;
+// A follower that has not asked for this long no longer counts (for stats and sync acks).
+constexpr int64_t kFollowerSilentMs = 3000;
+// Bounds on what requests may make the server keep: parked long polls (beyond: answered at
+// once), followers counted (beyond: a new name is not), and replies held for followers (beyond
+// the count or past kMaxHoldMs — their callers have timed out — they are dropped, never sent).
+constexpr size_t kMaxParked = 1024;
+constexpr size_t kMaxFollowers = 256;
+constexpr size_t kMaxHeld = 65536;
+constexpr int64_t kMaxHoldMs = 30000;
+
+}  // namespace
 
 class MasterServer::Loop {
  public:
   Loop(std::unique_ptr<MasterService> service, std::unique_ptr<events::EventPublisher> publisher,
-       zmq::context_t context, std::unique_ptr<ZapHandler> zap, zmq::socket_t router, int tick_ms,
-       const Clock* clock, std::chrono::microseconds watchdog_interval)
+       zmq::context_t context, std::unique_ptr<ZapHandler> zap, zmq::socket_t router,
+       const MasterServerOptions& options, const Clock* clock)
       : service_(std::move(service)),
         publisher_(std::move(publisher)),
         rpc_(service_.get()),
         context_(std::move(context)),
         zap_(std::move(zap)),
         router_(std::move(router)),
-        tick_ms_(tick_ms),
+        tick_ms_(std::max(1, options.tick_ms)),
+        may_serve_(options.may_serve),
+        sync_followers_(std::max(0, options.sync_followers)),
         clock_(clock),
-        watchdog_(watchdog_interval, [this] { return StatusLine(); }) {
+        watchdog_(options.watchdog_interval, [this] { return StatusLine(); }) {
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
       const events::EventPublisherStats st = publisher_->stats();
       out->emplace_back("events_published", st.published_events);
@@ -42,10 +62,18 @@ class MasterServer::Loop {
       out->emplace_back("event_replay_requests", st.replay_requests);
       out->emplace_back("bad_messages", bad_frames_);
       out->emplace_back("refused_connections", zap_ ? zap_->refused() : 0);
+      out->emplace_back("epoch", service_->incarnation());
+      out->emplace_back("followers", LiveFollowers());
+      out->emplace_back("replication_acked_seq", AckedBy(std::max(1, sync_followers_)));
+      out->emplace_back("sync_followers", sync_followers_);
+      out->emplace_back("sync_waiting_replies", held_.size());
+      out->emplace_back("sync_dropped_replies", dropped_held_);
     });
+    if (may_serve_) rpc_.set_may_serve(may_serve_);
     // Agents learn where the events are from their registration reply.
     rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
     PublishEvents();
+    last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
     board_.Publish(rpc_.StatCounters());
     thread_ = std::thread([this] { Run(); });
   }
@@ -59,9 +87,30 @@ class MasterServer::Loop {
   }
 
   events::EventPublisher& publisher() { return *publisher_; }
+  uint64_t epoch() const { return service_->incarnation(); }
+  uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
   const StatsBoard& board() const { return board_; }
 
  private:
+  struct Parked {  // a Replicate waiting for a record
+    zmq::message_t identity;
+    std::vector<uint8_t> request;
+    uint64_t after_seq = 0;
+    int64_t until_ms = 0;
+  };
+  struct Held {  // a reply waiting for followers (sync replication)
+    zmq::message_t identity;
+    std::vector<uint8_t> reply;
+    uint64_t seq = 0;
+    int64_t until_ms = 0;  // dropped past it: its caller has given up
+  };
+  struct Follower {
+    uint64_t acked = 0;  // holds every record up to this one of our log (0: none yet)
+    int64_t seen_ms = 0;
+  };
+
+  bool serving() const { return !may_serve_ || may_serve_(); }
+
   void PublishEvents() {
     std::vector<events::KvEvent> ev = service_->TakeEvents();
     if (!ev.empty()) publisher_->Publish(std::move(ev));
@@ -74,19 +123,128 @@ class MasterServer::Loop {
   }
 
   void HandleFrames() {
-    if (frames_.size() == 3 && frames_[1].size() == 0) {
-      auto body = std::span(static_cast<const uint8_t*>(frames_[2].data()), frames_[2].size());
-      Reply(frames_[0], rpc_.Handle(body));
+    if (frames_.size() != 3 || frames_[1].size() != 0) {
+      // Not [identity, "", request]: answer with an error when there is someone to answer.
+      ++bad_frames_;
+      if (frames_.size() >= 2) {
+        LOG_EVERY_N(WARNING, 100) << "malformed message of " << frames_.size()
+                                  << " frame(s) on the RPC socket; expected [\"\", request]";
+        Reply(frames_[0], rpc_.Handle({}));
+      }
       return;
     }
-    // Not [identity, "", request]: answer with an error when there is someone to answer.
-    ++bad_frames_;
-    if (frames_.size() >= 2) {
-      LOG_EVERY_N(WARNING, 100) << "malformed message of " << frames_.size()
-                                << " frame(s) on the RPC socket; expected [\"\", request]";
-      Reply(frames_[0], rpc_.Handle({}));
+    auto body = std::span(static_cast<const uint8_t*>(frames_[2].data()), frames_[2].size());
+    const std::span<const uint8_t> reply = rpc_.Handle(body);
+    const MasterRpc::LastRequest& last = rpc_.last();
+    if (last.replicate) {
+      NoteFollower(last);
+      if (last.replicate_empty && last.wait_ms > 0 && parked_.size() < kMaxParked) {
+        const int64_t wait = std::min<int64_t>(last.wait_ms, kMaxParkMs);
+        parked_.push_back(Parked{std::move(frames_[0]),
+                                 std::vector<uint8_t>(body.begin(), body.end()), last.after_seq,
+                                 clock_->NowMs() + wait});
+        return;
+      }
+      Reply(frames_[0], reply);
+      return;
+    }
+    if (sync_followers_ > 0 && !last.refused) {
+      const uint64_t seq = service_->replication_last_seq();
+      if (seq > AckedBy(sync_followers_)) {
+        held_.push_back(Held{std::move(frames_[0]),
+                             std::vector<uint8_t>(reply.begin(), reply.end()), seq,
+                             clock_->NowMs() + kMaxHoldMs});
+        if (held_.size() > kMaxHeld) {
+          held_.pop_front();
+          ++dropped_held_;
+        }
+        return;
+      }
+    }
+    Reply(frames_[0], reply);
+  }
+
+  // ---- followers ------------------------------------------------------------------------------
+
+  void NoteFollower(const MasterRpc::LastRequest& r) {
+    if (followers_.size() >= kMaxFollowers && followers_.count(r.follower) == 0) return;
+    Follower& f = followers_[r.follower];
+    // after_seq counts only for a follower of this master's log (else it is about to get a
+    // snapshot and holds nothing of ours yet).
+    f.acked = r.incarnation == service_->incarnation() ? r.after_seq : 0;
+    f.seen_ms = clock_->NowMs();
+  }
+
+  // The record that at least `n` live followers hold (0: fewer than n followers).
+  uint64_t AckedBy(int n) const {
+    std::vector<uint64_t> acks;
+    const int64_t now = clock_->NowMs();
+    for (const auto& [name, f] : followers_) {
+      if (now - f.seen_ms <= kFollowerSilentMs) acks.push_back(f.acked);
+    }
+    if (n <= 0 || acks.size() < static_cast<size_t>(n)) return 0;
+    std::nth_element(acks.begin(), acks.begin() + (n - 1), acks.end(), std::greater<>());
+    return acks[n - 1];
+  }
+
+  uint64_t LiveFollowers() const {
+    const int64_t now = clock_->NowMs();
+    return std::count_if(followers_.begin(), followers_.end(), [&](const auto& f) {
+      return now - f.second.seen_ms <= kFollowerSilentMs;
+    });
+  }
+
+  // Answers the long polls that have a record now, or whose wait is over.
+  void ServeParked() {
+    if (parked_.empty()) return;
+    const uint64_t seq = service_->replication_last_seq();
+    const int64_t now = clock_->NowMs();
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (seq <= it->after_seq && now < it->until_ms) {
+        ++it;
+        continue;
+      }
+      const std::span<const uint8_t> reply = rpc_.Handle(it->request);
+      NoteFollower(rpc_.last());
+      Reply(it->identity, reply);
+      it = parked_.erase(it);
     }
   }
+
+  // Sends the held replies the followers now cover; drops them all once we may not serve (a
+  // change a deposed master made may be missing from the new leader: its outcome is unknown, so
+  // the caller must not hear OK — it times out instead).
+  void ReleaseHeld() {
+    if (held_.empty()) return;
+    if (!serving()) {
+      LOG(WARNING) << "not serving any more: " << held_.size()
+                   << " repl(ies) waiting for a follower are dropped (their callers time out: "
+                      "the outcome of those changes is unknown)";
+      dropped_held_ += held_.size();
+      held_.clear();
+      return;
+    }
+    const uint64_t acked = AckedBy(sync_followers_);
+    while (!held_.empty() && held_.front().seq <= acked) {
+      Reply(held_.front().identity, held_.front().reply);
+      held_.pop_front();
+    }
+    const int64_t now = clock_->NowMs();
+    while (!held_.empty() && held_.front().until_ms <= now) {
+      held_.pop_front();
+      ++dropped_held_;
+    }
+  }
+
+  // Prunes followers that went away (at most once a second).
+  void ForgetSilentFollowers(int64_t now) {
+    if (now < next_prune_ms_) return;
+    next_prune_ms_ = now + 1000;
+    std::erase_if(followers_,
+                  [&](const auto& f) { return now - f.second.seen_ms > 10 * kFollowerSilentMs; });
+  }
+
+  // ---- the loop -------------------------------------------------------------------------------
 
   // systemd's STATUS= (this thread).
   std::string StatusLine() const {
@@ -101,8 +259,9 @@ class MasterServer::Loop {
     int64_t next_tick = clock_->NowMs() + tick_ms_;
     while (!stop_.load(std::memory_order_relaxed)) {
       const int64_t now = clock_->NowMs();
-      const int64_t wait = std::max<int64_t>(0, std::min<int64_t>(next_tick - now, tick_ms_));
-      zmq::poll(items, 1, std::chrono::milliseconds(wait));
+      int64_t until = std::min(next_tick, now + tick_ms_);
+      for (const Parked& p : parked_) until = std::min(until, p.until_ms);
+      zmq::poll(items, 1, std::chrono::milliseconds(std::max<int64_t>(0, until - now)));
       if (items[0].revents & ZMQ_POLLIN) {
         // Drain what is queued, but come back to Tick at least every 1024 messages.
         for (int n = 0; n < 1024; ++n) {
@@ -117,14 +276,23 @@ class MasterServer::Loop {
         PublishEvents();
       }
       if (clock_->NowMs() >= next_tick) {
-        service_->Tick();
-        PublishEvents();
+        // A master that may not serve changes nothing, not even by time: its agents are not
+        // blamed for the pause (the tick gap counts as a stall of the master).
+        if (serving()) {
+          service_->Tick();
+          PublishEvents();
+        }
         board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
+        ForgetSilentFollowers(clock_->NowMs());
       }
+      ServeParked();
+      ReleaseHeld();
+      last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
       // From this loop (it wakes at least every tick): if it hangs, systemd stops hearing us.
       watchdog_.Poll(std::chrono::steady_clock::now());
     }
+    if (!held_.empty()) dropped_held_ += held_.size();
   }
 
   std::unique_ptr<MasterService> service_;
@@ -134,9 +302,17 @@ class MasterServer::Loop {
   std::unique_ptr<ZapHandler> zap_;  // before the context goes: checks the ROUTER's clients
   zmq::socket_t router_;
   int tick_ms_;
+  std::function<bool()> may_serve_;
+  int sync_followers_;
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
   uint64_t bad_frames_ = 0;
+  std::deque<Parked> parked_;
+  std::deque<Held> held_;
+  uint64_t dropped_held_ = 0;
+  std::map<std::string, Follower> followers_;
+  int64_t next_prune_ms_ = 0;
+  std::atomic<uint64_t> last_seq_{0};
   StatsBoard board_;
   Watchdog watchdog_;
   std::atomic<bool> stop_{false};
@@ -181,9 +357,9 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
 
   std::unique_ptr<MasterServer> server(new MasterServer());
   server->endpoint_ = endpoint;
-  server->loop_ = std::make_unique<Loop>(
-      std::move(service.value()), std::move(publisher.value()), std::move(context), std::move(zap),
-      std::move(router), std::max(1, options.tick_ms), clock, options.watchdog_interval);
+  server->loop_ =
+      std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
+                             std::move(context), std::move(zap), std::move(router), options, clock);
   return server;
 }
 
@@ -191,6 +367,8 @@ MasterServer::~MasterServer() = default;
 
 std::string MasterServer::events_endpoint() const { return loop_->publisher().endpoint(); }
 std::string MasterServer::replay_endpoint() const { return loop_->publisher().replay_endpoint(); }
+uint64_t MasterServer::epoch() const { return loop_->epoch(); }
+uint64_t MasterServer::last_seq() const { return loop_->last_seq(); }
 StatCounterList MasterServer::StatsSnapshot() const { return loop_->board().Read(); }
 
 }  // namespace kvagent::master

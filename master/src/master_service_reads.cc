@@ -206,4 +206,6 @@ std::vector<events::KvEvent> MasterService::TakeEvents() { return store_->TakeEv
 
 void MasterService::TakeEvents(std::vector<events::KvEvent>* out) { store_->TakeEvents(out); }
 
+uint64_t MasterService::replication_last_seq() const { return store_->replication_last_seq(); }
+
 }  // namespace kvagent::master

@@ -146,10 +146,10 @@ Status MasterService::CommitOne(const WriteCommitRequest& req, size_t i, KeyResu
   if (start.sizes[i] > reserved.size ||
       reserved.pending->options.replica_count != start.options.replica_count) {
     // The message first: AbortWrite frees the reservation `reserved` refers to.
-    Status refused = InvalidParams(
-        "key '" + std::string(key) + "' of " + std::to_string(start.sizes[i]) +
-        " bytes does not fit reserved write " + std::to_string(id) + " (" +
-        std::to_string(reserved.size) + " bytes; or its replica count differs)");
+    Status refused =
+        InvalidParams("key '" + std::string(key) + "' of " + std::to_string(start.sizes[i]) +
+                      " bytes does not fit reserved write " + std::to_string(id) + " (" +
+                      std::to_string(reserved.size) + " bytes; or its replica count differs)");
     store_->AbortWrite(r);
     return refused;
   }

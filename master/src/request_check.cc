@@ -18,6 +18,8 @@ constexpr size_t kMaxEndpoints = 16;
 // Hash slots one ListKeys page may cover: a page's reply then stays bounded (agents ask for
 // 256, the event relay for 1000).
 constexpr uint32_t kMaxListKeysLimit = 10000;
+// A follower names itself with its --name (coord::CheckName: at most 64 characters).
+constexpr size_t kMaxFollowerName = 64;
 
 std::string BodyName(fb::Body type) { return fb::EnumNameBody(type); }
 
@@ -134,10 +136,18 @@ Result<uint64_t> BodyBytes(const fb::Request& r) {
       }
       return StringBytes(m->prefix());
     }
+    case fb::Body::Replicate: {
+      const fb::Replicate* m = r.body_as_Replicate();
+      if (m->follower() != nullptr && m->follower()->size() > kMaxFollowerName) {
+        return InvalidParams("Replicate.follower is " + std::to_string(m->follower()->size()) +
+                             " bytes; a follower's name (its --name) has at most " +
+                             std::to_string(kMaxFollowerName));
+      }
+      return StringBytes(m->follower());
+    }
     case fb::Body::Heartbeat:
     case fb::Body::RemoveAll:
     case fb::Body::Stats:
-    case fb::Body::Replicate:
     case fb::Body::NONE:
       return uint64_t{0};
     default:  // a body type of a newer peer: MasterRpc answers it

@@ -63,12 +63,15 @@ class Standby::Follower {
   bool Ask(std::vector<uint8_t>* reply) {
     flatbuffers::FlatBufferBuilder b(256);
     const uint64_t id = ++request_id_;
-    b.Finish(
-        fb::CreateRequest(b, id, fb::Body::Replicate,
-                          fb::CreateReplicate(b, owner_->applied_seq(), incarnation_).Union()));
+    const auto follower = b.CreateString(options_.name);
+    b.Finish(fb::CreateRequest(
+        b, id, fb::Body::Replicate,
+        fb::CreateReplicate(b, owner_->applied_seq(), incarnation_, 4u << 20,
+                            static_cast<uint32_t>(options_.wait.count()), follower)
+            .Union()));
     socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
-    const int64_t deadline = NowMs() + options_.timeout.count();
+    const int64_t deadline = NowMs() + options_.wait.count() + options_.timeout.count();
     zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}};
     while (!stop_.load(std::memory_order_relaxed)) {
       const int64_t left = deadline - NowMs();
@@ -126,6 +129,7 @@ class Standby::Follower {
                   << r->last_seq();
       }
       incarnation_ = r->incarnation();
+      owner_->incarnation_.store(incarnation_, std::memory_order_release);
     } else {
       ForEachFramedRecord(bytes, [&](std::string_view rec) {
         log_->Append(rec);
@@ -154,6 +158,13 @@ class Standby::Follower {
     std::rename(tmp.c_str(), options_.status_file.c_str());
   }
 
+  void SleepUnlessStopped(std::chrono::milliseconds d) {
+    const int64_t until = NowMs() + d.count();
+    while (!stop_.load(std::memory_order_relaxed) && NowMs() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, d.count())));
+    }
+  }
+
   void Run() {
     std::vector<uint8_t> reply;
     while (!stop_.load(std::memory_order_relaxed)) {
@@ -167,7 +178,9 @@ class Standby::Follower {
       owner_->last_answer_ms_.store(NowMs(), std::memory_order_release);
       const int64_t applied = Apply(*flatbuffers::GetRoot<fb::Reply>(reply.data()));
       if (applied > 0) continue;  // there may be more right away
-      std::this_thread::sleep_for(applied < 0 ? std::chrono::milliseconds(1000) : options_.poll);
+      // A long poll that came back empty already waited; ask again at once.
+      if (applied == 0 && options_.wait.count() > 0) continue;
+      SleepUnlessStopped(applied < 0 ? std::chrono::milliseconds(1000) : options_.poll);
     }
   }
 
@@ -203,6 +216,8 @@ Result<std::unique_ptr<Standby>> Standby::Start(StandbyOptions options) {
 }
 
 Standby::~Standby() = default;
+
+void Standby::Stop() { follower_.reset(); }
 
 std::chrono::milliseconds Standby::silent_for() const {
   return std::chrono::milliseconds(NowMs() - last_answer_ms_.load(std::memory_order_acquire));

@@ -113,8 +113,15 @@ TEST(Kvmaster, ABadFlagExitsWithCode2) {
   EXPECT_EQ(w.WaitExit(), 2);
   Kvmaster no_state({"--follow", "tcp://127.0.0.1:1"}, false);  // a standby needs --state-dir
   EXPECT_EQ(no_state.WaitExit(), 2);
-  Kvmaster no_follow({"--promote-after-ms", "100"}, false);  // only a standby promotes
-  EXPECT_EQ(no_follow.WaitExit(), 2);
+  // Failover is elected through etcd; the timer that promoted a standby is gone.
+  Kvmaster no_timer({"--promote-after-ms", "100"}, false);
+  EXPECT_EQ(no_timer.WaitExit(), 2);
+  Kvmaster half_ha({"--etcd", "127.0.0.1:2379"}, false);  // --etcd needs --cluster
+  EXPECT_EQ(half_ha.WaitExit(), 2);
+  Kvmaster ha_no_state({"--etcd", "127.0.0.1:2379", "--cluster", "c"}, false);
+  EXPECT_EQ(ha_no_state.WaitExit(), 2);  // a member keeps the leader's log in --state-dir
+  Kvmaster bad_etcd({"--etcd", "nohost", "--cluster", "c", "--state-dir", "/tmp"}, false);
+  EXPECT_EQ(bad_etcd.WaitExit(), 2);
 }
 
 TEST(Kvmaster, HelpExitsWithCode0) {

@@ -77,6 +77,16 @@ inline Bytes StatsMsg() {
   return Finish(b, fb::Body::Stats, fb::CreateStats(b).Union());
 }
 
+// A follower's fetch: records after `after_seq` of master `incarnation`, held up to `wait_ms`.
+inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation, uint32_t wait_ms = 0,
+                          const std::string& follower = "", uint64_t id = 1) {
+  flatbuffers::FlatBufferBuilder b;
+  auto name = b.CreateString(follower);
+  return Finish(b, fb::Body::Replicate,
+                fb::CreateReplicate(b, after_seq, incarnation, 4u << 20, wait_ms, name).Union(),
+                id);
+}
+
 // The Reply in `bytes`, or nullptr when it does not verify.
 inline const fb::Reply* ParseReply(const void* data, size_t size) {
   flatbuffers::Verifier v(static_cast<const uint8_t*>(data), size);

@@ -115,17 +115,5 @@ TEST(Standby, APromotedStandbyServesThePrimarysObjectsWithTheirSessionsAndTakesN
   EXPECT_EQ(Get(c, "after", 64), "after-bytes");
 }
 
-TEST(Standby, AStandbyPromotesItselfWhenThePrimaryStaysSilent) {
-  Cluster cl;
-  ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
-  auto standby = cl.StartStandby({"--promote-after-ms", "300"});
-  ASSERT_TRUE(AllOk(Put(*cl.client, {"k"}, {"v"}, {"s"})));
-  ASSERT_TRUE(cl.StandbyCaughtUp());
-  cl.primary.Kill();
-  ASSERT_TRUE(standby->WaitServing());
-  ASSERT_TRUE(WaitUntil([&] { return ServedBy(*cl.client, 1); }, std::chrono::seconds(30)));
-  EXPECT_EQ(Get(*cl.client, "k", 16), "v");
-}
-
 }  // namespace
 }  // namespace kvagent::testing

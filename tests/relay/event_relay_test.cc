@@ -2,6 +2,7 @@
 // subscriber: own contiguous seq, gap repair, re-announce after unrepairable gaps and master
 // restarts, convergence of a downstream index to the master's key set.
 #include "kvagent/relay/event_relay.h"
+#include "kvagent/relay/relay_flags.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -341,6 +342,62 @@ TEST(EventRelay, StartRefusesMissingOptionsAndUnbindableEndpointsWithAReason) {
   ASSERT_FALSE(r4.ok());
   EXPECT_NE(r4.status().message().find("tcp://no-port"), std::string::npos);
   EXPECT_FALSE(FileExists(o.endpoint)) << "a failed start leaves no socket file";
+}
+
+}  // namespace
+}  // namespace kvagent::relay
+
+namespace kvagent::relay {
+namespace {
+
+// A relay told its master later (discovery through etcd): it waits, follows the first master it
+// is given, and after a switch to another (a failover) re-announces that one's content and relays
+// nothing more of the first, even when the first keeps publishing.
+TEST(EventRelay, SwitchMasterFollowsTheNewMasterAndNothingMoreOfTheOld) {
+  TempDir dir_a, dir_b, dir;
+  Master a(dir_a);
+  Master b(dir_b);
+  a.Put(Keys("a-", 0, 10), Sessions(10));
+  b.Put(Keys("a-", 0, 8));  // the new leader holds most of the old one's objects ...
+  b.Put({"b-only"});        // ... and what was written through it since
+  std::atomic<Master*> current{&a};
+  ContentSource content = [&](uint64_t cursor) { return current.load()->Content()(cursor); };
+  EventRelayOptions o = RelayOptions(dir, "", "", content);
+  o.await_master = true;
+  auto relay = testing::StartRelay(std::move(o));
+  ASSERT_TRUE(relay);
+  Downstream downstream(relay->endpoint(), relay->replay_endpoint());
+  EXPECT_EQ(relay->stats().phase, RelayPhase::kJoining);  // no master to follow yet
+
+  relay->SwitchMaster(a.events_endpoint(), a.replay_endpoint());
+  ASSERT_NO_FATAL_FAILURE(testing::Settle(a, *relay, downstream));
+  EXPECT_EQ(downstream.keys(), a.Keys());
+  relay->SwitchMaster(a.events_endpoint(), a.replay_endpoint());  // the same: changes nothing
+  EXPECT_EQ(relay->stats().master_switches, 1u);
+
+  current = &b;
+  relay->SwitchMaster(b.events_endpoint(), b.replay_endpoint());
+  b.Put({"b-after"});
+  ASSERT_NO_FATAL_FAILURE(testing::Settle(b, *relay, downstream));
+  EXPECT_EQ(downstream.keys(), b.Keys());
+  EXPECT_EQ(downstream.keys().count("a-9"), 0u);  // lost in the failover: gone downstream too
+  EXPECT_EQ(relay->stats().master_switches, 2u);
+
+  a.Put({"deposed-write"});  // the old master still publishes: nobody downstream sees it
+  b.Put({"b-later"});
+  ASSERT_NO_FATAL_FAILURE(testing::Settle(b, *relay, downstream));
+  EXPECT_EQ(downstream.keys(), b.Keys());
+  EXPECT_EQ(downstream.keys().count("deposed-write"), 0u);
+}
+
+TEST(EventRelay, AnEtcdMasterLeavesTheEventEndpointsToDiscovery) {
+  EventRelayFlags flags;
+  auto o = flags.Options("/tmp/run", "etcd://10.0.0.1:2379/prod");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->await_master);
+  EXPECT_TRUE(o->master_events.empty());
+  flags.master_events = "tcp://10.0.0.1:5557";  // fixed endpoints cannot follow a failover
+  EXPECT_FALSE(flags.Options("/tmp/run", "etcd://10.0.0.1:2379/prod").ok());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvagent/coord/leader_watch.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
 
@@ -55,6 +56,14 @@ class RemoteMaster::Shared {
   // queue (the queue's mutex orders the two).
   agent::PostFn post;
 
+  // ---- discovery (a cluster address): the watcher's thread sets leader_changed and wakes the
+  // link thread, which reads watcher->current(). Created before the link thread, destroyed
+  // after it.
+  std::unique_ptr<coord::LeaderWatcher> watcher;
+  std::atomic<bool> leader_changed{false};
+  std::string Where() const;  // "tcp://..." or "NAME at tcp://... (epoch E of etcd://...)"
+  void SetWhere(std::string where);
+
   // ---- state: written by the link thread, read anywhere
   std::atomic<LinkState> state{LinkState::kConnecting};
   std::atomic<uint32_t> agent_id{0};
@@ -77,6 +86,9 @@ class RemoteMaster::Shared {
   std::atomic<uint64_t> failed_in_flight{0};  // calls failed when the link went down
   std::atomic<uint64_t> retried_calls{0};     // calls sent again after a reconnect
   std::atomic<uint64_t> fences_applied{0};    // heartbeat replies whose fences were applied
+  std::atomic<uint64_t> epoch{0};             // the epoch of the master registered with
+  std::atomic<uint64_t> leader_changes{0};    // moves to a new leader (discovery)
+  std::atomic<uint64_t> stale_replies{0};     // replies refused: an older epoch, or not serving
   std::atomic<uint64_t> in_flight{0};
   std::atomic<uint64_t> blocking_calls{0};  // numbers the blocking calls' request ids
 
@@ -87,6 +99,7 @@ class RemoteMaster::Shared {
   std::vector<Outgoing> queue_;
   bool closed_ = false;                                  // guarded by queue_mu_
   std::string detail_;                                   // guarded by state_mu
+  std::string where_;                                    // guarded by state_mu
   std::pair<std::string, std::string> event_endpoints_;  // guarded by state_mu
 };
 

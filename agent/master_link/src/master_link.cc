@@ -50,13 +50,20 @@ struct ReplyBytes {
 class Link {
  public:
   explicit Link(RemoteMaster::Shared* shared)
-      : s_(*shared), o_(shared->options), backoff_(o_.backoff_min) {}
+      : s_(*shared),
+        o_(shared->options),
+        ordered_(shared->watcher != nullptr),
+        endpoint_(ordered_ ? std::string() : o_.endpoint),
+        backoff_(o_.backoff_min) {}
 
   void Run() {
     retry_at_ = Clock::now();  // connect at once
     while (!s_.stop.load(std::memory_order_acquire)) {
       PollOnce();
       const auto now = Clock::now();
+      if (ordered_ && s_.leader_changed.exchange(false, std::memory_order_acq_rel)) {
+        OnLeaderChanged(now);
+      }
       if (phase_ == Phase::kDown && now >= retry_at_) Connect(now);
       CheckDeadlines(now);
       if (phase_ == Phase::kReady && now >= next_heartbeat_) Heartbeat(now);
@@ -92,6 +99,7 @@ class Link {
 
   void Connect(Clock::time_point now) {
     CloseSocket();
+    if (ordered_ && !FindLeader(now)) return;
     dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::sndhwm, 100000);
@@ -111,9 +119,9 @@ class Link {
     monitor_->set(zmq::sockopt::linger, 0);
     monitor_->connect(monitor);
     try {
-      dealer_->connect(o_.endpoint);
+      dealer_->connect(endpoint_);
     } catch (const zmq::error_t& e) {
-      return Down("cannot connect to " + o_.endpoint + ": " + e.what(), now);
+      return Down("cannot connect to " + endpoint_ + ": " + e.what(), now);
     }
     connected_ = false;
     handshake_done_ = false;
@@ -148,7 +156,7 @@ class Link {
     const uint64_t id = next_own_id_++;
     fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
     if (!Send(fbb_.GetBufferPointer(), fbb_.GetSize())) {
-      return Down("cannot queue a message to " + o_.endpoint, now);
+      return Down("cannot queue a message to " + endpoint_, now);
     }
     Call call;
     call.own = kind;
@@ -180,6 +188,15 @@ class Link {
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
         agent_id_ = r->agent_id();
         registered_master_ = r->master_incarnation();
+        if (ordered_ && registered_master_ < highest_epoch_) {
+          ++s_.stale_replies;
+          return Down("kvmaster " + endpoint_ + " registered this agent with epoch " +
+                          std::to_string(registered_master_) + ", older than epoch " +
+                          std::to_string(highest_epoch_) + " already seen (a deposed leader)",
+                      now);
+        }
+        highest_epoch_ = std::max(highest_epoch_, registered_master_);
+        s_.epoch.store(registered_master_, std::memory_order_relaxed);
         if (r->events_endpoint() != nullptr && r->events_endpoint()->size() > 0) {
           s_.SetEventEndpoints(r->events_endpoint()->str(), r->events_replay_endpoint()
                                                                 ? r->events_replay_endpoint()->str()
@@ -210,14 +227,14 @@ class Link {
         attempt_ = 0;
         next_heartbeat_ = now + o_.heartbeat;
         ++s_.registrations;
-        LOG(INFO) << "master link: registered with kvmaster " << o_.endpoint << " as agent "
+        LOG(INFO) << "master link: registered with kvmaster " << endpoint_ << " as agent "
                   << agent_id_ << " (segment " << r->segment_id() << ", " << r->restored_objects()
                   << " restored object(s))";
         s_.SetState(LinkState::kReady, "ready");
         // Only a new master incarnation restarted the event stream; after a mere link drop
         // the relay repairs what it missed through replay.
         if (registered_before_ && registered_master_ != master_incarnation_) {
-          LOG(INFO) << "master link: kvmaster " << o_.endpoint << " is a new incarnation";
+          LOG(INFO) << "master link: kvmaster " << endpoint_ << " is a new incarnation";
           if (o_.on_master_restarted) o_.on_master_restarted();
         }
         master_incarnation_ = registered_master_;
@@ -229,7 +246,7 @@ class Link {
         const auto* r = reply.body_as_HeartbeatReply();
         if (r != nullptr && r->known() && phase_ == Phase::kReady) return ApplyFences(*r);
         if (r == nullptr || r->known() || phase_ != Phase::kReady) return;
-        LOG(WARNING) << "master link: kvmaster " << o_.endpoint
+        LOG(WARNING) << "master link: kvmaster " << endpoint_
                      << " no longer knows this agent (it restarted or expired us); "
                         "registering again";
         s_.SetState(LinkState::kConnecting, "registering again");
@@ -343,7 +360,7 @@ class Link {
       if (!Send(o.request.data(), o.request.size())) {
         Fail(o.done, o.on_link_thread,
              Status(ErrorCode::kMasterUnavailable,
-                    "the queue to kvmaster at " + o_.endpoint + " is full; retry shortly"));
+                    "the queue to kvmaster at " + endpoint_ + " is full; retry shortly"));
         continue;
       }
       Call call;
@@ -378,13 +395,29 @@ class Link {
   void OnReply(std::shared_ptr<ReplyBytes> bytes, Clock::time_point now) {
     flatbuffers::Verifier verifier(bytes->view.data(), bytes->view.size());
     if (bytes->view.empty() || !verifier.VerifyBuffer<mfb::Reply>(nullptr)) {
-      LOG_EVERY_N(WARNING, 100) << "master link: a reply from " << o_.endpoint
+      LOG_EVERY_N(WARNING, 100) << "master link: a reply from " << endpoint_
                                 << " failed verification; ignored";
       return;
     }
     const mfb::Reply* reply = flatbuffers::GetRoot<mfb::Reply>(bytes->view.data());
     auto found = calls_.find(reply->request_id());
     if (found == calls_.end()) return;  // already failed by a deadline (cannot happen: new socket)
+    // A master that does not serve, or (with discovery) one deposed by a newer epoch, has done
+    // nothing we may act on: the call stays in flight and fails (or waits for the next master,
+    // CallUntilAnswered) with every other one as the link goes down.
+    const uint64_t epoch = reply->master_epoch();
+    if (reply->not_serving() || (ordered_ && epoch != 0 && epoch < highest_epoch_)) {
+      ++s_.stale_replies;
+      if (ordered_) backoff_ = std::min(backoff_, kOrderedBackoffMax);
+      return Down(reply->not_serving()
+                      ? "kvmaster " + endpoint_ + " does not serve now (" +
+                            (reply->message() ? reply->message()->str() : std::string()) + ")"
+                      : "kvmaster " + endpoint_ + " answered with epoch " + std::to_string(epoch) +
+                            ", older than epoch " + std::to_string(highest_epoch_) +
+                            " (a deposed leader)",
+                  now);
+    }
+    if (ordered_) highest_epoch_ = std::max(highest_epoch_, epoch);
     Call call = std::move(found->second);
     calls_.erase(found);
     s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
@@ -412,9 +445,9 @@ class Link {
         // peer with another secret, or only one of them with a secret).
         return Down(AuthMismatch(), now);
       } else if (id == ZMQ_EVENT_DISCONNECTED) {
-        return Down("the connection to kvmaster " + o_.endpoint + " was lost", now);
+        return Down("the connection to kvmaster " + endpoint_ + " was lost", now);
       } else if (id == ZMQ_EVENT_CONNECT_RETRIED && !connected_) {
-        return Down("kvmaster " + o_.endpoint + " refuses connections", now);
+        return Down("kvmaster " + endpoint_ + " refuses connections", now);
       } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
                  id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
         return Down(AuthMismatch(), now);
@@ -436,7 +469,7 @@ class Link {
       }
       if (now < deadline) return;
       ++s_.timeouts;
-      return Down("kvmaster " + o_.endpoint + " did not answer within " + Ms(o_.timeout), now);
+      return Down("kvmaster " + endpoint_ + " did not answer within " + Ms(o_.timeout), now);
     }
   }
 
@@ -471,18 +504,64 @@ class Link {
       LOG_EVERY_N(WARNING, 10) << "master link: " << why << "; retrying in " << Ms(backoff_);
     }
     s_.SetState(LinkState::kDown, why);
-    backoff_ = std::min(o_.backoff_max, backoff_ * 2);
+    backoff_ = std::min(ordered_ ? kOrderedBackoffMax : o_.backoff_max, backoff_ * 2);
+  }
+
+  // ---- discovery (a cluster address) ------------------------------------------------------
+
+  // Points endpoint_ at the leader etcd shows now; false (and down) when there is none.
+  bool FindLeader(Clock::time_point now) {
+    highest_epoch_ = std::max(highest_epoch_, s_.watcher->highest_epoch());
+    const std::optional<coord::Leader> leader = s_.watcher->current();
+    if (!leader) {
+      std::string why;
+      const bool reachable = s_.watcher->etcd_reachable(&why);
+      Down("no kvmaster leads cluster " + s_.watcher->address().ToString() + " now" +
+               (reachable ? " (an election may be under way)" : " (etcd: " + why + ")"),
+           now);
+      return false;
+    }
+    endpoint_ = leader->record.rpc;
+    leader_epoch_ = leader->epoch;
+    s_.SetWhere(leader->record.name + " at " + endpoint_ + " (epoch " +
+                std::to_string(leader->epoch) + " of " + s_.watcher->address().ToString() + ")");
+    if (leader->epoch != notified_epoch_ || leader->record.events != notified_events_) {
+      notified_epoch_ = leader->epoch;
+      notified_events_ = leader->record.events;
+      if (o_.on_leader_changed) o_.on_leader_changed(leader->record.events, leader->record.replay);
+    }
+    return true;
+  }
+
+  // etcd shows another leader (or none): leave the one we are on at once, and connect to the
+  // new one without waiting for a backoff.
+  void OnLeaderChanged(Clock::time_point now) {
+    highest_epoch_ = std::max(highest_epoch_, s_.watcher->highest_epoch());
+    const std::optional<coord::Leader> leader = s_.watcher->current();
+    const bool same = leader && leader->epoch == leader_epoch_ && leader->record.rpc == endpoint_;
+    backoff_ = o_.backoff_min;
+    retry_at_ = now;
+    if (same || phase_ == Phase::kDown) return;
+    ++s_.leader_changes;
+    const std::string to =
+        leader ? leader->record.name + " (epoch " + std::to_string(leader->epoch) + ")"
+               : std::string("none yet");
+    LOG(WARNING) << "master link: the leader of " << s_.watcher->address().ToString()
+                 << " changed from epoch " << leader_epoch_ << " to " << to << "; moving";
+    Down("the leader changed to " + to, now);
+    retry_at_ = now;
+    backoff_ = o_.backoff_min;
   }
 
   std::string AuthMismatch() const {
-    return "kvmaster " + o_.endpoint +
+    return "kvmaster " + endpoint_ +
            " and this agent do not authenticate each other (the handshake failed): give both "
            "the same --cluster-secret-file (or neither, on loopback)";
   }
 
   Status NotReady() const {
     return Status(ErrorCode::kMasterUnavailable,
-                  "kvmaster at " + o_.endpoint + " is not reachable (" + s_.detail() +
+                  "kvmaster at " + endpoint_ + " is not reachable (" + s_.detail() +
                       "); the agent keeps reconnecting by itself: check that kvmaster runs, "
                       "then retry");
   }
@@ -492,8 +571,18 @@ class Link {
     s_.post([done = std::move(done), status]() { done(status); });
   }
 
+  // With discovery, reconnecting never waits longer than this: a leader that paused serving
+  // (etcd briefly away) or a new one is tried again soon.
+  static constexpr std::chrono::milliseconds kOrderedBackoffMax{1000};
+
   RemoteMaster::Shared& s_;
   const RemoteMasterOptions& o_;
+  const bool ordered_;           // discovery through etcd: epochs are ordered
+  std::string endpoint_;         // the master's ROUTER now (with discovery: the leader's)
+  uint64_t leader_epoch_ = 0;    // the leader endpoint_ belongs to (discovery)
+  uint64_t highest_epoch_ = 0;   // the newest epoch seen (discovery): older replies are refused
+  uint64_t notified_epoch_ = 0;  // the leader on_leader_changed was last called for
+  std::string notified_events_;
   zmq::context_t context_{1};
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> monitor_;

@@ -60,6 +60,16 @@ std::string RemoteMaster::Shared::detail() const {
   return detail_;
 }
 
+std::string RemoteMaster::Shared::Where() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(state_mu));
+  return where_.empty() ? options.endpoint : where_;
+}
+
+void RemoteMaster::Shared::SetWhere(std::string where) {
+  std::lock_guard<std::mutex> lock(state_mu);
+  where_ = std::move(where);
+}
+
 void RemoteMaster::Shared::SetEventEndpoints(std::string events, std::string replay) {
   std::lock_guard<std::mutex> lock(state_mu);
   event_endpoints_ = {std::move(events), std::move(replay)};
@@ -73,6 +83,7 @@ std::pair<std::string, std::string> RemoteMaster::Shared::event_endpoints() cons
 // ---- RemoteMaster -------------------------------------------------------------------------
 
 Status CheckMasterEndpoint(std::string_view endpoint) {
+  if (coord::IsClusterAddress(endpoint)) return coord::ParseClusterAddress(endpoint).status();
   const size_t colon = endpoint.rfind(':');
   const bool tcp = endpoint.rfind("tcp://", 0) == 0 && colon != std::string_view::npos &&
                    colon > 6 && colon + 1 < endpoint.size();
@@ -80,7 +91,8 @@ Status CheckMasterEndpoint(std::string_view endpoint) {
   if (tcp || ipc) return Status::Ok();
   return InvalidParams("--master \"" + std::string(endpoint) +
                        "\" is not a kvmaster address; use tcp://HOST:PORT (e.g. "
-                       "tcp://10.0.0.1:50051)");
+                       "tcp://10.0.0.1:50051), or etcd://HOST:PORT/CLUSTER for a cluster of "
+                       "kvmasters coordinated through etcd");
 }
 
 namespace {
@@ -156,6 +168,17 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions op
                     "; raise the process's file descriptor limit");
   }
   shared->SetState(LinkState::kConnecting, "connecting");
+  if (coord::IsClusterAddress(shared->options.endpoint)) {
+    auto address = coord::ParseClusterAddress(shared->options.endpoint);
+    if (!address.ok()) return address.status();
+    auto watcher = coord::LeaderWatcher::Start(
+        std::move(*address), [s = shared.get()](const std::optional<coord::Leader>&) {
+          s->leader_changed.store(true, std::memory_order_release);
+          s->Wake();
+        });
+    if (!watcher.ok()) return watcher.status();
+    shared->watcher = std::move(*watcher);
+  }
   shared->thread = std::thread([s = shared.get()] { RunLink(s); });
   return std::unique_ptr<RemoteMaster>(new RemoteMaster(std::move(shared)));
 }
@@ -176,6 +199,7 @@ void RemoteMaster::Stop() {
   for (Outgoing& o : shared_->Close()) {
     if (o.on_link_thread) o.done(stopping);
   }
+  shared_->watcher.reset();
   shared_->SetState(LinkState::kDown, "stopped");
 }
 
@@ -193,8 +217,7 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
     // Fail at once rather than queue behind a master that is not there.
     ++shared_->failed_fast;
     done(Status(ErrorCode::kMasterUnavailable,
-                "kvmaster at " + shared_->options.endpoint + " is not reachable (" +
-                    shared_->detail() +
+                "kvmaster " + shared_->Where() + " is not reachable (" + shared_->detail() +
                     "); the agent keeps reconnecting by itself: check that kvmaster runs, then "
                     "retry"));
     return;
@@ -229,7 +252,7 @@ std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints(
 }
 
 std::string RemoteMaster::Describe() const {
-  std::string out = "kvmaster " + shared_->options.endpoint + ": " + shared_->detail();
+  std::string out = "kvmaster " + shared_->Where() + ": " + shared_->detail();
   if (ready()) {
     out += ", agent " + std::to_string(identity().agent_id) + ", segment " +
            std::to_string(identity().segment_id);
@@ -248,13 +271,18 @@ void RemoteMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* ou
   out->emplace_back("in_flight", shared_->in_flight.load());
   out->emplace_back("retried_calls", shared_->retried_calls.load());
   out->emplace_back("fences_applied", shared_->fences_applied.load());
+  out->emplace_back("epoch", shared_->epoch.load());
+  if (shared_->watcher) {
+    out->emplace_back("leader_changes", shared_->leader_changes.load());
+    out->emplace_back("stale_replies", shared_->stale_replies.load());
+    out->emplace_back("etcd_reachable", shared_->watcher->etcd_reachable() ? 1 : 0);
+  }
 }
 
 Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
   if (!ready() || shared_->stop.load(std::memory_order_acquire)) {
-    return Status(ErrorCode::kMasterUnavailable, "kvmaster at " + shared_->options.endpoint +
-                                                     " is not reachable (" + shared_->detail() +
-                                                     ")");
+    return Status(ErrorCode::kMasterUnavailable,
+                  "kvmaster " + shared_->Where() + " is not reachable (" + shared_->detail() + ")");
   }
   flatbuffers::FlatBufferBuilder fbb(256);
   const uint64_t id = kBlockingIds + shared_->blocking_calls.fetch_add(1) % kBlockingIds;
@@ -298,7 +326,7 @@ Result<KeyPage> RemoteMaster::ListKeys(uint64_t cursor, uint32_t limit) {
   if (future.wait_for(shared_->options.timeout * 2 + std::chrono::seconds(1)) !=
       std::future_status::ready) {
     return Status(ErrorCode::kMasterUnavailable,
-                  "kvmaster at " + shared_->options.endpoint + " did not answer ListKeys in time");
+                  "kvmaster " + shared_->Where() + " did not answer ListKeys in time");
   }
   return future.get();
 }

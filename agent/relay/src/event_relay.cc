@@ -77,6 +77,17 @@ class EventRelay::Thread {
   }
 
   void RequestResync() { resync_.store(true, std::memory_order_relaxed); }
+
+  void SwitchMaster(std::string events, std::string replay) {
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      if (events == target_events_ && replay == target_replay_) return;
+      target_events_ = std::move(events);
+      target_replay_ = std::move(replay);
+    }
+    switch_.store(true, std::memory_order_release);
+    resync_.store(true, std::memory_order_relaxed);
+  }
   void Flush() { publisher_->Flush(); }
   const events::EventPublisher& publisher() const { return *publisher_; }
 
@@ -94,6 +105,11 @@ class EventRelay::Thread {
 
  private:
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
+  bool switching() const { return switch_.load(std::memory_order_acquire); }
+  // The current step gives way: stopping, a new master to follow, or a resync asked for.
+  bool interrupted() const {
+    return stopping() || switching() || resync_.load(std::memory_order_relaxed);
+  }
 
   Result<std::unique_ptr<events::EventSubscriber>> Subscribe(std::optional<uint64_t> from_seq) {
     events::EventSubscriberOptions o;
@@ -107,54 +123,82 @@ class EventRelay::Thread {
   }
 
   void Run(std::promise<Status>* connected) {
-    if (options_.master_events.empty()) {  // the master will tell where its events are
-      connected->set_value(Status::Ok());
-      if (AwaitMasterEndpoints() && Join()) {
-        while (!stopping()) {
-          if (Sync()) Live();
-        }
-      }
-      RetireSubscriber();
-      return;
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      target_events_ = options_.master_events;
+      target_replay_ = options_.master_events_replay;
     }
-    auto sub = Subscribe(std::nullopt);
-    connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
-    if (!sub.ok()) return;
-    sub_ = std::move(*sub);
-    if (Join()) {
-      while (!stopping()) {
+    if (options_.master_events.empty()) {
+      // The first master's endpoints come later: from SwitchMaster (await_master: etcd) or from
+      // the master's registration reply (master_endpoints).
+      connected->set_value(Status::Ok());
+    } else {
+      auto sub = Subscribe(std::nullopt);
+      connected->set_value(sub.ok() ? Status::Ok() : sub.status());  // not touched again
+      if (!sub.ok()) return;
+      sub_ = std::move(*sub);
+    }
+    bool said = false;
+    while (!stopping()) {
+      if (switching()) TakeSwitch();
+      if (!sub_) {
+        if (!options_.await_master && options_.master_endpoints && TryMasterEndpoints(&said)) {
+          continue;
+        }
+        std::this_thread::sleep_for(kPoll / 4);  // no master to follow yet
+        continue;
+      }
+      if (!Join()) continue;  // stopping or switching
+      while (!stopping() && !switching()) {
         if (Sync()) Live();
       }
     }
     RetireSubscriber();
   }
 
-  // Asks options_.master_endpoints until it knows them and they connect. False when stopped.
-  bool AwaitMasterEndpoints() {
+  // Moves to the master SwitchMaster named: nothing more is read from the previous one.
+  void TakeSwitch() {
+    {
+      std::lock_guard<std::mutex> lock(switch_mu_);
+      options_.master_events = target_events_;
+      options_.master_events_replay = target_replay_;
+      switch_.store(false, std::memory_order_release);
+    }
+    RetireSubscriber();
+    ++counters_.master_switches;
+    LOG(INFO) << "event relay: following the master's events at " << options_.master_events
+              << " (replay " << options_.master_events_replay << ")";
+    auto sub = Subscribe(std::nullopt);
+    if (!sub.ok()) {
+      LOG(ERROR) << "event relay: cannot follow " << options_.master_events << ": "
+                 << sub.status().ToString();
+      return;
+    }
+    sub_ = std::move(*sub);
+  }
+
+  // Asks options_.master_endpoints once; true when it knows them and they connect.
+  bool TryMasterEndpoints(bool* said) {
     SetPhase(RelayPhase::kJoining);
-    bool said = false;
-    while (!stopping()) {
-      if (auto e = options_.master_endpoints()) {
-        options_.master_events = e->first;
-        options_.master_events_replay = e->second;
-        auto sub = Subscribe(std::nullopt);
-        if (sub.ok()) {
-          LOG(INFO) << "event relay: following kvmaster's events at " << e->first
-                    << (e->second.empty() ? "" : ", replay at " + e->second)
-                    << " (as its registration reply said)";
-          sub_ = std::move(*sub);
-          return true;
-        }
-        LOG_EVERY_N(ERROR, 100) << "event relay: kvmaster's event endpoint " << e->first
-                                << " does not connect: " << sub.status().ToString()
-                                << "; set --master-events and --master-events-replay";
-        options_.master_events.clear();
-      } else if (!said) {
-        LOG(INFO) << "event relay: waiting for kvmaster's event endpoints (it tells them when "
-                     "this agent registers)";
-        said = true;
+    if (auto e = options_.master_endpoints()) {
+      options_.master_events = e->first;
+      options_.master_events_replay = e->second;
+      auto sub = Subscribe(std::nullopt);
+      if (sub.ok()) {
+        LOG(INFO) << "event relay: following kvmaster's events at " << e->first
+                  << (e->second.empty() ? "" : ", replay at " + e->second)
+                  << " (as its registration reply said)";
+        sub_ = std::move(*sub);
+        return true;
       }
-      std::this_thread::sleep_for(kPoll);
+      LOG_EVERY_N(ERROR, 100) << "event relay: kvmaster's event endpoint " << e->first
+                              << " does not connect: " << sub.status().ToString()
+                              << "; set --master-events and --master-events-replay";
+      options_.master_events.clear();
+    } else if (!*said) {
+      LOG(INFO) << "event relay: waiting for kvmaster's event endpoints (it tells them when "
+                   "this agent registers)";
+      *said = true;
     }
     return false;
   }
@@ -162,12 +206,12 @@ class EventRelay::Thread {
   // ---- join ----------------------------------------------------------------------------------
 
   // Waits for a first delivery: from then on every master batch reaches us or is reported.
-  // Returns false when stopped first.
+  // Returns false when stopped (or sent to another master) first.
   bool Join() {
     SetPhase(RelayPhase::kJoining);
     const Clock::time_point give_up_live = Clock::now() + options_.join_timeout;
     bool asked_history = false;
-    while (!stopping()) {
+    while (!stopping() && !switching()) {
       Result<EventDelivery> d = sub_->Next(kPoll);
       RefreshStats();
       if (d.ok()) {
@@ -305,7 +349,7 @@ class EventRelay::Thread {
       // Keep reading the master meanwhile (dropping: the next scan reflects it), so our
       // position holds and ZMQ does not queue up.
       const Clock::time_point until = Clock::now() + options_.retry_interval;
-      while (!stopping() && Clock::now() < until) {
+      while (!interrupted() && Clock::now() < until) {
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
         Result<EventDelivery> d = sub_->Next(std::min<std::chrono::milliseconds>(kPoll, left));
         if (d.ok()) Count(*d);
@@ -400,6 +444,10 @@ class EventRelay::Thread {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> resync_{false};
+  std::atomic<bool> switch_{false};
+  std::mutex switch_mu_;
+  std::string target_events_;  // guarded by switch_mu_: the master to follow
+  std::string target_replay_;
 
   // Relay thread only.
   std::unique_ptr<events::EventSubscriber> sub_;
@@ -413,7 +461,7 @@ class EventRelay::Thread {
 };
 
 Result<std::unique_ptr<EventRelay>> EventRelay::Start(EventRelayOptions options) {
-  if (options.master_events.empty() && !options.master_endpoints) {
+  if (options.master_events.empty() && !options.await_master && !options.master_endpoints) {
     return InvalidParams("event relay: no master event endpoint; set --master-events");
   }
   if (!options.list_content) {
@@ -439,6 +487,9 @@ EventRelay::EventRelay(std::unique_ptr<Thread> thread) : thread_(std::move(threa
 EventRelay::~EventRelay() = default;
 
 void EventRelay::RequestResync() { thread_->RequestResync(); }
+void EventRelay::SwitchMaster(std::string events, std::string replay) {
+  thread_->SwitchMaster(std::move(events), std::move(replay));
+}
 void EventRelay::Flush() { thread_->Flush(); }
 EventRelayStats EventRelay::stats() const { return thread_->stats(); }
 std::string EventRelay::endpoint() const { return thread_->publisher().endpoint(); }

@@ -73,6 +73,23 @@ Result<EventRelayOptions> EventRelayFlags::Options(std::string_view run_dir,
                                                    std::string_view master_endpoint) const {
   if (run_dir.empty()) return InvalidParams("event relay: --run-dir is empty; set a directory");
   EventRelayOptions o;
+  const std::string dir(run_dir);
+  o.endpoint = "ipc://" + dir + "/events.sock";
+  o.replay_endpoint = "ipc://" + dir + "/events-replay.sock";
+  if (!events_tcp.empty()) o.extra_endpoints.push_back(events_tcp);
+  auto group = ResolveEventsGroup(events_group);
+  if (!group.ok()) return group.status();
+  o.ipc_group = *group;
+  // A cluster found through etcd: the master link tells the relay each leader's endpoints.
+  if (master_endpoint.rfind("etcd://", 0) == 0) {
+    if (!master_events.empty() || !master_events_replay.empty()) {
+      return InvalidParams(
+          "event relay: --master-events and --master-events-replay do not go with an etcd:// "
+          "--master: the relay follows the leader's endpoints as etcd shows them");
+    }
+    o.await_master = true;
+    return o;
+  }
   o.master_events = master_events;
   o.master_events_replay = master_events_replay;
   // Neither given: the master tells them at registration (the caller sets master_endpoints).
@@ -88,13 +105,6 @@ Result<EventRelayOptions> EventRelayFlags::Options(std::string_view run_dir,
     }
     *target = std::move(*derived);
   }
-  const std::string dir(run_dir);
-  o.endpoint = "ipc://" + dir + "/events.sock";
-  o.replay_endpoint = "ipc://" + dir + "/events-replay.sock";
-  if (!events_tcp.empty()) o.extra_endpoints.push_back(events_tcp);
-  auto group = ResolveEventsGroup(events_group);
-  if (!group.ok()) return group.status();
-  o.ipc_group = *group;
   return o;
 }
 

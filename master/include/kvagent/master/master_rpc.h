@@ -49,12 +49,32 @@ class MasterRpc {
   using ExtraStats = std::function<void(std::vector<std::pair<std::string, uint64_t>>*)>;
   void set_extra_stats(ExtraStats fn) { extra_stats_ = std::move(fn); }
 
+  // High availability: asked before every request; while it returns false, every request but
+  // Replicate is answered MASTER_UNAVAILABLE with Reply.not_serving and changes nothing.
+  // Optional (unset: always serving).
+  void set_may_serve(std::function<bool()> fn) { may_serve_ = std::move(fn); }
+
+  // What the last Handle call was, for the server (long polls, follower acknowledgements).
+  struct LastRequest {
+    uint8_t type = 0;              // master.fbs Body (0: not a valid request)
+    bool refused = false;          // answered not_serving
+    bool replicate = false;        // a Replicate request ...
+    bool replicate_empty = false;  // ... answered with no record: nothing new after after_seq
+    uint64_t after_seq = 0;
+    uint64_t incarnation = 0;
+    uint32_t wait_ms = 0;
+    std::string follower;
+  };
+  const LastRequest& last() const { return last_; }
+
  private:
   class Scratch;
   class Call;  // one request: a step per body type (master_rpc.cc)
   MasterService* service_;
   std::unique_ptr<Scratch> scratch_;
   ExtraStats extra_stats_;
+  std::function<bool()> may_serve_;
+  LastRequest last_;
   std::string events_endpoint_;
   std::string events_replay_endpoint_;
 };

@@ -5,9 +5,18 @@
 // hands the events the requests produced to the publisher after each wake-up (a bounded queue
 // drained by the publisher's own thread, so a slow subscriber never blocks a request), and runs
 // MasterService::Tick every tick_ms. kvmaster is this class plus flags and signal handling.
+//
+// Followers (kvmaster --follow, or the members of an etcd cluster) fetch records with Replicate
+// on the same socket: a request that finds nothing new is held up to its wait_ms and answered
+// as soon as a record is made (a long poll), and its after_seq tells how far that follower is.
+// With sync_followers = N, every other reply is held until N followers hold every record made up
+// to it (a put is then acknowledged only once a follower has it); held replies are dropped, never
+// sent, once the master may no longer serve.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +39,13 @@ struct MasterServerOptions {
   // never), so a hung loop stops the pings (common/watchdog.h).
   std::chrono::microseconds watchdog_interval{0};
   MasterOptions master;
+  // High availability: whether this master may serve now (its leadership is confirmed), asked
+  // before every request (MasterRpc::set_may_serve) and every tick; while false it changes
+  // nothing and publishes nothing. Cheap and thread-safe. Unset: always.
+  std::function<bool()> may_serve;
+  // Synchronous replication: replies wait until this many followers hold the records they
+  // depend on (0: asynchronous).
+  int sync_followers = 0;
   // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
   // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
   std::optional<ClusterSecret> secret;
@@ -52,6 +68,9 @@ class MasterServer {
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
 
+  // The master's epoch (MasterService::incarnation) and its newest replicated record.
+  uint64_t epoch() const;
+  uint64_t last_seq() const;
   // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).
   // Any thread: the metrics endpoint reads them without disturbing the serving thread.
   StatCounterList StatsSnapshot() const;

@@ -197,9 +197,13 @@ class MasterService {
 
   const MasterOptions& options() const { return options_; }
 
-  // Random per service instance (a kvmaster process start): agents compare it across
-  // registrations to tell a master restart from a dropped link.
+  // Random per service instance (a kvmaster process start), or options().epoch when set:
+  // agents compare it across registrations to tell a master restart from a dropped link, and
+  // their pools take it as the master epoch.
   uint64_t incarnation() const { return incarnation_; }
+
+  // The newest operation-log record a follower can fetch (0: none yet, or no replication).
+  uint64_t replication_last_seq() const;
 
  private:
   MasterService(MasterOptions options, const Clock* clock);

@@ -87,6 +87,11 @@ struct MasterOptions {
   // parse) stops the start with an error naming the file and offset, unless this is set: then
   // the records before it are kept and the rest of the file is cut off.
   bool truncate_damaged_log = false;
+  // The master's epoch: what every reply and placement carries and every pool's fence compares.
+  // 0: a random incarnation (one kvmaster, or a standby promoted by hand). With etcd (kvmaster
+  // --etcd) it is the term's epoch, the leader key's create revision, which grows from term to
+  // term so that agents can refuse replies of a deposed master.
+  uint64_t epoch = 0;
 };
 
 // What a standby receives (MasterService::ReadReplication): records framed [u32 length LE]

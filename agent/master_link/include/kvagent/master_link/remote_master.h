@@ -15,7 +15,14 @@
 //    across link failures and sends it again after the next registration, until its retry
 //    deadline: a put the master committed is then answered, not failed;
 //  - applies the master's fences: the epoch at registration, the fenced writes of every
-//    heartbeat reply (acknowledged in the next heartbeat).
+//    heartbeat reply (acknowledged in the next heartbeat);
+//  - with a cluster address (`etcd://HOST:PORT[,HOST:PORT]/CLUSTER`) instead of a master's
+//    endpoint, finds the master through etcd: a LeaderWatcher follows the cluster's leader key,
+//    the link connects to the leader's endpoint and moves to the new leader as soon as the key
+//    changes (no address to move). Epochs are then ordered: the link remembers the highest
+//    epoch it has seen (from etcd and from replies) and refuses any reply of an older one — a
+//    deposed leader that wakes up can change nothing here; a reply saying the master does not
+//    serve (Reply.not_serving) takes the link down as a lost connection does.
 // Requests from the service thread reach the link thread through a queue and an eventfd; replies
 // go back through the PostFn given to Bind. Never hangs: every request has a deadline.
 #pragma once
@@ -46,7 +53,8 @@ struct Fences {
 };
 
 struct RemoteMasterOptions {
-  std::string endpoint;       // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051
+  // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051, or a cluster, etcd://10.0.0.1:2379/prod
+  std::string endpoint;
   std::string agent_name;     // stable across restarts of this agent (host name + run dir)
   uint64_t incarnation = 0;   // new for every process start (random)
   uint64_t pool_bytes = 0;    // the node pool, mounted as segment index 0
@@ -67,6 +75,10 @@ struct RemoteMasterOptions {
   // once it returns, no write the master fenced may land in the pool any more (PoolFence::Apply,
   // then Refence), and the next heartbeat acknowledges `fence_seq`. May block briefly.
   std::function<void(const Fences&)> apply_fences;
+  // With a cluster address: runs on the link thread when it moves to a new leader (before it
+  // registers there), with the leader's event endpoints, so the event relay follows it. Must
+  // not block.
+  std::function<void(const std::string& events, const std::string& replay)> on_leader_changed;
   // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
@@ -87,8 +99,9 @@ struct KeyPage {
   bool restarted = false;
 };
 
-// OK when `endpoint` can name a kvmaster (tcp://HOST:PORT or ipc://PATH); else INVALID_PARAMS
-// with an example. For flag checking before anything starts.
+// OK when `endpoint` can name a kvmaster (tcp://HOST:PORT or ipc://PATH) or a cluster of them
+// (etcd://HOST:PORT[,HOST:PORT]/CLUSTER); else INVALID_PARAMS with an example. For flag
+// checking before anything starts.
 Status CheckMasterEndpoint(std::string_view endpoint);
 
 class RemoteMaster final : public agent::MasterPort {

@@ -66,9 +66,10 @@ events::BlockStored AnnouncementFromKey(std::string_view key, std::string_view s
 using MasterEventEndpoints = std::function<std::optional<std::pair<std::string, std::string>>()>;
 
 struct EventRelayOptions {
-  // The master's PUB, e.g. tcp://master:5557. Empty: asked from `master_endpoints` (required
-  // then), which the relay thread calls until it answers (the master tells its endpoints when
-  // the agent registers); the relay stays `joining` meanwhile.
+  // The master's PUB, e.g. tcp://master:5557. Empty: asked from `master_endpoints` when set,
+  // which the relay thread calls until it answers (the master tells its endpoints when the agent
+  // registers; the relay stays `joining` meanwhile), or given later by SwitchMaster
+  // (await_master).
   std::string master_events;
   MasterEventEndpoints master_endpoints;
   std::string master_events_replay;          // its replay ROUTER; empty: gaps are never repaired
@@ -93,6 +94,9 @@ struct EventRelayOptions {
   // relay stops reading the master until the content is out; ZMQ and the master's replay
   // ring cover the rest, or a gap starts the re-announce over.
   size_t max_held_bytes = size_t{256} << 20;
+  // The master is found later (discovery through etcd): start with no master endpoint and
+  // follow the first one SwitchMaster names.
+  bool await_master = false;
 };
 
 enum class RelayPhase {
@@ -121,6 +125,7 @@ struct EventRelayStats {
   uint64_t content_failures = 0;     // list_content errors
   uint64_t dropped_events = 0;       // our publisher's queue overflowed (gaps downstream)
   uint64_t malformed_messages = 0;   // master frames that broke the layout
+  uint64_t master_switches = 0;      // moves to another master's endpoints (SwitchMaster)
 };
 
 class EventRelay {
@@ -140,6 +145,12 @@ class EventRelay {
   // Asks for a re-announce, e.g. when the agent's master link learns that the master restarted
   // (a restart seq alone cannot always reveal: EventSubscriber). Returns at once.
   void RequestResync();
+
+  // Follows another master from now on (a new leader, found through etcd): the relay drops its
+  // subscription, subscribes to `events` / `replay` (replay may be empty), joins that stream and
+  // re-announces the store. Nothing is published from the previous master after the switch.
+  // The same endpoints again change nothing. Returns at once.
+  void SwitchMaster(std::string events, std::string replay);
 
   // Blocks until every batch counted in stats() before the call has been handed to ZMQ.
   void Flush();

@@ -1,0 +1,100 @@
+// EtcdClient: the few etcd v3 calls kvagent needs, over etcd's JSON gateway (HTTP/1.1 + JSON at
+// /v3/..., which etcd serves on its client port next to gRPC; etcd 3.4 and later).
+//
+// Keys and values are bytes (the gateway carries them base64-encoded; that stays inside). Every
+// call is a blocking HTTP request bounded by `timeout`; when an endpoint cannot be reached the
+// call moves on to the next one (each endpoint at most once per call), so a client of a
+// three-node etcd keeps working while one node is down. Errors are values:
+//   MASTER_UNAVAILABLE  no endpoint answered in time (etcd down or unreachable; retry);
+//   INTERNAL            etcd answered something that is not what its API promises;
+//   INVALID_PARAMS      a bad option (no endpoint), or etcd refused the request as malformed.
+//
+// Not thread-safe: one client per thread (it keeps one connection open for reuse).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent::coord {
+
+struct EtcdClientOptions {
+  std::vector<std::string> endpoints;       // "HOST:PORT" of etcd's client URLs (http)
+  std::chrono::milliseconds timeout{1000};  // per call, over all endpoints tried
+};
+
+// One key as etcd stores it.
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;  // the revision that created the key (stable while it exists)
+  int64_t mod_revision = 0;     // the revision of its last change
+  int64_t version = 0;          // changes since it was created (1 after the create)
+  int64_t lease = 0;            // the lease it is attached to (0: none)
+};
+
+struct EtcdLease {
+  int64_t id = 0;
+  std::chrono::seconds ttl{0};  // as granted: etcd raises a TTL below its minimum
+};
+
+class EtcdClient {
+ public:
+  // INVALID_PARAMS when `options` names no endpoint or one that is not HOST:PORT.
+  static Result<std::unique_ptr<EtcdClient>> Create(EtcdClientOptions options);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  // The key, or nullopt when it does not exist. `*revision` (optional): the store's revision
+  // the answer reflects (a watch from revision + 1 misses nothing after it).
+  Result<std::optional<EtcdKeyValue>> Get(std::string_view key, int64_t* revision = nullptr);
+  // Every key starting with `prefix`, in key order.
+  Result<std::vector<EtcdKeyValue>> GetPrefix(std::string_view prefix, int64_t* revision = nullptr);
+
+  // Sets the key (attached to `lease` when non-zero: it goes when the lease does).
+  Status Put(std::string_view key, std::string_view value, int64_t lease = 0);
+
+  // Creates the key only when it does not exist (one transaction). `created`: true with the
+  // key's create revision; false with the key as it is.
+  struct CreateResult {
+    bool created = false;
+    int64_t create_revision = 0;
+    std::optional<EtcdKeyValue> existing;
+  };
+  Result<CreateResult> CreateIfAbsent(std::string_view key, std::string_view value, int64_t lease);
+  // Replaces the key's value only while it is the key created at `create_revision` (one
+  // transaction); false when it is gone or was created again since.
+  Result<bool> PutIfCreatedAt(std::string_view key, std::string_view value, int64_t lease,
+                              int64_t create_revision);
+  // Deletes the key only while it is the key created at `create_revision`; false otherwise.
+  Result<bool> DeleteIfCreatedAt(std::string_view key, int64_t create_revision);
+
+  Result<EtcdLease> GrantLease(std::chrono::seconds ttl);
+  // Renews the lease; returns its TTL from now, or 0 when etcd no longer has it (expired or
+  // revoked: every key attached to it is gone).
+  Result<std::chrono::seconds> KeepAlive(int64_t lease);
+  // Revokes the lease (its keys go at once). OK also when it was already gone.
+  Status RevokeLease(int64_t lease);
+
+  // The endpoint that answered last, e.g. for log lines.
+  const std::string& endpoint() const;
+
+  class Http;  // private to the library
+
+ private:
+  explicit EtcdClient(std::unique_ptr<Http> http);
+  std::unique_ptr<Http> http_;
+};
+
+// OK when `endpoints` is a non-empty list of HOST:PORT (an http:// prefix is accepted and
+// dropped); INVALID_PARAMS with an example otherwise. The parsed list in `*out` when given.
+Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out);
+
+}  // namespace kvagent::coord

@@ -1,0 +1,207 @@
+// EtcdClient over the JSON gateway: each call is one POST (etcd_http.h); transactions compare
+// a key's create revision, the way etcd's own election recipe does.
+#include "kvagent/coord/etcd_client.h"
+
+#include <charconv>
+
+#include "etcd_http.h"
+
+namespace kvagent::coord {
+namespace {
+
+Status BadAnswer(std::string_view call) {
+  return Internal("etcd answered " + std::string(call) +
+                  " with an unexpected document; check that the endpoint is etcd >= 3.4");
+}
+
+// The kvs of a range answer (`kvs` absent: no key).
+Result<std::vector<EtcdKeyValue>> KeyValuesOf(const Json& answer) {
+  std::vector<EtcdKeyValue> out;
+  const auto kvs = answer.find("kvs");
+  if (kvs == answer.end()) return out;
+  if (!kvs->is_array()) return BadAnswer("range");
+  for (const Json& kv : *kvs) {
+    auto parsed = KeyValueFrom(kv);
+    if (!parsed.ok()) return parsed.status();
+    out.push_back(std::move(*parsed));
+  }
+  return out;
+}
+
+void SetRevision(const Json& answer, int64_t* revision) {
+  if (revision == nullptr) return;
+  const auto header = answer.find("header");
+  *revision = header == answer.end() ? 0 : JsonInt(*header, "revision").value_or(0);
+}
+
+Json CompareCreateRevision(std::string_view key, int64_t revision) {
+  return Json{{"key", Base64(key)},
+              {"target", "CREATE"},
+              {"result", "EQUAL"},
+              {"create_revision", std::to_string(revision)}};
+}
+
+bool Succeeded(const Json& answer) {
+  const auto it = answer.find("succeeded");
+  return it != answer.end() && it->is_boolean() && it->get<bool>();
+}
+
+}  // namespace
+
+Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out) {
+  std::vector<std::string> endpoints;
+  auto bad = [&](std::string_view what) {
+    return InvalidParams("etcd endpoint \"" + std::string(what) +
+                         "\" is not HOST:PORT; give etcd's client URLs, e.g. "
+                         "127.0.0.1:2379,10.0.0.2:2379");
+  };
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view one = text.substr(start, comma - start);
+    if (one.rfind("http://", 0) == 0) one.remove_prefix(7);
+    while (!one.empty() && one.back() == '/') one.remove_suffix(1);
+    const size_t colon = one.rfind(':');
+    int port = 0;
+    if (colon == std::string_view::npos || colon == 0 ||
+        one.substr(0, colon).find_first_of("/ ") != std::string_view::npos) {
+      return bad(one);  // also https:// (the gateway is spoken over plain http here)
+    }
+    const std::string_view digits = one.substr(colon + 1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (ec != std::errc() || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
+      return bad(one);
+    }
+    endpoints.emplace_back(one);
+    start = comma + 1;
+  }
+  if (endpoints.empty()) return bad(text);
+  if (out != nullptr) *out = std::move(endpoints);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options) {
+  if (options.endpoints.empty()) return InvalidParams("no etcd endpoint given");
+  for (const std::string& e : options.endpoints) {
+    KVAGENT_RETURN_IF_ERROR(ParseEtcdEndpoints(e, nullptr));
+  }
+  if (options.timeout.count() <= 0) return InvalidParams("the etcd call timeout must be positive");
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::make_unique<Http>(std::move(options))));
+}
+
+EtcdClient::EtcdClient(std::unique_ptr<Http> http) : http_(std::move(http)) {}
+EtcdClient::~EtcdClient() = default;
+
+const std::string& EtcdClient::endpoint() const { return http_->endpoint(); }
+
+Result<std::optional<EtcdKeyValue>> EtcdClient::Get(std::string_view key, int64_t* revision) {
+  auto answer = http_->Post("kv/range", Json{{"key", Base64(key)}});
+  if (!answer.ok()) return answer.status();
+  auto kvs = KeyValuesOf(*answer);
+  if (!kvs.ok()) return kvs.status();
+  SetRevision(*answer, revision);
+  if (kvs->empty()) return std::optional<EtcdKeyValue>();
+  return std::optional<EtcdKeyValue>(std::move(kvs->front()));
+}
+
+Result<std::vector<EtcdKeyValue>> EtcdClient::GetPrefix(std::string_view prefix,
+                                                        int64_t* revision) {
+  auto answer = http_->Post(
+      "kv/range", Json{{"key", Base64(prefix)}, {"range_end", Base64(PrefixEnd(prefix))}});
+  if (!answer.ok()) return answer.status();
+  SetRevision(*answer, revision);
+  return KeyValuesOf(*answer);
+}
+
+Status EtcdClient::Put(std::string_view key, std::string_view value, int64_t lease) {
+  Json body{{"key", Base64(key)}, {"value", Base64(value)}};
+  if (lease != 0) body["lease"] = std::to_string(lease);
+  return http_->Post("kv/put", body).status();
+}
+
+Result<EtcdClient::CreateResult> EtcdClient::CreateIfAbsent(std::string_view key,
+                                                            std::string_view value, int64_t lease) {
+  Json put{{"key", Base64(key)}, {"value", Base64(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  const Json body{{"compare", Json::array({CompareCreateRevision(key, 0)})},
+                  {"success", Json::array({Json{{"request_put", put}}})},
+                  {"failure", Json::array({Json{{"request_range", Json{{"key", Base64(key)}}}}})}};
+  auto answer = http_->Post("kv/txn", body);
+  if (!answer.ok()) return answer.status();
+  CreateResult out;
+  if (Succeeded(*answer)) {
+    out.created = true;
+    int64_t revision = 0;
+    SetRevision(*answer, &revision);  // the put created the key at the txn's revision
+    if (revision <= 0) return BadAnswer("txn");
+    out.create_revision = revision;
+    return out;
+  }
+  const auto responses = answer->find("responses");
+  if (responses == answer->end() || !responses->is_array() || responses->empty()) {
+    return BadAnswer("txn");
+  }
+  const Json& range = (*responses)[0].value("response_range", Json::object());
+  auto kvs = KeyValuesOf(range);
+  if (!kvs.ok()) return kvs.status();
+  if (!kvs->empty()) out.existing = std::move(kvs->front());
+  return out;
+}
+
+Result<bool> EtcdClient::PutIfCreatedAt(std::string_view key, std::string_view value, int64_t lease,
+                                        int64_t create_revision) {
+  Json put{{"key", Base64(key)}, {"value", Base64(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  const Json body{{"compare", Json::array({CompareCreateRevision(key, create_revision)})},
+                  {"success", Json::array({Json{{"request_put", put}}})}};
+  auto answer = http_->Post("kv/txn", body);
+  if (!answer.ok()) return answer.status();
+  return Succeeded(*answer);
+}
+
+Result<bool> EtcdClient::DeleteIfCreatedAt(std::string_view key, int64_t create_revision) {
+  const Json body{
+      {"compare", Json::array({CompareCreateRevision(key, create_revision)})},
+      {"success", Json::array({Json{{"request_delete_range", Json{{"key", Base64(key)}}}}})}};
+  auto answer = http_->Post("kv/txn", body);
+  if (!answer.ok()) return answer.status();
+  return Succeeded(*answer);
+}
+
+Result<EtcdLease> EtcdClient::GrantLease(std::chrono::seconds ttl) {
+  auto answer = http_->Post("lease/grant", Json{{"TTL", std::to_string(ttl.count())}});
+  if (!answer.ok()) return answer.status();
+  const std::optional<int64_t> id = JsonInt(*answer, "ID");
+  const std::optional<int64_t> granted = JsonInt(*answer, "TTL");
+  if (!id || !granted || *id == 0 || *granted <= 0) {
+    if (const auto e = answer->find("error"); e != answer->end() && e->is_string()) {
+      return Status(ErrorCode::kMasterUnavailable,
+                    "etcd refused a lease: " + e->get<std::string>());
+    }
+    return BadAnswer("lease/grant");
+  }
+  return EtcdLease{*id, std::chrono::seconds(*granted)};
+}
+
+Result<std::chrono::seconds> EtcdClient::KeepAlive(int64_t lease) {
+  auto answer = http_->Post("lease/keepalive", Json{{"ID", std::to_string(lease)}});
+  if (!answer.ok()) return answer.status();
+  // A stream endpoint: one message {"result": {...}} (or {"error": ...}) per request sent.
+  const auto result = answer->find("result");
+  if (result == answer->end()) {
+    if (answer->contains("error")) return StatusFromError(answer->at("error"), 200);
+    return BadAnswer("lease/keepalive");
+  }
+  const std::optional<int64_t> ttl = JsonInt(*result, "TTL");
+  if (!ttl) return BadAnswer("lease/keepalive");
+  return std::chrono::seconds(std::max<int64_t>(0, *ttl));
+}
+
+Status EtcdClient::RevokeLease(int64_t lease) {
+  Status st = http_->Post("lease/revoke", Json{{"ID", std::to_string(lease)}}).status();
+  if (st.code() == ErrorCode::kObjectNotFound) return Status::Ok();  // gone already
+  return st;
+}
+
+}  // namespace kvagent::coord

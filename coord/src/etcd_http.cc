@@ -1,0 +1,192 @@
+#include "etcd_http.h"
+
+#include <sodium.h>
+
+#include <charconv>
+#include <mutex>
+
+namespace kvagent::coord {
+
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string Base64(std::string_view bytes) {
+  const size_t size = sodium_base64_ENCODED_LEN(bytes.size(), sodium_base64_VARIANT_ORIGINAL);
+  std::string out(size, '\0');
+  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                    bytes.size(), sodium_base64_VARIANT_ORIGINAL);
+  out.resize(size - 1);  // the terminating NUL
+  return out;
+}
+
+Result<std::string> FromBase64(std::string_view text) {
+  std::string out(text.size() / 4 * 3 + 3, '\0');
+  size_t length = 0;
+  if (sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), text.data(),
+                        text.size(), nullptr, &length, nullptr,
+                        sodium_base64_VARIANT_ORIGINAL) != 0) {
+    return Internal("etcd sent a key or value that is not base64");
+  }
+  out.resize(length);
+  return out;
+}
+
+std::optional<int64_t> JsonInt(const Json& object, const char* field) {
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return 0;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (!it->is_string()) return std::nullopt;
+  const std::string& s = it->get_ref<const std::string&>();
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+Result<EtcdKeyValue> KeyValueFrom(const Json& kv) {
+  if (!kv.is_object()) return Internal("etcd sent a key-value that is not an object");
+  EtcdKeyValue out;
+  for (auto [field, target] : {std::pair{"key", &out.key}, std::pair{"value", &out.value}}) {
+    const auto it = kv.find(field);
+    if (it == kv.end()) continue;
+    if (!it->is_string()) return Internal(std::string("etcd sent a non-string ") + field);
+    auto bytes = FromBase64(it->get_ref<const std::string&>());
+    if (!bytes.ok()) return bytes.status();
+    *target = std::move(*bytes);
+  }
+  const std::pair<const char*, int64_t*> ints[] = {{"create_revision", &out.create_revision},
+                                                   {"mod_revision", &out.mod_revision},
+                                                   {"version", &out.version},
+                                                   {"lease", &out.lease}};
+  for (const auto& [field, target] : ints) {
+    const std::optional<int64_t> v = JsonInt(kv, field);
+    if (!v) return Internal(std::string("etcd sent a non-integer ") + field);
+    *target = *v;
+  }
+  return out;
+}
+
+std::string PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(end.back());
+    if (last < 0xff) {
+      ++last;
+      return end;
+    }
+    end.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+Status StatusFromError(const Json& answer, long http_code) {
+  std::string message = "etcd answered HTTP " + std::to_string(http_code);
+  int64_t grpc = 2;  // UNKNOWN
+  if (answer.is_object()) {
+    if (const auto m = answer.find("message"); m != answer.end() && m->is_string()) {
+      message = "etcd: " + m->get<std::string>();
+    }
+    grpc = JsonInt(answer, "code").value_or(2);
+  }
+  switch (grpc) {
+    case 3:   // INVALID_ARGUMENT
+    case 11:  // OUT_OF_RANGE (e.g. a compacted revision)
+      return InvalidParams(message);
+    case 5:  // NOT_FOUND (a lease)
+      return Status(ErrorCode::kObjectNotFound, message);
+    case 4:   // DEADLINE_EXCEEDED ("request timed out")
+    case 8:   // RESOURCE_EXHAUSTED
+    case 14:  // UNAVAILABLE ("no leader")
+      return Status(ErrorCode::kMasterUnavailable, message + "; retry shortly");
+    default:
+      return Internal(message);
+  }
+}
+
+// ---- CurlHandle -----------------------------------------------------------------------------
+
+CurlHandle::CurlHandle() {
+  InitCurlOnce();
+  curl_ = curl_easy_init();
+  headers_ = curl_slist_append(nullptr, "Content-Type: application/json");
+}
+
+CurlHandle::~CurlHandle() {
+  if (curl_ != nullptr) curl_easy_cleanup(curl_);
+  curl_slist_free_all(headers_);
+}
+
+size_t CurlHandle::Write(char* data, size_t size, size_t n, void* self) {
+  auto* h = static_cast<CurlHandle*>(self);
+  if (h->body_.size() + size * n > kMaxAnswerBytes) {
+    h->overflowed_ = true;
+    return 0;  // aborts the transfer
+  }
+  h->body_.append(data, size * n);
+  return size * n;
+}
+
+void CurlHandle::Prepare(const std::string& url, const std::string& payload) {
+  body_.clear();
+  overflowed_ = false;
+  curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl_, CURLOPT_PROXY, "");  // never an http_proxy from the environment
+  curl_easy_setopt(curl_, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers_);
+  curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
+  curl_easy_setopt(curl_, CURLOPT_COPYPOSTFIELDS, payload.c_str());
+  curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &CurlHandle::Write);
+  curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
+}
+
+// ---- EtcdClient::Http -----------------------------------------------------------------------
+
+EtcdClient::Http::Http(EtcdClientOptions options) : options_(std::move(options)) {}
+
+Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
+  using Clock = std::chrono::steady_clock;
+  const std::string payload = body.dump();
+  const Clock::time_point deadline = Clock::now() + options_.timeout;
+  std::string failures;
+  for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) break;
+    const std::string& endpoint = options_.endpoints[current_];
+    handle_.Prepare("http://" + endpoint + "/v3/" + std::string(path), payload);
+    curl_easy_setopt(handle_.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(left));
+    curl_easy_setopt(handle_.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(left));
+    const CURLcode rc = curl_easy_perform(handle_.get());
+    long http = 0;
+    curl_easy_getinfo(handle_.get(), CURLINFO_RESPONSE_CODE, &http);
+    std::string why;
+    if (rc != CURLE_OK) {
+      why = handle_.overflowed() ? "an answer larger than 16 MiB" : curl_easy_strerror(rc);
+    } else {
+      Json answer = Json::parse(handle_.body(), nullptr, /*allow_exceptions=*/false);
+      if (answer.is_discarded()) {
+        return Internal("etcd at " + endpoint + " answered /v3/" + std::string(path) +
+                        " with something that is not JSON (HTTP " + std::to_string(http) +
+                        "); is this etcd's client port?");
+      }
+      if (http == 200) return answer;
+      Status st = StatusFromError(answer, http);
+      if (http < 500 && st.code() != ErrorCode::kMasterUnavailable) return st;
+      why = st.message();
+    }
+    if (!failures.empty()) failures += "; ";
+    failures += endpoint + ": " + why;
+    current_ = (current_ + 1) % options_.endpoints.size();
+  }
+  if (failures.empty()) failures = "no time left";
+  return Status(ErrorCode::kMasterUnavailable,
+                "etcd is not reachable (" + failures +
+                    "); check that etcd runs and that --etcd / etcd:// names its client URLs");
+}
+
+}  // namespace kvagent::coord

@@ -1,0 +1,85 @@
+// The library's private plumbing: one HTTP/1.1 client of etcd's JSON gateway (libcurl), the
+// gateway's encodings (base64 keys and values, 64-bit integers as strings), and JSON parsing.
+// Nothing here is visible outside coord/.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/common/status.h"
+#include "kvagent/coord/etcd_client.h"
+
+namespace kvagent::coord {
+
+using Json = nlohmann::json;
+
+// libcurl's process-wide initialization, done once before the first handle.
+void InitCurlOnce();
+
+// Answers larger than this are refused (a peer that is not etcd cannot make us grow).
+inline constexpr size_t kMaxAnswerBytes = size_t{16} << 20;
+
+std::string Base64(std::string_view bytes);
+// INTERNAL when `text` is not base64.
+Result<std::string> FromBase64(std::string_view text);
+
+// The gateway sends 64-bit integers as JSON strings ("42"); absent fields are 0 (proto3).
+// nullopt when the field is present but not an integer.
+std::optional<int64_t> JsonInt(const Json& object, const char* field);
+// A key-value object of an answer (kvs[i], or an event's kv).
+Result<EtcdKeyValue> KeyValueFrom(const Json& kv);
+// The range_end that makes a range cover every key starting with `prefix`.
+std::string PrefixEnd(std::string_view prefix);
+// An etcd error answer ({"error": ..., "code": N}) as a Status: gRPC codes mapped to ours.
+Status StatusFromError(const Json& answer, long http_code);
+
+// A curl easy handle and its answer buffer, reused call after call.
+class CurlHandle {
+ public:
+  CurlHandle();
+  ~CurlHandle();
+  CurlHandle(const CurlHandle&) = delete;
+  CurlHandle& operator=(const CurlHandle&) = delete;
+
+  CURL* get() const { return curl_; }
+  std::string& body() { return body_; }
+  bool overflowed() const { return overflowed_; }
+  // Sets up a POST of `payload` (copied) to `url` with a JSON content type, no proxy, and the
+  // answer going to body().
+  void Prepare(const std::string& url, const std::string& payload);
+
+ private:
+  static size_t Write(char* data, size_t size, size_t n, void* self);
+  CURL* curl_ = nullptr;
+  curl_slist* headers_ = nullptr;
+  std::string body_;
+  bool overflowed_ = false;
+};
+
+class EtcdClient::Http {
+ public:
+  explicit Http(EtcdClientOptions options);
+
+  // POSTs `body` to http://ENDPOINT/v3/`path` and returns the parsed answer. Tries the endpoint
+  // that answered last first, then the others, within options.timeout in all. An endpoint that
+  // cannot be reached, or answers 5xx or "unavailable", is skipped; an error etcd answered
+  // otherwise is returned as it is (StatusFromError).
+  Result<Json> Post(std::string_view path, const Json& body);
+
+  const std::string& endpoint() const { return options_.endpoints[current_]; }
+  const EtcdClientOptions& options() const { return options_; }
+
+ private:
+  EtcdClientOptions options_;
+  size_t current_ = 0;
+  CurlHandle handle_;
+};
+
+}  // namespace kvagent::coord
