@@ -1,4 +1,4 @@
-// `kvctl events tail`: follow the KV events an agent publishes (EVENTS.md) and print them.
+// `kvctl events tail`: follow the KV events an agent publishes (docs/events.md) and print them.
 //
 //   kvctl [--run-dir DIR] events tail [--json] [--session ID] [--count N] [--from-seq N]
 //                                     [--endpoint E --replay-endpoint R] [--timeout-ms MS]

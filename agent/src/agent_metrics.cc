@@ -127,7 +127,7 @@ constexpr Mapping kTable[] = {
     {"agent.relay.dropped_events", "kvagent_relay_dropped_events_total", Kind::kCounter,
      "events the agent's publisher queue dropped"},
     {"agent.relay.malformed_messages", "kvagent_relay_malformed_messages_total", Kind::kCounter,
-     "master event frames that broke the EVENTS.md layout"},
+     "master event frames that broke the event wire format (docs/events.md)"},
     {"agent.metrics_endpoint", "", Kind::kNone, ""},
 };
 

@@ -9,7 +9,7 @@
 //
 // At Start the node pool is registered and mounted as this agent's segment. Every `tick` the
 // timer runs MasterService::Tick (leases, put timeouts, eviction) and the agent's own heartbeat.
-// The master's KV events go to an EventPublisher (EVENTS.md) bound where the relay of a remote
+// The master's KV events go to an EventPublisher (docs/events.md) bound where the relay of a remote
 // agent would publish: ipc://<run-dir>/events.sock, replay on events-replay.sock, plus any
 // extra PUB endpoints (--events-tcp). Publishing never blocks the service thread.
 #pragma once

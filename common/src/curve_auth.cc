@@ -49,7 +49,7 @@ Status MakeCurveClient(void* socket, const CurvePlaneKeys& keys) {
                    keys.client.secret_key.size(), "CURVE_SECRETKEY");
 }
 
-// One thread owns the REP socket (ARCHITECTURE.md: one thread per ZMQ socket). It polls with a
+// One thread owns the REP socket (docs/architecture.md: one thread per ZMQ socket). It polls with a
 // short timeout so that a stop request is seen without a second socket.
 class ZapHandler::Thread {
  public:

@@ -1,5 +1,5 @@
 // Private to common/: the ZMQ plumbing shared by EventPublisher and EventSubscriber. Every
-// socket these helpers touch belongs to the calling thread (ARCHITECTURE.md: one thread per
+// socket these helpers touch belongs to the calling thread (docs/architecture.md: one thread per
 // ZMQ socket).
 #pragma once
 

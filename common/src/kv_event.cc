@@ -1,4 +1,4 @@
-// The encoding half of the KV-event codec (EVENTS.md), BlockHashFromKey, DescribeEvent and the
+// The encoding half of the KV-event codec (docs/events.md), BlockHashFromKey, DescribeEvent and the
 // seq frame. Decoding lives in kv_event_decode.cc.
 //
 // Encoding goes through msgpack-c's packer, which already picks the smallest int and str
@@ -110,9 +110,10 @@ void PackOptionalStr(Packer& pk, const std::optional<std::string>& v) {
   }
 }
 
-// Key order is the contract's (EVENTS.md; vLLM's declaration order): "type" first, the keys
+// Key order is the contract's (docs/events.md; vLLM's declaration order): "type" first, the keys
 // without a default always, then the optional ones only when set.
-// An empty session_id means untagged (SEMANTICS.md) and is omitted like an absent one.
+// An empty session_id means untagged (docs/semantics.md, "Sessions") and is omitted like an absent
+// one.
 void PackStored(Packer& pk, const BlockStored& e) {
   const bool has_session = e.session_id && !e.session_id->empty();
   const uint32_t entries =

@@ -1,6 +1,7 @@
-// The decoding half of the KV-event codec: as strict as the strictest consumer of EVENTS.md.
+// The decoding half of the KV-event codec: as strict as the strictest consumer of docs/events.md.
 //
-// What a strict consumer rejects, and so what we reject (research/kv-events.md sections 4, 8):
+// What a strict consumer rejects, and so what we reject (docs/events.md, "What strict consumers
+// check"):
 //  - python-msgpack `unpackb(raw=False, strict_map_key=True)`: any str anywhere that is not
 //    valid UTF-8 (also inside keys we do not know), any map key that is not a string, bytes
 //    after the first object;
@@ -8,7 +9,7 @@
 //    is not an integer (bin), nil or missing token_ids/block_size/block_hashes;
 //  - vLLM's msgspec types: a missing key without a default (lora_id, medium, lora_name on
 //    BlockStored; medium on BlockRemoved), a wrong type for a known key.
-// On top of that the rules EVENTS.md states for our own stream: session_id only on BlockStored
+// On top of that the rules docs/events.md states for our own stream: session_id only on BlockStored
 // and never empty, medium uppercase, optional keys omitted rather than nil, and
 // len(token_ids) == block_size * len(block_hashes) when token IDs are given. Unknown keys are
 // ignored, as every consumer does.
@@ -110,7 +111,7 @@ Status WrongType(const Path& where, const char* expected, const object& o) {
 
 // The checks python-msgpack applies to the whole tree while decoding, whatever the schema:
 // every str is valid UTF-8 (raw=False) and every map key is a str (strict_map_key; we also
-// refuse bin keys, which EVENTS.md never uses).
+// refuse bin keys, which docs/events.md never uses).
 Status CheckTree(const object& o, const Path& where) {
   switch (o.type) {
     case mtype::STR:
@@ -226,7 +227,7 @@ Result<std::string> ReadMedium(const object& o, const Path& where) {
 
 // ---- events --------------------------------------------------------------------------------
 
-// The keys EVENTS.md defines; anything else in an event map is ignored.
+// The keys docs/events.md defines; anything else in an event map is ignored.
 enum Key : size_t {
   kType,
   kBlockHashes,
@@ -298,10 +299,10 @@ Status Require(const EventKeys& keys, Key k, const Path& where, std::string_view
   return Invalid(where, std::string(type) + " needs key \"" + std::string(kKeyNames[k]) + "\"");
 }
 
-// An optional key of EVENTS.md is omitted when unset; nil in its place is a producer bug.
+// An optional key of docs/events.md is omitted when unset; nil in its place is a producer bug.
 Status RejectNil(const object* o, const Path& where) {
   if (o != nullptr && o->type == mtype::NIL) {
-    return Invalid(where, "is nil; EVENTS.md omits an optional key when it is unset");
+    return Invalid(where, "is nil; an optional key is omitted when it is unset");
   }
   return Status::Ok();
 }
@@ -403,7 +404,7 @@ Result<KvEvent> ReadEvent(const object& o, const Path& where) {
   const std::string_view type = StrOf(type_obj);
   const Path at = where.Label(type);
   if (type != "BlockStored" && keys[kSessionId] != nullptr) {
-    return Invalid(at.Field("session_id"), "sessions appear only on BlockStored (EVENTS.md)");
+    return Invalid(at.Field("session_id"), "sessions appear only on BlockStored");
   }
   if (type == "BlockStored") return ReadStored(keys, at);
   if (type == "BlockRemoved") return ReadRemoved(keys, at);

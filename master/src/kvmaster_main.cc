@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
 
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   flags.String("listen", &opts.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
-  flags.String("events", &opts.events, "ZMQ PUB endpoint of the KV events (EVENTS.md)");
+  flags.String("events", &opts.events, "ZMQ PUB endpoint of the KV events (docs/events.md)");
   flags.String("events-replay", &opts.events_replay,
                "ZMQ ROUTER endpoint answering event replay requests (empty: none)");
   flags.Uint("events-replay-batches", &replay_batches, "event batches kept for replay");

@@ -1,4 +1,5 @@
-// EventPublisher against EVENTS.md "Transport", observed with plain cppzmq sockets.
+// EventPublisher against docs/events.md ("Sockets and frames", "Replay"), observed with plain
+// cppzmq sockets.
 #include "kvagent/common/event_publisher.h"
 
 #include <gtest/gtest.h>

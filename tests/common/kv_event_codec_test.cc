@@ -1,4 +1,4 @@
-// The KV-event codec against EVENTS.md: golden bytes, smallest formats, round trips of every
+// The KV-event codec against docs/events.md: golden bytes, smallest formats, round trips of every
 // event type and optional-field combination, BlockHashFromKey, DescribeEvent, seq frames.
 // Decoder rejections are in kv_event_decode_test.cc.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 namespace kvagent::events {
 namespace {
 
-// EVENTS.md, "Golden example" (python-msgpack 1.0.3, use_bin_type=True), copied verbatim.
+// docs/events.md, "Golden example" (python-msgpack 1.0.3, use_bin_type=True), copied verbatim.
 constexpr std::string_view kGoldenHex =
     "93cb41d9d27d280000009389a474797065ab426c6f636b53746f726564ac626c6f636b5f686173686573917b"
     "b1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f6964739401020304aa626c6f636b5f73697a"

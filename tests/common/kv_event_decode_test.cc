@@ -1,7 +1,7 @@
-// DecodeEventBatch is as strict as the strictest consumer (EVENTS.md; research/kv-events.md
-// sections 4 and 8): each test hand-packs one defect with msgpack-c and expects INVALID_PARAMS
-// naming the field. Events are built as ordered key/value lists so that each test changes
-// exactly one thing in an otherwise valid payload.
+// DecodeEventBatch is as strict as the strictest consumer (docs/events.md, "What
+// strict consumers check"): each test hand-packs one defect with msgpack-c and expects
+// INVALID_PARAMS naming the field. Events are built as ordered key/value lists so that each test
+// changes exactly one thing in an otherwise valid payload.
 #include <gtest/gtest.h>
 
 #include <algorithm>

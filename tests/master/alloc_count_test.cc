@@ -1,6 +1,6 @@
-// SEMANTICS.md rule 11: splitting a batch into per-key work must not copy the batch's per-key
-// vectors once per key; bytes allocated grow linearly with the batch (4x keys -> <= 4.4x
-// bytes), with session tags present. This binary replaces the global operator new to count.
+// docs/semantics.md, "Sessions" rule 11: splitting a batch into per-key work must not copy the
+// batch's per-key vectors once per key; bytes allocated grow linearly with the batch (4x keys ->
+// <= 4.4x bytes), with session tags present. This binary replaces the global operator new to count.
 #include <gtest/gtest.h>
 
 #include <atomic>

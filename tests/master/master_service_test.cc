@@ -1,4 +1,4 @@
-// Object semantics of SEMANTICS.md on the typed API: duplicate puts, takeover, upsert, leases,
+// Object semantics of docs/semantics.md on the typed API: duplicate puts, takeover, upsert, leases,
 // eviction with pins, agent TTL, placement, RemoveAll, listing, and event completeness.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// SEMANTICS.md "Session attribution", rules 1-11, one test each (rule 11, the allocation
+// docs/semantics.md "Sessions", rules 1-11, one test each (rule 11, the allocation
 // count, lives in alloc_count_test.cc: it replaces global operator new).
 #include <gtest/gtest.h>
 

@@ -55,7 +55,7 @@ std::vector<std::vector<KvEvent>> Script() {
   }
   batches.push_back(tagged);
 
-  // Hashes from keys (EVENTS.md): SHA-256 hex -> signed, decimal/0x -> unsigned, other -> [].
+  // Hashes from keys (docs/events.md): SHA-256 hex -> signed, decimal/0x -> unsigned, other -> [].
   const std::string digest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
   BlockStored from_digest = Stored({*BlockHashFromKey(digest)}, 2, 7);
   from_digest.parent_block_hash = BlockHash::Signed(-42);

@@ -1,8 +1,8 @@
-"""Strict decoding of kvagent KV events: the conformance oracle for EVENTS.md.
+"""Strict decoding of kvagent KV events: the conformance oracle for docs/events.md.
 
 Decodes exactly as the strictest real consumers do (python-msgpack ``raw=False,
 strict_map_key=True``, Dynamo's rmp-serde decoder, vLLM's msgspec types) and then checks the
-rules EVENTS.md adds for our own stream. Anything off raises ``StrictEventError`` naming the
+rules docs/events.md adds for our own stream. Anything off raises ``StrictEventError`` naming the
 field. Needs only Debian's python3-msgpack and python3-zmq.
 
 Decoding::
@@ -39,7 +39,7 @@ END_SEQ_FRAME = b"\xff" * 8
 KNOWN_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 MAX_SESSION_ID_BYTES = 256
 
-# Keys per type, in the order EVENTS.md writes them ("type" first); optional ones last.
+# Keys per type, in the order docs/events.md lists them ("type" first); optional ones last.
 _REQUIRED = {
     "BlockStored": ("type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
                     "lora_id", "medium", "lora_name"),
@@ -57,7 +57,7 @@ Message = collections.namedtuple("Message", "topic seq payload batch")
 
 
 class StrictEventError(ValueError):
-    """A payload or frame that a strict consumer would reject (or that breaks EVENTS.md)."""
+    """A payload or frame that a strict consumer would reject (or that breaks docs/events.md)."""
 
 
 def _fail(where, what):
@@ -90,9 +90,9 @@ def _check_str(x, where):
 
 
 def check_event(ev, where="event", strict_keys=True):
-    """Checks one decoded event dict against EVENTS.md.
+    """Checks one decoded event dict against docs/events.md.
 
-    strict_keys: also reject keys EVENTS.md does not list and require its key order ("type"
+    strict_keys: also reject keys docs/events.md does not list and require its key order ("type"
     first). Real consumers ignore unknown keys; our own stream must not have any.
     """
     if not isinstance(ev, dict):
@@ -115,7 +115,7 @@ def check_event(ev, where="event", strict_keys=True):
     if strict_keys:
         order = [k for k in _REQUIRED[etype] + _OPTIONAL[etype] if k in ev]
         if list(ev) != order:
-            _fail(where, f"keys {list(ev)} are not exactly EVENTS.md's, in order {order}")
+            _fail(where, f"keys {list(ev)} are not exactly docs/events.md's, in order {order}")
 
     if etype in ("BlockStored", "BlockRemoved"):
         hashes = ev["block_hashes"]

@@ -9,7 +9,7 @@ msgpack raw=False + strict_map_key=True into [ts, events, dp_rank], map-form eve
 AllBlocksCleared first; and the replay ROUTER answering [b"", start_seq] with the 4-frame layout
 and the end marker.
 
-Decoding and frame checks are those of strict_events.py (the project's EVENTS.md oracle).
+Decoding and frame checks are those of strict_events.py (the project's docs/events.md oracle).
 Environment: KVMASTER (path to kvmaster), MASTER_TEST_CLIENT (path to master_test_client).
 """
 import os
@@ -23,7 +23,7 @@ import unittest
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import strict_events  # noqa: E402  (the project's conformance oracle for EVENTS.md)
+import strict_events  # noqa: E402  (the project's conformance oracle for docs/events.md)
 
 TIMEOUT_S = 20
 

@@ -347,7 +347,7 @@ class RoundTripTest(SdkTest):
     def test_upsert_replaces_a_value_unless_a_read_lease_holds_it(self):
         c = self.client
         c.put(["free", "read"], [b"aaa", b"bbb"])
-        c.get_bytes("read")  # grants a read lease (SEMANTICS.md: 10 s by default)
+        c.get_bytes("read")  # grants a read lease (docs/semantics.md: 10 s by default)
         r = c.upsert(["free", "read"], [b"AAAAAA", b"BBBBBB"])
         self.assertEqual(r.codes, [kvagent.ErrorCode.OK, kvagent.ErrorCode.OBJECT_BUSY])
         self.assertIn("retry", r.keys[1].message)

@@ -6,7 +6,7 @@
 
 namespace kvagent::relay {
 
-// Whether `e` may go on the wire (EVENTS.md): session ID and text valid UTF-8 within the
+// Whether `e` may go on the wire (docs/events.md): session ID and text valid UTF-8 within the
 // write-boundary limits, medium non-empty uppercase, token_ids empty or block_size per hash.
 // The content comes from the master, which validated it; this is the agent's defence in depth,
 // because one bad event makes strict consumers drop the whole batch. An empty session_id is

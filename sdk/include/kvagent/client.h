@@ -143,7 +143,7 @@ class Value {
   size_t length_ = 0;
 };
 
-// Metadata of the KV block(s) a key holds; becomes the key's BlockStored event (EVENTS.md).
+// Metadata of the KV block(s) a key holds; becomes the key's BlockStored event (docs/events.md).
 struct BlockMetadata {
   std::vector<uint64_t> block_hashes;  // at least one
   bool hashes_signed = false;          // SGLang-style signed hashes on the event stream

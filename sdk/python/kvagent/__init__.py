@@ -22,7 +22,7 @@ The error rule:
     ``Timeout``, ``NoSpace``, ... The exception's ``result`` holds the per-key view.
   * A call that was attempted returns a ``Result`` and raises nothing, even when some keys
     failed: each ``result.keys[i]`` has a ``code`` (``kvagent.ErrorCode``, named as in
-    SEMANTICS.md) and a ``message`` that says what to do. ``KeyResult.ok`` (and ``Result.ok``
+    docs/semantics.md) and a ``message`` that says what to do. ``KeyResult.ok`` (and ``Result.ok``
     for all keys) counts OBJECT_ALREADY_EXISTS from a put as success.
   * ``get_bytes``, which returns bytes and no Result, raises the key's error instead.
 

@@ -1,7 +1,7 @@
 """Error codes and exceptions of the kvagent SDK.
 
-The codes are kvagent's ErrorCode wire values (common/status.h), named exactly as SEMANTICS.md
-spells them. Request-level failures raise a KvError subclass; per-key outcomes are values in a
+The codes are kvagent's ErrorCode wire values (common/status.h), named exactly as
+docs/semantics.md spells them. Request-level failures raise a KvError subclass; per-key outcomes are values in a
 Result (see the package docstring).
 """
 import enum
@@ -48,7 +48,7 @@ class KvError(Exception):
 
 
 class InvalidParams(KvError, ValueError):
-    """Arguments break SEMANTICS.md's rules (found locally, before the agent sees them)."""
+    """Arguments break docs/semantics.md's rules (found locally, before the agent sees them)."""
 
 
 class ObjectNotFound(KvError):

@@ -1,4 +1,5 @@
-// EventPublisher: the ZMQ side of EVENTS.md for one publisher incarnation.
+// EventPublisher: the ZMQ side of the KV-event stream (docs/events.md) for one publisher
+// incarnation.
 //
 // Owns a PUB socket (live batches `[topic, seq u64 BE, payload]`) and an optional ROUTER replay
 // socket (`[b"", start_seq]` -> retained batches `[b"", topic, seq, payload]` then the end marker
@@ -10,7 +11,7 @@
 // Batching is natural (no timer): the thread takes everything queued, sends it as batches of up
 // to max_batch_events / max_batch_bytes, and repeats, so a lone event goes out at once and a
 // burst becomes full batches. A publisher restarted without its state must publish
-// AllBlocksCleared first (EVENTS.md, "Completeness"); that is the caller's job.
+// AllBlocksCleared first (docs/events.md, "When each event is emitted"); that is the caller's job.
 #pragma once
 
 #include <cstddef>
@@ -89,7 +90,7 @@ class EventPublisher {
 
   // Thread-safe and non-blocking. Publishes an already encoded payload, unchanged, as one batch
   // with the next seq (the agent's relay republishes the master's batches this way). It is not
-  // decoded here: the caller vouches that it follows EVENTS.md (DecodeEventBatch checks that).
+  // decoded here: the caller vouches that it follows docs/events.md (DecodeEventBatch checks that).
   void PublishEncoded(std::string payload);
 
   // Blocks until everything queued before the call has been handed to ZMQ (or dropped). For

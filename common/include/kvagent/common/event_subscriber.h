@@ -1,4 +1,4 @@
-// EventSubscriber: the consumer side of EVENTS.md, for the agent's relay, `kvctl events tail`
+// EventSubscriber: the consumer side of docs/events.md, for the agent's relay, `kvctl events tail`
 // and the tests.
 //
 // Connects a SUB (subscribed to everything) to a publisher's PUB endpoint and, when a replay
@@ -18,7 +18,7 @@
 //  - when the live stream is quiet, an occasional replay probe catches a lost last batch.
 //
 // Threading: not thread-safe. Exactly one thread, the one that calls Start and Next, owns both
-// sockets (ARCHITECTURE.md: one thread per ZMQ socket); destroy it on that thread too.
+// sockets (docs/architecture.md: one thread per ZMQ socket); destroy it on that thread too.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // KV events and their msgpack codec: the one implementation of the wire contract in
-// ../shared/design/EVENTS.md (payload `[ts, events, dp_rank]`, map-form events, "type" first).
+// docs/events.md (payload `[ts, events, dp_rank]`, map-form events, "type" first).
 //
 // Used by the master's publisher, the agent's relay, kvctl and the tests. Strict consumers drop a
 // whole batch on one bad field, so nothing else in the project encodes events.
@@ -63,9 +63,9 @@ struct EventBatch {
   friend bool operator==(const EventBatch&, const EventBatch&) = default;
 };
 
-// Appends the msgpack payload of `batch` to `*out`. Reproduces the golden bytes of EVENTS.md:
+// Appends the msgpack payload of `batch` to `*out`. Reproduces the golden bytes of docs/events.md:
 // smallest int/str formats, ts as float64, map-form events with "type" first and the keys in
-// the order of EVENTS.md, optional keys only when set, text as str (never bin).
+// the order of docs/events.md, optional keys only when set, text as str (never bin).
 // Precondition: every string is valid UTF-8 (guaranteed by the write boundary).
 void EncodeEventBatch(const EventBatch& batch, std::string* out);
 std::string EncodeEventBatch(const EventBatch& batch);
@@ -100,7 +100,7 @@ class EventBatchBuilder {
 // Decodes a payload the way strict consumers do (Dynamo, msgspec, msgpack raw=False +
 // strict_map_key): exactly 3 elements, float ts (an int is widened), map-form events with a
 // known "type", required keys present with the right types, integer hashes, u32 token IDs,
-// valid UTF-8 text everywhere, string map keys, no trailing bytes. Also enforces EVENTS.md's
+// valid UTF-8 text everywhere, string map keys, no trailing bytes. Also enforces docs/events.md's
 // own rules: session_id only on BlockStored and non-empty, medium uppercase, optional keys
 // omitted rather than nil, len(token_ids) == block_size * len(block_hashes) when tokens are
 // given, dp_rank within int32. Unknown keys are ignored. Any violation is INVALID_PARAMS naming
@@ -109,7 +109,8 @@ class EventBatchBuilder {
 // negative one as Signed; re-encoding gives the same bytes.
 Result<EventBatch> DecodeEventBatch(std::string_view payload);
 
-// The block hash of a stored object without writer-supplied metadata (EVENTS.md):
+// The block hash of a stored object without writer-supplied metadata (docs/events.md, "Block
+// hashes"):
 //  1. a key that is exactly a decimal number (digits only) or "0x"/"0X" plus hex digits, whose
 //     value fits in 64 bits, is that value, unsigned (Mooncake's seq-hash keys);
 //  2. else a key whose first 16 characters are hex digits (either case) gives those 64 bits
@@ -132,7 +133,7 @@ BlockStored StoredEventFor(std::string_view key, std::string_view session_id,
 // Control characters in text are escaped as \xNN; long hash lists are shortened.
 std::string DescribeEvent(const KvEvent& event);
 
-// ---- transport framing (EVENTS.md, "Transport") ---------------------------------------------
+// ---- transport framing (docs/events.md, "Sockets and frames") -----------------------------------
 
 // The seq of the replay end marker `[b"", b"", ff*8, b""]`.
 inline constexpr uint64_t kReplayEndSeq = ~uint64_t{0};

@@ -1,4 +1,5 @@
-// Errors as values: ErrorCode (the codes of SEMANTICS.md), Status and Result<T>.
+// Errors as values: ErrorCode (the codes of docs/semantics.md, "Error codes"), Status and
+// Result<T>.
 //
 // Every error that reaches a caller is a code plus a message that says what is wrong and what to
 // do about it. No exception crosses a module boundary, the C ABI or shared memory.
@@ -37,7 +38,7 @@ enum class ErrorCode : uint16_t {
 
 inline constexpr uint16_t kMaxErrorCode = 14;
 
-// "OK", "INVALID_PARAMS", ... exactly as SEMANTICS.md spells them.
+// "OK", "INVALID_PARAMS", ... exactly as docs/semantics.md and docs/protocol.md spell them.
 std::string_view ErrorCodeName(ErrorCode code);
 
 // Maps a wire value to an ErrorCode; values from a newer peer that we do not know map to

@@ -1,4 +1,4 @@
-// The shared write-validation boundary (SEMANTICS.md, "Objects" and "Session attribution" rule 2).
+// The shared write-validation boundary (docs/semantics.md, "Objects" and "Sessions" rule 2).
 //
 // One implementation, called by the SDK (fast local error), the agent (authoritative) and the
 // master (defence in depth). A request that fails any rule is rejected as a whole: the caller
@@ -43,7 +43,7 @@ Status ValidateSessionId(std::string_view session_id, std::string_view what = "s
 Status ValidateBufferRef(uint64_t offset, uint64_t length, uint64_t arena_size,
                          std::string_view what = "buffer");
 
-// Optional block metadata supplied with a stored key (EVENTS.md, BlockStored): at least one
+// Optional block metadata supplied with a stored key (docs/events.md, BlockStored): at least one
 // hash; token IDs either absent or exactly block_size * hash_count; lora_name valid UTF-8.
 Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_size,
                          std::string_view lora_name, std::string_view what = "block");

@@ -22,7 +22,7 @@ namespace kvagent::master {
 
 struct MasterServerOptions {
   std::string listen = "tcp://0.0.0.0:50051";        // ROUTER for master.fbs requests
-  std::string events = "tcp://0.0.0.0:5557";         // PUB, EVENTS.md
+  std::string events = "tcp://0.0.0.0:5557";         // PUB, docs/events.md
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
   int tick_ms = 50;  // period of Tick (agent TTL, put timeouts, delayed release, eviction)

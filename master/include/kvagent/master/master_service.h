@@ -3,12 +3,12 @@
 // One object, owned by one thread: kvmaster's ROUTER thread, or the agent's request thread in
 // `kvagent --standalone`. Batches come in as spans (views into the caller's request; nothing
 // is copied per key beyond what is stored) and go out as per-key results in reusable
-// containers. Semantics are those of ../shared/design/SEMANTICS.md: objects become readable at
+// containers. Semantics are those of docs/semantics.md: objects become readable at
 // PutEnd, duplicate puts answer OBJECT_ALREADY_EXISTS, timed-out puts can be taken over, upserts
 // rewrite in place or resized, reads take leases, eviction runs at the watermarks, agents that
 // stop heartbeating are dropped. Session IDs follow the eleven attribution rules.
 //
-// KV events (EVENTS.md) are produced in order and collected with TakeEvents(); the owner hands
+// KV events (docs/events.md) are produced in order and collected with TakeEvents(); the owner hands
 // them to its EventPublisher after each request, so publishing never blocks a request. The first
 // events of a new service are AllBlocksCleared and, after a restore, one BlockStored per
 // restored object. Time comes from the injected Clock; periodic work runs in Tick().
@@ -102,19 +102,20 @@ class MasterService {
   // (reservations never evict) or the agent holds its share already (kMaxReservedWritesPerAgent
   // writes, 1/kReservedShareDivisor of all pools). out: per reserved write, OK, its placements
   // and its write id; out->lease_ttl_ms: each is abandoned like a write in flight when not
-  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count or replica count;
-  // AGENT_UNAVAILABLE for an unknown agent.
+  // committed within this (options().put_release_timeout_ms). INVALID_PARAMS for a bad size, count
+  // or replica count; AGENT_UNAVAILABLE for an unknown agent.
   Status ReserveWrites(const ReserveWritesRequest& request, PlacementBatch* out);
   // A put of each key into a reserved write of this agent: BatchPutStart's checks and session
   // rules, then BatchPutEnd's commit, in one call. A value may be smaller than its reserved
   // write: it fills the reserved parts in order (each part up to its length; the parts it does
-  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key: OK (readable, BlockStored; its
-  // replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored or being written: the
-  // reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write is unknown here
-  // (abandoned, expired, or reserved by another master: nothing is stored; put again), or the
-  // End's errors. Committing the same key and reserved write twice is OK, also when the first
-  // commit reached the log of a master that went down and this one restored it. Otherwise, when
-  // request.master_epoch is not this master's incarnation, each key is MASTER_UNAVAILABLE.
+  // not reach are dropped), as the writer copied it, and the rest of the space is freed. Per key:
+  // OK (readable, BlockStored; its replicas count in out->replicas), OBJECT_ALREADY_EXISTS (stored
+  // or being written: the reserved write is abandoned), MASTER_UNAVAILABLE when the reserved write
+  // is unknown here (abandoned, expired, or reserved by another master: nothing is stored; put
+  // again), or the End's errors. Committing the same key and reserved write twice is OK, also when
+  // the first commit reached the log of a master that went down and this one restored it.
+  // Otherwise, when request.master_epoch is not this master's incarnation, each key is
+  // MASTER_UNAVAILABLE.
   Status BatchPutCommit(const WriteCommitRequest& request, KeyResults* out);
 
   // Readable replicas of every part of each key, in part order (within a part, replicas on

@@ -1,4 +1,4 @@
-// SessionTags: the interned table of session IDs (SEMANTICS.md "Session attribution").
+// SessionTags: the interned table of session IDs (docs/semantics.md, "Sessions").
 //
 // An object pays a 4-byte TagId instead of a string. Each distinct session ID is stored once
 // with a reference count: one reference per object (or in-flight write) holding it; the entry

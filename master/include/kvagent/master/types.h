@@ -71,7 +71,7 @@ struct MasterOptions {
   // (and at most a quarter of the agent TTL).
   int64_t max_tick_gap_ms = 1000;
   uint64_t min_segment_bytes = 1ull << 20;  // smaller segments are refused (kMinSegmentBytes)
-  std::string state_dir;  // operation log directory; empty: no persistence
+  std::string state_dir;                    // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
   uint64_t replication_log_bytes = 0;
   LogSync log_sync = LogSync::kWrite;  // when the operation log reaches the disk
@@ -123,7 +123,7 @@ struct WriteOptions {
   friend bool operator==(const WriteOptions&, const WriteOptions&) = default;
 };
 
-// Block metadata a writer supplies for one key (EVENTS.md BlockStored). Empty block_hashes
+// Block metadata a writer supplies for one key (docs/events.md, BlockStored). Empty block_hashes
 // means "none": the event then derives hashes from the key.
 struct BlockMetaView {
   std::span<const events::BlockHash> block_hashes;
@@ -283,10 +283,10 @@ struct ListPage {
 
 // Counters for Stats and logs.
 struct MasterStats {
-  uint64_t keys = 0;  // readable objects
+  uint64_t keys = 0;              // readable objects
   uint64_t writes_in_flight = 0;  // puts and upserts started, not ended (reserved writes apart)
-  uint64_t bytes_used = 0;      // allocated in all segments (including in-flight and discarded)
-  uint64_t bytes_capacity = 0;  // size of all mounted segments
+  uint64_t bytes_used = 0;        // allocated in all segments (including in-flight and discarded)
+  uint64_t bytes_capacity = 0;    // size of all mounted segments
   uint64_t agents = 0;
   uint64_t segments = 0;
   uint64_t session_tags = 0;  // distinct session IDs referenced

@@ -22,7 +22,7 @@
  *   kv_client_free(client);
  *
  * Errors. Every function that can fail returns a kv_status_t: the ErrorCode wire values of
- * kvagent (common/status.h), named as in SEMANTICS.md. The message that goes with the last
+ * kvagent (common/status.h), named as in docs/semantics.md. The message that goes with the last
  * status a kv_* call returned on the calling thread is kv_last_error_message(). Calls with
  * per-key outcomes also hand back a kv_result_t that carries the request-level status and
  * message and one code and message per key. No C++ exception ever leaves this library: anything
@@ -30,7 +30,7 @@
  *
  * Byte strings. Keys, session IDs and LoRA names are kv_bytes_t (pointer + length), so they may
  * hold any bytes, including NUL; the library validates them (UTF-8, lengths) and answers
- * KV_INVALID_PARAMS locally, without a round trip, when they break SEMANTICS.md's rules.
+ * KV_INVALID_PARAMS locally, without a round trip, when they break docs/semantics.md's rules.
  *
  * Ownership. Every pointer the caller passes in is borrowed for the duration of the call only:
  * keys, session IDs, raw values and block metadata are copied before a submit returns. The one
@@ -77,7 +77,7 @@ typedef enum kv_status {
   KV_DATA_CORRUPTED = 14, /* Get: every replica failed its checksum (dropped): put it again */
 } kv_status_t;
 
-/* "OK", "INVALID_PARAMS", ... as SEMANTICS.md spells them; "INTERNAL" for unknown values.
+/* "OK", "INVALID_PARAMS", ... as docs/semantics.md spells them; "INTERNAL" for unknown values.
  * Returns a static string. */
 KV_API const char* kv_status_name(kv_status_t status);
 
@@ -206,7 +206,7 @@ typedef struct kv_memory_range {
   size_t size;
 } kv_memory_range_t;
 
-/* Metadata of the KV block(s) a key holds; becomes the key's BlockStored event (EVENTS.md).
+/* Metadata of the KV block(s) a key holds; becomes the key's BlockStored event (docs/events.md).
  * An entry with hash_count 0, token_count 0 and an empty lora_name means "no metadata for this
  * key". This struct is an array element and never grows: a future version gets a new type. */
 typedef struct kv_block {

@@ -3,7 +3,7 @@
 Mooncake's binding never raises for a runtime failure: every call returns 0 (or a count, a
 size, a 0/1 existence flag) on success and a negative ``ErrorCode`` of mooncake-store's
 ``types.h`` on failure. The values below are those wire values; the mapping from kvagent's
-codes (SEMANTICS.md) picks the Mooncake code a caller of the real binding would see for the
+codes (docs/semantics.md) picks the Mooncake code a caller of the real binding would see for the
 same situation.
 """
 import kvagent

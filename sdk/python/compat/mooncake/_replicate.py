@@ -11,7 +11,7 @@ import copy
 import enum
 
 U64 = 1 << 64
-MAX_SESSION_ID_BYTES = 256  # SEMANTICS.md: one UTF-8 session ID per key, at most 256 bytes
+MAX_SESSION_ID_BYTES = 256  # docs/semantics.md: one UTF-8 session ID per key, at most 256 bytes
 
 
 class SoftPinAction(enum.IntEnum):

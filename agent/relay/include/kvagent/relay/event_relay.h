@@ -1,4 +1,5 @@
-// EventRelay: the agent's copy of the master's KV-event stream (EVENTS.md, ARCHITECTURE.md).
+// EventRelay: the agent's copy of the master's KV-event stream (docs/events.md, "The agent's
+// relay"; docs/architecture.md, "Events").
 //
 // Subscribes to the master's PUB (gaps repaired through the master's replay ROUTER) and
 // republishes every batch, unchanged and undecoded, on the agent's own PUB
@@ -80,7 +81,7 @@ struct EventRelayOptions {
   std::optional<CurvePlaneKeys> curve;
   ContentSource list_content;     // the store's content (required)
   std::string topic;              // frame 0 of our batches
-  size_t replay_batches = 10000;  // our retention for replay (EVENTS.md default)
+  size_t replay_batches = 10000;  // our retention for replay (docs/events.md)
   size_t replay_max_bytes = size_t{256} << 20;
   // How long to wait for a first live batch before asking the master's replay for its retained
   // history instead (a quiet master publishes nothing live; that replay can be large).
@@ -116,7 +117,7 @@ struct EventRelayStats {
   uint64_t reannounces = 0;          // completed re-announces (cleared + content + held batches)
   uint64_t reannounce_restarts = 0;  // re-announces started over (gap, reset, failed page, ...)
   uint64_t objects_reannounced = 0;  // BlockStored events of completed re-announces
-  uint64_t invalid_objects = 0;      // content entries skipped: they break EVENTS.md
+  uint64_t invalid_objects = 0;      // content entries skipped: they break docs/events.md
   uint64_t content_failures = 0;     // list_content errors
   uint64_t dropped_events = 0;       // our publisher's queue overflowed (gaps downstream)
   uint64_t malformed_messages = 0;   // master frames that broke the layout

@@ -17,7 +17,7 @@
 
 namespace kvagent::relay {
 
-inline constexpr int kDefaultMasterEventsPort = 5557;  // EVENTS.md defaults
+inline constexpr int kDefaultMasterEventsPort = 5557;  // docs/events.md defaults
 inline constexpr int kDefaultMasterReplayPort = 5558;
 
 struct EventRelayFlags {
