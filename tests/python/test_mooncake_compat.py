@@ -169,6 +169,86 @@ class SetupTest(AgentTestCase):
         self.assertEqual(fresh.close(), 0)
 
 
+    def test_setup_without_arguments_refuses_offload_and_http_server_it_reads(self):
+        """A Mooncake config file or MOONCAKE_* variables that turn on SSD offload or the client
+        HTTP server make setup() answer -600, as setup(dict) does; off spelt as text is off."""
+        path = os.path.join(self.tmp, "mooncake.json")
+        base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+                "master_server_address": "127.0.0.1:50051"}
+        names = ("MOONCAKE_CONFIG_PATH", "MOONCAKE_MASTER", "MOONCAKE_OFFLOAD_ENABLED",
+                 "MOONCAKE_ENABLE_CLIENT_HTTP_SERVER")
+        saved = {k: os.environ.get(k) for k in names}
+        self.addCleanup(lambda: [os.environ.pop(k, None) if v is None
+                                 else os.environ.__setitem__(k, v) for k, v in saved.items()])
+        for k in names:
+            os.environ.pop(k, None)
+        store = MooncakeDistributedStore()
+        self.addCleanup(store.close)
+        os.environ["MOONCAKE_CONFIG_PATH"] = path
+        for extra, code in [({"enable_ssd_offload": True}, INVALID_PARAMS),
+                            ({"ssd_offload_path": "/nvme/x"}, INVALID_PARAMS),
+                            ({"enable_client_http_server": "true"}, INVALID_PARAMS),
+                            ({"enable_ssd_offload": "notabool"}, INVALID_PARAMS),
+                            ({"protocol": ""}, INVALID_PARAMS),
+                            ({"enable_ssd_offload": "false", "ssd_offload_path": None,
+                              "enable_client_http_server": "off"}, 0)]:
+            with open(path, "w") as f:
+                json.dump(dict(base, **extra), f)
+            self.assertEqual(store.setup(), code, extra)
+        del os.environ["MOONCAKE_CONFIG_PATH"]
+        os.environ["MOONCAKE_MASTER"] = "127.0.0.1:50051"
+        os.environ["MOONCAKE_OFFLOAD_ENABLED"] = "1"
+        self.assertEqual(store.setup(), INVALID_PARAMS)
+        del os.environ["MOONCAKE_OFFLOAD_ENABLED"]
+        os.environ["MOONCAKE_ENABLE_CLIENT_HTTP_SERVER"] = "yes"
+        self.assertEqual(store.setup(), INVALID_PARAMS)
+        os.environ["MOONCAKE_ENABLE_CLIENT_HTTP_SERVER"] = "no"
+        self.assertEqual(store.setup(), 0)
+        self.assertEqual(store.put("cfg-key", b"v"), 0)
+
+
+class MooncakeConfigTest(unittest.TestCase):
+    """mooncake.mooncake_config.MooncakeConfig with Mooncake's fields and parsing (no agent)."""
+
+    def _from_file(self, config):
+        import tempfile
+        from mooncake.mooncake_config import MooncakeConfig
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "c.json")
+            with open(path, "w") as f:
+                json.dump(dict({"local_hostname": "h", "metadata_server": "m",
+                                "master_server_address": "a:1"}, **config), f)
+            return MooncakeConfig.from_file(path)
+
+    def test_offload_and_http_fields_are_read_with_text_booleans(self):
+        c = self._from_file({})
+        self.assertEqual((c.enable_ssd_offload, c.ssd_offload_path, c.enable_client_http_server,
+                          c.client_http_port), (False, "", False, 9300))
+        for text, value in [("false", False), ("0", False), ("off", False), ("no", False),
+                            ("True", True), ("1", True), ("on", True), (True, True)]:
+            self.assertIs(self._from_file({"enable_ssd_offload": text}).enable_ssd_offload,
+                          value, text)
+        with self.assertRaises(ValueError):
+            self._from_file({"enable_ssd_offload": "notabool"})
+        c = self._from_file({"ssd_offload_path": None, "enable_client_http_server": "enable",
+                             "client_http_port": "19444"})
+        self.assertEqual((c.ssd_offload_path, c.enable_client_http_server, c.client_http_port),
+                         ("", True, 19444))
+
+    def test_protocol_is_checked_and_sizes_parse(self):
+        from mooncake import mooncake_config as mc
+        self.assertEqual(self._from_file({"protocol": " RDMA "}).protocol, "rdma")
+        for bad in ("", "   ", None):
+            with self.assertRaises(ValueError):
+                self._from_file({"protocol": bad})
+        with self.assertLogs(mc.logger, level="WARNING"):
+            self.assertEqual(self._from_file({"protocol": "Foo"}).protocol, "foo")
+        self.assertEqual(mc._parse_segment_size("1.5kb"), 1536)
+        self.assertEqual(mc._parse_segment_size(4096), 4096)
+        with self.assertRaises(ValueError):
+            mc._parse_segment_size("lots")
+
+
 class BytesApiTest(AgentTestCase):
     def test_put_is_put_if_absent_and_values_come_back_byte_exact(self):
         store = self.store()

@@ -180,6 +180,10 @@ def from_environment():
         raise Refused("setup(): no usable Mooncake configuration (%s)" % e) from None
     if mc.tenant_id != "default":
         raise Refused("setup(): " + _WHY_UNSUPPORTED["tenant_id"])
+    if mc.enable_ssd_offload or mc.ssd_offload_path:
+        raise Refused("setup(): " + _WHY_UNSUPPORTED["enable_ssd_offload"])
+    if mc.enable_client_http_server:
+        raise Refused("setup(): " + _WHY_UNSUPPORTED["enable_client_http_server"])
     return _settings(mc.local_hostname, mc.global_segment_size, mc.local_buffer_size,
                      mc.protocol, mc.device_name or "", mc.master_server_address,
                      mc.metadata_server, mc.kvagent_run_dir)
