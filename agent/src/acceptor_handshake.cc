@@ -86,8 +86,8 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   conn.client_id = id;
   Status memory_refused;
   if (hello->memory_probe_address != 0) {
-    auto memory = ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address,
-                                       hello->memory_probe_value);
+    auto memory =
+        ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address, hello->memory_probe_value);
     if (memory.ok()) {
       conn.memory = std::move(*memory);
     } else {
@@ -125,9 +125,9 @@ bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
   Result<AttachedRequest> attached = ReadAttached(message);
   if (!attached.ok() || attached->client_id != conn.client_id) return false;
   if (conn.memory != nullptr && attached->has_peer_scratch) {
-    Status set = conn.memory->SetPeerScratch(attached->peer_scratch_offset,
-                                             attached->peer_scratch_length,
-                                             conn.segment->layout().arena_bytes);
+    Status set =
+        conn.memory->SetPeerScratch(attached->peer_scratch_offset, attached->peer_scratch_length,
+                                    conn.segment->layout().arena_bytes);
     if (!set.ok()) {
       LOG(WARNING) << "client " << conn.client_id << ": " << set.message();
       return false;

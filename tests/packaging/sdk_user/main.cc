@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "connect: %s\n", kv_last_error_message());
     return 1;
   }
-  const std::string payload = "stored through the packaged libkvclient " + std::string(kv_version());
+  const std::string payload =
+      "stored through the packaged libkvclient " + std::string(kv_version());
   kv_bytes_t key = {"packaged", 8};
   kv_value_t value{};
   value.bytes = payload.data();

@@ -34,7 +34,8 @@ bool ElementsAligned(const flatbuffers::Vector<const T*>* v) {
 
 // Bytes of the strings `v` refers to, each counted once per reference, plus 4 per entry (its
 // offset), so that even empty shared strings count.
-inline uint64_t StringBytes(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+inline uint64_t StringBytes(
+    const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
   if (v == nullptr) return 0;
   uint64_t total = 0;
   for (const flatbuffers::String* s : *v) total += s->size() + sizeof(flatbuffers::uoffset_t);
