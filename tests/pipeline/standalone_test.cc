@@ -273,32 +273,41 @@ TEST(Standalone, RequestsOfSeveralClientsTravelInOneMasterBatch) {
     clients.push_back(Connect(agent, 1 << 20, "batching-" + std::to_string(i)));
     ASSERT_TRUE(clients.back());
   }
-  const Reply before = clients[0]->Stat();
-  ASSERT_TRUE(before.ok()) << before.status.ToString();
-  // Every request is on its ring before the agent looks: one pass sees all of them.
-  agent.Signal(SIGSTOP);
-  ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
-  std::vector<std::vector<std::string>> keys(6), values(6);
-  std::vector<std::vector<Value>> vs(6);
-  std::vector<PendingCall> calls;
-  for (int i = 0; i < 6; ++i) {
-    keys[i] = {"c" + std::to_string(i) + "-a", "c" + std::to_string(i) + "-b"};
-    values[i] = {Pattern(keys[i][0], 100), Pattern(keys[i][1], 200)};
-    for (const auto& v : values[i]) vs[i].emplace_back(std::string_view(v));
-    calls.push_back(clients[i]->SubmitPut(keys[i], vs[i]));
+  // Every request is on its ring before the agent looks: one pass sees all of them. A SIGSTOP
+  // can land in the middle of a pass (the agent wakes for its timers), which then sees the rings
+  // it had not read yet and leaves the others to the next pass: two batches. So the round is
+  // tried a few times, and one of them must carry all six requests in one batch.
+  uint64_t fewest_batches = UINT64_MAX;
+  for (int round = 0; round < 5 && fewest_batches != 1; ++round) {
+    const Reply before = clients[0]->Stat();
+    ASSERT_TRUE(before.ok()) << before.status.ToString();
+    agent.Signal(SIGSTOP);
+    ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
+    std::vector<std::vector<std::string>> keys(6), values(6);
+    std::vector<std::vector<Value>> vs(6);
+    std::vector<PendingCall> calls;
+    for (int i = 0; i < 6; ++i) {
+      const std::string prefix = "r" + std::to_string(round) + "c" + std::to_string(i);
+      keys[i] = {prefix + "-a", prefix + "-b"};
+      values[i] = {Pattern(keys[i][0], 100), Pattern(keys[i][1], 200)};
+      for (const auto& v : values[i]) vs[i].emplace_back(std::string_view(v));
+      calls.push_back(clients[i]->SubmitPut(keys[i], vs[i]));
+    }
+    agent.Signal(SIGCONT);
+    for (auto& call : calls) {
+      Reply r = call.Wait();
+      EXPECT_EQ(Codes(r), (std::vector<std::string>{"OK", "OK"})) << r.status.ToString();
+    }
+    const Reply after = clients[0]->Stat();
+    EXPECT_EQ(CounterOf(after, "agent.requests.put") - CounterOf(before, "agent.requests.put"), 6u);
+    EXPECT_EQ(CounterOf(after, "agent.keys.put") - CounterOf(before, "agent.keys.put"), 12u);
+    fewest_batches = std::min<uint64_t>(fewest_batches, CounterOf(after, "agent.batches.put") -
+                                                            CounterOf(before, "agent.batches.put"));
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_TRUE(SameBytes(GetOne(*clients[(i + 1) % 6], keys[i][1], 256), values[i][1]));
+    }
   }
-  agent.Signal(SIGCONT);
-  for (auto& call : calls) {
-    Reply r = call.Wait();
-    EXPECT_EQ(Codes(r), (std::vector<std::string>{"OK", "OK"})) << r.status.ToString();
-  }
-  const Reply after = clients[0]->Stat();
-  EXPECT_EQ(CounterOf(after, "agent.requests.put") - CounterOf(before, "agent.requests.put"), 6u);
-  EXPECT_EQ(CounterOf(after, "agent.batches.put") - CounterOf(before, "agent.batches.put"), 1u);
-  EXPECT_EQ(CounterOf(after, "agent.keys.put") - CounterOf(before, "agent.keys.put"), 12u);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_TRUE(SameBytes(GetOne(*clients[(i + 1) % 6], keys[i][1], 256), values[i][1]));
-  }
+  EXPECT_EQ(fewest_batches, 1u) << "six stalled requests never travelled in one master batch";
 }
 
 // The SDK sends each call's deadline; work the agent reaches after it is not done, so a call
