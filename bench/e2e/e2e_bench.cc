@@ -613,7 +613,7 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `e2e_bench standalone|remote|checksums|curve [KVAGENT FLAGS...]` runs one part only
+  // `e2e_bench standalone|remote|checksums|curve|lat [KVAGENT FLAGS...]` runs one part only
   // (curve: the remote store too, to compare with), its kvagent with the extra flags (for
   // profiling and experiments).
   const std::string only = argc > 1 ? argv[1] : "";
@@ -623,6 +623,11 @@ int main(int argc, char** argv) {
       "# e2e_bench: kvagent pinned to CPU %d, client to CPU 0, kvmaster unpinned; "
       "shared machine, figures are noisier while others build\n",
       LastCpu());
+  if (only == "lat") {  // the standalone single-key latencies only (for profiling)
+    Store store(false, agent_flags);
+    for (int round = 0; round < 5; ++round) Latency(store, "e2e.lat_only");
+    return 0;
+  }
   if (only.empty() || only == "standalone") Run(false, agent_flags);
   if (only.empty() || only == "remote") Run(true, agent_flags);
   if (only.empty() || only == "checksums") ChecksumCost();

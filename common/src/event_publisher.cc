@@ -1,11 +1,16 @@
 // EventPublisher: callers enqueue, one thread owns the PUB and ROUTER sockets.
 //
 // Hand-off. Producers append to `incoming_` under `mu_` (process-private memory, so a mutex is
-// fine) and write the eventfd only when they found `incoming_` empty. The thread reads the
-// eventfd *before* it swaps `incoming_` out, so an item appended after the swap always finds
-// the vector empty and wakes the thread again; an item appended between the read and the swap
-// is taken by that swap and costs at most one spurious wake-up. The eventfd sits in the same
-// zmq_poll as the ROUTER, so one wait covers new events and replay requests.
+// fine) and write the eventfd only when the thread said it is going to sleep (`sleeping_`, set
+// under `mu_` only after the thread found `incoming_` empty; the producer that finds it set
+// clears it and writes, so one wake-up per sleep). The eventfd sits in the same zmq_poll as the
+// ROUTER, so one wait covers new events and replay requests.
+//
+// Coalescing. After a round that sent something the thread waits coalesce_window before it takes
+// the queue again, and producers do not wake it meanwhile: under a steady stream of operations
+// it wakes about once per window and sends what gathered as full batches, instead of waking
+// (and, on a shared core, preempting the request path) once per operation. The first event
+// after a quiet period still goes out at once. Flush and the destructor cut the window short.
 //
 // Overflow. At most queue_capacity items (events or encoded payloads) wait in `incoming_`.
 // What does not fit is dropped and counted, and a drop marker takes its place in the queue:
@@ -30,6 +35,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <variant>
 
 #include <glog/logging.h>
@@ -161,7 +167,7 @@ class EventPublisher::Thread {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      wake = incoming_.empty();
+      wake = std::exchange(sleeping_, false);
       const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
       const size_t taken = std::min(room, events.size());
       for (size_t i = 0; i < taken; ++i) incoming_.emplace_back(std::move(events[i]));
@@ -176,6 +182,7 @@ class EventPublisher::Thread {
   void Enqueue(EncodedPayload&& payload) { EnqueueOne(QueuedItem(std::move(payload))); }
 
   void Flush() {
+    wake_.Notify();  // do not wait out a coalescing window
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t target = submitted_;
     flushed_.wait(lock, [&] { return completed_ >= target || exited_; });
@@ -203,7 +210,7 @@ class EventPublisher::Thread {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      wake = incoming_.empty();
+      wake = std::exchange(sleeping_, false);
       if (queued_ >= options_.queue_capacity) {
         RecordDropLocked(std::holds_alternative<KvEvent>(item) ? 1 : 0);
       } else {
@@ -288,13 +295,23 @@ class EventPublisher::Thread {
     std::vector<QueuedItem> work;
     zmq::pollitem_t items[2] = {{nullptr, wake_.fd(), ZMQ_POLLIN, 0},
                                 {router.handle(), 0, ZMQ_POLLIN, 0}};
-    // busy: the last round found work, so look again without sleeping (more may have arrived
-    // while we sent, and after a stop request nobody will write the eventfd again).
+    // busy: the last round sent something, so wait out the coalescing window (producers do not
+    // wake us meanwhile) and look again; otherwise sleep until a producer, a replay request or
+    // the replay pump needs us.
     bool busy = false;
     while (true) {
-      const auto wait = busy                ? std::chrono::milliseconds(0)
-                        : replay_.pending() ? kReplayPumpInterval
-                                            : std::chrono::milliseconds(-1);
+      auto wait = busy ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                             options_.coalesce_window + std::chrono::microseconds(999))
+                  : replay_.pending() ? kReplayPumpInterval
+                                      : std::chrono::milliseconds(-1);
+      if (!busy) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!incoming_.empty() || stopping_) {
+          wait = std::chrono::milliseconds(0);
+        } else {
+          sleeping_ = true;
+        }
+      }
       try {
         zmq::poll(items, serve_replay ? 2 : 1, wait);
       } catch (const zmq::error_t& e) {
@@ -312,6 +329,7 @@ class EventPublisher::Thread {
       bool stop = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        sleeping_ = false;
         work.swap(incoming_);
         queued_ = 0;
         stop = stopping_;
@@ -410,7 +428,8 @@ class EventPublisher::Thread {
   uint64_t completed_ = 0;  // items the thread has sent or dropped
   uint64_t dropped_events_ = 0;
   bool stopping_ = false;
-  bool exited_ = false;  // the thread has left its loop
+  bool exited_ = false;    // the thread has left its loop
+  bool sleeping_ = false;  // the thread waits for the eventfd: the next producer writes it
 
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;

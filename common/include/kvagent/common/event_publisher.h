@@ -8,12 +8,16 @@
 // full the events are dropped, counted, and the loss shows as a seq gap. seq starts at 0 and
 // goes up by exactly one per batch.
 //
-// Batching is natural (no timer): the thread takes everything queued, sends it as batches of up
-// to max_batch_events / max_batch_bytes, and repeats, so a lone event goes out at once and a
-// burst becomes full batches. A publisher restarted without its state must publish
+// Batching: the thread takes everything queued and sends it as batches of up to
+// max_batch_events / max_batch_bytes. The first event after a quiet period goes out at once;
+// after a round that sent something the thread waits coalesce_window before it looks again, so
+// a steady stream of operations costs one wake-up per window (not one per operation, which on
+// a core shared with the request path would preempt it) and an event waits at most about one
+// window. A publisher restarted without its state must publish
 // AllBlocksCleared first (docs/events.md, "When each event is emitted"); that is the caller's job.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,6 +59,9 @@ struct EventPublisherOptions {
   // this still goes out, alone.
   size_t max_batch_bytes = 1 << 20;
   int sndhwm = 100000;  // PUB high-water mark per subscriber (messages); beyond it ZMQ drops
+  // After sending, the thread gathers for this long before it sends again (rounded up to whole
+  // milliseconds; 0: it looks again at once).
+  std::chrono::microseconds coalesce_window{1000};
 };
 
 struct EventPublisherStats {
