@@ -298,10 +298,13 @@ class EventPublisher::Thread {
     // busy: the last round sent something, so wait out the coalescing window (producers do not
     // wake us meanwhile) and look again; otherwise sleep until a producer, a replay request or
     // the replay pump needs us.
+    // After a stop request the window is not waited: what is left goes out at once.
     bool busy = false;
+    bool stop = false;
     while (true) {
-      auto wait = busy ? std::chrono::duration_cast<std::chrono::milliseconds>(
-                             options_.coalesce_window + std::chrono::microseconds(999))
+      auto wait = busy && !stop
+                      ? std::chrono::ceil<std::chrono::milliseconds>(options_.coalesce_window)
+                  : busy              ? std::chrono::milliseconds(0)
                   : replay_.pending() ? kReplayPumpInterval
                                       : std::chrono::milliseconds(-1);
       if (!busy) {
@@ -326,7 +329,6 @@ class EventPublisher::Thread {
         bad_replay_requests_.store(replay_.stats().bad_requests, std::memory_order_relaxed);
       }
       if (serve_replay && replay_.pending()) replay_.Pump(router);
-      bool stop = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
         sleeping_ = false;
