@@ -121,8 +121,14 @@ TEST(NodePoolTest, MemcpyIntoThePoolTakesNoPageFaultsUnlikeFreshPages) {
   const uint64_t fresh_faults = MinorFaults() - before_fresh;
   munmap(fresh, size);
 
+  // Some hypervisors resolve these faults without the guest kernel counting them (seen on a
+  // paravirtualised VM: 0 minor faults for 32 MiB of fresh writes): the counter cannot tell a
+  // pre-faulted pool from a fresh one there, so the check says so instead of passing.
+  if (fresh_faults < size / page / 2) {
+    GTEST_SKIP() << "minor faults are not counted on this machine (fresh pages: " << fresh_faults
+                 << " faults for " << size / page << " pages written)";
+  }
   EXPECT_LT(pool_faults, size / page / 100) << "pre-faulted pool took page faults";
-  EXPECT_GE(fresh_faults, size / page / 2) << "baseline: fresh pages should fault";
 }
 
 TEST(NodePoolTest, ZeroSizeIsRejectedWithAHint) {
