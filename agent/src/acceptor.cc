@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <glog/logging.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -119,6 +120,7 @@ int Acceptor::NextTimeoutMs(Clock::time_point now) const {
 }
 
 void Acceptor::Run() {
+  pthread_setname_np(pthread_self(), "kvagent-accept");  // tests and `top -H` find it
   epoll_event events[64];
   while (true) {
     const int n = epoll_wait(epoll_fd_.get(), events, 64, NextTimeoutMs(Clock::now()));

@@ -1,6 +1,7 @@
 #include "ring_service.h"
 
 #include <glog/logging.h>
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -124,6 +125,7 @@ void RingService::RemoveBroken() {
 }
 
 void RingService::Run() {
+  pthread_setname_np(pthread_self(), "kvagent-ring");
   using Clock = std::chrono::steady_clock;
   handler_->OnStart(*this);
   auto last_work = Clock::now();

@@ -80,15 +80,20 @@ TEST(ReservedWrites, AMasterKilledWithReservationsHeldLosesNothingAcknowledged) 
   auto c = agent.Connect();
   ASSERT_TRUE(c);
   std::atomic<bool> stop{false};
+  std::atomic<size_t> acknowledged{0};
+  std::atomic<bool> writer_done{false};
   std::map<std::string, ErrorCode> answers;
   // At most 24 MiB of values: the 48 MiB pool never evicts, so every key answered OK must stay.
   // Paced (>= 6 s for all) so that the puts outlast the rounds on a loaded machine.
   auto writer = std::async(std::launch::async, [&] {
     for (int i = 0; !stop && i < 6000; ++i) {
       const std::string key = "k" + std::to_string(i);
-      answers[key] = PutValue(*c, key, Pattern(key, 4096)).code;
+      const ErrorCode code = PutValue(*c, key, Pattern(key, 4096)).code;
+      answers[key] = code;
+      if (code == ErrorCode::kOk) ++acknowledged;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    writer_done = true;
   });
   for (int round = 0; round < 3; ++round) {
     // Each master is killed while the agent holds writes it reserved (the link reconnects and
@@ -99,7 +104,11 @@ TEST(ReservedWrites, AMasterKilledWithReservationsHeldLosesNothingAcknowledged) 
     master.Kill();
     ASSERT_TRUE(master.Restart());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // The last master takes puts until 150 more are acknowledged (at the machine's pace: an
+  // ASan build on a loaded machine acknowledged only 32 in a fixed 600 ms).
+  const size_t before_last = acknowledged;
+  WaitUntil([&] { return writer_done || acknowledged >= before_last + 150; },
+            std::chrono::seconds(60));
   stop = true;
   writer.get();
   ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "agent.master_link.ready") == 1; }));

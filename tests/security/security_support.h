@@ -7,6 +7,7 @@
 // to).
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/resource.h>
@@ -49,9 +50,10 @@ inline uint64_t ProcStatusKiB(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// User + system CPU time of `pid`, in clock ticks (100 per second).
-inline uint64_t CpuTicks(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+// User + system CPU time of `pid` (or of one of its threads: `/proc/PID/task/TID/stat`), in
+// clock ticks (100 per second).
+inline uint64_t CpuTicksOf(const std::string& stat_path) {
+  std::ifstream stat(stat_path);
   std::string line;
   std::getline(stat, line);
   const size_t paren = line.rfind(')');
@@ -64,6 +66,41 @@ inline uint64_t CpuTicks(pid_t pid) {
     if (i == 15) stime = std::strtoull(f.c_str(), nullptr, 10);
   }
   return utime + stime;
+}
+inline uint64_t CpuTicks(pid_t pid) { return CpuTicksOf("/proc/" + std::to_string(pid) + "/stat"); }
+
+// The CPU time of the threads of `pid` named `name` (pthread_setname_np), in clock ticks.
+inline uint64_t ThreadCpuTicks(pid_t pid, const std::string& name) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task/";
+  uint64_t ticks = 0;
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(tasks + e->d_name + "/comm");
+    std::string thread_name;
+    std::getline(comm, thread_name);
+    if (thread_name == name) ticks += CpuTicksOf(tasks + e->d_name + "/stat");
+  }
+  closedir(dir);
+  return ticks;
+}
+
+// Whether `pid` has a thread named `name`.
+inline bool HasThread(pid_t pid, const std::string& name) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task/";
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(tasks + e->d_name + "/comm");
+    std::string thread_name;
+    std::getline(comm, thread_name);
+    found = found || thread_name == name;
+  }
+  closedir(dir);
+  return found;
 }
 
 // Runs `fn` in a child process as `uid`/`gid` (no supplementary groups); returns its exit code
