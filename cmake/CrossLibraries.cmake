@@ -42,6 +42,7 @@ if(EXISTS /usr/src/googletest/CMakeLists.txt)
   set(src ${PROJECT_SOURCE_DIR})
   add_executable(cross_unit_tests
     ${src}/common/src/checksum.cc
+    ${src}/common/src/checksum_x86.cc
     ${src}/common/src/status.cc
     ${src}/ipc/src/frame_ring.cc
     ${src}/ipc/src/futex.cc

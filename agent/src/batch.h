@@ -164,6 +164,9 @@ class ReadBatch final : public Batch {
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
                const SegmentTable& segments);
+  // The pool range of the first local replica of key `key`'s first part (empty when none).
+  PrefetchRange LocalFirstPart(uint32_t key, const mfb::PlacementReply& reply,
+                               const SegmentTable& segments) const;
   // Reads the part from its next replica: at once from this node's pool, or queued as a peer
   // read. When none is left the key fails.
   void ReadPart(PartRead read);
@@ -181,6 +184,7 @@ class ReadBatch final : public Batch {
   uint64_t epoch_ = 0;
   std::vector<uint64_t> versions_;  // per key: the object's version (for bad-replica reports)
   std::vector<uint8_t> copied_;     // per key: bytes were copied into the arena
+  PrefetchRange ahead_;             // the next key's local bytes, prefetched by the next copy
   RemoteMoves remote_;
   std::vector<PartRead> reads_;  // parallel to remote_'s ops, in the order they were added
   std::vector<Replica> tried_;   // parallel to reads_: the replica each op reads

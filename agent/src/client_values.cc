@@ -48,8 +48,10 @@ Result<uint32_t> ClientValue::Checksum(uint64_t at, uint64_t n) const {
 }
 
 Result<uint32_t> ClientValue::FromPool(const PipelineContext& ctx, uint64_t pool_offset,
-                                       uint64_t at, uint64_t n) const {
-  if (request_.memory == nullptr) return CopyFromPool(ctx, pool_offset, arena_bytes_ + at, n);
+                                       uint64_t at, uint64_t n, PrefetchRange next) const {
+  if (request_.memory == nullptr) {
+    return CopyFromPool(ctx, pool_offset, arena_bytes_ + at, n, next);
+  }
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(pool_offset, n));
   return request_.memory->Write(ranges_, at, ctx.pool->base() + pool_offset, n, ctx.checksums);
 }

@@ -41,9 +41,10 @@ class ClientValue {
   // Put: the CRC32C of bytes [at, at + n) of the value (a part with no replica in this pool).
   [[nodiscard]] Result<uint32_t> Checksum(uint64_t at, uint64_t n) const;
   // Get: copies `n` bytes of the pool at `pool_offset` into bytes [at, at + n) of the value and
-  // returns their CRC32C (0 when ctx.checksums is off), as CopyFromPool.
+  // returns their CRC32C (0 when ctx.checksums is off), as CopyFromPool (which prefetches
+  // `next`).
   [[nodiscard]] Result<uint32_t> FromPool(const PipelineContext& ctx, uint64_t pool_offset,
-                                          uint64_t at, uint64_t n) const;
+                                          uint64_t at, uint64_t n, PrefetchRange next = {}) const;
 
   // Memory for the data plane for bytes [at, at + n): the arena range itself, or a peer
   // scratch range, filled from the client's memory first when `fill` (a put). NO_SPACE when

@@ -62,13 +62,19 @@ Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp, ui
 }
 
 Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
-                              uint64_t length) {
+                              uint64_t length, PrefetchRange next) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
   if (!ctx.checksums) {
     std::memcpy(dst, ctx.pool->base() + offset, length);
+    PrefetchStart(next);
     return 0u;
   }
-  return CopyWithCrc32c(dst, ctx.pool->base() + offset, length, CopyStores::kCached);
+  return CopyWithCrc32c(dst, ctx.pool->base() + offset, length, CopyStores::kCached, 0, next);
+}
+
+PrefetchRange PoolRange(const PipelineContext& ctx, uint64_t offset, uint64_t length) {
+  if (!ctx.pool->CheckRange(offset, length).ok()) return {};
+  return PrefetchRange{ctx.pool->base() + offset, length};
 }
 
 void RemoteMoves::Add(uint32_t key, uint32_t request, transfer::TransferKind kind,

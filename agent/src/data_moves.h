@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvagent/common/checksum.h"
 #include "master_messages.h"
 #include "pipeline_context.h"
 
@@ -66,9 +67,13 @@ struct OpStamp {
 [[nodiscard]] Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
                                                                       const OpStamp& stamp);
 // The reverse for a get (ordinary stores: the reader wants it in cache), with the CRC32C of what
-// was copied (0 when ctx.checksums is off).
+// was copied (0 when ctx.checksums is off). `next`: the pool range the caller copies next (from
+// NextPoolRange), asked of the CPU while this copy runs, so that its memory latency overlaps this
+// copy instead of adding to the next.
 [[nodiscard]] Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset,
-                                            uint8_t* dst, uint64_t length);
+                                            uint8_t* dst, uint64_t length, PrefetchRange next = {});
+// [offset, offset + length) of the pool as a range to prefetch (empty when it lies outside).
+PrefetchRange PoolRange(const PipelineContext& ctx, uint64_t offset, uint64_t length);
 
 // The remote transfers of one batch.
 class RemoteMoves {

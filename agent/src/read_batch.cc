@@ -76,6 +76,8 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
       FailExpired(keys_[k], "the value was not copied into the buffer");
       continue;
     }
+    // The next key's bytes are asked of the CPU while this key's are copied.
+    ahead_ = k + 1 < keys_.size() ? LocalFirstPart(k + 1, p, segments) : PrefetchRange{};
     CopyKey(k, size, p, segments);
   }
   if (remote_.empty()) return Finish();
@@ -132,6 +134,18 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
   }
 }
 
+PrefetchRange ReadBatch::LocalFirstPart(uint32_t k, const mfb::PlacementReply& reply,
+                                        const SegmentTable& segments) const {
+  if (reply.codes()->Get(k) != 0) return {};
+  const uint32_t end = reply.first()->Get(k + 1);
+  for (uint32_t i = reply.first()->Get(k); i < end; ++i) {
+    const mfb::Placement* pl = reply.placements()->Get(i);
+    if (pl->part() != 0) return {};
+    if (segments.Find(pl->segment_id()).local) return PoolRange(ctx_, pl->offset(), pl->length());
+  }
+  return {};
+}
+
 void ReadBatch::ReadPart(PartRead read) {
   Status last(ErrorCode::kTransferFailed, "the master listed no replica for it");
   const HeldRequest& h = held(keys_[read.key]);
@@ -139,7 +153,8 @@ void ReadBatch::ReadPart(PartRead read) {
   while (!read.left.empty() && read.left.front().endpoint.empty()) {
     Replica local = std::move(read.left.front());
     read.left.erase(read.left.begin());
-    Result<uint32_t> copied = target.FromPool(ctx_, local.offset, read.at, read.length);
+    Result<uint32_t> copied = target.FromPool(ctx_, local.offset, read.at, read.length, ahead_);
+    ahead_ = {};
     if (!copied.ok()) {
       if (ClientMemoryFailed(copied.status())) return FailKey(read.key, copied.status());
       read.failed_seen = true;

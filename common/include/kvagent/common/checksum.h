@@ -10,13 +10,17 @@
 // Values: the standard CRC-32C (iSCSI, RFC 3720): Crc32c("123456789") == 0xE3069283. Extend a
 // checksum across pieces by passing the previous result as `crc`:
 //   Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a ++ b).
-// Hardware paths, each chosen at run time: on x86-64 AVX-512 VPCLMULQDQ or PCLMULQDQ folding, or
-// the SSE4.2 crc32 instruction (cpuid); on aarch64 the ARMv8 CRC32 extension (getauxval
-// HWCAP_CRC32). A table otherwise. All give the same values.
+// Hardware paths, the fastest the CPU has chosen at run time: on x86-64 AVX-512 VPCLMULQDQ
+// folding, AVX2 VPCLMULQDQ folding beside three crc32 chains, PCLMULQDQ folding, or the SSE4.2
+// crc32 instruction (cpuid); on aarch64 the ARMv8 CRC32 extension (getauxval HWCAP_CRC32). A
+// table otherwise. All give the same values. The environment variable KVAGENT_CRC32C, read once,
+// names another available path (for tests and benchmarks).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace kvagent {
 
@@ -33,10 +37,31 @@ enum class CopyStores : uint8_t {
 // Copies n bytes from src to dst (no overlap) and returns Crc32c(src, n, crc), reading src once.
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc = 0);
 
+// A range of memory to bring into the cache while a copy runs.
+struct PrefetchRange {
+  const void* data = nullptr;
+  size_t n = 0;
+};
+
+// Asks the CPU for the first 4 KiB of `range` (a hint; what CopyWithCrc32c below does with its
+// `next` when the copy is done).
+void PrefetchStart(PrefetchRange range);
+
+// As above, and asks the CPU for the first 4 KiB of `next` a few lines at a time while it copies
+// (a hint). A caller that copies many values out of memory the cache
+// does not hold (a get's parts out of the node pool) names the next one, so that its memory
+// latency overlaps this copy and checksum instead of adding to the next.
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
+                        PrefetchRange next);
+
 // The CRC of a ++ b from crc(a), crc(b) and the length of b (GF(2) arithmetic; O(log nb)).
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t nb);
 
-// "sse4.2", "armv8-crc" or "table": the path this process uses (for logs and benchmarks).
+// The path this process uses (for logs and benchmarks): "avx512+vpclmulqdq",
+// "avx2+vpclmulqdq", "sse4.2+pclmul", "sse4.2", "armv8-crc" or "table".
 const char* Crc32cImplementation();
+
+// The paths this CPU can run, fastest first ("table" always, last).
+std::vector<std::string> Crc32cImplementationsAvailable();
 
 }  // namespace kvagent

@@ -1,0 +1,533 @@
+// CRC32C on x86-64 with carry-less multiplication. A 16-byte value S (first byte = highest
+// degree) moved forward F bytes is congruent to clmul(S.lo, x^(8F+63) mod P) ^ clmul(S.hi,
+// x^(8F-1) mod P): the product of two reflected operands comes out one degree low, which the -1
+// in both exponents makes up for. Accumulators of 16, 32 or 64 bytes move forward a stride at a
+// time ("folding"); at the end they are folded into one 16-byte value, whose CRC the crc32
+// instruction takes. Three paths, chosen by checksum.cc from what the CPU has:
+//   sse4.2+pclmul      eight 16-byte accumulators, 128 bytes per step
+//   avx2+vpclmulqdq    four 32-byte accumulators over one part of a chunk while three crc32
+//                      chains run over the rest, so both the vector unit and the crc32 unit
+//                      are busy (on AMD Zen 3 each alone reaches ~8 bytes per cycle)
+//   avx512+vpclmulqdq  four 64-byte accumulators, 256 bytes per step
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "checksum_internal.h"
+
+namespace kvagent::crc32c {
+namespace {
+
+template <CopyStores kStores>
+inline void Store(__m128i* out, __m128i v) {
+  if constexpr (kStores == CopyStores::kStreaming) {
+    _mm_stream_si128(out, v);
+  } else {
+    _mm_storeu_si128(out, v);
+  }
+}
+
+// ---- sse4.2+pclmul: eight 16-byte accumulators -----------------------------------------------
+
+#define KVAGENT_FOLD_TARGET __attribute__((target("sse4.2,pclmul")))
+
+struct FoldConstants {
+  __m128i by128;    // the loop: 128 bytes
+  __m128i by16[8];  // the final fold: by16[i] moves an accumulator 16 * i bytes
+};
+
+KVAGENT_FOLD_TARGET __m128i FoldConstant(uint64_t bytes) {
+  const uint64_t lo = uint64_t{XPowModP(8 * bytes + 63)} << 32;
+  const uint64_t hi = uint64_t{XPowModP(8 * bytes - 1)} << 32;
+  return _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
+}
+
+KVAGENT_FOLD_TARGET const FoldConstants& Folds() {
+  static const FoldConstants constants = [] {
+    FoldConstants c;
+    c.by128 = FoldConstant(128);
+    c.by16[0] = _mm_setzero_si128();
+    for (int i = 1; i < 8; ++i) c.by16[i] = FoldConstant(16 * i);
+    return c;
+  }();
+  return constants;
+}
+
+KVAGENT_FOLD_TARGET inline __m128i Fold(__m128i x, __m128i k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+// Register update over n bytes (a multiple of 128, at least 128), copying when kCopy.
+template <bool kCopy, CopyStores kStores>
+KVAGENT_FOLD_TARGET uint32_t FoldRun(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n) {
+  const FoldConstants& k = Folds();
+  __m128i x[8];
+  for (int i = 0; i < 8; ++i) {
+    x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * i));
+  }
+  if constexpr (kCopy) {
+    for (int i = 0; i < 8; ++i) Store<kStores>(reinterpret_cast<__m128i*>(dst + 16 * i), x[i]);
+  }
+  x[0] = _mm_xor_si128(x[0], _mm_cvtsi32_si128(static_cast<int>(r)));
+  for (size_t done = 128; done < n; done += 128) {
+    const uint8_t* s = src + done;
+    for (int i = 0; i < 8; ++i) {
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16 * i));
+      if constexpr (kCopy) Store<kStores>(reinterpret_cast<__m128i*>(dst + done + 16 * i), d);
+      x[i] = _mm_xor_si128(Fold(x[i], k.by128), d);
+    }
+  }
+  __m128i acc = x[7];
+  for (int i = 0; i < 7; ++i) acc = _mm_xor_si128(acc, Fold(x[i], k.by16[7 - i]));
+  const uint64_t lo = static_cast<uint64_t>(_mm_cvtsi128_si64(acc));
+  const uint64_t hi = static_cast<uint64_t>(_mm_extract_epi64(acc, 1));
+  return static_cast<uint32_t>(Step64(Step64(0, lo), hi));
+}
+
+constexpr size_t kFoldMin = 256;  // below this one crc32 chain is as fast
+
+KVAGENT_FOLD_TARGET uint32_t FoldUpdate(uint32_t r, const uint8_t* p, size_t n) {
+  if (n < kFoldMin) return HwTail(r, p, n);
+  const size_t run = n / 128 * 128;
+  r = FoldRun<false, CopyStores::kCached>(r, nullptr, p, run);
+  return HwTail(r, p + run, n - run);
+}
+
+KVAGENT_FOLD_TARGET uint32_t FoldCopyUpdate(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n,
+                                            CopyStores stores) {
+  if (n < kFoldMin) {
+    std::memcpy(dst, src, n);
+    return HwTail(r, src, n);
+  }
+  // Streaming stores want 16-byte aligned destinations: the head goes the ordinary way.
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  std::memcpy(dst, src, head);
+  r = HwTail(r, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t run = n / 128 * 128;
+  if (stores == CopyStores::kStreaming) {
+    r = FoldRun<true, CopyStores::kStreaming>(r, dst, src, run);
+    _mm_sfence();  // streaming stores are weakly ordered: finish them before anyone is told
+  } else {
+    r = FoldRun<true, CopyStores::kCached>(r, dst, src, run);
+  }
+  std::memcpy(dst + run, src + run, n - run);
+  return HwTail(r, src + run, n - run);
+}
+
+}  // namespace
+
+bool HavePclmul() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_PCLMUL) != 0 &&
+         (ecx & bit_SSE4_2) != 0;
+}
+
+namespace {
+
+// The same folding 64 bytes per instruction (AVX-512 VPCLMULQDQ): four 64-byte accumulators move
+// forward 256 bytes at a time, then fold into one 16-byte value as above.
+// GCC 12's AVX-512 intrinsics start some results from an "undefined" vector, which
+// -Wmaybe-uninitialized reports inside the intrinsic headers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define KVAGENT_FOLD512_TARGET __attribute__((target("sse4.2,pclmul,avx512f,avx512vl,vpclmulqdq")))
+
+KVAGENT_FOLD512_TARGET inline __m512i Fold512(__m512i x, __m512i k) {
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
+                          _mm512_clmulepi64_epi128(x, k, 0x11));
+}
+
+KVAGENT_FOLD512_TARGET __m512i Broadcast(__m128i k) { return _mm512_broadcast_i32x4(k); }
+
+// Register update over n bytes (a multiple of 256, at least 256), copying when kCopy (dst
+// 64-byte aligned for streaming stores).
+template <bool kCopy, CopyStores kStores>
+KVAGENT_FOLD512_TARGET uint32_t Fold512Run(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n) {
+  static const __m512i by256 = Broadcast(FoldConstant(256));
+  static const __m512i by64 = Broadcast(FoldConstant(64));
+  static const __m512i by128 = Broadcast(FoldConstant(128));
+  static const __m512i by192 = Broadcast(FoldConstant(192));
+  const FoldConstants& k = Folds();
+  __m512i x[4];
+  for (size_t done = 0; done < n; done += 256) {
+    for (int i = 0; i < 4; ++i) {
+      const __m512i d = _mm512_loadu_si512(src + done + 64 * i);
+      if constexpr (kCopy) {
+        auto* out = reinterpret_cast<__m512i*>(dst + done + 64 * i);
+        if constexpr (kStores == CopyStores::kStreaming) {
+          _mm512_stream_si512(out, d);
+        } else {
+          _mm512_storeu_si512(out, d);
+        }
+      }
+      if (done == 0) {
+        x[i] = d;
+      } else {
+        x[i] = _mm512_xor_si512(Fold512(x[i], by256), d);
+      }
+    }
+    if (done == 0) {
+      x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(r))));
+    }
+  }
+  __m512i acc = _mm512_xor_si512(x[3], Fold512(x[2], by64));
+  acc = _mm512_xor_si512(acc, _mm512_xor_si512(Fold512(x[1], by128), Fold512(x[0], by192)));
+  __m128i last = _mm512_extracti32x4_epi32(acc, 3);
+  last = _mm_xor_si128(last, Fold(_mm512_extracti32x4_epi32(acc, 2), k.by16[1]));
+  last = _mm_xor_si128(last, Fold(_mm512_extracti32x4_epi32(acc, 1), k.by16[2]));
+  last = _mm_xor_si128(last, Fold(_mm512_castsi512_si128(acc), k.by16[3]));
+  const uint64_t lo = static_cast<uint64_t>(_mm_cvtsi128_si64(last));
+  const uint64_t hi = static_cast<uint64_t>(_mm_extract_epi64(last, 1));
+  return static_cast<uint32_t>(Step64(Step64(0, lo), hi));
+}
+
+KVAGENT_FOLD512_TARGET uint32_t Fold512Update(uint32_t r, const uint8_t* p, size_t n) {
+  if (n < kFoldMin) return HwTail(r, p, n);
+  const size_t run = n / 256 * 256;
+  r = Fold512Run<false, CopyStores::kCached>(r, nullptr, p, run);
+  return HwTail(r, p + run, n - run);
+}
+
+KVAGENT_FOLD512_TARGET uint32_t Fold512CopyUpdate(uint32_t r, uint8_t* dst, const uint8_t* src,
+                                                  size_t n, CopyStores stores) {
+  if (n < kFoldMin + 64) {
+    std::memcpy(dst, src, n);
+    return HwTail(r, src, n);
+  }
+  const size_t head = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
+  std::memcpy(dst, src, head);
+  r = HwTail(r, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t run = n / 256 * 256;
+  if (stores == CopyStores::kStreaming) {
+    r = Fold512Run<true, CopyStores::kStreaming>(r, dst, src, run);
+    _mm_sfence();
+  } else {
+    r = Fold512Run<true, CopyStores::kCached>(r, dst, src, run);
+  }
+  std::memcpy(dst + run, src + run, n - run);
+  return HwTail(r, src + run, n - run);
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+bool HaveVpclmul512() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool avx512 = (ebx & bit_AVX512F) != 0 && (ebx & bit_AVX512VL) != 0;
+  const bool vpclmul = (ecx & bit_VPCLMULQDQ) != 0;
+  // The OS must save the zmm state (XCR0 bits 1, 2, 5, 6, 7).
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  if ((ecx & bit_OSXSAVE) == 0) return false;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  return avx512 && vpclmul && (xcr0_lo & 0xE6) == 0xE6 && HavePclmul();
+}
+
+namespace {
+
+// ---- avx2+vpclmulqdq: folding beside three crc32 chains ------------------------------------
+
+#define KVAGENT_HYBRID_TARGET __attribute__((target("sse4.2,pclmul,avx2,vpclmulqdq")))
+
+// A chunk is `steps` steps of 224 bytes: its first 128 * steps bytes go to four 32-byte
+// accumulators (128 bytes a step), the rest to three crc32 chains over three lanes of
+// 32 * steps bytes each (32 bytes per chain a step). At the end the accumulators are folded into
+// one CRC, and the four CRCs are joined by shifting each over the lanes after it: shift(c, n)
+// = crc32(0, clmul(c, x^(8n-33) mod P)), one multiplication and one crc32 step.
+constexpr size_t kVectorStep = 128;
+constexpr size_t kLaneStep = 32;
+constexpr size_t kChunkStep = kVectorStep + 3 * kLaneStep;
+constexpr size_t kPrefetchAhead = 2048;
+constexpr size_t kAheadBytes = 4096;  // of the caller's next value
+
+struct Chunk {
+  size_t steps = 0;
+  size_t bytes = 0;
+  uint32_t after_vector = 0;  // x^(8 * 3 lanes - 33): the vector part's CRC over the three lanes
+  uint32_t after_lane0 = 0;   // over two lanes
+  uint32_t after_lane1 = 0;   // over one lane
+};
+
+Chunk MakeChunk(size_t steps) {
+  Chunk c;
+  c.steps = steps;
+  c.bytes = steps * kChunkStep;
+  const uint64_t lane_bits = 8 * kLaneStep * steps;
+  c.after_vector = XPowModP(3 * lane_bits - 33);
+  c.after_lane0 = XPowModP(2 * lane_bits - 33);
+  c.after_lane1 = XPowModP(lane_bits - 33);
+  return c;
+}
+
+// Two sizes (an even number of steps: the copy of a lane moves whole lines every other step):
+// 18 steps (4,032 bytes: a 4 KiB value is one chunk and 64 bytes) and 256 steps (57,344 bytes:
+// long streams for the prefetchers, and the joins cost nothing that shows).
+struct Chunks {
+  Chunk small = MakeChunk(18);
+  Chunk large = MakeChunk(256);
+};
+
+const Chunks& HybridChunks() {
+  static const Chunks chunks;
+  return chunks;
+}
+
+KVAGENT_HYBRID_TARGET inline __m256i Fold256(__m256i x, __m256i k) {
+  return _mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00),
+                          _mm256_clmulepi64_epi128(x, k, 0x11));
+}
+
+template <CopyStores kStores>
+KVAGENT_HYBRID_TARGET inline void Store256(uint8_t* out, __m256i v) {
+  if constexpr (kStores == CopyStores::kStreaming) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), v);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v);
+  }
+}
+
+inline void Prefetch(const uint8_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// The lines of the caller's next value, asked for a few per step of this copy.
+struct Ahead {
+  Ahead() = default;
+  Ahead(const uint8_t* data, size_t n)
+      : at(data), end(data == nullptr ? data : data + std::min<size_t>(n, kAheadBytes)) {}
+  void Step() {
+    for (size_t i = 0; i < per_step && at < end; ++i, at += 64) Prefetch(at);
+  }
+  void Rest() const {
+    for (const uint8_t* p = at; p < end; p += 64) Prefetch(p);
+  }
+  const uint8_t* at = nullptr;
+  const uint8_t* end = nullptr;
+  size_t per_step = 0;
+};
+
+KVAGENT_HYBRID_TARGET inline __m256i Load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// shift(c, n) for the n whose x^(8n-33) mod P is `k`.
+KVAGENT_HYBRID_TARGET inline uint32_t ShiftBy(uint32_t c, uint32_t k) {
+  const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(c)),
+                                               _mm_cvtsi32_si128(static_cast<int>(k)), 0x00);
+  return static_cast<uint32_t>(Step64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
+}
+
+// The four accumulators folded into one CRC.
+KVAGENT_HYBRID_TARGET inline uint32_t Reduce(const __m256i (&x)[4]) {
+  const FoldConstants& k = Folds();
+  __m128i lanes[8];
+  for (int i = 0; i < 4; ++i) {
+    lanes[2 * i] = _mm256_castsi256_si128(x[i]);
+    lanes[2 * i + 1] = _mm256_extracti128_si256(x[i], 1);
+  }
+  __m128i acc = lanes[7];
+  for (int i = 0; i < 7; ++i) acc = _mm_xor_si128(acc, Fold(lanes[i], k.by16[7 - i]));
+  const uint64_t lo = static_cast<uint64_t>(_mm_cvtsi128_si64(acc));
+  const uint64_t hi = static_cast<uint64_t>(_mm_extract_epi64(acc, 1));
+  return static_cast<uint32_t>(Step64(Step64(0, lo), hi));
+}
+
+// Register update over n bytes (a multiple of 128) with the four accumulators alone, copying
+// with streaming stores (dst 32-byte aligned).
+KVAGENT_HYBRID_TARGET uint32_t FoldRun256(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n) {
+  const __m256i by128 = _mm256_broadcastsi128_si256(Folds().by128);
+  __m256i x[4];
+  for (int i = 0; i < 4; ++i) {
+    x[i] = Load256(src + 32 * i);
+    Store256<CopyStores::kStreaming>(dst + 32 * i, x[i]);
+  }
+  x[0] = _mm256_xor_si256(x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(r))));
+  for (size_t done = kVectorStep; done < n; done += kVectorStep) {
+    for (int i = 0; i < 4; ++i) {
+      const __m256i d = Load256(src + done + 32 * i);
+      Store256<CopyStores::kStreaming>(dst + done + 32 * i, d);
+      x[i] = _mm256_xor_si256(Fold256(x[i], by128), d);
+    }
+  }
+  return Reduce(x);
+}
+
+// Register update over one chunk (copying when kCopy; for streaming stores dst is 32-byte
+// aligned, and so is every store below).
+template <bool kCopy, CopyStores kStores>
+KVAGENT_HYBRID_TARGET uint32_t HybridChunk(const Chunk& chunk, uint32_t r, uint8_t* dst,
+                                           const uint8_t* src, Ahead& ahead) {
+  const __m256i by128 = _mm256_broadcastsi128_si256(Folds().by128);  // both halves: 128 bytes
+  const size_t vector_bytes = chunk.steps * kVectorStep;
+  const size_t lane_bytes = chunk.steps * kLaneStep;
+  const uint8_t* lane = src + vector_bytes;
+  // Loads wait for memory while the crc32 chains and the folds fill the instruction window, so
+  // the hardware prefetcher alone leaves the loop at ~half the speed of memcpy on values fresh
+  // from memory. A small chunk is asked for whole at once; a large one its first lines, then
+  // each stream kPrefetchAhead bytes ahead (a quarter of that in each lane), within the chunk.
+  const bool small = chunk.bytes <= 4096;
+  if (small) {
+    for (size_t at = 0; at < chunk.bytes; at += 64) Prefetch(src + at);
+  } else {
+    for (size_t at = 0; at < kPrefetchAhead; at += 64) Prefetch(src + at);
+    for (size_t at = 0; at < kPrefetchAhead / 4; at += 64) {
+      for (size_t l = 0; l < 3; ++l) Prefetch(lane + l * lane_bytes + at);
+    }
+  }
+  __m256i x[4];
+  for (int i = 0; i < 4; ++i) x[i] = Load256(src + 32 * i);
+  if constexpr (kCopy) {
+    for (int i = 0; i < 4; ++i) Store256<kStores>(dst + 32 * i, x[i]);
+  }
+  x[0] = _mm256_xor_si256(x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(r))));
+  uint64_t c0 = 0, c1 = 0, c2 = 0;
+  for (size_t step = 0; step < chunk.steps; ++step) {
+    if (step > 0) {
+      const uint8_t* v = src + kVectorStep * step;
+      for (int i = 0; i < 4; ++i) {
+        const __m256i d = Load256(v + 32 * i);
+        if constexpr (kCopy) Store256<kStores>(dst + kVectorStep * step + 32 * i, d);
+        x[i] = _mm256_xor_si256(Fold256(x[i], by128), d);
+      }
+    }
+    const size_t at = kLaneStep * step;
+    ahead.Step();
+    if (!small) {
+      const size_t ahead = kVectorStep * step + kPrefetchAhead;
+      if (ahead < vector_bytes) Prefetch(src + ahead), Prefetch(src + ahead + 64);
+      if (step % 2 == 0 && at + kPrefetchAhead / 4 < lane_bytes) {
+        for (size_t l = 0; l < 3; ++l) Prefetch(lane + l * lane_bytes + at + kPrefetchAhead / 4);
+      }
+    }
+    for (size_t q = 0; q < kLaneStep; q += 8) {
+      c0 = Step64(c0, Load64(lane + at + q));
+      c1 = Step64(c1, Load64(lane + lane_bytes + at + q));
+      c2 = Step64(c2, Load64(lane + 2 * lane_bytes + at + q));
+    }
+    if constexpr (kCopy) {
+      // Whole 64-byte lines, every other step: a streaming store of half a line that waits
+      // for its other half while three other lanes are written costs a partial line write.
+      if (step % 2 == 1) {
+        const size_t line = at - kLaneStep;
+        for (size_t l = 0; l < 3; ++l) {
+          const uint8_t* in = lane + l * lane_bytes + line;
+          uint8_t* out = dst + vector_bytes + l * lane_bytes + line;
+          Store256<kStores>(out, Load256(in));
+          Store256<kStores>(out + 32, Load256(in + 32));
+        }
+      }
+    }
+  }
+  return ShiftBy(Reduce(x), chunk.after_vector) ^
+         ShiftBy(static_cast<uint32_t>(c0), chunk.after_lane0) ^
+         ShiftBy(static_cast<uint32_t>(c1), chunk.after_lane1) ^ static_cast<uint32_t>(c2);
+}
+
+// Register update over n bytes: whole chunks, then one crc32 chain. For streaming stores dst is
+// 32-byte aligned.
+template <bool kCopy, CopyStores kStores>
+KVAGENT_HYBRID_TARGET uint32_t HybridRun(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n,
+                                         Ahead ahead = Ahead()) {
+  const Chunks& chunks = HybridChunks();
+  if (ahead.at != ahead.end) {  // spread over the first chunk's steps
+    const size_t lines = static_cast<size_t>(ahead.end - ahead.at) / 64;
+    const size_t steps = n >= chunks.large.bytes ? chunks.large.steps : chunks.small.steps;
+    ahead.per_step = (lines + steps - 1) / steps;
+  }
+  for (const Chunk* chunk : {&chunks.large, &chunks.small}) {
+    while (n >= chunk->bytes) {
+      r = HybridChunk<kCopy, kStores>(*chunk, r, dst, src, ahead);
+      src += chunk->bytes;
+      if constexpr (kCopy) dst += chunk->bytes;
+      n -= chunk->bytes;
+    }
+  }
+  if (n >= kFoldMin) {  // what is left of a value that was not a whole chunk
+    const size_t run = n / 128 * 128;
+    r = FoldRun<kCopy, kStores>(r, dst, src, run);
+    src += run;
+    if constexpr (kCopy) dst += run;
+    n -= run;
+  }
+  if constexpr (kCopy) std::memcpy(dst, src, n);
+  ahead.Rest();
+  return HwTail(r, src, n);
+}
+
+KVAGENT_HYBRID_TARGET uint32_t HybridUpdate(uint32_t r, const uint8_t* p, size_t n) {
+  return HybridRun<false, CopyStores::kCached>(r, nullptr, p, n);
+}
+
+KVAGENT_HYBRID_TARGET uint32_t HybridStreamingCopy(uint32_t r, uint8_t* dst, const uint8_t* src,
+                                                   size_t n);
+
+KVAGENT_HYBRID_TARGET uint32_t HybridCopyUpdate(uint32_t r, uint8_t* dst, const uint8_t* src,
+                                                size_t n, CopyStores stores) {
+  if (n < kFoldMin) {
+    std::memcpy(dst, src, n);
+    return HwTail(r, src, n);
+  }
+  if (stores == CopyStores::kCached) return HybridRun<true, CopyStores::kCached>(r, dst, src, n);
+  return HybridStreamingCopy(r, dst, src, n);
+}
+
+KVAGENT_HYBRID_TARGET uint32_t HybridCopyUpdateAhead(uint32_t r, uint8_t* dst, const uint8_t* src,
+                                                     size_t n, CopyStores stores,
+                                                     const uint8_t* next, size_t next_n) {
+  const Ahead ahead(next, next_n);
+  if (n < kFoldMin || stores == CopyStores::kStreaming) {
+    r = HybridCopyUpdate(r, dst, src, n, stores);
+    ahead.Rest();
+    return r;
+  }
+  return HybridRun<true, CopyStores::kCached>(r, dst, src, n, ahead);
+}
+
+KVAGENT_HYBRID_TARGET uint32_t HybridStreamingCopy(uint32_t r, uint8_t* dst, const uint8_t* src,
+                                                   size_t n) {
+  // Streaming stores: one sequential stream of whole lines, the folds alone (the four streams
+  // of a chunk written at once ran at half the speed of a streaming copy). Streaming stores
+  // want 32-byte aligned destinations: the head goes the ordinary way.
+  const size_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
+  std::memcpy(dst, src, head);
+  r = HwTail(r, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t run = n / 128 * 128;
+  if (run > 0) r = FoldRun256(r, dst, src, run);
+  std::memcpy(dst + run, src + run, n - run);
+  r = HwTail(r, src + run, n - run);
+  _mm_sfence();  // streaming stores are weakly ordered: finish them before anyone is told
+  return r;
+}
+
+}  // namespace
+
+bool HaveVpclmul256() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool avx2 = (ebx & bit_AVX2) != 0;
+  const bool vpclmul = (ecx & bit_VPCLMULQDQ) != 0;
+  // The OS must save the ymm state (XCR0 bits 1 and 2).
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  if ((ecx & bit_OSXSAVE) == 0) return false;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  return avx2 && vpclmul && (xcr0_lo & 0x6) == 0x6 && HavePclmul();
+}
+
+const Path kFoldPath{FoldUpdate, FoldCopyUpdate, "sse4.2+pclmul"};
+const Path kHybridPath{HybridUpdate, HybridCopyUpdate, "avx2+vpclmulqdq", HybridCopyUpdateAhead};
+const Path kFold512Path{Fold512Update, Fold512CopyUpdate, "avx512+vpclmulqdq"};
+
+}  // namespace kvagent::crc32c
