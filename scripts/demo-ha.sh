@@ -71,7 +71,9 @@ now_ms() { date +%s%3N; }
 say "== kvagent HA demo in $tmp"
 client=$(free_port)
 peer=$(free_port)
-"$etcd" --name demo --data-dir "$tmp/etcd" --log-level warn \
+# etcd's election timeout as docs/operations.md advises for a LAN: its minimum lease is then
+# 1 s, the kvmasters' default, and a dead leader is replaced within about 2 s.
+"$etcd" --name demo --data-dir "$tmp/etcd" --log-level warn --heartbeat-interval 50 --election-timeout 500 \
   --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
   --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
   --initial-cluster "demo=http://127.0.0.1:$peer" >"$tmp/etcd.log" 2>&1 &

@@ -90,8 +90,10 @@ class LeaseKeeper::Renewer {
 Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(EtcdClientOptions options,
                                                         std::chrono::seconds ttl) {
   if (ttl.count() <= 0) return InvalidParams("the etcd lease TTL must be at least 1 s");
-  // A renewal must be able to finish well within the lease.
-  options.timeout = std::min<std::chrono::milliseconds>(options.timeout, ttl / 2);
+  // A renewal must be able to finish well within the lease (half of it; in milliseconds: half
+  // of a 1 s lease in whole seconds would be 0).
+  options.timeout =
+      std::min<std::chrono::milliseconds>(options.timeout, std::chrono::milliseconds(ttl) / 2);
   auto client = EtcdClient::Create(std::move(options));
   if (!client.ok()) return client.status();
   const Clock::time_point sent = Clock::now();

@@ -54,7 +54,7 @@ struct HaFlags {
   std::string etcd;     // --etcd HOST:PORT[,HOST:PORT]
   std::string cluster;  // --cluster NAME
   std::string name;     // --name (default: the host name)
-  int64_t leader_lease_ms = 2000;
+  int64_t leader_lease_ms = 1000;
   std::string advertise_host;
   int64_t sync_followers = 0;
 

@@ -51,6 +51,19 @@ TEST_F(EtcdLeases, AKeptLeaseOutlivesItsTtlAndAKeeperLearnsWhenItIsGone) {
   EXPECT_FALSE((*keeper)->valid());
 }
 
+// The members' default: a 1 s lease (the test's etcd grants it: its election timeout is 500 ms).
+// Was: the renewal timeout was half the TTL in whole seconds, 0, and every call was refused.
+TEST_F(EtcdLeases, AOneSecondLeaseIsGrantedAndKept) {
+  auto keeper = LeaseKeeper::Start(Options(), 1s);
+  ASSERT_TRUE(keeper.ok()) << keeper.status().ToString();
+  EXPECT_EQ((*keeper)->ttl(), 1000ms);
+  EXPECT_EQ((*keeper)->margin(), 250ms);
+  ASSERT_TRUE(client_->Put("/lk/one", "v", (*keeper)->id()).ok());
+  ASSERT_TRUE(WaitUntil([&] { return (*keeper)->renewals() >= 8; }));  // past 2 TTLs
+  EXPECT_TRUE(client_->Get("/lk/one")->has_value());
+  EXPECT_TRUE((*keeper)->valid());
+}
+
 TEST_F(EtcdLeases, AKeeperCutOffFromEtcdStopsBeingValidWhileTheLeaseStillLives) {
   auto keeper = LeaseKeeper::Start(Options(), 4s);  // margin 1 s
   ASSERT_TRUE(keeper.ok());
@@ -126,9 +139,13 @@ TEST_F(EtcdLeases, AWatcherFollowsTheLeaderKeyAcrossAnEtcdRestart) {
     return l && l->epoch == static_cast<uint64_t>(next->create_revision);
   }));
   EXPECT_GT(static_cast<uint64_t>(next->create_revision), epoch);
+  // current() changes just before on_change runs (on the watcher's thread): wait for the call.
+  EXPECT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !seen.empty() && seen.back() == static_cast<uint64_t>(next->create_revision);
+  }));
   std::lock_guard<std::mutex> lock(mu);
-  ASSERT_GE(seen.size(), 3u);
-  EXPECT_EQ(seen.back(), static_cast<uint64_t>(next->create_revision));
+  EXPECT_GE(seen.size(), 3u);  // the first leader, none, the next
 }
 
 }  // namespace
