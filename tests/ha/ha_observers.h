@@ -161,6 +161,16 @@ class Router {
   uint64_t next_seq() const { return next_seq_.load(); }
   uint64_t removed_events() const { return removed_.load(); }
   uint64_t clears() const { return clears_.load(); }
+  // Whether a BlockStored named `key`.
+  bool saw_stored(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stored_keys_.count(key) != 0;
+  }
+  // Whether a BlockRemoved named `key`.
+  bool saw_removed(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return removed_keys_.count(key) != 0;
+  }
 
  private:
   void Run() {
@@ -178,8 +188,10 @@ class Router {
       for (const events::KvEvent& e : d->batch->events) {
         if (const auto* s = std::get_if<events::BlockStored>(&e)) {
           if (s->object_key) keys_.insert(*s->object_key);
+          if (s->object_key) stored_keys_.insert(*s->object_key);
         } else if (const auto* r = std::get_if<events::BlockRemoved>(&e)) {
           if (r->object_key) keys_.erase(*r->object_key);
+          if (r->object_key) removed_keys_.insert(*r->object_key);
           ++removed_;
         } else {
           keys_.clear();
@@ -193,6 +205,8 @@ class Router {
   std::string run_dir_;
   mutable std::mutex mu_;
   std::set<std::string> keys_;
+  std::set<std::string> stored_keys_;
+  std::set<std::string> removed_keys_;
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> removed_{0};
   std::atomic<uint64_t> clears_{0};

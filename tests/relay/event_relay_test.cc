@@ -98,7 +98,7 @@ TEST(EventRelay, AMasterGapIsRepairedThroughTheMastersReplayWithoutReannouncing)
   EXPECT_EQ(s.reannounces, 1u);
 }
 
-TEST(EventRelay, AGapReplayCannotRepairIsFollowedByClearedAndReannounceAndTheIndexConverges) {
+TEST(EventRelay, AGapReplayCannotRepairIsFollowedByAReannounceByDifferencesAndTheIndexConverges) {
   TempDir dir;
   Master master(dir, /*replay_batches=*/2);
   testing::Link link(dir, master.events_endpoint());
@@ -127,15 +127,23 @@ TEST(EventRelay, AGapReplayCannotRepairIsFollowedByClearedAndReannounceAndTheInd
   master.Put({"seen-1"}, {"sess-1"});  // reveals the gap
   master.Put({"seen-2"});
   rig.Converge();
-  // Start, then at least one for the gap (an idle probe may have found part of it earlier).
-  EXPECT_GE(rig.downstream->cleared(), 2);
+  // Start, then at least one for the gap (an idle probe may have found part of it earlier),
+  // which publishes the differences: the removes and the RemoveAll it missed arrive as one
+  // BlockRemoved per object, and nothing clears the consumers' index again.
+  EXPECT_EQ(rig.downstream->cleared(), 1);
+  for (const char* k : {"old-0", "old-1", "old-3", "old-19"}) {
+    EXPECT_EQ(rig.downstream->removed().count(k), 1u) << k;
+  }
   const EventRelayStats s = rig.stats();
   EXPECT_GE(s.unrepaired_gaps, 1u);
   EXPECT_GE(s.missing_batches, 1u);
   EXPECT_GE(s.reannounces, 2u);
+  EXPECT_EQ(s.clearing_reannounces, 1u);
+  EXPECT_GE(s.objects_removed, 20u);
+  EXPECT_EQ(s.indexed_objects, master.Keys().size());
 }
 
-TEST(EventRelay, AMasterRestartIsFollowedByClearedAndReannounceOfTheNewContent) {
+TEST(EventRelay, AMasterRestartIsFollowedByAReannounceOfTheDifferencesToTheNewContent) {
   TempDir dir;
   Master master(dir);
   master.Put(Keys("first-life-", 0, 10), Sessions(10));
@@ -160,8 +168,10 @@ TEST(EventRelay, AMasterRestartIsFollowedByClearedAndReannounceOfTheNewContent) 
   master.Put({"second-life-1"});
   rig.Converge();
   EXPECT_EQ(rig.downstream->keys().count("first-life-0"), 0u);
-  EXPECT_GE(rig.downstream->cleared(), 2);
+  EXPECT_EQ(rig.downstream->removed().count("first-life-0"), 1u);
+  EXPECT_EQ(rig.downstream->cleared(), 1);
   EXPECT_GE(rig.stats().reannounces, 2u);
+  EXPECT_GE(rig.stats().objects_removed, 50u);  // first-life-* and more-*
 }
 
 TEST(EventRelay, ChangesDuringTheScanAreHeldBackAndPublishedAfterTheContent) {
@@ -283,8 +293,19 @@ TEST(EventRelay, RequestResyncReannouncesTheContent) {
   rig.relay->RequestResync();
   ASSERT_TRUE(WaitFor([&] { return rig.stats().reannounces == 2; }));
   rig.Converge();
-  EXPECT_EQ(rig.downstream->cleared(), 2);
-  EXPECT_EQ(rig.stats().objects_reannounced, 16u);
+  // The consumers already hold all of it: the second re-announce publishes nothing.
+  EXPECT_EQ(rig.downstream->cleared(), 1);
+  EXPECT_EQ(rig.stats().objects_reannounced, 8u);
+  EXPECT_EQ(rig.stats().objects_removed, 0u);
+  // A re-tagged object is published again, after a BlockRemoved of the old announcement.
+  master.Remove({"k3"});
+  master.Put({"k3"}, {"new-tag"});
+  rig.Converge();
+  rig.relay->RequestResync();
+  ASSERT_TRUE(WaitFor([&] { return rig.stats().reannounces == 3; }));
+  rig.Converge();
+  EXPECT_EQ(rig.downstream->keys().at("k3"), "new-tag");
+  EXPECT_EQ(rig.stats().objects_reannounced, 8u);
 }
 
 TEST(EventRelay, AnExtraTcpEndpointCarriesTheSameBatchesWithTheSameSeq) {
@@ -358,8 +379,8 @@ TEST(EventRelay, SwitchMasterFollowsTheNewMasterAndNothingMoreOfTheOld) {
   Master a(dir_a);
   Master b(dir_b);
   a.Put(Keys("a-", 0, 10), Sessions(10));
-  b.Put(Keys("a-", 0, 8));  // the new leader holds most of the old one's objects ...
-  b.Put({"b-only"});        // ... and what was written through it since
+  b.Put(Keys("a-", 0, 8), Sessions(8));  // the new leader holds most of the old one's objects
+  b.Put({"b-only"});                     // ... and what was written through it since
   std::atomic<Master*> current{&a};
   ContentSource content = [&](uint64_t cursor) { return current.load()->Content()(cursor); };
   EventRelayOptions o = RelayOptions(dir, "", "", content);
@@ -380,7 +401,15 @@ TEST(EventRelay, SwitchMasterFollowsTheNewMasterAndNothingMoreOfTheOld) {
   b.Put({"b-after"});
   ASSERT_NO_FATAL_FAILURE(testing::Settle(b, *relay, downstream));
   EXPECT_EQ(downstream.keys(), b.Keys());
-  EXPECT_EQ(downstream.keys().count("a-9"), 0u);  // lost in the failover: gone downstream too
+  // Lost in the failover: gone downstream too, each as a BlockRemoved, without clearing the
+  // consumers' index.
+  for (const char* lost : {"a-8", "a-9"}) {
+    EXPECT_EQ(downstream.keys().count(lost), 0u) << lost;
+    EXPECT_EQ(downstream.removed().count(lost), 1u) << lost;
+  }
+  EXPECT_EQ(downstream.removed().size(), 2u);
+  EXPECT_EQ(downstream.cleared(), 1);
+  EXPECT_EQ(relay->stats().objects_removed, 2u);
   EXPECT_EQ(relay->stats().master_switches, 2u);
 
   a.Put({"deposed-write"});  // the old master still publishes: nobody downstream sees it

@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,9 @@ class Downstream {
       for (const events::KvEvent& e : d->batch->events) {
         if (std::holds_alternative<events::AllBlocksCleared>(e)) ++cleared_;
         stored_ += std::holds_alternative<events::BlockStored>(e);
+        if (const auto* r = std::get_if<events::BlockRemoved>(&e); r && r->object_key) {
+          removed_.insert(*r->object_key);
+        }
       }
       index_.Apply(d->batch->events);
       payloads_.push_back(d->payload);
@@ -223,6 +227,8 @@ class Downstream {
   const MasterKeys& keys() const { return index_.keys(); }
   int cleared() const { return cleared_; }
   uint64_t stored() const { return stored_; }
+  // The object keys some BlockRemoved named.
+  const std::set<std::string>& removed() const { return removed_; }
   const std::vector<std::string>& payloads() const { return payloads_; }
 
  private:
@@ -232,6 +238,7 @@ class Downstream {
   uint64_t batches_ = 0;
   int cleared_ = 0;
   uint64_t stored_ = 0;
+  std::set<std::string> removed_;
   std::vector<std::string> payloads_;
 };
 

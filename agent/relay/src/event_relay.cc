@@ -15,14 +15,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <thread>
+#include <variant>
 
 #include <glog/logging.h>
 
 #include "announcement.h"
+#include "downstream_index.h"
 #include "kvagent/common/event_publisher.h"
 #include "kvagent/common/event_subscriber.h"
 
@@ -40,6 +44,9 @@ constexpr auto kPoll = 100ms;
 constexpr auto kDropWindow = 200ms;
 // Held-back batches handed to our publisher between two Flushes (its queue holds 1 << 20).
 constexpr size_t kHeldPerFlush = 4096;
+// Events per batch of the removals that end a re-announce by differences (a batch holds at
+// most 512: docs/events.md).
+constexpr size_t kEventsPerBatch = 512;
 
 }  // namespace
 
@@ -252,7 +259,14 @@ class EventRelay::Thread {
     SetPhase(RelayPhase::kSyncing);
     resync_.store(false, std::memory_order_relaxed);
     DropWaiting();
-    publisher_->Publish(events::AllBlocksCleared{});
+    // By differences when the index says what consumers hold; else from a clean slate.
+    const bool by_differences = index_.valid();
+    if (!by_differences) {
+      publisher_->Publish(events::AllBlocksCleared{});
+      index_.Clear();
+      ++counters_.clearing_reannounces;
+    }
+    index_.BeginScan();
     held_.clear();
     held_bytes_ = 0;
     uint64_t objects = 0;
@@ -281,8 +295,19 @@ class EventRelay::Thread {
       if (page->next_cursor == 0) break;
       cursor = page->next_cursor;
     }
+    // What no page listed is gone from the store (on a clean slate: nothing).
+    std::vector<events::KvEvent> gone = index_.EndScan();
+    const uint64_t removed = gone.size();
+    for (size_t at = 0; at < gone.size(); at += kEventsPerBatch) {
+      const size_t end = std::min(gone.size(), at + kEventsPerBatch);
+      publisher_->Publish(std::vector<events::KvEvent>(
+          std::make_move_iterator(gone.begin() + at), std::make_move_iterator(gone.begin() + end)));
+      publisher_->Flush();
+    }
+    index_.Vouch();
     const size_t held = held_.size();
     for (size_t i = 0; i < held; ++i) {
+      index_.ApplyPayload(held_[i]);
       publisher_->PublishEncoded(std::move(held_[i]));
       // Many small held batches must not overflow our publisher's queue either.
       if (i % kHeldPerFlush == kHeldPerFlush - 1) publisher_->Flush();
@@ -292,13 +317,21 @@ class EventRelay::Thread {
     counters_.relayed_batches += held;
     ++counters_.reannounces;
     counters_.objects_reannounced += objects;
-    LOG(INFO) << "event relay: re-announced " << objects << " objects (+" << held
-              << " master batches held back); now live";
+    counters_.objects_removed += removed;
+    if (by_differences) {
+      LOG(INFO) << "event relay: re-announced the store by differences: " << objects
+                << " object(s) stored or changed, " << removed << " removed (+" << held
+                << " master batches held back); now live";
+    } else {
+      LOG(INFO) << "event relay: re-announced " << objects << " objects (+" << held
+                << " master batches held back); now live";
+    }
     RefreshStats();
     return true;
   }
 
-  // Publishes the valid objects of one page; returns how many.
+  // Publishes what consumers lack of the valid objects of one page (the index decides);
+  // returns how many BlockStored that was.
   uint64_t Announce(std::vector<events::BlockStored> objects) {
     std::vector<events::KvEvent> out;
     out.reserve(objects.size());
@@ -310,11 +343,12 @@ class EventRelay::Thread {
                                   << e.object_key.value_or("") << "\": " << valid.ToString();
         continue;
       }
-      out.emplace_back(std::move(e));
+      index_.Listed(std::move(e), &out);
     }
-    const uint64_t n = out.size();
-    if (n > 0) publisher_->Publish(std::move(out));
-    return n;
+    uint64_t stored = 0;
+    for (const events::KvEvent& e : out) stored += std::holds_alternative<events::BlockStored>(e);
+    if (!out.empty()) publisher_->Publish(std::move(out));
+    return stored;
   }
 
   // Moves the deliveries ready now into held_ (up to max_held_bytes). Returns false when a gap
@@ -367,6 +401,7 @@ class EventRelay::Thread {
       Result<EventDelivery> d = sub_->Next(kPoll);
       if (d.ok()) {
         if (!Count(*d)) return;  // re-announce
+        index_.ApplyPayload(d->payload);
         publisher_->PublishEncoded(std::move(d->payload));
         ++counters_.relayed_batches;
       }
@@ -429,6 +464,7 @@ class EventRelay::Thread {
 
   void RefreshStats() {
     EventRelayStats s = counters_;
+    s.indexed_objects = index_.size();
     if (sub_) {
       const events::EventSubscriberStats sub = sub_->stats();
       s.repaired_gaps = retired_.gaps_repaired + sub.gaps_repaired;
@@ -451,6 +487,7 @@ class EventRelay::Thread {
 
   // Relay thread only.
   std::unique_ptr<events::EventSubscriber> sub_;
+  DownstreamIndex index_;          // what our consumers were told is stored
   std::vector<std::string> held_;  // master payloads held back during a sync
   size_t held_bytes_ = 0;
   EventRelayStats counters_;

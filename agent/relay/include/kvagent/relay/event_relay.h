@@ -2,16 +2,20 @@
 // relay"; docs/architecture.md, "Events").
 //
 // Subscribes to the master's PUB (gaps repaired through the master's replay ROUTER) and
-// republishes every batch, unchanged and undecoded, on the agent's own PUB
+// republishes every batch, unchanged, on the agent's own PUB
 // (ipc://<run-dir>/events.sock, optionally tcp too) with the agent's own contiguous seq from 0,
 // and serves replay of its own stream on ipc://<run-dir>/events-replay.sock.
 //
 // Whenever the relay cannot vouch that its stream describes the store — at start, after a
-// master restart (kReset), after a master gap that replay could not repair (kGap), and when
-// RequestResync() asks — it re-announces: AllBlocksCleared, then one BlockStored per stored
-// object (from `list_content`, i.e. the master's ListKeys), then the master batches that
-// arrived meanwhile. Why an index fed by the relay then equals the master's key set at a
-// quiet point:
+// master restart (kReset), after a master gap that replay could not repair (kGap), after a
+// switch to another master (an etcd failover), and when RequestResync() asks — it
+// re-announces the store's content (from `list_content`, i.e. the master's ListKeys), then the
+// master batches that arrived meanwhile. The first re-announce is AllBlocksCleared plus one
+// BlockStored per stored object. Every later one publishes only the differences between the
+// content and what the relay's own stream announced before (its downstream index): BlockStored
+// for what is new or changed, and one BlockRemoved per object that is gone — so a failover that
+// lost acknowledged puts reaches a router as a BlockRemoved per lost put, without clearing its
+// index. Why an index fed by the relay then equals the master's key set at a quiet point:
 //  - the relay first learns its position in the master's stream (a delivered batch; for a
 //    quiet master, the master's retained history), so every batch the master publishes after
 //    the scan starts is delivered to the relay (or reported as a gap, which starts over);
@@ -21,8 +25,12 @@
 //    A key no held-back event touches was the same throughout the scan, which lists it
 //    exactly; for any other key the last held-back event about it (or an AllBlocksCleared
 //    after it) decides, and that is the truth at the end.
+//  - by differences, downstream holds after the content exactly what the index holds: what
+//    it held before, corrected for every listed object as the pages arrive, minus (at the
+//    end, before the held-back batches) what no page listed.
 // A gap or reset during the scan, a failed or restarted page, or a resync request starts the
-// re-announce over (downstream sees one more AllBlocksCleared).
+// re-announce over (by differences, what was published so far stays valid; a first
+// re-announce that starts over publishes one more AllBlocksCleared).
 //
 // Threading: one relay thread owns the EventSubscriber (both master sockets) and calls
 // `list_content`; the EventPublisher has its own thread. Every public method is thread-safe.
@@ -111,21 +119,24 @@ struct EventRelayStats {
   // a scan, or lost in a gap); nullopt before the first. Equal to the master's next seq and
   // phase kLive: every master batch so far has reached our publisher (see Flush).
   std::optional<uint64_t> master_next_seq;
-  uint64_t next_seq = 0;             // our next seq
-  uint64_t relayed_batches = 0;      // master batches republished
-  uint64_t repaired_gaps = 0;        // master gaps (and idle-probe finds) filled by replay
-  uint64_t replayed_batches = 0;     // master batches that came through replay
-  uint64_t unrepaired_gaps = 0;      // master gaps replay could not fill (each: re-announce)
-  uint64_t missing_batches = 0;      // master seqs lost in them
-  uint64_t resets = 0;               // master restarts seen (each: re-announce)
-  uint64_t reannounces = 0;          // completed re-announces (cleared + content + held batches)
-  uint64_t reannounce_restarts = 0;  // re-announces started over (gap, reset, failed page, ...)
-  uint64_t objects_reannounced = 0;  // BlockStored events of completed re-announces
-  uint64_t invalid_objects = 0;      // content entries skipped: they break docs/events.md
-  uint64_t content_failures = 0;     // list_content errors
-  uint64_t dropped_events = 0;       // our publisher's queue overflowed (gaps downstream)
-  uint64_t malformed_messages = 0;   // master frames that broke the layout
-  uint64_t master_switches = 0;      // moves to another master's endpoints (SwitchMaster)
+  uint64_t next_seq = 0;              // our next seq
+  uint64_t relayed_batches = 0;       // master batches republished
+  uint64_t repaired_gaps = 0;         // master gaps (and idle-probe finds) filled by replay
+  uint64_t replayed_batches = 0;      // master batches that came through replay
+  uint64_t unrepaired_gaps = 0;       // master gaps replay could not fill (each: re-announce)
+  uint64_t missing_batches = 0;       // master seqs lost in them
+  uint64_t resets = 0;                // master restarts seen (each: re-announce)
+  uint64_t reannounces = 0;           // completed re-announces (content + held batches)
+  uint64_t clearing_reannounces = 0;  // re-announces begun with AllBlocksCleared (the first)
+  uint64_t reannounce_restarts = 0;   // re-announces started over (gap, reset, failed page, ...)
+  uint64_t objects_reannounced = 0;   // BlockStored events of completed re-announces
+  uint64_t objects_removed = 0;       // BlockRemoved events of re-announces by differences
+  uint64_t indexed_objects = 0;       // objects our consumers were told are stored
+  uint64_t invalid_objects = 0;       // content entries skipped: they break docs/events.md
+  uint64_t content_failures = 0;      // list_content errors
+  uint64_t dropped_events = 0;        // our publisher's queue overflowed (gaps downstream)
+  uint64_t malformed_messages = 0;    // master frames that broke the layout
+  uint64_t master_switches = 0;       // moves to another master's endpoints (SwitchMaster)
 };
 
 class EventRelay {

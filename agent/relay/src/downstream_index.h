@@ -1,0 +1,67 @@
+// Private to the relay: what its own stream has told its consumers is stored.
+//
+// Per object key, the fingerprint and block hashes of the BlockStored that announced it, kept
+// from every batch the relay publishes. A re-announce compares the store's content with it and
+// publishes only the differences: BlockStored for an object that is new or changed (after a
+// BlockRemoved of the old one when it changed), and at the end one BlockRemoved per object the
+// content no longer lists. A consumer's index is corrected in place, without AllBlocksCleared,
+// so a failover that lost acknowledged puts (asynchronous replication) reaches a router as one
+// BlockRemoved per lost put, and a master restart costs the routers nothing but the difference.
+//
+// The relay starts without an index it can vouch for (its consumers' state is unknown): its
+// first re-announce is AllBlocksCleared plus the whole content, as is any re-announce after a
+// batch it could not decode.
+//
+// Memory: one entry per stored object of the cluster, the object key plus ~100 bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvagent/common/kv_event.h"
+
+namespace kvagent::relay {
+
+class DownstreamIndex {
+ public:
+  // Whether the index describes what consumers were told (false before the first complete
+  // re-announce and after a batch that did not decode).
+  bool valid() const { return valid_; }
+  size_t size() const { return entries_.size(); }
+
+  // A batch the relay published (as the master's payload, or as events it built).
+  void ApplyPayload(std::string_view payload);
+  void Apply(const events::KvEvent& event);
+  // Forgets everything: consumers are about to see AllBlocksCleared.
+  void Clear();
+
+  // A re-announce by differences. BeginScan; then, per listed object, Listed appends what to
+  // publish for it to `out` (nothing when consumers already have it) and applies it; then
+  // EndScan returns a BlockRemoved per object no page listed, and applies them. A scan that
+  // starts over simply begins again: what was published so far is in the index.
+  void BeginScan();
+  void Listed(events::BlockStored object, std::vector<events::KvEvent>* out);
+  std::vector<events::KvEvent> EndScan();
+  // Marks the index valid: consumers now hold exactly what it holds (after a clearing
+  // re-announce published everything).
+  void Vouch() { valid_ = true; }
+
+ private:
+  struct Entry {
+    uint64_t fingerprint = 0;
+    uint64_t scan = 0;  // the last scan that listed it
+    std::vector<events::BlockHash> block_hashes;
+    std::string medium;
+  };
+  static uint64_t Fingerprint(const events::BlockStored& e);
+  void Store(const events::BlockStored& e);
+
+  std::unordered_map<std::string, Entry> entries_;
+  uint64_t scan_ = 0;
+  bool valid_ = false;
+};
+
+}  // namespace kvagent::relay
