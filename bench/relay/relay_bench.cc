@@ -100,6 +100,7 @@ std::string TypicalPayload() {
     for (uint32_t t = 0; t < 16; ++t) e.token_ids.push_back(static_cast<uint32_t>(i * 16 + t));
     e.block_size = 16;
     e.session_id = "session-" + std::to_string(i % 10);
+    e.object_key = "kv-block-" + std::to_string(i);  // kvmaster always sends it
     batch.events.push_back(e);
   }
   return events::EncodeEventBatch(batch);

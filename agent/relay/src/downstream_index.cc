@@ -7,46 +7,56 @@
 namespace kvagent::relay {
 namespace {
 
-// Appends what the wire says of a hash: its 64 bits and whether it is written negative (a
-// non-negative Signed hash is written, and decoded, like an Unsigned one).
-void AppendHash(std::string* out, const events::BlockHash& h) {
-  out->append(reinterpret_cast<const char*>(&h.bits), sizeof h.bits);
-  out->push_back(h.is_signed && static_cast<int64_t>(h.bits) < 0 ? '-' : '+');
-}
-
-void AppendText(std::string* out, const std::optional<std::string>& s) {
-  if (!s) {
-    out->push_back('\0');
-    return;
+// 64-bit mixing of the fields (a fingerprint, not a cryptographic hash: a collision would only
+// leave a changed object unannounced, with odds of 2^-64 per change).
+class Mix {
+ public:
+  void Add(uint64_t v) {
+    h_ ^= v + 0x9e3779b97f4a7c15ULL + (h_ << 6) + (h_ >> 2);
+    h_ *= 0xff51afd7ed558ccdULL;
+    h_ ^= h_ >> 33;
   }
-  const uint64_t n = s->size();
-  out->push_back('\1');
-  out->append(reinterpret_cast<const char*>(&n), sizeof n);
-  out->append(*s);
-}
+  // What the wire says of a hash: its 64 bits and whether it is written negative (a non-negative
+  // Signed hash is written, and decoded, like an Unsigned one).
+  void Add(const events::BlockHash& h) {
+    Add(h.bits);
+    Add(h.is_signed && static_cast<int64_t>(h.bits) < 0 ? 1 : 0);
+  }
+  void Add(std::string_view s) {
+    Add(s.size());
+    Add(std::hash<std::string_view>{}(s));
+  }
+  void Add(const std::optional<std::string>& s) {
+    if (!s) return Add(uint64_t{0x5a5a});
+    Add(std::string_view(*s));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0x84222325cbf29ce4ULL;
+};
 
 }  // namespace
 
 uint64_t DownstreamIndex::Fingerprint(const events::BlockStored& e) {
-  std::string bytes;
-  bytes.reserve(64 + 9 * e.block_hashes.size() + 4 * e.token_ids.size());
-  const uint64_t count = e.block_hashes.size();
-  bytes.append(reinterpret_cast<const char*>(&count), sizeof count);
-  for (const events::BlockHash& h : e.block_hashes) AppendHash(&bytes, h);
-  bytes.push_back(e.parent_block_hash ? '\1' : '\0');
-  if (e.parent_block_hash) AppendHash(&bytes, *e.parent_block_hash);
-  const uint64_t tokens = e.token_ids.size();
-  bytes.append(reinterpret_cast<const char*>(&tokens), sizeof tokens);
-  bytes.append(reinterpret_cast<const char*>(e.token_ids.data()), 4 * e.token_ids.size());
-  bytes.append(reinterpret_cast<const char*>(&e.block_size), sizeof e.block_size);
-  bytes.push_back(e.lora_id ? '\1' : '\0');
-  if (e.lora_id) bytes.append(reinterpret_cast<const char*>(&*e.lora_id), sizeof *e.lora_id);
-  AppendText(&bytes, e.medium);
-  AppendText(&bytes, e.lora_name);
-  AppendText(&bytes, e.session_id && !e.session_id->empty() ? e.session_id : std::nullopt);
-  bytes.push_back(e.group_idx ? '\1' : '\0');
-  if (e.group_idx) bytes.append(reinterpret_cast<const char*>(&*e.group_idx), sizeof *e.group_idx);
-  return std::hash<std::string_view>{}(bytes);
+  Mix m;
+  m.Add(e.block_hashes.size());
+  for (const events::BlockHash& h : e.block_hashes) m.Add(h);
+  m.Add(e.parent_block_hash ? 1 : 0);
+  if (e.parent_block_hash) m.Add(*e.parent_block_hash);
+  m.Add(e.token_ids.size());
+  for (size_t i = 0; i < e.token_ids.size(); i += 2) {
+    m.Add(uint64_t{e.token_ids[i]} << 32 | (i + 1 < e.token_ids.size() ? e.token_ids[i + 1] : 0));
+  }
+  m.Add(e.block_size);
+  m.Add(e.lora_id ? 1 : 0);
+  if (e.lora_id) m.Add(static_cast<uint64_t>(*e.lora_id));
+  m.Add(std::string_view(e.medium));
+  m.Add(e.lora_name);
+  m.Add(e.session_id && !e.session_id->empty() ? e.session_id : std::nullopt);
+  m.Add(e.group_idx ? 1 : 0);
+  if (e.group_idx) m.Add(static_cast<uint64_t>(*e.group_idx));
+  return m.value();
 }
 
 void DownstreamIndex::Store(const events::BlockStored& e) {
