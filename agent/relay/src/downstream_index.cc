@@ -26,9 +26,9 @@ class Mix {
     Add(s.size());
     Add(std::hash<std::string_view>{}(s));
   }
-  void Add(const std::optional<std::string>& s) {
+  void Add(const std::optional<std::string_view>& s) {
     if (!s) return Add(uint64_t{0x5a5a});
-    Add(std::string_view(*s));
+    Add(*s);
   }
   uint64_t value() const { return h_; }
 
@@ -38,20 +38,18 @@ class Mix {
 
 }  // namespace
 
-uint64_t DownstreamIndex::Fingerprint(const events::BlockStored& e) {
+uint64_t DownstreamIndex::Fingerprint(const EventDigest& e) {
   Mix m;
   m.Add(e.block_hashes.size());
   for (const events::BlockHash& h : e.block_hashes) m.Add(h);
   m.Add(e.parent_block_hash ? 1 : 0);
   if (e.parent_block_hash) m.Add(*e.parent_block_hash);
-  m.Add(e.token_ids.size());
-  for (size_t i = 0; i < e.token_ids.size(); i += 2) {
-    m.Add(uint64_t{e.token_ids[i]} << 32 | (i + 1 < e.token_ids.size() ? e.token_ids[i + 1] : 0));
-  }
+  m.Add(e.token_count);
+  m.Add(e.token_hash);
   m.Add(e.block_size);
   m.Add(e.lora_id ? 1 : 0);
   if (e.lora_id) m.Add(static_cast<uint64_t>(*e.lora_id));
-  m.Add(std::string_view(e.medium));
+  m.Add(e.medium);
   m.Add(e.lora_name);
   m.Add(e.session_id && !e.session_id->empty() ? e.session_id : std::nullopt);
   m.Add(e.group_idx ? 1 : 0);
@@ -59,34 +57,37 @@ uint64_t DownstreamIndex::Fingerprint(const events::BlockStored& e) {
   return m.value();
 }
 
-void DownstreamIndex::Store(const events::BlockStored& e) {
+void DownstreamIndex::Store(const EventDigest& e) {
   if (!e.object_key) return;  // nothing this project publishes; nothing to correct later
-  Entry& entry = entries_[*e.object_key];
+  auto it = entries_.find(*e.object_key);
+  if (it == entries_.end()) it = entries_.emplace(std::string(*e.object_key), Entry()).first;
+  Entry& entry = it->second;
   entry.fingerprint = Fingerprint(e);
   entry.scan = scan_;
-  entry.block_hashes = e.block_hashes;
-  entry.medium = e.medium;
+  entry.block_hashes.assign(e.block_hashes.begin(), e.block_hashes.end());
+  if (entry.medium != e.medium) entry.medium = std::string(e.medium);
 }
 
-void DownstreamIndex::Apply(const events::KvEvent& event) {
-  if (const auto* stored = std::get_if<events::BlockStored>(&event)) {
-    Store(*stored);
-  } else if (const auto* removed = std::get_if<events::BlockRemoved>(&event)) {
-    if (removed->object_key) entries_.erase(*removed->object_key);
-  } else {
-    entries_.clear();  // AllBlocksCleared
+void DownstreamIndex::Apply(const EventDigest& e) {
+  switch (e.type) {
+    case EventDigest::Type::kStored:
+      return Store(e);
+    case EventDigest::Type::kRemoved:
+      if (e.object_key) {
+        auto it = entries_.find(*e.object_key);
+        if (it != entries_.end()) entries_.erase(it);
+      }
+      return;
+    case EventDigest::Type::kCleared:
+      entries_.clear();
+      return;
   }
 }
 
 void DownstreamIndex::ApplyPayload(std::string_view payload) {
-  Result<events::EventBatch> batch = events::DecodeEventBatch(payload);
-  if (!batch.ok()) {
-    // Consumers rejected it too (they decode as strictly): the index cannot say what they
-    // hold any more. The next re-announce clears and starts afresh.
-    valid_ = false;
-    return;
-  }
-  for (const events::KvEvent& e : batch->events) Apply(e);
+  // Consumers that cannot read a batch drop it, so the index no longer says what they hold:
+  // the next re-announce clears and starts afresh.
+  if (!ForEachEvent(payload, [this](const EventDigest& e) { Apply(e); })) valid_ = false;
 }
 
 void DownstreamIndex::Clear() { entries_.clear(); }
@@ -95,8 +96,9 @@ void DownstreamIndex::BeginScan() { ++scan_; }
 
 void DownstreamIndex::Listed(events::BlockStored object, std::vector<events::KvEvent>* out) {
   if (!object.object_key) return;
+  const EventDigest digest = DigestOf(object);
   auto it = entries_.find(*object.object_key);
-  if (it != entries_.end() && it->second.fingerprint == Fingerprint(object)) {
+  if (it != entries_.end() && it->second.fingerprint == Fingerprint(digest)) {
     it->second.scan = scan_;  // consumers have it as it is
     return;
   }
@@ -104,7 +106,7 @@ void DownstreamIndex::Listed(events::BlockStored object, std::vector<events::KvE
     out->emplace_back(
         events::BlockRemoved{it->second.block_hashes, it->second.medium, object.object_key});
   }
-  Store(object);
+  Store(digest);
   out->emplace_back(std::move(object));
 }
 

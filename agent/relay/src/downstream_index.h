@@ -10,7 +10,7 @@
 //
 // The relay starts without an index it can vouch for (its consumers' state is unknown): its
 // first re-announce is AllBlocksCleared plus the whole content, as is any re-announce after a
-// batch it could not decode.
+// batch it could not read.
 //
 // Memory: one entry per stored object of the cluster, the object key plus ~100 bytes.
 #pragma once
@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "event_digest.h"
 #include "kvagent/common/kv_event.h"
 
 namespace kvagent::relay {
@@ -28,13 +29,12 @@ namespace kvagent::relay {
 class DownstreamIndex {
  public:
   // Whether the index describes what consumers were told (false before the first complete
-  // re-announce and after a batch that did not decode).
+  // re-announce and after a batch that could not be read).
   bool valid() const { return valid_; }
   size_t size() const { return entries_.size(); }
 
-  // A batch the relay published (as the master's payload, or as events it built).
+  // A batch the relay published: the master's payload, as is.
   void ApplyPayload(std::string_view payload);
-  void Apply(const events::KvEvent& event);
   // Forgets everything: consumers are about to see AllBlocksCleared.
   void Clear();
 
@@ -49,6 +49,9 @@ class DownstreamIndex {
   // re-announce published everything).
   void Vouch() { valid_ = true; }
 
+  // The fingerprint of an announcement: equal for equal events, whichever way they were read.
+  static uint64_t Fingerprint(const EventDigest& e);
+
  private:
   struct Entry {
     uint64_t fingerprint = 0;
@@ -56,10 +59,14 @@ class DownstreamIndex {
     std::vector<events::BlockHash> block_hashes;
     std::string medium;
   };
-  static uint64_t Fingerprint(const events::BlockStored& e);
-  void Store(const events::BlockStored& e);
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  void Apply(const EventDigest& e);
+  void Store(const EventDigest& e);
 
-  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, Entry, KeyHash, std::equal_to<>> entries_;
   uint64_t scan_ = 0;
   bool valid_ = false;
 };
