@@ -9,7 +9,7 @@ build=${1:?build dir}
 seconds=${2:-60}
 src=$(cd "$(dirname "$0")/.." && pwd)
 harnesses=(fuzz_agent_request fuzz_master_request fuzz_master_reply fuzz_handshake
-           fuzz_data_header fuzz_event_decode)
+           fuzz_data_header fuzz_event_decode fuzz_relay_digest)
 failed=0
 mkdir -p "$build/fuzz-artifacts"
 for h in "${harnesses[@]}"; do
