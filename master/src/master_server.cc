@@ -1,6 +1,7 @@
 #include "kvagent/master/master_server.h"
 
 #include <glog/logging.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -255,6 +256,7 @@ class MasterServer::Loop {
   }
 
   void Run() {
+    pthread_setname_np(pthread_self(), "kvmaster-loop");  // `top -H`, profiles
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
     int64_t next_tick = clock_->NowMs() + tick_ms_;
     while (!stop_.load(std::memory_order_relaxed)) {
