@@ -19,9 +19,9 @@ Status MasterService::BatchGet(std::span<const std::string_view> keys, Placement
   out->write_ids.reserve(keys.size());
   out->first.reserve(keys.size() + 1);
   out->lease_ttl_ms = static_cast<uint32_t>(options_.lease_ttl_ms);
-  for (std::string_view key : keys) {
+  store_->FindEach(keys, [&](size_t i, ObjectEntry* e) {
+    const std::string_view key = keys[i];
     out->first.push_back(static_cast<uint32_t>(out->placements.size()));
-    ObjectEntry* e = store_->Find(key);
     if (!e) {
       out->results.push_back(
           Status(ErrorCode::kObjectNotFound, "key '" + std::string(key) + "' is not stored"));
@@ -40,7 +40,7 @@ Status MasterService::BatchGet(std::span<const std::string_view> keys, Placement
       out->sizes.push_back(e->second.size);
       out->write_ids.push_back(e->second.version);
     }
-  }
+  });
   out->first.push_back(static_cast<uint32_t>(out->placements.size()));
   return Status::Ok();
 }
@@ -52,10 +52,9 @@ Status MasterService::BatchExist(std::span<const std::string_view> keys, KeyResu
   }
   out->results.assign(keys.size(), Status::Ok());
   out->exists.reserve(keys.size());
-  for (std::string_view key : keys) {
-    const ObjectEntry* e = store_->Find(key);
+  store_->FindEach(keys, [&](size_t, const ObjectEntry* e) {
     out->exists.push_back(e && e->second.readable ? 1 : 0);
-  }
+  });
   return Status::Ok();
 }
 

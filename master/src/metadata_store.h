@@ -208,6 +208,13 @@ class MetadataStore {
 
   // ---- objects ----
   ObjectEntry* Find(std::string_view key);
+  // f(i, Find(keys[i])) for every key, in order, with the lookups' cache misses overlapped
+  // (ObjectTable::FindEach). f must not add or remove objects.
+  template <typename F>
+  void FindEach(std::span<const std::string_view> keys, F&& f) {
+    objects_.FindEach(
+        keys.size(), [&](size_t i) { return keys[i]; }, std::forward<F>(f));
+  }
   // Allocates replicas for a value of `size` bytes (eviction + one retry on no room). Returns
   // false when not even one replica per part fits.
   bool AllocateReplicas(AgentId writer, uint64_t size, uint8_t replicas_per_part,

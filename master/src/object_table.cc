@@ -27,8 +27,9 @@ uint64_t ObjectTable::Hash(std::string_view key) {
   return h ^ (h >> 29);
 }
 
-ObjectEntry* ObjectTable::Find(std::string_view key) const {
-  const uint64_t h = Hash(key);
+ObjectEntry* ObjectTable::Find(std::string_view key) const { return FindHashed(key, Hash(key)); }
+
+ObjectEntry* ObjectTable::FindHashed(std::string_view key, uint64_t h) const {
   const uint64_t tag = Tag(h);
   const size_t mask = capacity_ - 1;
   for (size_t i = Home(h);; i = (i + 1) & mask) {

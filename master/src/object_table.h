@@ -38,6 +38,24 @@ class ObjectTable {
 
   // The entry of `key`, or nullptr.
   ObjectEntry* Find(std::string_view key) const;
+  // f(i, Find(key_at(i))) for i in [0, n), in order. A batch's lookups each miss the cache
+  // twice (the slot, then the entry); here every key's hash is taken first, and each key's slot
+  // and entry are asked of the CPU a few keys ahead, so the misses of a batch overlap instead of
+  // queueing. f must not insert or erase.
+  template <typename KeyAt, typename F>
+  void FindEach(size_t n, KeyAt&& key_at, F&& f) const {
+    constexpr size_t kSlotAhead = 8, kEntryAhead = 4;
+    hashes_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      hashes_[i] = Hash(key_at(i));
+      if (i < kSlotAhead) PrefetchSlot(hashes_[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kSlotAhead < n) PrefetchSlot(hashes_[i + kSlotAhead]);
+      if (i + kEntryAhead < n) PrefetchEntry(hashes_[i + kEntryAhead]);
+      f(i, FindHashed(key_at(i), hashes_[i]));
+    }
+  }
   // The entry of `key`; a new default-constructed one (second = true) when there was none.
   std::pair<ObjectEntry*, bool> FindOrInsert(std::string_view key);
   // Removes and deletes `e` (which must be in the table).
@@ -72,6 +90,16 @@ class ObjectTable {
   static uint64_t Tag(uint64_t hash) { return (hash & 0xffff) << 48; }
   size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
   size_t SlotOf(const ObjectEntry* e) const;
+  ObjectEntry* FindHashed(std::string_view key, uint64_t h) const;
+  void PrefetchSlot(uint64_t h) const { __builtin_prefetch(&slots_[Home(h)]); }
+  // The entry in the key's home slot, when its tag matches (the common case: linear probing
+  // keeps most keys in their home slot).
+  void PrefetchEntry(uint64_t h) const {
+    const uint64_t s = slots_[Home(h)];
+    if (s > kTombstone && (s & ~kPointerMask) == Tag(h)) {
+      __builtin_prefetch(reinterpret_cast<const void*>(s & kPointerMask));
+    }
+  }
   void Rebuild(size_t capacity);
 
   std::unique_ptr<uint64_t[]> slots_;
@@ -79,6 +107,7 @@ class ObjectTable {
   unsigned shift_ = 0;   // 64 - log2(capacity_)
   size_t live_ = 0;
   size_t tombstones_ = 0;
+  mutable std::vector<uint64_t> hashes_;  // FindEach's scratch (the table is single-threaded)
 };
 
 }  // namespace kvagent::master
