@@ -169,7 +169,17 @@ TEST(EventRelay, AMasterRestartIsFollowedByAReannounceOfTheDifferencesToTheNewCo
   rig.Converge();
   EXPECT_EQ(rig.downstream->keys().count("first-life-0"), 0u);
   EXPECT_EQ(rig.downstream->removed().count("first-life-0"), 1u);
-  EXPECT_EQ(rig.downstream->cleared(), 1);
+  EXPECT_EQ(rig.downstream->cleared(), 1) << [&] {
+    std::string out;
+    for (const std::string& p : rig.downstream->payloads()) {
+      auto b = events::DecodeEventBatch(p);
+      if (!b.ok()) continue;
+      out += "batch:";
+      for (const auto& e : b->events) out += " " + events::DescribeEvent(e).substr(0, 24) + ";";
+      out += "\n";
+    }
+    return out;
+  }();
   EXPECT_GE(rig.stats().reannounces, 2u);
   EXPECT_GE(rig.stats().objects_removed, 50u);  // first-life-* and more-*
 }

@@ -307,8 +307,12 @@ class EventRelay::Thread {
     index_.Vouch();
     const size_t held = held_.size();
     for (size_t i = 0; i < held; ++i) {
-      index_.ApplyPayload(held_[i]);
-      publisher_->PublishEncoded(std::move(held_[i]));
+      // A master's first batch (seq 0: AllBlocksCleared, then the objects it restored) came
+      // before any ListKeys it answered: the scan covers it, and by differences its clear
+      // would only wipe what consumers hold to re-store the same objects.
+      if (by_differences && held_[i].seq == 0 && StartsWithClear(held_[i].payload)) continue;
+      index_.ApplyPayload(held_[i].payload);
+      publisher_->PublishEncoded(std::move(held_[i].payload));
       // Many small held batches must not overflow our publisher's queue either.
       if (i % kHeldPerFlush == kHeldPerFlush - 1) publisher_->Flush();
     }
@@ -328,6 +332,15 @@ class EventRelay::Thread {
     }
     RefreshStats();
     return true;
+  }
+
+  static bool StartsWithClear(std::string_view payload) {
+    bool first = true, clear = false;
+    ForEachEvent(payload, [&](const EventDigest& e) {
+      if (first) clear = e.type == EventDigest::Type::kCleared;
+      first = false;
+    });
+    return clear;
   }
 
   // Publishes what consumers lack of the valid objects of one page (the index decides);
@@ -358,8 +371,9 @@ class EventRelay::Thread {
       Result<EventDelivery> d = sub_->Next(1ms);
       if (!d.ok()) break;  // nothing more ready
       if (!Count(*d)) return false;
+      if (Covered(*d)) continue;
       held_bytes_ += d->payload.size();
-      held_.push_back(std::move(d->payload));
+      held_.push_back(HeldBatch{d->seq, std::move(d->payload)});
     }
     RefreshStats();
     return true;
@@ -401,12 +415,22 @@ class EventRelay::Thread {
       Result<EventDelivery> d = sub_->Next(kPoll);
       if (d.ok()) {
         if (!Count(*d)) return;  // re-announce
+        if (Covered(*d)) continue;
         index_.ApplyPayload(d->payload);
         publisher_->PublishEncoded(std::move(d->payload));
         ++counters_.relayed_batches;
       }
       RefreshStats();
     }
+  }
+
+  // A batch of a restarted master from before (or at) the seq that revealed the restart: the
+  // subscriber repairs the new incarnation from seq 0, so such batches may arrive after the
+  // re-announce that followed, whose scan already reflects them. Published then, an old event
+  // would overwrite newer state (a BlockRemoved of a key stored again since, or the new master's
+  // opening AllBlocksCleared wiping what consumers rightly hold): they are dropped.
+  bool Covered(const EventDelivery& d) const {
+    return d.kind == EventDelivery::Kind::kBatch && covered_through_ && d.seq <= *covered_through_;
   }
 
   // Where the master's stream stands after `d`.
@@ -438,6 +462,7 @@ class EventRelay::Thread {
         return false;
       case EventDelivery::Kind::kReset:
         ++counters_.resets;
+        covered_through_ = d.seq;
         LOG(WARNING) << "event relay: the master's event stream restarted (seq " << d.previous_seq
                      << " -> " << d.seq << "); re-announcing the store";
         return false;
@@ -454,6 +479,7 @@ class EventRelay::Thread {
 
   // Folds the stats of a subscriber about to be replaced into retired_.
   void RetireSubscriber() {
+    covered_through_.reset();  // a new subscriber numbers from what it is given
     if (!sub_) return;
     const events::EventSubscriberStats s = sub_->stats();
     retired_.gaps_repaired += s.gaps_repaired;
@@ -487,8 +513,13 @@ class EventRelay::Thread {
 
   // Relay thread only.
   std::unique_ptr<events::EventSubscriber> sub_;
-  DownstreamIndex index_;          // what our consumers were told is stored
-  std::vector<std::string> held_;  // master payloads held back during a sync
+  DownstreamIndex index_;                    // what our consumers were told is stored
+  std::optional<uint64_t> covered_through_;  // see Covered()
+  struct HeldBatch {
+    uint64_t seq = 0;  // the master's
+    std::string payload;
+  };
+  std::vector<HeldBatch> held_;  // master batches held back during a sync
   size_t held_bytes_ = 0;
   EventRelayStats counters_;
   events::EventSubscriberStats retired_;  // of subscribers replaced by Join
