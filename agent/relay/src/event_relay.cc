@@ -23,8 +23,8 @@
 #include <glog/logging.h>
 
 #include "announcement.h"
-#include "kvagent/common/event_publisher.h"
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_publisher.h"
+#include "kvagent/events/event_subscriber.h"
 
 namespace kvagent::relay {
 namespace {
