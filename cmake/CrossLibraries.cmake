@@ -8,15 +8,10 @@ execute_process(COMMAND gcc -print-multiarch OUTPUT_VARIABLE host_multiarch
                 OUTPUT_STRIP_TRAILING_WHITESPACE)
 list(APPEND CMAKE_PREFIX_PATH /usr/lib/${host_multiarch}/cmake /usr/share/cmake)
 set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+# Neither ZMQ, msgpack nor glog: the components that use them (zmq/, events/, master/, agent/)
+# are not part of the SDK side.
 find_package(Threads REQUIRED)
-find_package(Boost 1.74 REQUIRED)
 find_package(FlatBuffers REQUIRED)   # the host's flatc generates the headers
-find_package(msgpack REQUIRED CONFIG)
-find_package(cppzmq REQUIRED)
-# glog's config also looks up libunwind, whose headers are architecture-specific; only glog's own
-# headers are used here, so its target is declared with glog's one usage requirement.
-add_library(glog::glog INTERFACE IMPORTED)
-set_target_properties(glog::glog PROPERTIES INTERFACE_COMPILE_DEFINITIONS GLOG_CUSTOM_PREFIX_SUPPORT)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 # The host's /usr/include holds the (architecture-independent) headers of those packages. As an
@@ -33,8 +28,8 @@ add_subdirectory(sdk)
 # The tests of the code with per-architecture paths (CRC32C, the rings' pause and wake words,
 # futex_waitv, streaming copies), built as one static executable for the target with GoogleTest
 # from the host's sources (libgtest-dev ships them), to run under qemu-aarch64-static. It takes
-# the sources it tests directly: the libraries above carry the link requirements of ZMQ, msgpack
-# and libsodium, which would need the target's libraries.
+# the sources it tests directly: kvagent_common carries the link requirement of libsodium, which
+# would need the target's library.
 if(EXISTS /usr/src/googletest/CMakeLists.txt)
   set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
   set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)

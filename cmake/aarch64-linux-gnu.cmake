@@ -2,8 +2,8 @@
 # client side (the SDK and the libraries it uses: schemas, common, ipc) as static libraries, which
 # is what an engine on an aarch64 node (Grace, GH200) links. Target headers and libraries come
 # from the toolchain's /usr/aarch64-linux-gnu; the headers of the host's Debian -dev packages
-# (Boost, FlatBuffers, msgpack, cppzmq, glog, libsodium) are architecture-independent and are
-# searched after it (-idirafter, set in the top-level CMakeLists.txt).
+# (FlatBuffers, libsodium) are architecture-independent and are searched after it (-idirafter,
+# set in the top-level CMakeLists.txt).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)

@@ -12,7 +12,7 @@
 
 #include "downstream_index.h"
 #include "event_digest.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
 #include "kvagent/schemas/agent_generated.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kvagent/common/cluster_secret.h"
-#include "kvagent/common/event_subscriber.h"
 #include "kvagent/common/validate.h"
+#include "kvagent/events/event_subscriber.h"
 
 namespace kvagent::kvctl {
 namespace {

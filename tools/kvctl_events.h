@@ -29,7 +29,7 @@
 #include <string_view>
 
 #include "kvagent/common/flags.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::kvctl {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "kvagent/agent/master_port.h"
-#include "kvagent/common/event_publisher.h"
+#include "kvagent/events/event_publisher.h"
 #include "kvagent/master/master_metrics.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"

@@ -25,7 +25,6 @@
 #include "embedded_master.h"
 #include "kvagent/agent/agent.h"
 #include "kvagent/common/cluster_auth_flags.h"
-#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics_http.h"

@@ -22,8 +22,8 @@
 
 #include <zmq.hpp>
 
-#include "kvagent/common/event_publisher.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/event_publisher.h"
+#include "kvagent/events/kv_event.h"
 
 namespace {
 

@@ -42,9 +42,9 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "kvagent/common/event_publisher.h"
 #include "kvagent/common/heap_pages.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/event_publisher.h"
+#include "kvagent/events/kv_event.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/master_service.h"
 #include "kvagent/master/standby.h"

@@ -26,7 +26,7 @@
 
 #include <zmq.hpp>
 
-#include "kvagent/common/event_publisher.h"
+#include "kvagent/events/event_publisher.h"
 #include "kvagent/master/master_service.h"
 #include "kvagent/relay/event_relay.h"
 

@@ -4,7 +4,6 @@
 #include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -35,12 +34,6 @@ std::string_view TrimTrailingWhitespace(std::string_view s) {
   return s;
 }
 
-std::string Z85(const std::array<uint8_t, 32>& key) {
-  char text[41] = {};
-  zmq_z85_encode(text, key.data(), key.size());
-  return std::string(text, 40);
-}
-
 std::string Octal(mode_t mode) {
   char buf[8];
   std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
@@ -53,9 +46,6 @@ constexpr std::string_view kCurveClientLabel = "kvagent curve client v1 ";
 constexpr std::string_view kMacLabel = "kvagent hmac-sha256 v1 ";
 
 }  // namespace
-
-std::string CurveKeyPair::PublicZ85() const { return Z85(public_key); }
-std::string CurveKeyPair::SecretZ85() const { return Z85(secret_key); }
 
 std::string_view KeyPlaneName(KeyPlane plane) {
   switch (plane) {

@@ -13,13 +13,13 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "kvagent/common/curve_auth.h"
-#include "kvagent/common/event_publisher.h"
 #include "kvagent/common/format.h"
 #include "kvagent/common/watchdog.h"
-#include "kvagent/common/zmq_limits.h"
+#include "kvagent/events/event_publisher.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/zmq/curve_auth.h"
+#include "kvagent/zmq/zmq_limits.h"
 
 namespace kvagent::master {
 namespace {

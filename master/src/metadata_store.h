@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 #include "kvagent/master/oplog.h"
 #include "kvagent/master/segment_allocator.h"
 #include "kvagent/master/session_tags.h"

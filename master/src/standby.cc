@@ -14,10 +14,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "kvagent/common/curve_auth.h"
-#include "kvagent/common/zmq_limits.h"
 #include "kvagent/master/oplog.h"
 #include "kvagent/schemas/master_generated.h"
+#include "kvagent/zmq/curve_auth.h"
+#include "kvagent/zmq/zmq_limits.h"
 #include "replication_log.h"
 
 namespace kvagent::master {

@@ -17,7 +17,7 @@
 #include <zmq.hpp>
 
 #include "ha_support.h"
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_subscriber.h"
 #include "kvagent/schemas/master_generated.h"
 
 namespace kvagent::testing {

@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/validate.h"
+#include "kvagent/events/kv_event.h"
 #include "kvagent/master/oplog.h"
 #include "master_test_util.h"
 #include "replication_log.h"

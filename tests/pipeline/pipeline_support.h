@@ -17,7 +17,7 @@
 
 #include "agent_process.h"
 #include "kvagent/client.h"
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_subscriber.h"
 #include "process_guard.h"
 #include "value_pattern.h"
 

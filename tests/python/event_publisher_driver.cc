@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kvagent/common/event_publisher.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/event_publisher.h"
+#include "kvagent/events/kv_event.h"
 
 namespace {
 

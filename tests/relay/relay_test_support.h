@@ -21,7 +21,7 @@
 #include <zmq.hpp>
 
 #include "event_test_support.h"
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_subscriber.h"
 #include "kvagent/relay/event_relay.h"
 #include "master_test_util.h"
 

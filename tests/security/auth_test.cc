@@ -10,7 +10,7 @@
 
 #include "kvagent/client.h"
 #include "kvagent/common/cluster_secret.h"
-#include "kvagent/common/curve_auth.h"
+#include "kvagent/zmq/curve_auth.h"
 #include "rpc_test_util.h"
 #include "security_support.h"
 #include "zmq_test_client.h"

@@ -11,10 +11,10 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
-#include "kvagent/common/curve_auth.h"
-#include "kvagent/common/zmq_limits.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
+#include "kvagent/zmq/curve_auth.h"
+#include "kvagent/zmq/zmq_limits.h"
 #include "link_shared.h"
 
 namespace kvagent::master_link {

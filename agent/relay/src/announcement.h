@@ -1,8 +1,8 @@
 // Private to the relay: the check every re-announced object passes before it is published.
 #pragma once
 
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::relay {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "event_digest.h"
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::relay {
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::relay {
 

@@ -27,8 +27,8 @@
 
 #include "announcement.h"
 #include "downstream_index.h"
-#include "kvagent/common/event_publisher.h"
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_publisher.h"
+#include "kvagent/events/event_subscriber.h"
 
 namespace kvagent::relay {
 namespace {

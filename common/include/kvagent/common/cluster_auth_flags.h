@@ -1,7 +1,7 @@
 // The flags every binary that joins a cluster's network planes shares: --cluster-secret-file
 // and --insecure-no-auth, and the rule that goes with them (docs/operations.md, "Security"):
 //
-//   with a secret, the ZMQ planes use CURVE with keys derived from it (curve_auth.h);
+//   with a secret, the ZMQ planes use CURVE with keys derived from it (zmq/curve_auth.h);
 //   without one, a binary refuses to listen on, or connect to, an address other hosts can reach
 //   (anything but loopback, ipc:// and inproc://), unless --insecure-no-auth says the network
 //   is trusted: an unauthenticated kvmaster on 0.0.0.0 lets anyone who reaches it read every
@@ -17,6 +17,11 @@
 #include "kvagent/common/status.h"
 
 namespace kvagent {
+
+// "tcp://127.0.0.1:50051", "tcp://localhost:1", "tcp://[::1]:1", "ipc://...", "inproc://...":
+// true; an address other hosts can reach ("tcp://0.0.0.0:...", "tcp://*:...", "tcp://10.1.2.3:..."
+// or a host name): false. What may run without a cluster secret (docs/operations.md).
+bool IsLocalEndpoint(const std::string& endpoint);
 
 struct ClusterAuthFlags {
   std::string secret_file;        // --cluster-secret-file

@@ -33,13 +33,11 @@ using SymmetricKey = std::array<uint8_t, 32>;
 // HMAC-SHA-256 tag.
 using MacTag = std::array<uint8_t, 32>;
 
-// A CurveZMQ (X25519) key pair, with the Z85 text forms ZMQ_CURVE_* options take.
+// A CurveZMQ (X25519) key pair, in the 32-byte binary form ZMQ_CURVE_* options take
+// (zmq/curve_auth.h sets them).
 struct CurveKeyPair {
   std::array<uint8_t, 32> public_key{};
   std::array<uint8_t, 32> secret_key{};
-
-  std::string PublicZ85() const;  // 40 characters
-  std::string SecretZ85() const;  // 40 characters
 };
 
 // The two ends of a CURVE connection of one plane: every member holds both pairs (it may be the

@@ -22,8 +22,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
+#include "kvagent/events/kv_event.h"
 #include "kvagent/master/types.h"
 
 namespace kvagent::master {

@@ -39,8 +39,8 @@
 
 #include "kvagent/agent/master_port.h"
 #include "kvagent/common/cluster_secret.h"
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::master_link {
 

@@ -19,8 +19,8 @@
 
 #include <msgpack.hpp>
 
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/validate.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::events {
 namespace {

@@ -1,6 +1,6 @@
 // EventPublisher against docs/events.md ("Sockets and frames", "Replay"), observed with plain
 // cppzmq sockets.
-#include "kvagent/common/event_publisher.h"
+#include "kvagent/events/event_publisher.h"
 
 #include <gtest/gtest.h>
 

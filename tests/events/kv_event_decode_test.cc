@@ -12,7 +12,7 @@
 
 #include <msgpack.hpp>
 
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::events {
 namespace {

@@ -14,7 +14,7 @@
 //    late answer can never be mistaken for the answer to a later request.
 //  - An idle probe is an ordinary replay from expected_ with nothing held: it delivers what
 //    the live socket lost, or just the end marker.
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_subscriber.h"
 
 #include <deque>
 #include <vector>
@@ -22,8 +22,8 @@
 #include <zmq.hpp>
 
 #include "event_socket.h"
-#include "kvagent/common/curve_auth.h"
-#include "kvagent/common/zmq_limits.h"
+#include "kvagent/zmq/curve_auth.h"
+#include "kvagent/zmq/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {

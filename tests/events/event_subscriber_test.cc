@@ -1,6 +1,6 @@
 // EventSubscriber against a real EventPublisher (and, for the foreign layouts, raw sockets):
 // order, gap repair through replay, unrepairable gaps, resets, from_seq, malformed frames.
-#include "kvagent/common/event_subscriber.h"
+#include "kvagent/events/event_subscriber.h"
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@
 // Retention and replay: EventReplay (event_replay.h), owned by the thread with the ROUTER.
 // An evicted batch's string is recycled as the next payload buffer when no replay message
 // still refers to it, so steady state allocates no payload buffers.
-#include "kvagent/common/event_publisher.h"
+#include "kvagent/events/event_publisher.h"
 
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -44,9 +44,9 @@
 
 #include "event_replay.h"
 #include "event_socket.h"
-#include "kvagent/common/curve_auth.h"
 #include "kvagent/common/unique_fd.h"
-#include "kvagent/common/zmq_limits.h"
+#include "kvagent/zmq/curve_auth.h"
+#include "kvagent/zmq/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {

@@ -1,6 +1,5 @@
-#include "kvagent/common/curve_auth.h"
+#include "kvagent/zmq/curve_auth.h"
 
-#include <arpa/inet.h>
 #include <glog/logging.h>
 #include <zmq.h>
 
@@ -169,28 +168,6 @@ Result<CurveServer> StartCurveServer(void* context, const CurvePlaneKeys& keys) 
   auto zap = ZapHandler::Start(context, {keys.client.public_key});
   if (!zap.ok()) return zap.status();
   return CurveServer{keys, std::move(*zap)};
-}
-
-bool IsLocalEndpoint(const std::string& endpoint) {
-  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
-  constexpr std::string_view kTcp = "tcp://";
-  if (endpoint.rfind(kTcp, 0) != 0) return false;
-  std::string_view rest = std::string_view(endpoint).substr(kTcp.size());
-  // tcp://[source_address;]host:port: only the host matters (a connect may name a source).
-  if (const size_t semicolon = rest.find(';'); semicolon != std::string_view::npos) {
-    rest = rest.substr(semicolon + 1);
-  }
-  const size_t colon = rest.rfind(':');
-  std::string host(rest.substr(0, colon == std::string_view::npos ? rest.size() : colon));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;  // "*", an interface name, a host name: reachable from elsewhere
 }
 
 }  // namespace kvagent

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "kvagent/common/kv_event.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::events {
 namespace {

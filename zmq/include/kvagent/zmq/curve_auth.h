@@ -68,9 +68,4 @@ struct CurveServer {
 // MakeCurveServer on each server socket of that context.
 Result<CurveServer> StartCurveServer(void* context, const CurvePlaneKeys& keys);
 
-// "tcp://127.0.0.1:50051", "tcp://localhost:1", "tcp://[::1]:1", "ipc://...", "inproc://...":
-// true; an address other hosts can reach ("tcp://0.0.0.0:...", "tcp://*:...", "tcp://10.1.2.3:..."
-// or a host name): false. What may run without a cluster secret (docs/operations.md).
-bool IsLocalEndpoint(const std::string& endpoint);
-
 }  // namespace kvagent

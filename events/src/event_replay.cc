@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "event_socket.h"
-#include "kvagent/common/kv_event.h"
-#include "kvagent/common/zmq_limits.h"
+#include "kvagent/events/kv_event.h"
+#include "kvagent/zmq/zmq_limits.h"
 
 namespace kvagent::events {
 namespace {

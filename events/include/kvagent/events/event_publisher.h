@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "kvagent/common/cluster_secret.h"
-#include "kvagent/common/kv_event.h"
 #include "kvagent/common/status.h"
+#include "kvagent/events/kv_event.h"
 
 namespace kvagent::events {
 
