@@ -9,6 +9,8 @@
 //                      chains run over the rest, so both the vector unit and the crc32 unit
 //                      are busy (on AMD Zen 3 each alone reaches ~8 bytes per cycle)
 //   avx512+vpclmulqdq  four 64-byte accumulators, 256 bytes per step
+// Compiled on every architecture (one source list); empty on all but x86-64.
+#if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 
@@ -531,3 +533,4 @@ const Path kHybridPath{HybridUpdate, HybridCopyUpdate, "avx2+vpclmulqdq", Hybrid
 const Path kFold512Path{Fold512Update, Fold512CopyUpdate, "avx512+vpclmulqdq"};
 
 }  // namespace kvagent::crc32c
+#endif  // defined(__x86_64__)

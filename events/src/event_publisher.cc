@@ -103,7 +103,10 @@ struct EncodedPayload {
   std::string payload;
 };
 struct DropMarker {};  // one skipped seq
-using QueuedItem = std::variant<KvEvent, EncodedPayload, DropMarker>;
+// A producer's events, handed over as one item: moving each event into the queue on its own
+// cost the master's loop a tenth of its time.
+using EventRun = std::vector<KvEvent>;
+using QueuedItem = std::variant<KvEvent, EventRun, EncodedPayload, DropMarker>;
 
 // The PUB side: plain (ipc://, inproc://, and tcp:// without CURVE) and CURVE (tcp:// with
 // it). A batch goes to every socket that has an endpoint.
@@ -170,10 +173,14 @@ class EventPublisher::Thread {
       wake = std::exchange(sleeping_, false);
       const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
       const size_t taken = std::min(room, events.size());
-      for (size_t i = 0; i < taken; ++i) incoming_.emplace_back(std::move(events[i]));
-      queued_ += taken;
-      submitted_ += taken;
-      if (taken < events.size()) RecordDropLocked(events.size() - taken);
+      const size_t offered = events.size();
+      if (taken > 0) {
+        events.resize(taken);  // what does not fit is dropped (and counted below)
+        incoming_.emplace_back(std::move(events));
+        queued_ += taken;
+        ++submitted_;  // one item (completed_ counts items)
+      }
+      if (taken < offered) RecordDropLocked(offered - taken);
     }
     if (wake) wake_.Notify();
   }
@@ -362,16 +369,9 @@ class EventPublisher::Thread {
   void Publish(PubSockets& pub, std::vector<QueuedItem>& work, bool retain) {
     for (QueuedItem& item : work) {
       if (auto* event = std::get_if<KvEvent>(&item)) {
-        builder_.Add(*event);
-        if (builder_.event_count() > 1 && builder_.payload_bound() > options_.max_batch_bytes) {
-          builder_.RemoveLast();
-          SendBuilt(pub, retain);
-          builder_.Add(*event);
-        }
-        if (builder_.event_count() >= options_.max_batch_events ||
-            builder_.payload_bound() >= options_.max_batch_bytes) {
-          SendBuilt(pub, retain);
-        }
+        Add(pub, *event, retain);
+      } else if (auto* run = std::get_if<EventRun>(&item)) {
+        for (const KvEvent& e : *run) Add(pub, e, retain);
       } else if (auto* encoded = std::get_if<EncodedPayload>(&item)) {
         SendBuilt(pub, retain);
         payload_.swap(encoded->payload);
@@ -383,6 +383,20 @@ class EventPublisher::Thread {
       }
     }
     SendBuilt(pub, retain);
+  }
+
+  // Adds one event to the batch being built, sending it first or after when it is full.
+  void Add(PubSockets& pub, const KvEvent& event, bool retain) {
+    builder_.Add(event);
+    if (builder_.event_count() > 1 && builder_.payload_bound() > options_.max_batch_bytes) {
+      builder_.RemoveLast();
+      SendBuilt(pub, retain);
+      builder_.Add(event);
+    }
+    if (builder_.event_count() >= options_.max_batch_events ||
+        builder_.payload_bound() >= options_.max_batch_bytes) {
+      SendBuilt(pub, retain);
+    }
   }
 
   void SendBuilt(PubSockets& pub, bool retain) {

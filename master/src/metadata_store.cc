@@ -114,6 +114,9 @@ void MetadataStore::EmitRemoved(const ObjectEntry& e) {
 std::vector<events::KvEvent> MetadataStore::TakeEvents() {
   std::vector<events::KvEvent> out;
   out.swap(events_);
+  // The next round emits about as many: room for them up front, so that appending never moves
+  // the events already there (a regrowth moves every one of them).
+  events_.reserve(out.size());
   return out;
 }
 
