@@ -2,24 +2,25 @@
 //
 // Only the client allocates in its own arena (the agent reads and writes the ranges a request
 // names, after bounds checks), so this lives in the client's private memory and a mutex is
-// fine. Strategy: best fit over the free extents, split on allocation, and coalesce with both
-// neighbours on free. Best fit keeps large extents intact for large values, and immediate
-// coalescing means that a run of same-sized KV blocks (the common case) freed in any order
-// returns to one extent; fragmentation shows up only with long-lived mixed sizes, and then
-// Allocate says how large the largest free extent is.
+// fine. The strategy is common/extent_allocator.h's (best fit, split on allocation, coalesce
+// with both neighbours on free; the master's segment map is the same allocator): best fit keeps
+// large extents intact for large values, and immediate coalescing means that a run of
+// same-sized KV blocks (the common case) freed in any order returns to one extent;
+// fragmentation shows up only with long-lived mixed sizes, and then Allocate says how large the
+// largest free extent is. On top of it this class locks, remembers each range's size (Free
+// takes only the offset) and says in its errors what the caller can do.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <mutex>
-#include <set>
 #include <unordered_map>
-#include <utility>
 
+#include "kvagent/common/extent_allocator.h"
 #include "kvagent/common/status.h"
 
 namespace kvagent::ipc {
 
+// Thread-safe: every member may be called from any thread.
 class ArenaAllocator {
  public:
   // Manages [0, arena_bytes); every allocation starts on an `alignment` boundary (power of two).
@@ -42,16 +43,10 @@ class ArenaAllocator {
   size_t free_extents() const;
 
  private:
-  void InsertFree(uint64_t offset, uint64_t size);  // requires mu_; no coalescing
-  void EraseFree(std::map<uint64_t, uint64_t>::iterator it);
-
-  const uint64_t arena_bytes_;
-  const uint64_t alignment_;
+  const uint64_t arena_bytes_;  // arena_bytes rounded down to the alignment
   mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset), for best fit
-  std::unordered_map<uint64_t, uint64_t> allocated_;      // offset -> size
-  uint64_t free_bytes_ = 0;
+  ExtentAllocator extents_;                           // guarded by mu_
+  std::unordered_map<uint64_t, uint64_t> allocated_;  // offset -> size; guarded by mu_
 };
 
 }  // namespace kvagent::ipc

@@ -1,10 +1,12 @@
 // SegmentAllocator: the free-space map of one mounted segment (an agent's memory pool).
 //
 // Offset-based: the master never touches the segment's memory, it only hands out byte ranges
-// [offset, offset + length) inside [0, size). Best fit over the free blocks (smallest block that
-// fits, lowest offset on ties) keeps large blocks whole for large values; freeing coalesces with
-// both free neighbours, so free blocks never touch. Allocate and Free are O(log f), f = number
-// of free blocks; allocated ranges cost no memory here (the caller records them).
+// [offset, offset + length) inside [0, size). The allocator is common/extent_allocator.h's (the
+// client's arena uses the same one): best fit over the free blocks (smallest block that fits,
+// lowest offset on ties) keeps large blocks whole for large values; freeing coalesces with both
+// free neighbours, so free blocks never touch. Allocate and Free are O(log f), f = number of
+// free blocks, and allocate no memory on the put path; allocated ranges cost no memory here (the
+// caller records them). This class fixes the alignment, so that Rounded needs no allocator.
 //
 // Alignment: every offset and every length is a multiple of kAlignment = 64 bytes. 64 B is the
 // cache line: values written by different writers never share a line (no false sharing while
@@ -16,10 +18,9 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
-#include <set>
-#include <utility>
+
+#include "kvagent/common/extent_allocator.h"
 
 namespace kvagent::master {
 
@@ -28,7 +29,7 @@ class SegmentAllocator {
   static constexpr uint64_t kAlignment = 64;
 
   // A segment of `size` bytes, all free. `size` is rounded down to kAlignment.
-  explicit SegmentAllocator(uint64_t size);
+  explicit SegmentAllocator(uint64_t size) : extents_(size, kAlignment) {}
 
   SegmentAllocator(const SegmentAllocator&) = delete;
   SegmentAllocator& operator=(const SegmentAllocator&) = delete;
@@ -36,36 +37,35 @@ class SegmentAllocator {
   SegmentAllocator& operator=(SegmentAllocator&&) = default;
 
   // Rounds `length` up to kAlignment (0 counts as kAlignment).
-  static uint64_t Rounded(uint64_t length);
+  static constexpr uint64_t Rounded(uint64_t length) {
+    return length == 0 ? kAlignment : (length + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   // Reserves Rounded(length) bytes and returns their offset, or nullopt when no free block is
   // large enough (the segment may still have that many free bytes in smaller pieces).
-  [[nodiscard]] std::optional<uint64_t> Allocate(uint64_t length);
+  [[nodiscard]] std::optional<uint64_t> Allocate(uint64_t length) {
+    return extents_.Allocate(length);
+  }
 
   // Reserves exactly [offset, offset + Rounded(length)) (restoring state from the operation
   // log). Returns false, changing nothing, when any byte of the range is not free.
-  [[nodiscard]] bool AllocateAt(uint64_t offset, uint64_t length);
+  [[nodiscard]] bool AllocateAt(uint64_t offset, uint64_t length) {
+    return extents_.AllocateAt(offset, length);
+  }
 
   // Returns [offset, offset + Rounded(length)) to the free space. The range must have come from
   // Allocate/AllocateAt with the same length and not been freed since (checked in debug builds).
-  void Free(uint64_t offset, uint64_t length);
+  void Free(uint64_t offset, uint64_t length) { extents_.Free(offset, length); }
 
-  uint64_t size() const { return size_; }
-  uint64_t used() const { return size_ - free_bytes_; }
-  uint64_t free_bytes() const { return free_bytes_; }
+  uint64_t size() const { return extents_.size(); }
+  uint64_t used() const { return extents_.used(); }
+  uint64_t free_bytes() const { return extents_.free_bytes(); }
   // The largest single allocation that would succeed now.
-  uint64_t largest_free() const;
-  size_t free_block_count() const { return by_offset_.size(); }
+  uint64_t largest_free() const { return extents_.largest_free(); }
+  size_t free_block_count() const { return extents_.free_extent_count(); }
 
  private:
-  void Insert(uint64_t offset, uint64_t length);
-  void Erase(std::map<uint64_t, uint64_t>::iterator it);
-
-  uint64_t size_;
-  uint64_t free_bytes_;
-  // Invariant: both indexes hold the same free blocks; no two blocks overlap or touch.
-  std::map<uint64_t, uint64_t> by_offset_;           // offset -> length
-  std::set<std::pair<uint64_t, uint64_t>> by_size_;  // (length, offset)
+  ExtentAllocator extents_;
 };
 
 }  // namespace kvagent::master
