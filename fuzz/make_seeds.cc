@@ -58,8 +58,8 @@ Bytes AgentRequest(ap::Op op, int keys, bool sessions, bool blocks) {
   if (blocks) {
     std::vector<flatbuffers::Offset<ap::BlockMeta>> metas;
     for (int i = 0; i < keys; ++i) {
-      const ap::BlockHash h(1000 + i, i % 2 == 0);
-      const ap::BlockHash parent(999, false);
+      const kvagent::block_proto::BlockHash h(1000 + i, i % 2 == 0);
+      const kvagent::block_proto::BlockHash parent(999, false);
       const std::vector<uint32_t> tokens(4, 7);
       metas.push_back(ap::CreateBlockMeta(b, b.CreateVectorOfStructs(&h, 1), &parent,
                                           b.CreateVector(tokens), 4, b.CreateString("lora")));
@@ -137,7 +137,7 @@ void MasterMessages() {
       "put_start", MasterRequest(mp::Body::BatchPutStart, [&](B& b) {
         const std::vector<uint64_t> sizes = {100, 3 << 20};
         const std::vector<std::string> sessions = {"s1", ""};
-        const mp::BlockHash h(77, false);
+        const kvagent::block_proto::BlockHash h(77, false);
         const std::vector<uint32_t> tokens(2, 5);
         std::vector<flatbuffers::Offset<mp::BlockMeta>> metas = {
             mp::CreateBlockMeta(b, b.CreateVectorOfStructs(&h, 1), 0, b.CreateVector(tokens), 2),

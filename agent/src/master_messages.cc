@@ -60,15 +60,15 @@ Offset<flatbuffers::Vector<Offset<mfb::BlockMeta>>> MasterMessages::Blocks(
       blocks_.push_back(empty);
       continue;
     }
-    hashes_.clear();
-    for (const proto::BlockHash* h : *b->block_hashes()) {
-      hashes_.emplace_back(h->bits(), h->is_signed());
-    }
-    const auto hashes = fbb_.CreateVectorOfStructs(hashes_);
-    Offset<flatbuffers::Vector<const mfb::BlockHash*>> parent;
-    if (const proto::BlockHash* p = b->parent_block_hash()) {
-      const mfb::BlockHash one(p->bits(), p->is_signed());
-      parent = fbb_.CreateVectorOfStructs(&one, 1);
+    // BlockHash is one type in both schemas (blocks.fbs): the hashes are copied as they are.
+    // The request was checked: a BlockMeta that is not empty holds at least one hash.
+    const auto* from = b->block_hashes();
+    // A vector of structs is their bytes in a row (Data()); its element accessors yield copies.
+    const auto hashes = fbb_.CreateVectorOfStructs(
+        reinterpret_cast<const block_proto::BlockHash*>(from->Data()), from->size());
+    Offset<flatbuffers::Vector<const block_proto::BlockHash*>> parent;
+    if (const block_proto::BlockHash* p = b->parent_block_hash()) {
+      parent = fbb_.CreateVectorOfStructs(p, 1);
     }
     Offset<flatbuffers::Vector<uint32_t>> tokens;
     if (b->token_ids() != nullptr) {

@@ -91,7 +91,6 @@ class MasterMessages {
   flatbuffers::FlatBufferBuilder fbb_{4096};
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
   std::vector<flatbuffers::Offset<mfb::BlockMeta>> blocks_;
-  std::vector<mfb::BlockHash> hashes_;
   std::vector<uint64_t> sizes_;
 };
 

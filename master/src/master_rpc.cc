@@ -39,13 +39,13 @@ namespace {
 // The block fields of a stored object's announcement as the writer gave them (ListKeys).
 flatbuffers::Offset<fb::BlockMeta> EncodeBlockMeta(flatbuffers::FlatBufferBuilder& b,
                                                    const events::BlockStored& e) {
-  std::vector<fb::BlockHash> hashes;
+  std::vector<block_proto::BlockHash> hashes;
   hashes.reserve(e.block_hashes.size());
   for (const events::BlockHash& h : e.block_hashes) hashes.emplace_back(h.bits, h.is_signed);
   auto hash_vec = b.CreateVectorOfStructs(hashes);
-  flatbuffers::Offset<flatbuffers::Vector<const fb::BlockHash*>> parent;
+  flatbuffers::Offset<flatbuffers::Vector<const block_proto::BlockHash*>> parent;
   if (e.parent_block_hash) {
-    fb::BlockHash p(e.parent_block_hash->bits, e.parent_block_hash->is_signed);
+    block_proto::BlockHash p(e.parent_block_hash->bits, e.parent_block_hash->is_signed);
     parent = b.CreateVectorOfStructs(&p, 1);
   }
   auto tokens = e.token_ids.empty() ? 0 : b.CreateVector(e.token_ids).o;
@@ -342,13 +342,13 @@ WriteStartRequest MasterRpc::Call::ReadStart(const fb::WriteStart* m) {
       BlockMetaView v;
       const size_t start = s_.hashes.size();
       if (bm->block_hashes()) {
-        for (const fb::BlockHash* h : *bm->block_hashes()) {
+        for (const block_proto::BlockHash* h : *bm->block_hashes()) {
           s_.hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
         }
       }
       v.block_hashes = std::span(s_.hashes).subspan(start, s_.hashes.size() - start);
       if (bm->parent_block_hash() && bm->parent_block_hash()->size() > 0) {
-        const fb::BlockHash* p = bm->parent_block_hash()->Get(0);
+        const block_proto::BlockHash* p = bm->parent_block_hash()->Get(0);
         v.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
       }
       v.token_ids = SpanOf(bm->token_ids());

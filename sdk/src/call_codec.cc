@@ -171,7 +171,7 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
     std::vector<flatbuffers::Offset<proto::BlockMeta>> metas;
     metas.reserve(o.blocks.size());
     for (const BlockMetadata& b : o.blocks) {
-      std::vector<proto::BlockHash> hashes;
+      std::vector<block_proto::BlockHash> hashes;
       hashes.reserve(b.block_hashes.size());
       for (uint64_t h : b.block_hashes) hashes.emplace_back(h, b.hashes_signed);
       auto hash_vec = fbb.CreateVectorOfStructs(hashes);
@@ -179,7 +179,7 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
       if (!b.token_ids.empty()) tokens = fbb.CreateVector(b.token_ids);
       flatbuffers::Offset<flatbuffers::String> lora;
       if (!b.lora_name.empty()) lora = fbb.CreateString(b.lora_name);
-      const proto::BlockHash parent(b.parent_block_hash, b.hashes_signed);
+      const block_proto::BlockHash parent(b.parent_block_hash, b.hashes_signed);
       metas.push_back(proto::CreateBlockMeta(fbb, hash_vec, b.has_parent ? &parent : nullptr,
                                              tokens, b.block_size, lora));
     }

@@ -191,9 +191,9 @@ Bytes WriteStartWithBlocks(uint32_t agent, const std::vector<std::string>& keys,
   flatbuffers::FlatBufferBuilder b;
   std::vector<flatbuffers::Offset<fb::BlockMeta>> blocks;
   for (size_t i = 0; i < block_entries; ++i) {
-    std::vector<fb::BlockHash> hashes = {fb::BlockHash(1000 + i, false),
-                                         fb::BlockHash(2000 + i, true)};
-    std::vector<fb::BlockHash> parent = {fb::BlockHash(7, false)};
+    std::vector<block_proto::BlockHash> hashes = {block_proto::BlockHash(1000 + i, false),
+                                                  block_proto::BlockHash(2000 + i, true)};
+    std::vector<block_proto::BlockHash> parent = {block_proto::BlockHash(7, false)};
     std::vector<uint32_t> token_ids(tokens);
     for (size_t t = 0; t < tokens; ++t) token_ids[t] = static_cast<uint32_t>(t);
     blocks.push_back(fb::CreateBlockMeta(b, b.CreateVectorOfStructs(hashes),

@@ -218,7 +218,7 @@ void FillEventHistory(Master& m, int count) {
   for (int i = 0; i < count; ++i) {
     flatbuffers::FlatBufferBuilder b;
     const std::vector<std::string> keys = {"obj-" + std::to_string(i)};
-    const fb::BlockHash hash(static_cast<uint64_t>(i), false);
+    const block_proto::BlockHash hash(static_cast<uint64_t>(i), false);
     const auto meta =
         fb::CreateBlockMeta(b, b.CreateVectorOfStructs(&hash, 1), 0, b.CreateVector(tokens), 4096);
     const std::vector<flatbuffers::Offset<fb::BlockMeta>> metas = {meta};

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <future>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
@@ -113,12 +114,12 @@ events::BlockStored BlockOf(const mfb::BlockMeta* m) {
   events::BlockStored out;
   if (m == nullptr) return out;
   if (m->block_hashes() != nullptr) {
-    for (const mfb::BlockHash* h : *m->block_hashes()) {
+    for (const block_proto::BlockHash* h : *m->block_hashes()) {
       out.block_hashes.push_back(events::BlockHash{h->bits(), h->is_signed()});
     }
   }
   if (m->parent_block_hash() != nullptr && m->parent_block_hash()->size() > 0) {
-    const mfb::BlockHash* p = m->parent_block_hash()->Get(0);
+    const block_proto::BlockHash* p = m->parent_block_hash()->Get(0);
     out.parent_block_hash = events::BlockHash{p->bits(), p->is_signed()};
   }
   if (m->token_ids() != nullptr) {
@@ -164,7 +165,7 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions op
   auto shared = std::make_shared<Shared>(std::move(options));
   shared->wake = ipc::UniqueFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!shared->wake.valid()) {
-    return Internal(std::string("eventfd: ") + std::strerror(errno) +
+    return Internal(std::string("eventfd: ") + ErrnoText(errno) +
                     "; raise the process's file descriptor limit");
   }
   shared->SetState(LinkState::kConnecting, "connecting");
