@@ -1,6 +1,7 @@
 // The acceptor's connection lifecycle: the epoll loop, accepting (with its limits), timeouts and
 // closing. The handshake messages themselves are in acceptor_handshake.cc.
 #include "acceptor.h"
+#include "kvagent/common/errno_text.h"
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -46,7 +47,7 @@ Status Acceptor::Start() {
   wake_fd_ = ipc::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   spare_fd_ = ipc::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!epoll_fd_.valid() || !wake_fd_.valid() || !spare_fd_.valid()) {
-    return Internal(std::string("epoll/eventfd creation failed: ") + std::strerror(errno) +
+    return Internal(std::string("epoll/eventfd creation failed: ") + ErrnoText(errno) +
                     "; raise the agent's open-file limit");
   }
   auto listener = ipc::ListenUnix(config_.SocketPath());
@@ -206,7 +207,7 @@ void Acceptor::OnAcceptFailure(int err) {
   if (now >= next_accept_warning_) {
     LOG(WARNING) << "accepting a client failed " << accept_failures_ << " time(s) in the last "
                  << std::chrono::duration_cast<std::chrono::seconds>(kWarningInterval).count()
-                 << " s (last: " << std::strerror(err) << ")"
+                 << " s (last: " << ErrnoText(err) << ")"
                  << (err == EMFILE || err == ENFILE
                          ? "; the agent is out of file descriptors: raise LimitNOFILE, or find "
                            "who holds connections open (ls -l /proc/<pid>/fd)"

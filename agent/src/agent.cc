@@ -1,4 +1,5 @@
 #include "kvagent/agent/agent.h"
+#include "kvagent/common/errno_text.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,7 +67,7 @@ Status MakeRunDir(const std::string& dir) {
     if (pos != dir.size() && dir[pos] != '/') continue;
     const std::string prefix = dir.substr(0, pos);
     if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Internal("cannot create run dir " + prefix + ": " + std::strerror(errno) +
+      return Internal("cannot create run dir " + prefix + ": " + ErrnoText(errno) +
                       "; pick a writable --run-dir");
     }
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvagent/common/checksum.h"
+#include "kvagent/common/errno_text.h"
 
 namespace kvagent::agent {
 namespace {
@@ -61,7 +62,7 @@ Result<std::shared_ptr<ProcessMemory>> ProcessMemory::Grant(pid_t pid, uint64_t 
   }
   ipc::UniqueFd pidfd(PidfdOpen(pid));
   if (!pidfd.valid()) {
-    return InvalidParams("pidfd_open(" + std::to_string(pid) + ") failed: " + std::strerror(errno));
+    return InvalidParams("pidfd_open(" + std::to_string(pid) + ") failed: " + ErrnoText(errno));
   }
   uint64_t seen = 0;
   iovec local{&seen, sizeof(seen)};
@@ -74,7 +75,7 @@ Result<std::shared_ptr<ProcessMemory>> ProcessMemory::Grant(pid_t pid, uint64_t 
                              "or let the SDK name the agent as its ptracer (Yama)"
                            : "";
     return InvalidParams("the agent cannot read the client's memory (process_vm_readv: " +
-                         std::string(std::strerror(err)) + ")" + hint);
+                         ErrnoText(err) + ")" + hint);
   }
   if (seen != probe_value) {
     return InvalidParams(
@@ -171,8 +172,8 @@ Result<uint32_t> ProcessMemory::Read(Ranges ranges, uint64_t offset, uint8_t* ds
           return InvalidParams(
               "bytes " + std::to_string(offset + at) + ".." + std::to_string(offset + at + n) +
               " of the value (at " + Hex(reinterpret_cast<uint64_t>(remote[0].iov_base)) +
-              ") are not readable in the client process (" +
-              std::strerror(got < 0 ? errno : EFAULT) + "); pass buffers of mapped memory");
+              ") are not readable in the client process (" + ErrnoText(got < 0 ? errno : EFAULT) +
+              "); pass buffers of mapped memory");
         }
         // The chunk is in cache now: checksum it before the next one evicts it.
         return checksum ? Crc32c(dst + at, n, so_far) : 0;
@@ -182,24 +183,23 @@ Result<uint32_t> ProcessMemory::Read(Ranges ranges, uint64_t offset, uint8_t* ds
 Result<uint32_t> ProcessMemory::Write(Ranges ranges, uint64_t offset, const uint8_t* src,
                                       uint64_t length, bool checksum) const {
   if (!Alive()) return Unavailable(pid_);
-  return Move(ranges, offset, length, 0,
-              [&](uint64_t at, uint64_t n, std::span<const iovec> remote,
-                  uint32_t so_far) -> Result<uint32_t> {
-                // Checksum the chunk first: the kernel then reads it from cache.
-                const uint32_t next = checksum ? Crc32c(src + at, n, so_far) : 0;
-                iovec local{const_cast<uint8_t*>(src + at), n};
-                const ssize_t put =
-                    process_vm_writev(pid_, &local, 1, remote.data(), remote.size(), 0);
-                if (put != static_cast<ssize_t>(n)) {
-                  return InvalidParams("bytes " + std::to_string(offset + at) + ".." +
-                                       std::to_string(offset + at + n) + " of the target (at " +
-                                       Hex(reinterpret_cast<uint64_t>(remote[0].iov_base)) +
-                                       ") are not writable in the client process (" +
-                                       std::strerror(put < 0 ? errno : EFAULT) +
-                                       "); pass buffers of mapped, writable memory");
-                }
-                return next;
-              });
+  return Move(
+      ranges, offset, length, 0,
+      [&](uint64_t at, uint64_t n, std::span<const iovec> remote,
+          uint32_t so_far) -> Result<uint32_t> {
+        // Checksum the chunk first: the kernel then reads it from cache.
+        const uint32_t next = checksum ? Crc32c(src + at, n, so_far) : 0;
+        iovec local{const_cast<uint8_t*>(src + at), n};
+        const ssize_t put = process_vm_writev(pid_, &local, 1, remote.data(), remote.size(), 0);
+        if (put != static_cast<ssize_t>(n)) {
+          return InvalidParams(
+              "bytes " + std::to_string(offset + at) + ".." + std::to_string(offset + at + n) +
+              " of the target (at " + Hex(reinterpret_cast<uint64_t>(remote[0].iov_base)) +
+              ") are not writable in the client process (" + ErrnoText(put < 0 ? errno : EFAULT) +
+              "); pass buffers of mapped, writable memory");
+        }
+        return next;
+      });
 }
 
 Result<uint32_t> ProcessMemory::Checksum(Ranges ranges, uint64_t offset, uint64_t length) const {
