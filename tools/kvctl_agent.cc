@@ -1,4 +1,5 @@
 #include "kvctl_agent.h"
+#include "kvagent/common/errno_text.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -18,11 +19,11 @@ std::string ProbeUnixSocket(const std::string& path) {
   if (path.size() >= sizeof(addr.sun_path)) return "the path is too long for a unix socket";
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::strerror(errno);
+  if (fd < 0) return ErrnoText(errno);
   const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
   const int error = errno;
   ::close(fd);
-  return rc == 0 ? "" : std::strerror(error);
+  return rc == 0 ? "" : ErrnoText(error);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kvagent/common/errno_text.h"
 #include "kvctl_agent.h"
 #include "kvctl_commands.h"
 
@@ -59,7 +60,7 @@ Result<ArenaBuffer> AllocateValue(Client& client, uint64_t bytes) {
 Status ReadAll(std::istream& in, const std::string& name, std::string* out) {
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  if (in.bad()) return InvalidParams("cannot read " + name + ": " + std::strerror(errno));
+  if (in.bad()) return InvalidParams("cannot read " + name + ": " + ErrnoText(errno));
   *out = std::move(bytes).str();
   return Status::Ok();
 }
@@ -78,7 +79,7 @@ std::optional<uint64_t> RegularFileSize(const std::string& path) {
 Status ReadStream(const std::string& path, std::string* out) {
   if (path == "-") return ReadAll(std::cin, "standard input", out);
   std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidParams("cannot open " + path + ": " + std::strerror(errno));
+  if (!in) return InvalidParams("cannot open " + path + ": " + ErrnoText(errno));
   return ReadAll(in, path, out);
 }
 
@@ -88,7 +89,7 @@ Result<ArenaBuffer> LoadValue(Client& client, const std::string& value, bool fro
                               const std::string& path) {
   if (from_file) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return InvalidParams("cannot open " + path + ": " + std::strerror(errno));
+    if (!in) return InvalidParams("cannot open " + path + ": " + ErrnoText(errno));
     const uint64_t size = RegularFileSize(path).value_or(0);
     if (size == 0) return InvalidParams(path + " is empty; a value needs at least 1 byte");
     auto buffer = AllocateValue(client, size);
@@ -231,7 +232,7 @@ int GetCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
     file.close();
     if (!file) {
       return ReportFailure(err, what,
-                           InvalidParams("cannot write " + out_path + ": " + std::strerror(errno)));
+                           InvalidParams("cannot write " + out_path + ": " + ErrnoText(errno)));
     }
     out << "wrote " << result.length << " bytes to " << out_path << "\n";
     return kExitOk;

@@ -1,4 +1,5 @@
 #include "kvagent/common/cluster_secret.h"
+#include "kvagent/common/errno_text.h"
 
 #include <fcntl.h>
 #include <sodium.h>
@@ -85,7 +86,7 @@ Result<ClusterSecret> ClusterSecret::LoadFromFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
-    return InvalidParams("cannot open " + what + ": " + std::strerror(err) +
+    return InvalidParams("cannot open " + what + ": " + ErrnoText(err) +
                          (err == EACCES ? " (run as its owner, or give this user a copy)" : ""));
   }
   struct FdCloser {
@@ -94,7 +95,7 @@ Result<ClusterSecret> ClusterSecret::LoadFromFile(const std::string& path) {
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    return InvalidParams("cannot stat " + what + ": " + std::strerror(errno));
+    return InvalidParams("cannot stat " + what + ": " + ErrnoText(errno));
   }
   if (!S_ISREG(st.st_mode)) return InvalidParams(what + " is not a regular file");
   if ((st.st_mode & 077) != 0) {
@@ -117,7 +118,7 @@ Result<ClusterSecret> ClusterSecret::LoadFromFile(const std::string& path) {
   while (got < content.size()) {
     const ssize_t n = ::read(fd, content.data() + got, content.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return InvalidParams("cannot read " + what + ": " + std::strerror(errno));
+    if (n < 0) return InvalidParams("cannot read " + what + ": " + ErrnoText(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
@@ -206,7 +207,7 @@ Status GenerateClusterSecretFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int err = errno;
-    return InvalidParams("cannot create cluster secret file " + path + ": " + std::strerror(err) +
+    return InvalidParams("cannot create cluster secret file " + path + ": " + ErrnoText(err) +
                          (err == EEXIST ? " (it exists; a secret is never overwritten)" : ""));
   }
   size_t done = 0;
@@ -215,13 +216,13 @@ Status GenerateClusterSecretFile(const std::string& path) {
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      status = Internal("cannot write cluster secret file " + path + ": " + std::strerror(errno));
+      status = Internal("cannot write cluster secret file " + path + ": " + ErrnoText(errno));
       break;
     }
     done += static_cast<size_t>(n);
   }
   if (status.ok() && ::fsync(fd) != 0) {
-    status = Internal("cannot sync cluster secret file " + path + ": " + std::strerror(errno));
+    status = Internal("cannot sync cluster secret file " + path + ": " + ErrnoText(errno));
   }
   ::close(fd);
   sodium_memzero(content.data(), content.size());

@@ -22,6 +22,7 @@
 // An evicted batch's string is recycled as the next payload buffer when no replay message
 // still refers to it, so steady state allocates no payload buffers.
 #include "kvagent/events/event_publisher.h"
+#include "kvagent/common/errno_text.h"
 
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -59,11 +60,11 @@ Status RestrictIpcFile(const std::string& endpoint, std::optional<uint32_t> grou
   const std::string path = endpoint.substr(kIpc.size());
   if (group && ::chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
     return InvalidParams("cannot give " + path + " to group " + std::to_string(*group) + ": " +
-                         std::strerror(errno) +
+                         ErrnoText(errno) +
                          " (the agent must run as root or be a member of that group)");
   }
   if (::chmod(path.c_str(), group ? 0660 : 0600) != 0) {
-    return Internal("cannot set the mode of " + path + ": " + std::strerror(errno));
+    return Internal("cannot set the mode of " + path + ": " + ErrnoText(errno));
   }
   return Status::Ok();
 }
@@ -156,7 +157,7 @@ class EventPublisher::Thread {
 
   // Starts the thread, which creates and binds the sockets; returns the bind result.
   Status Start() {
-    if (!wake_.ok()) return Internal(std::string("eventfd failed: ") + std::strerror(errno));
+    if (!wake_.ok()) return Internal(std::string("eventfd failed: ") + ErrnoText(errno));
     std::promise<Status> bound;
     std::future<Status> result = bound.get_future();
     thread_ = std::thread([this, &bound] { Run(&bound); });

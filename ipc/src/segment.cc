@@ -1,4 +1,5 @@
 #include "kvagent/ipc/segment.h"
+#include "kvagent/common/errno_text.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -108,7 +109,7 @@ constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 Result<uint8_t*> Map(int fd, uint64_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    return Internal("cannot map a segment of " + FormatBytes(bytes) + ": " + std::strerror(errno));
+    return Internal("cannot map a segment of " + FormatBytes(bytes) + ": " + ErrnoText(errno));
   }
   return static_cast<uint8_t*>(p);
 }
@@ -121,7 +122,7 @@ Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoc
   const int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     return Internal(
-        std::string("memfd_create failed: ") + std::strerror(errno) +
+        std::string("memfd_create failed: ") + ErrnoText(errno) +
         (errno == EMFILE || errno == ENFILE ? "; raise the agent's open-file limit" : ""));
   }
   struct FdGuard {
@@ -133,7 +134,7 @@ Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoc
   const auto bytes = static_cast<off_t>(layout.total_bytes);
   if (::ftruncate(fd, bytes) != 0) {
     return Internal("cannot size a segment to " + FormatBytes(layout.total_bytes) + ": " +
-                    std::strerror(errno));
+                    ErrnoText(errno));
   }
   // Allocate every page now: memory that is not there is a clear error here, not a SIGBUS in
   // the agent (or the client) on first touch.
@@ -145,12 +146,12 @@ Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoc
     const int err = errno;
     return Status(ErrorCode::kNoSpace,
                   "cannot allocate " + FormatBytes(layout.total_bytes) +
-                      " for the client's segment (" + std::strerror(err) +
+                      " for the client's segment (" + ErrnoText(err) +
                       "): the node is short of memory; connect with a smaller arena_bytes, or "
                       "lower the agent's --max-arena-bytes");
   }
   if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
-    return Internal(std::string("cannot seal the segment: ") + std::strerror(errno));
+    return Internal(std::string("cannot seal the segment: ") + ErrnoText(errno));
   }
   auto base = Map(fd, layout.total_bytes);
   if (!base.ok()) return base.status();

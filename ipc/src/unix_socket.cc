@@ -47,7 +47,7 @@ Result<UniqueFd> ConnectUnix(const std::string& path) {
   if (!fd.valid()) return Internal(WithErrno("socket"));
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
     return Status(ErrorCode::kAgentUnavailable,
-                  "no agent listens on " + path + " (" + std::strerror(errno) +
+                  "no agent listens on " + path + " (" + ErrnoText(errno) +
                       "); start it with `kvagent --run-dir <dir>` or fix ClientOptions.run_dir");
   }
   return fd;

@@ -1,4 +1,5 @@
 #include "kvagent/master/oplog.h"
+#include "kvagent/common/errno_text.h"
 
 #include <fcntl.h>
 #include <glog/logging.h>
@@ -73,7 +74,7 @@ Status WriteFully(int fd, std::string_view data, const std::string& path) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Internal("cannot write " + path + ": " + std::strerror(errno));
+      return Internal("cannot write " + path + ": " + ErrnoText(errno));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -170,13 +171,13 @@ Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir, OpLogOptions 
   std::string path = dir + "/master.oplog";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return InvalidParams("cannot open " + path + ": " + std::strerror(errno) +
+    return InvalidParams("cannot open " + path + ": " + ErrnoText(errno) +
                          "; give a writable --state-dir");
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return Internal("cannot stat " + path + ": " + std::strerror(errno));
+    return Internal("cannot stat " + path + ": " + ErrnoText(errno));
   }
   // Space a previous process preallocated beyond its last record (it died before giving it
   // back) is released: a nearly full disk needs it to compact and to take new records.
@@ -191,7 +192,7 @@ Status OpLog::CutAt(uint64_t offset, const std::string& why) {
   LOG(WARNING) << "operation log " << path_ << ": " << why << "; cutting the file at byte "
                << offset << " (" << (file_bytes_ - offset) << " byte(s) dropped)";
   if (::ftruncate(fd_, static_cast<off_t>(offset)) != 0) {
-    return Internal("cannot truncate " + path_ + ": " + std::strerror(errno));
+    return Internal("cannot truncate " + path_ + ": " + ErrnoText(errno));
   }
   file_bytes_ = reserved_end_ = offset;
   return Status::Ok();
@@ -204,7 +205,7 @@ Result<uint64_t> OpLog::Replay(const std::function<Status(std::string_view)>& ap
   for (;;) {
     ssize_t n = ::read(fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Internal("cannot read " + path_ + ": " + std::strerror(errno));
+    if (n < 0) return Internal("cannot read " + path_ + ": " + ErrnoText(errno));
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
   }
@@ -336,7 +337,7 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
     granted_ += need;
     return true;
   }
-  const std::string reason = std::strerror(errno);
+  const std::string reason = ErrnoText(errno);
   if (writable_) {
     LOG(ERROR) << "operation log " << path_ << ": cannot reserve " << need << " byte(s): " << reason
                << ". kvmaster refuses every change (puts, removes, registrations) until the "
@@ -376,7 +377,7 @@ Status OpLog::Flush() {
   }
   Status st = WriteFully(fd_, buffer_, path_);
   if (st.ok() && options_.sync == LogSync::kFsync && ::fdatasync(fd_) != 0) {
-    st = Internal("cannot fdatasync " + path_ + ": " + std::strerror(errno));
+    st = Internal("cannot fdatasync " + path_ + ": " + ErrnoText(errno));
   }
   if (!st.ok()) {
     // Leave no partial record behind.
@@ -394,7 +395,7 @@ Status OpLog::Rewrite(
   KVAGENT_RETURN_IF_ERROR(Flush());
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal("cannot create " + tmp + ": " + std::strerror(errno));
+  if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
   std::string out(kHeader, kHeaderBytes);
   uint64_t written = 0;
   Status st;
@@ -415,12 +416,12 @@ Status OpLog::Rewrite(
     return st;
   }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
+    const std::string err = ErrnoText(errno);
     ::unlink(tmp.c_str());
     return Internal("cannot rename " + tmp + " to " + path_ + ": " + err);
   }
   int nfd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-  if (nfd < 0) return Internal("cannot reopen " + path_ + ": " + std::strerror(errno));
+  if (nfd < 0) return Internal("cannot reopen " + path_ + ": " + ErrnoText(errno));
   // The directory entry of the new file must survive a power loss too.
   if (int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     (void)::fsync(dfd);

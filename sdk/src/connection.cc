@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/schemas/agent_generated.h"
 
 namespace kvagent::sdk_detail {
@@ -74,7 +75,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& option
   c->free_slots_.reserve(c->slot_count_);
   for (uint32_t i = c->slot_count_; i > 0; --i) c->free_slots_.push_back(i - 1);
   c->monitor_wake_ = ipc::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!c->monitor_wake_.valid()) return Internal("eventfd failed: " + std::string(strerror(errno)));
+  if (!c->monitor_wake_.valid()) return Internal("eventfd failed: " + ErrnoText(errno));
   c->monitor_ = std::thread([raw = c.get()] { raw->Monitor(); });
   return c;
 }

@@ -1,4 +1,5 @@
 #include "event_loop.h"
+#include "kvagent/common/errno_text.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -11,14 +12,14 @@ namespace kvagent::transfer {
 
 Result<std::unique_ptr<EventLoop>> EventLoop::Create(std::string name) {
   UniqueFd epoll(epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll.valid()) return Internal(std::string("epoll_create1 failed: ") + strerror(errno));
+  if (!epoll.valid()) return Internal(std::string("epoll_create1 failed: ") + ErrnoText(errno));
   UniqueFd wake(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake.valid()) return Internal(std::string("eventfd failed: ") + strerror(errno));
+  if (!wake.valid()) return Internal(std::string("eventfd failed: ") + ErrnoText(errno));
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.ptr = nullptr;
   if (epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &event) != 0) {
-    return Internal(std::string("epoll_ctl(eventfd) failed: ") + strerror(errno));
+    return Internal(std::string("epoll_ctl(eventfd) failed: ") + ErrnoText(errno));
   }
   return std::unique_ptr<EventLoop>(
       new EventLoop(std::move(name), std::move(epoll), std::move(wake)));
@@ -73,7 +74,7 @@ Status EventLoop::Control(int op, int fd, uint32_t events, Handler* handler) {
   event.data.ptr = handler;
   if (epoll_ctl(epoll_.get(), op, fd, &event) != 0) {
     return Internal(std::string("epoll_ctl(") + (op == EPOLL_CTL_ADD ? "ADD" : "MOD") +
-                    ") failed: " + strerror(errno));
+                    ") failed: " + ErrnoText(errno));
   }
   return Status::Ok();
 }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/transfer/rdma_probe.h"
 #include "socket.h"
 
@@ -381,7 +382,7 @@ void ClientConnection::PostMore() {
     wr.wr.rdma.rkey = remote_.rkey;
     ibv_send_wr* bad = nullptr;
     const int rc = ibv_post_send(res_.id->qp, &wr, &bad);
-    if (rc != 0) return Break(std::string("ibv_post_send failed: ") + strerror(rc));
+    if (rc != 0) return Break(std::string("ibv_post_send failed: ") + ErrnoText(rc));
     ++outstanding_;
     if (++op.posted == op.chunks) to_post_.pop_front();
   }

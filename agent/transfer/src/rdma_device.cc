@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/rdma_probe.h"
 
@@ -15,8 +16,7 @@ namespace kvagent::transfer {
 namespace {
 
 std::string RegistrationFailure(const std::string& what, const std::string& device, int err) {
-  std::string message =
-      "ibv_reg_mr of " + what + " on " + device + " failed: " + std::strerror(err);
+  std::string message = "ibv_reg_mr of " + what + " on " + device + " failed: " + ErrnoText(err);
   if (err == ENOMEM || err == EPERM) {
     message += "; RLIMIT_MEMLOCK is " + FormatBytes(CurrentMemlockLimit()) +
                ": set LimitMEMLOCK=infinity in kvagent.service (or `ulimit -l unlimited`), or "
@@ -31,22 +31,21 @@ Result<std::unique_ptr<RdmaDevice>> RdmaDevice::Open(ibv_context* verbs) {
   const char* name = ibv_get_device_name(verbs->device);
   std::unique_ptr<RdmaDevice> device(new RdmaDevice(verbs, name != nullptr ? name : "rdma"));
   if (ibv_query_device(verbs, &device->attr_) != 0) {
-    return Internal("ibv_query_device(" + device->name_ + ") failed: " + std::strerror(errno));
+    return Internal("ibv_query_device(" + device->name_ + ") failed: " + ErrnoText(errno));
   }
   device->pd_ = ibv_alloc_pd(verbs);
   if (device->pd_ == nullptr) {
-    return Internal("ibv_alloc_pd(" + device->name_ + ") failed: " + std::strerror(errno));
+    return Internal("ibv_alloc_pd(" + device->name_ + ") failed: " + ErrnoText(errno));
   }
   device->channel_ = ibv_create_comp_channel(verbs);
   if (device->channel_ == nullptr) {
-    return Internal("ibv_create_comp_channel(" + device->name_ +
-                    ") failed: " + std::strerror(errno));
+    return Internal("ibv_create_comp_channel(" + device->name_ + ") failed: " + ErrnoText(errno));
   }
   // The transport's epoll loop reads completion events until EAGAIN.
   const int flags = fcntl(device->channel_->fd, F_GETFL);
   if (flags < 0 || fcntl(device->channel_->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
     return Internal("cannot make the completion channel of " + device->name_ +
-                    " non-blocking: " + std::strerror(errno));
+                    " non-blocking: " + ErrnoText(errno));
   }
   return device;
 }

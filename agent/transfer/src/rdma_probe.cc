@@ -1,4 +1,5 @@
 #include "kvagent/transfer/rdma_probe.h"
+#include "kvagent/common/errno_text.h"
 
 #include <infiniband/verbs.h>
 #include <sys/resource.h>
@@ -41,9 +42,9 @@ RdmaProbe ProbeRdmaDevices() {
 }
 
 std::string NoRdmaDeviceLine(const RdmaProbe& probe) {
-  std::string why = probe.list_errno == 0 ? "ibv_get_device_list returned 0"
-                                          : "ibv_get_device_list failed: " +
-                                                std::string(std::strerror(probe.list_errno));
+  std::string why = probe.list_errno == 0
+                        ? "ibv_get_device_list returned 0"
+                        : "ibv_get_device_list failed: " + ErrnoText(probe.list_errno);
   return "RDMA: no device found (" + why + "); using TCP for the data plane";
 }
 

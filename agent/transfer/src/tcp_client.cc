@@ -10,6 +10,7 @@
 #include <deque>
 
 #include "input_buffer.h"
+#include "kvagent/common/errno_text.h"
 #include "socket.h"
 #include "tcp_wire.h"
 
@@ -209,7 +210,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       case IoResult::kBlocked:
         return Step::kBlocked;
       case IoResult::kError:
-        return Fail(std::string("receive failed: ") + std::strerror(io.error));
+        return Fail(std::string("receive failed: ") + ErrnoText(io.error));
       case IoResult::kEof:
         break;
     }
@@ -301,7 +302,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   Step SendPreamble() {
     const ssize_t n = ::send(fd_.get(), preamble_.data(), preamble_.size(), MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kBlocked;
-    if (n < 0) return Fail(std::string("send failed: ") + std::strerror(errno));
+    if (n < 0) return Fail(std::string("send failed: ") + ErrnoText(errno));
     preamble_.erase(0, static_cast<size_t>(n));
     Touch();
     return Step::kProgress;
@@ -367,7 +368,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     IoResult io = SendSome(fd_.get(), iov, count);
     if (io.kind == IoResult::kBlocked) return Step::kBlocked;
     if (io.kind != IoResult::kData) {
-      return Fail(std::string("send failed: ") + std::strerror(io.error));
+      return Fail(std::string("send failed: ") + ErrnoText(io.error));
     }
     if (io.bytes > 0) Touch();
     uint64_t left = io.bytes;

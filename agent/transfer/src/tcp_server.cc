@@ -15,6 +15,7 @@
 #include <string>
 
 #include "input_buffer.h"
+#include "kvagent/common/errno_text.h"
 #include "tcp_wire.h"
 
 namespace kvagent::transfer {
@@ -167,7 +168,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
         Close(eof_what, eof_warns);
         return Step::kClosed;
       case IoResult::kError:
-        Close(std::string("recv failed: ") + std::strerror(io.error), false);
+        Close(std::string("recv failed: ") + ErrnoText(io.error), false);
     }
     return Step::kClosed;
   }
@@ -298,7 +299,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     IoResult io = SendSome(fd_.get(), iov, count);
     if (io.kind == IoResult::kBlocked) return Step::kBlocked;
     if (io.kind != IoResult::kData) {
-      Close(std::string("send failed: ") + std::strerror(io.error), false);
+      Close(std::string("send failed: ") + ErrnoText(io.error), false);
       return Step::kClosed;
     }
     uint64_t sent = io.bytes;
@@ -382,7 +383,7 @@ void TcpDataServer::ShedConnection(int error) {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_said > std::chrono::minutes(1)) {
     last_said = now;
-    LOG(ERROR) << "data server: cannot accept: " << std::strerror(error)
+    LOG(ERROR) << "data server: cannot accept: " << ErrnoText(error)
                << "; connections are closed at once until descriptors are free (raise "
                   "LimitNOFILE for kvagent)";
   }
