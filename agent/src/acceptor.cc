@@ -22,12 +22,12 @@ namespace {
 constexpr auto kWarningInterval = std::chrono::seconds(10);
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
-std::string Describe(const ipc::PeerCredentials& peer) {
+}  // namespace
+
+std::string DescribePeer(const ipc::PeerCredentials& peer) {
   return "pid " + std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + ", gid " +
          std::to_string(peer.gid);
 }
-
-}  // namespace
 
 Acceptor::Acceptor(const AgentConfig& config, uint64_t epoch, RingService* service)
     : config_(config), epoch_(epoch), service_(service) {
@@ -349,13 +349,13 @@ void Acceptor::Close(int fd, const std::string& why) {
   Connection& conn = it->second;
   if (conn.phase == Phase::kLive) {
     LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
-              << Describe(conn.peer) << ") " << why << "; reclaiming its segment";
+              << DescribePeer(conn.peer) << ") " << why << "; reclaiming its segment";
     service_->DropClient(conn.client_id);
   } else if (conn.phase == Phase::kAwaitAttached) {
     LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
-              << Describe(conn.peer) << ") " << why << "; its segment is freed";
+              << DescribePeer(conn.peer) << ") " << why << "; its segment is freed";
   } else {
-    VLOG(1) << "connection (" << Describe(conn.peer) << ") " << why;
+    VLOG(1) << "connection (" << DescribePeer(conn.peer) << ") " << why;
   }
   if (conn.client_id != 0) fd_of_client_.erase(conn.client_id);
   epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);

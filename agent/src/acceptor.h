@@ -41,6 +41,9 @@
 
 namespace kvagent::agent {
 
+// "pid P, uid U, gid G": a client in the agent's log lines.
+std::string DescribePeer(const ipc::PeerCredentials& peer);
+
 // Connections that have not sent their Hello yet: per uid, and in all.
 inline constexpr size_t kMaxIdlePerUid = 64;
 inline constexpr size_t kMaxIdle = 256;

@@ -14,15 +14,10 @@ constexpr auto kSendTimeout = std::chrono::milliseconds(1000);
 
 bool IsPowerOfTwo(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
-std::string Describe(const ipc::PeerCredentials& peer) {
-  return "pid " + std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + ", gid " +
-         std::to_string(peer.gid);
-}
-
 }  // namespace
 
 void Acceptor::Refuse(Connection& conn, const Status& why) {
-  LOG(WARNING) << "refused a client (" << Describe(conn.peer) << "): " << why.ToString();
+  LOG(WARNING) << "refused a client (" << DescribePeer(conn.peer) << "): " << why.ToString();
   flatbuffers::FlatBufferBuilder fbb;
   auto message = fbb.CreateString(why.message());
   proto::WelcomeBuilder b(fbb);
@@ -92,7 +87,7 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
       conn.memory = std::move(*memory);
     } else {
       memory_refused = memory.status();
-      LOG(INFO) << "client " << id << " (" << conn.client_name << ", " << Describe(conn.peer)
+      LOG(INFO) << "client " << id << " (" << conn.client_name << ", " << DescribePeer(conn.peer)
                 << ") asked for process memory; not granted: " << memory_refused.message();
     }
   }
@@ -135,7 +130,7 @@ bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
   }
   conn.phase = Phase::kLive;
   LOG(INFO) << "client " << conn.client_id << " (" << conn.client_name << ", "
-            << Describe(conn.peer) << ") attached: arena "
+            << DescribePeer(conn.peer) << ") attached: arena "
             << FormatBytes(conn.segment->layout().arena_bytes) << ", rings "
             << FormatBytes(conn.segment->layout().request_ring_bytes)
             << (conn.memory ? ", process memory" : "");

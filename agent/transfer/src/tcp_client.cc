@@ -19,7 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kStepsPerWake = 64;
+constexpr int kSendStepsPerWake = 64;
 constexpr int kMaxIov = 64;  // iovecs gathered into one sendmsg (2 per op at most)
 
 }  // namespace
@@ -81,7 +81,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       if (step == Step::kClosed) return;
     }
     if (state_ != State::kReady) return UpdateWatch();
-    for (int i = 0; i < kStepsPerWake && !to_send_.empty(); ++i) {
+    for (int i = 0; i < kSendStepsPerWake && !to_send_.empty(); ++i) {
       Step step = SendStep();
       if (step == Step::kClosed) return;
       if (step == Step::kBlocked) break;
@@ -106,7 +106,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) {
       // The budget may only end the wake-up when nothing complete is buffered: buffered
       // replies raise no epoll event.
-      for (int i = 0; i < kStepsPerWake || HasBufferedReply(); ++i) {
+      for (int i = 0; i < kSendStepsPerWake || HasBufferedReply(); ++i) {
         Step step = ReadStep();
         if (step == Step::kClosed) return;
         if (step == Step::kBlocked) break;

@@ -22,7 +22,7 @@ namespace kvagent::transfer {
 namespace {
 
 // Work one connection may do per wake-up before yielding to the others.
-constexpr int kStepsPerWake = 256;
+constexpr int kServeStepsPerWake = 256;
 
 }  // namespace
 
@@ -109,7 +109,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
         progressed = out == Step::kProgress;
       }
       if (!progressed) break;
-      if (i >= kStepsPerWake && !HasBufferedWork()) break;
+      if (i >= kServeStepsPerWake && !HasBufferedWork()) break;
     }
     Watch(WantedMask());
   }
