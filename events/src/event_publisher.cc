@@ -23,6 +23,7 @@
 // still refers to it, so steady state allocates no payload buffers.
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/thread_start.h"
 
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -158,12 +159,7 @@ class EventPublisher::Thread {
   // Starts the thread, which creates and binds the sockets; returns the bind result.
   Status Start() {
     if (!wake_.ok()) return Internal(std::string("eventfd failed: ") + ErrnoText(errno));
-    std::promise<Status> bound;
-    std::future<Status> result = bound.get_future();
-    thread_ = std::thread([this, &bound] { Run(&bound); });
-    Status status = result.get();
-    if (!status.ok()) thread_.join();
-    return status;
+    return StartThreadAndWait(&thread_, [this](std::promise<Status>* bound) { Run(bound); });
   }
 
   void Enqueue(std::vector<KvEvent>&& events) {

@@ -1,4 +1,5 @@
 #include "kvagent/zmq/curve_auth.h"
+#include "kvagent/common/thread_start.h"
 
 #include <glog/logging.h>
 #include <zmq.h>
@@ -61,12 +62,7 @@ class ZapHandler::Thread {
   }
 
   Status Start() {
-    std::promise<Status> bound;
-    std::future<Status> result = bound.get_future();
-    thread_ = std::thread([this, &bound] { Run(&bound); });
-    Status status = result.get();
-    if (!status.ok()) thread_.join();
-    return status;
+    return StartThreadAndWait(&thread_, [this](std::promise<Status>* bound) { Run(bound); });
   }
 
  private:

@@ -12,6 +12,7 @@
 //  - counters_ belongs to the relay thread; stats() reads the copy in shared_, refreshed by
 //    the thread after every step, so a counter in stats() never runs ahead of the work.
 #include "kvagent/relay/event_relay.h"
+#include "kvagent/common/thread_start.h"
 
 #include <unistd.h>
 
@@ -75,12 +76,8 @@ class EventRelay::Thread {
 
   // Starts the relay thread; returns once it has connected to the master (or failed to).
   Status Start() {
-    std::promise<Status> connected;
-    std::future<Status> result = connected.get_future();
-    thread_ = std::thread([this, &connected] { Run(&connected); });
-    Status status = result.get();
-    if (!status.ok()) thread_.join();
-    return status;
+    return StartThreadAndWait(&thread_,
+                              [this](std::promise<Status>* connected) { Run(connected); });
   }
 
   void RequestResync() { resync_.store(true, std::memory_order_relaxed); }
