@@ -51,8 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(seen[i].type == EventDigest::Type::kStored);
       Check(seen[i].has_key == s->object_key.has_value());
       Check(seen[i].key == s->object_key.value_or(""));
-      Check(seen[i].fingerprint ==
-            DownstreamIndex::Fingerprint(kvagent::relay::DigestOf(*s)));
+      Check(seen[i].fingerprint == DownstreamIndex::Fingerprint(kvagent::relay::DigestOf(*s)));
     } else if (const auto* r = std::get_if<kvagent::events::BlockRemoved>(&e)) {
       Check(seen[i].type == EventDigest::Type::kRemoved);
       Check(seen[i].has_key == r->object_key.has_value());
