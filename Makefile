@@ -13,7 +13,8 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE)
 endif
 
-.PHONY: all deps configure build test bench demo demo-ha soak asan-test tsan-test cross-aarch64 fuzz format clean package install
+.PHONY: all deps configure build test bench demo demo-ha soak asan-build asan-test tsan-build \
+	tsan-test cross-aarch64 fuzz-build fuzz format clean package install
 
 all: build
 
@@ -55,13 +56,18 @@ install: build
 	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (run by CI).
-asan-test: deps
+asan-build: deps
 	@cmake -S . -B $(ASAN_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DKVAGENT_SANITIZE=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(ASAN_DIR) -j $(JOBS)
+
+asan-test: asan-build
 	@cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900 -LE 'no_sanitizer|soak'
 
 # The tests again under ThreadSanitizer (run by CI): a race anywhere in our code, the tests or
 # the binaries they start fails the test. scripts/tsan-test.sh says what runs and why.
+tsan-build: deps
+	@KVAGENT_TSAN_BUILD_ONLY=1 scripts/tsan-test.sh $(TSAN_DIR) $(JOBS) $(CMAKE_FLAGS)
+
 tsan-test: deps
 	@scripts/tsan-test.sh $(TSAN_DIR) $(JOBS) $(CMAKE_FLAGS)
 
@@ -71,10 +77,12 @@ cross-aarch64: deps
 
 # libFuzzer (clang-14) on every boundary decoder, FUZZ_SECONDS (60) per harness, from the seed
 # corpora in fuzz/corpus; crashes land in $(FUZZ_DIR)/fuzz-artifacts.
-fuzz: deps
+fuzz-build: deps
 	@CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -G Ninja $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVAGENT_FUZZ=ON -DKVAGENT_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzz_all
-	@scripts/run-fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+fuzz: fuzz-build
+	@scripts/run-fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(JOBS)
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -6,6 +6,7 @@
 # CI within its 30 minutes; DEVELOPERS.md says why these.
 # TSAN_OPTIONS halt_on_error=1: the first race report fails the process that saw it (a test, or
 # a kvagent/kvmaster a test started), so no report goes unnoticed.
+# KVAGENT_TSAN_BUILD_ONLY=1 (`make tsan-build`): build only (.ci/run builds while other tests run).
 set -euo pipefail
 dir=${1:-build-tsan}
 jobs=${2:-$(nproc)}
@@ -21,6 +22,7 @@ targets=(
 cmake -S . -B "$dir" -G Ninja "$@" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVAGENT_TSAN=ON \
   -DKVAGENT_BUILD_BENCH=OFF >/dev/null
 cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+[[ ${KVAGENT_TSAN_BUILD_ONLY:-0} == 1 ]] && exit 0
 cd "$dir"
 supp="$(cd .. && pwd)/tests/tsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
