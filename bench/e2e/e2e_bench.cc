@@ -30,7 +30,10 @@
 //                                                      <= 1.3)
 //   e2e.checksums.{on,off}.{put,get}.{4k.b128,1m}      the cost of end-to-end checksums: two
 //   e2e.checksums.{put,get}.{4k.b128,1m}.vs_off        standalone stores, one with
-//                                                      --checksums=false, in alternating rounds
+//                                                      --checksums=false, in rotating rounds;
+//                                                      .vs_off the median of the rounds' ratios
+//   e2e.checksums.{put,get}.{4k.b128,1m}.noise         the same ratio between two stores
+//                                                      without checksums: the resolution
 //   e2e.remote.zmq_rtt.p50                             us, the transport under a master RPC:
 //                                                      a DEALER->ROUTER echo over loopback TCP
 //                                                      (a remote put makes two master RPCs, a
@@ -520,56 +523,82 @@ double MasterRoundTripP50(const std::string& endpoint) {
   return Percentile(us, 0.5);
 }
 
-// What checksums cost: two standalone stores side by side, one with --checksums=false, measured
-// in alternating rounds (so drift of the shared machine hits both alike). 4 KiB values at 128
-// keys per request (median of 7 rounds each) and 1 MiB values (best of 3 rounds, 3 times each).
+// What checksums cost: standalone stores side by side, one with checksums and two with
+// --checksums=false, measured in triples of back-to-back rounds whose order rotates, so that
+// drift of the shared machine hits all alike. Each figure is the median over the triples; .vs_off
+// is the median of the triples' ratios on/off (a triple's rounds are a few hundred ms apart, so
+// a ratio is far steadier than rates taken minutes apart), and .noise the same ratio between
+// the two stores without checksums: how far two identical stores differ in this run, the
+// resolution of .vs_off. 4 KiB values at 128 keys per request; 1 MiB values one per request
+// (128 MiB of puts and gets a round); 15 triples each, after a warm-up round.
 void ChecksumCost() {
   Store on(false, {});
   Store off(false, {"--checksums=false"});
-  std::vector<double> put_on, get_on, put_off, get_off;
-  {
-    auto src_on = AllocateFilled(on.client(), 128, k4K, 1);
-    auto dst_on = AllocateFilled(on.client(), 128, k4K, 0);
-    auto src_off = AllocateFilled(off.client(), 128, k4K, 1);
-    auto dst_off = AllocateFilled(off.client(), 128, k4K, 0);
-    const auto keys = Keys("cs-", 32768);
-    PutGetRounds(on, Keys("warm-", 1024), 128, 1, src_on, dst_on, 1);
-    PutGetRounds(off, Keys("warm-", 1024), 128, 1, src_off, dst_off, 1);
-    for (int round = 0; round < 7; ++round) {
-      const RoundRates a = PutGetRounds(on, keys, 128, 1, src_on, dst_on, 1);
-      const RoundRates b = PutGetRounds(off, keys, 128, 1, src_off, dst_off, 1);
+  Store control(false, {"--checksums=false"});
+  struct Rounds {
+    std::vector<double> put_on, get_on, put_off, get_off;
+    std::vector<double> put_ratio, get_ratio, put_noise, get_noise;
+    void Add(const RoundRates& a, const RoundRates& b, const RoundRates& c) {
       put_on.push_back(a.put[0]);
       get_on.push_back(a.get[0]);
       put_off.push_back(b.put[0]);
       get_off.push_back(b.get[0]);
+      put_ratio.push_back(a.put[0] / b.put[0]);
+      get_ratio.push_back(a.get[0] / b.get[0]);
+      put_noise.push_back(c.put[0] / b.put[0]);
+      get_noise.push_back(c.get[0] / b.get[0]);
     }
+    void Print(const std::string& name, double scale, const char* unit) {
+      Bench("e2e.checksums.on.put." + name, scale * Median(put_on), unit);
+      Bench("e2e.checksums.off.put." + name, scale * Median(put_off), unit);
+      Bench("e2e.checksums.on.get." + name, scale * Median(get_on), unit);
+      Bench("e2e.checksums.off.get." + name, scale * Median(get_off), unit);
+      Bench("e2e.checksums.put." + name + ".vs_off", Median(put_ratio), "x");
+      Bench("e2e.checksums.get." + name + ".vs_off", Median(get_ratio), "x");
+      Bench("e2e.checksums.put." + name + ".noise", Median(put_noise), "x");
+      Bench("e2e.checksums.get." + name + ".noise", Median(get_noise), "x");
+    }
+  };
+  constexpr int kTriples = 15;
+  struct Setup {
+    Store* store;
+    std::vector<ArenaBuffer> sources, targets;
+  };
+  // One triple: a round on each store, the first store the triple's number names.
+  auto triple = [&](int i, std::vector<Setup>& setups, const std::vector<std::string>& keys,
+                    size_t batch, Rounds& out) {
+    RoundRates r[3];
+    for (int j = 0; j < 3; ++j) {
+      const int s = (i + j) % 3;
+      Setup& x = setups[s];
+      r[s] = PutGetRounds(*x.store, keys, batch, 1, x.sources, x.targets, 1);
+    }
+    out.Add(r[0], r[1], r[2]);
+  };
+  {
+    std::vector<Setup> setups;
+    for (Store* s : {&on, &off, &control}) {
+      setups.push_back(
+          {s, AllocateFilled(s->client(), 128, k4K, 1), AllocateFilled(s->client(), 128, k4K, 0)});
+      PutGetRounds(*s, Keys("warm-", 1024), 128, 1, setups.back().sources, setups.back().targets,
+                   1);
+    }
+    const auto keys = Keys("cs-", 32768);
+    Rounds small;
+    for (int i = 0; i < kTriples; ++i) triple(i, setups, keys, 128, small);
+    small.Print("4k.b128", 1, "keys/s");
   }
-  Bench("e2e.checksums.on.put.4k.b128", Median(put_on), "keys/s");
-  Bench("e2e.checksums.off.put.4k.b128", Median(put_off), "keys/s");
-  Bench("e2e.checksums.on.get.4k.b128", Median(get_on), "keys/s");
-  Bench("e2e.checksums.off.get.4k.b128", Median(get_off), "keys/s");
-  Bench("e2e.checksums.put.4k.b128.vs_off", Median(put_on) / Median(put_off), "x");
-  Bench("e2e.checksums.get.4k.b128.vs_off", Median(get_on) / Median(get_off), "x");
   const size_t mib = size_t{1} << 20;
-  auto src_on = AllocateFilled(on.client(), 8, mib, 3);
-  auto dst_on = AllocateFilled(on.client(), 4, mib, 0);
-  auto src_off = AllocateFilled(off.client(), 8, mib, 3);
-  auto dst_off = AllocateFilled(off.client(), 4, mib, 0);
-  double best_put_on = 0, best_get_on = 0, best_put_off = 0, best_get_off = 0;
-  for (int round = 0; round < 3; ++round) {
-    const auto [pa, ga] = LargeRates(on, mib, "1m", 1, src_on, dst_on);
-    const auto [pb, gb] = LargeRates(off, mib, "1m", 1, src_off, dst_off);
-    best_put_on = std::max(best_put_on, pa);
-    best_get_on = std::max(best_get_on, ga);
-    best_put_off = std::max(best_put_off, pb);
-    best_get_off = std::max(best_get_off, gb);
+  std::vector<Setup> setups;
+  const auto keys = Keys("cs-1m-", kRoundBytes / mib);  // the pool working set of a round
+  for (Store* s : {&on, &off, &control}) {
+    setups.push_back(
+        {s, AllocateFilled(s->client(), 8, mib, 3), AllocateFilled(s->client(), 4, mib, 0)});
+    PutGetRounds(*s, keys, 1, 1, setups.back().sources, setups.back().targets, 1);
   }
-  Bench("e2e.checksums.on.put.1m", best_put_on, "GB/s");
-  Bench("e2e.checksums.off.put.1m", best_put_off, "GB/s");
-  Bench("e2e.checksums.on.get.1m", best_get_on, "GB/s");
-  Bench("e2e.checksums.off.get.1m", best_get_off, "GB/s");
-  Bench("e2e.checksums.put.1m.vs_off", best_put_on / best_put_off, "x");
-  Bench("e2e.checksums.get.1m.vs_off", best_get_on / best_get_off, "x");
+  Rounds large;
+  for (int i = 0; i < kTriples; ++i) triple(i, setups, keys, 1, large);
+  large.Print("1m", static_cast<double>(mib) / 1e9, "GB/s");
 }
 
 // The remote store with CURVE: what authentication costs, as ratios to the same figures of the
