@@ -111,9 +111,9 @@ Status MasterService::ReportBadReplicas(std::span<const BadReplica> replicas, Ke
       continue;
     }
     LOG(WARNING) << "a reader found the replica of key '" << bad.key << "' part " << bad.part
-                 << " in segment " << bad.segment_id << " corrupt (checksum mismatch): dropping it";
-    out->results.push_back(store_->DropReplica(e, bad.part, bad.segment_id) ? Status::Ok()
-                                                                            : store_->LogRefused());
+                 << " in pool " << bad.pool_id << " corrupt (checksum mismatch): dropping it";
+    out->results.push_back(store_->DropReplica(e, bad.part, bad.pool_id) ? Status::Ok()
+                                                                         : store_->LogRefused());
   }
   return store_->FlushLog();
 }
@@ -138,11 +138,11 @@ Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
   return Status::Ok();
 }
 
-std::optional<MasterService::SegmentView> MasterService::FindSegment(SegmentId id) const {
-  const Segment* s = store_->FindSegment(id);
+std::optional<MasterService::PoolView> MasterService::FindPool(PoolId id) const {
+  const Pool* s = store_->FindPool(id);
   if (!s) return std::nullopt;
   const Agent* a = store_->FindAgent(s->agent);
-  return SegmentView{s->id, s->agent, a ? a->incarnation : 0, s->endpoints};
+  return PoolView{s->id, s->agent, a ? a->incarnation : 0, s->endpoints};
 }
 
 std::optional<std::string> MasterService::SessionOf(std::string_view key) const {

@@ -49,7 +49,7 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
   const auto below_watermark =
       static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
   const uint64_t share = capacity / kReservedShareDivisor;
-  const uint64_t need = SegmentAllocator::Rounded(req.size) * req.replica_count;
+  const uint64_t need = PoolAllocator::Rounded(req.size) * req.replica_count;
   uint64_t used = store_->bytes_used();
   out->first.reserve(req.count + 1);
   out->write_ids.reserve(req.count);

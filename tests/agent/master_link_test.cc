@@ -39,9 +39,9 @@ Bytes DefaultReply(const mfb::Request& r, uint64_t incarnation, bool known) {
       fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::RegisterAgentReply,
                                   mfb::CreateRegisterAgentReply(fbb, 7, incarnation).Union()));
       break;
-    case mfb::Body::MountSegment:
-      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::MountSegmentReply,
-                                  mfb::CreateMountSegmentReply(fbb, 9, 0).Union()));
+    case mfb::Body::MountPool:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::MountPoolReply,
+                                  mfb::CreateMountPoolReply(fbb, 9, 0).Union()));
       break;
     case mfb::Body::Heartbeat:
       fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::HeartbeatReply,
@@ -278,15 +278,15 @@ TEST(MasterLink, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
   Link l(master.endpoint());
   ASSERT_TRUE(l.link->WaitReady(20s)) << l.link->Describe();
   EXPECT_EQ(l.link->identity().agent_id, 7u);
-  EXPECT_EQ(l.link->identity().segment_id, 9u);
+  EXPECT_EQ(l.link->identity().pool_id, 9u);
   EXPECT_EQ(l.epoch.load(), 555u) << "the pool takes the master's epoch before it is mounted";
   const Bytes reg = master.Last(mfb::Body::RegisterAgent);
   ASSERT_FALSE(reg.empty());
   const auto* r = flatbuffers::GetRoot<mfb::Request>(reg.data())->body_as_RegisterAgent();
   EXPECT_EQ(r->name()->str(), "node-a");
   EXPECT_EQ(r->incarnation(), 42u);
-  const Bytes mount = master.Last(mfb::Body::MountSegment);
-  const auto* m = flatbuffers::GetRoot<mfb::Request>(mount.data())->body_as_MountSegment();
+  const Bytes mount = master.Last(mfb::Body::MountPool);
+  const auto* m = flatbuffers::GetRoot<mfb::Request>(mount.data())->body_as_MountPool();
   EXPECT_EQ(m->agent_id(), 7u);
   EXPECT_EQ(m->size(), uint64_t{1} << 20);
   EXPECT_EQ(m->endpoints()->Get(0)->str(), "tcp://127.0.0.1:1");

@@ -19,7 +19,7 @@ class MasterRpcTest : public ::testing::Test {
  protected:
   MasterRpcTest() : c({}, 0), rpc(c.svc.get()) {
     agent = Call(RegisterAgentMsg("node-a", 7))->body_as_RegisterAgentReply()->agent_id();
-    auto* m = Call(MountSegmentMsg(agent, 1 << 20, "tcp://10.0.0.1:7000"));
+    auto* m = Call(MountPoolMsg(agent, 1 << 20, "tcp://10.0.0.1:7000"));
     EXPECT_EQ(m->status(), 0);
     c.Events();
   }
@@ -56,9 +56,9 @@ TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
   ASSERT_EQ(p->first()->size(), 3u);
   EXPECT_EQ(p->first()->Get(1), 1u);
   EXPECT_EQ(p->placements()->Get(1)->length(), 200u);
-  ASSERT_EQ(p->segments()->size(), 1u);
-  EXPECT_EQ(p->segments()->Get(0)->agent_id(), agent);
-  EXPECT_EQ(p->segments()->Get(0)->endpoints()->Get(0)->str(), "tcp://10.0.0.1:7000");
+  ASSERT_EQ(p->pools()->size(), 1u);
+  EXPECT_EQ(p->pools()->Get(0)->agent_id(), agent);
+  EXPECT_EQ(p->pools()->Get(0)->endpoints()->Get(0)->str(), "tcp://10.0.0.1:7000");
   r = Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}));
   ASSERT_EQ(r->status(), 0);
   EXPECT_EQ(r->body_as_KeyCodesReply()->codes()->Get(1), 0);
@@ -254,7 +254,7 @@ TEST_F(MasterRpcTest, StatsNameTheCounters) {
   Call(Bytes{9, 9, 9});
   auto* r = Call(StatsMsg());
   EXPECT_EQ(StatValue(r, "agents"), 1u);
-  EXPECT_EQ(StatValue(r, "segments"), 1u);
+  EXPECT_EQ(StatValue(r, "pools"), 1u);
   EXPECT_EQ(StatValue(r, "bytes_capacity"), 1u << 20);
   EXPECT_EQ(StatValue(r, "bad_requests"), 1u);
 }

@@ -26,11 +26,11 @@ inline Bytes RegisterAgentMsg(const std::string& name, uint64_t incarnation) {
   return Finish(b, fb::Body::RegisterAgent, m.Union());
 }
 
-inline Bytes MountSegmentMsg(uint32_t agent, uint64_t size, const std::string& endpoint) {
+inline Bytes MountPoolMsg(uint32_t agent, uint64_t size, const std::string& endpoint) {
   flatbuffers::FlatBufferBuilder b;
   std::vector<std::string> eps = {endpoint};
-  auto m = fb::CreateMountSegment(b, agent, 0, size, b.CreateVectorOfStrings(eps));
-  return Finish(b, fb::Body::MountSegment, m.Union());
+  auto m = fb::CreateMountPool(b, agent, 0, size, b.CreateVectorOfStrings(eps));
+  return Finish(b, fb::Body::MountPool, m.Union());
 }
 
 // keys/sizes/sessions as given (they may disagree on purpose); sessions empty: absent.

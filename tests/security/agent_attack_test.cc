@@ -324,11 +324,11 @@ class BodylessMaster {
           b.Finish(r.Finish());
           break;
         }
-        case mp::Body::MountSegment: {
-          const auto body = mp::CreateMountSegmentReply(b, 9, 0);
+        case mp::Body::MountPool: {
+          const auto body = mp::CreateMountPoolReply(b, 9, 0);
           mp::ReplyBuilder r(b);
           r.add_request_id(request->request_id());
-          r.add_body_type(mp::ReplyBody::MountSegmentReply);
+          r.add_body_type(mp::ReplyBody::MountPoolReply);
           r.add_body(body.Union());
           b.Finish(r.Finish());
           break;

@@ -214,21 +214,21 @@ class Link {
         std::vector<flatbuffers::Offset<flatbuffers::String>> eps = {
             fbb_.CreateString(o_.data_endpoint)};
         const auto body =
-            mfb::CreateMountSegment(fbb_, agent_id_, 0, o_.pool_bytes, fbb_.CreateVector(eps));
-        return SendOwn(Own::kMount, mfb::Body::MountSegment, body.Union(), now);
+            mfb::CreateMountPool(fbb_, agent_id_, 0, o_.pool_bytes, fbb_.CreateVector(eps));
+        return SendOwn(Own::kMount, mfb::Body::MountPool, body.Union(), now);
       }
       case Own::kMount: {
-        const auto* r = reply.body_as_MountSegmentReply();
+        const auto* r = reply.body_as_MountPoolReply();
         if (r == nullptr) return Down("kvmaster refused to mount the node pool: " + refused, now);
         s_.agent_id.store(agent_id_, std::memory_order_release);
-        s_.segment_id.store(r->segment_id(), std::memory_order_release);
+        s_.pool_id.store(r->pool_id(), std::memory_order_release);
         phase_ = Phase::kReady;
         backoff_ = o_.backoff_min;
         attempt_ = 0;
         next_heartbeat_ = now + o_.heartbeat;
         ++s_.registrations;
         LOG(INFO) << "master link: registered with kvmaster " << endpoint_ << " as agent "
-                  << agent_id_ << " (segment " << r->segment_id() << ", " << r->restored_objects()
+                  << agent_id_ << " (pool " << r->pool_id() << ", " << r->restored_objects()
                   << " restored object(s))";
         s_.SetState(LinkState::kReady, "ready");
         // Only a new master incarnation restarted the event stream; after a mere link drop

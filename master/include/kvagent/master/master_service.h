@@ -43,13 +43,13 @@ class MasterService {
 
   // Registers an agent by its stable name and process incarnation; returns its id. The same
   // name and incarnation again (e.g. after a master restart) returns the same agent with its
-  // segments; a new incarnation drops the previous one (replicas invalidated, with events).
+  // pools; a new incarnation drops the previous one (replicas invalidated, with events).
   Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation);
 
   // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
-  // index and size again keeps the segment id and any replicas the log restored in it.
-  Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
-                                   std::span<const std::string_view> endpoints);
+  // index and size again keeps the pool id and any replicas the log restored in it.
+  Result<MountResult> MountPool(AgentId agent, uint32_t index, uint64_t size,
+                                std::span<const std::string_view> endpoints);
 
   // Records that the agent is alive (a suspect agent is trusted again). Returns false when the
   // master does not know it (dropped or restarted without state): the agent must register and
@@ -143,14 +143,14 @@ class MasterService {
   Status ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
                   std::string_view prefix = {}) const;
 
-  // Where a segment is: its agent and data endpoints. nullopt when not mounted.
-  struct SegmentView {
-    SegmentId id = 0;
+  // Where a pool is: its agent and data endpoints. nullopt when not mounted.
+  struct PoolView {
+    PoolId id = 0;
     AgentId agent = kNoAgent;
     uint64_t incarnation = 0;  // the pool's: its agent's process incarnation
     std::span<const std::string> endpoints;
   };
-  std::optional<SegmentView> FindSegment(SegmentId id) const;
+  std::optional<PoolView> FindPool(PoolId id) const;
 
   // The committed session ID of `key` ("" when untagged or not committed yet), or nullopt
   // when the key is unknown. For tests and kvctl.

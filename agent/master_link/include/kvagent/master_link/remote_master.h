@@ -57,7 +57,7 @@ struct RemoteMasterOptions {
   std::string endpoint;
   std::string agent_name;     // stable across restarts of this agent (host name + run dir)
   uint64_t incarnation = 0;   // new for every process start (random)
-  uint64_t pool_bytes = 0;    // the node pool, mounted as segment index 0
+  uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // where peers reach the pool (TransferEngine::endpoint())
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds timeout{5000};  // a request unanswered this long: link down
