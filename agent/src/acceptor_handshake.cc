@@ -134,9 +134,9 @@ bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
             << FormatBytes(conn.segment->layout().arena_bytes) << ", rings "
             << FormatBytes(conn.segment->layout().request_ring_bytes)
             << (conn.memory ? ", process memory" : "");
-  service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
-                                                      std::move(conn.segment),
-                                                      std::move(conn.memory)));
+  service_->AddClient(std::make_unique<ClientConnection>(conn.client_id, conn.client_name,
+                                                         conn.peer, std::move(conn.segment),
+                                                         std::move(conn.memory)));
   return true;
 }
 

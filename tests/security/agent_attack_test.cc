@@ -14,7 +14,7 @@
 
 #include "kvagent/client.h"
 #include "kvagent/schemas/master_generated.h"
-#include "raw_session.h"
+#include "raw_client.h"
 #include "security_support.h"
 
 namespace kvagent::testing {
@@ -30,7 +30,7 @@ std::unique_ptr<Client> ConnectTo(const std::string& run_dir, uint64_t arena = 1
   return client.ok() ? std::move(*client) : nullptr;
 }
 
-// One Put of `key` whose value is the first `length` bytes of the raw session's arena.
+// One Put of `key` whose value is the first `length` bytes of the raw client's arena.
 std::vector<uint8_t> PutFrame(uint64_t id, const std::string& key, uint64_t length) {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<std::string> keys = {key};
@@ -47,7 +47,7 @@ std::vector<uint8_t> PutFrame(uint64_t id, const std::string& key, uint64_t leng
 }
 
 // The status of the completion for `tag` (INTERNAL when none came).
-ErrorCode CompletionStatus(RawSession& s, std::string* message = nullptr) {
+ErrorCode CompletionStatus(RawClient& s, std::string* message = nullptr) {
   uint64_t tag = 0;
   std::vector<uint8_t> bytes;
   if (!s.Receive(&tag, &bytes)) return ErrorCode::kInternal;
@@ -65,7 +65,7 @@ TEST(AgentAttack, AClientCannotTruncateItsSegmentUnderTheAgent) {
   ASSERT_TRUE(agent.started());
   auto bystander = ConnectTo(agent.run_dir());
   ASSERT_TRUE(bystander);
-  RawSession mallory(agent.socket_path(), 1 << 20);
+  RawClient mallory(agent.socket_path(), 1 << 20);
   ASSERT_TRUE(mallory.ok()) << mallory.error();
   ASSERT_GE(mallory.segment_fd(), 0);
   EXPECT_NE(::ftruncate(mallory.segment_fd(), 4096), 0) << "the segment could be shrunk";
@@ -205,7 +205,7 @@ TEST(AgentAttack, AnyByteAfterAttachedClosesTheConnection) {
   // Was: a partial message after Attached left the connection open (protocol.md says it closes).
   LoggedAgent agent({});
   ASSERT_TRUE(agent.started());
-  RawSession s(agent.socket_path());
+  RawClient s(agent.socket_path());
   ASSERT_TRUE(s.ok()) << s.error();
   const uint8_t partial[2] = {9, 0};  // the start of a length prefix
   ASSERT_EQ(::send(s.socket_fd(), partial, sizeof partial, MSG_NOSIGNAL), 2);
@@ -243,7 +243,7 @@ TEST(AgentAttack, ARingRequestWhoseKeysShareOneStringIsRefused) {
   // standalone mode a reply) of hundreds of MiB.
   LoggedAgent agent({});
   ASSERT_TRUE(agent.started());
-  RawSession s(agent.socket_path());
+  RawClient s(agent.socket_path());
   ASSERT_TRUE(s.ok()) << s.error();
   const uint64_t peak_before = ProcStatusKiB(agent.pid(), "VmHWM");
   flatbuffers::FlatBufferBuilder fbb;

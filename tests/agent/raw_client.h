@@ -17,13 +17,13 @@
 
 namespace kvagent::testing {
 
-class RawSession {
+class RawClient {
  public:
   // Connects and completes the handshake; ok() says whether it worked, error() why not.
   // With a non-zero `memory_probe_address` the Hello asks for process memory (agent.fbs).
-  explicit RawSession(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
-                      uint64_t ring_bytes = 0, uint64_t memory_probe_address = 0,
-                      uint64_t memory_probe_value = 0) {
+  explicit RawClient(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
+                     uint64_t ring_bytes = 0, uint64_t memory_probe_address = 0,
+                     uint64_t memory_probe_value = 0) {
     auto fd = ipc::ConnectUnix(socket_path);
     if (!fd.ok()) {
       Fail(fd.status().ToString());
@@ -31,7 +31,7 @@ class RawSession {
     }
     socket_ = std::move(*fd);
     flatbuffers::FlatBufferBuilder fbb;
-    auto name = fbb.CreateString("raw-session");
+    auto name = fbb.CreateString("raw-client");
     fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
                                   arena_bytes, ring_bytes, memory_probe_address,
                                   memory_probe_value));
