@@ -17,10 +17,10 @@ void ClientConnection::MarkBroken(std::string reason) {
   if (broken_reason_.empty()) broken_reason_ = std::move(reason);
 }
 
-void ClientConnection::PushCompletion(uint64_t tag, std::span<const uint8_t> frame) {
+void ClientConnection::PushCompletion(uint64_t request_id, std::span<const uint8_t> frame) {
   if (broken()) return;
   if (backlog_.empty()) {
-    switch (completions_.TryAppend(tag, frame)) {
+    switch (completions_.TryAppend(request_id, frame)) {
       case ipc::PushResult::kOk:
         return;
       case ipc::PushResult::kFull:
@@ -33,14 +33,14 @@ void ClientConnection::PushCompletion(uint64_t tag, std::span<const uint8_t> fra
         return;
     }
   }
-  backlog_.push_back({tag, std::vector<uint8_t>(frame.begin(), frame.end())});
+  backlog_.push_back({request_id, std::vector<uint8_t>(frame.begin(), frame.end())});
 }
 
 bool ClientConnection::FlushBacklog() {
   bool moved = false;
   while (!backlog_.empty() && !broken()) {
     const PendingCompletion& next = backlog_.front();
-    const ipc::PushResult r = completions_.TryAppend(next.tag, next.frame);
+    const ipc::PushResult r = completions_.TryAppend(next.request_id, next.frame);
     if (r == ipc::PushResult::kFull) break;
     if (r != ipc::PushResult::kOk) {
       MarkBroken("the completion ring's consumer index is corrupt");

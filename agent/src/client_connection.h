@@ -42,7 +42,7 @@ class ClientConnection {
   // otherwise behind the backlog (order is kept). A completion larger than the ring must not be
   // passed (the caller replaces it with a small failure). Marks the connection broken when the
   // client's ring index is corrupt.
-  void PushCompletion(uint64_t tag, std::span<const uint8_t> frame);
+  void PushCompletion(uint64_t request_id, std::span<const uint8_t> frame);
 
   // Makes every completion queued by PushCompletion/FlushBacklog visible to the client and wakes
   // it if it sleeps. Completions are appended in bursts and published once per burst.
@@ -68,7 +68,7 @@ class ClientConnection {
 
  private:
   struct PendingCompletion {
-    uint64_t tag;
+    uint64_t request_id;
     std::vector<uint8_t> frame;
   };
 

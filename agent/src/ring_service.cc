@@ -216,30 +216,31 @@ bool RingService::ServeRequests(ClientConnection& client) {
     if (!frame.payload.empty()) {
       std::memcpy(scratch_.data(), frame.payload.data(), frame.payload.size());
     }
-    const uint64_t tag = frame.tag;
+    const uint64_t request_id = frame.request_id;
     client.requests().Consume();
-    HandleFrame(client, tag, scratch_);
+    HandleFrame(client, request_id, scratch_);
     worked = true;
   }
   return worked;
 }
 
-void RingService::HandleFrame(ClientConnection& client, uint64_t tag,
+void RingService::HandleFrame(ClientConnection& client, uint64_t request_id,
                               std::span<const uint8_t> frame) {
   CheckedRequest checked =
-      CheckRequest(frame, tag, client.arena_bytes(), client.memory() != nullptr);
+      CheckRequest(frame, request_id, client.arena_bytes(), client.memory() != nullptr);
   if (!checked.status.ok()) {
-    VLOG(1) << "client " << client.id() << " request " << tag << ": " << checked.status.ToString();
-    Send(client, tag, EncodeFailure(fbb_, tag, checked.status, checked.key_count));
+    VLOG(1) << "client " << client.id() << " request " << request_id << ": "
+            << checked.status.ToString();
+    Send(client, request_id, EncodeFailure(fbb_, request_id, checked.status, checked.key_count));
     return;
   }
   if (checked.request->op() == proto::Op::Ping) {
-    Send(client, tag, EncodePingReply(fbb_, tag));
+    Send(client, request_id, EncodePingReply(fbb_, request_id));
     return;
   }
   ClientRequest request;
   request.client_id = client.id();
-  request.request_id = tag;
+  request.request_id = request_id;
   request.frame.assign(frame.begin(), frame.end());
   request.segment = client.segment();
   if (checked.request->memory_counts() != nullptr) {
@@ -250,16 +251,16 @@ void RingService::HandleFrame(ClientConnection& client, uint64_t tag,
   handler_->Handle(std::move(request), *this);
 }
 
-void RingService::Send(ClientConnection& client, uint64_t tag,
+void RingService::Send(ClientConnection& client, uint64_t request_id,
                        std::span<const uint8_t> completion) {
   const uint64_t capacity = client.segment()->layout().completion_ring_bytes;
   if (completion.size() > ipc::MaxFramePayload(capacity)) {
     const Status too_large(ErrorCode::kInternal,
                            "the completion (" + std::to_string(completion.size()) +
                                " bytes) does not fit the completion ring; split the batch");
-    completion = EncodeFailure(fbb_, tag, too_large, 0);
+    completion = EncodeFailure(fbb_, request_id, too_large, 0);
   }
-  client.PushCompletion(tag, completion);
+  client.PushCompletion(request_id, completion);
 }
 
 void RingService::Complete(ClientId client, uint64_t request_id, const CompletionData& data) {

@@ -72,8 +72,8 @@ class RingService final : public CompletionSink {
   // Serves one client and publishes what it consumed and produced. True if it did any work.
   bool Serve(ClientConnection& client);
   bool ServeRequests(ClientConnection& client);
-  void HandleFrame(ClientConnection& client, uint64_t tag, std::span<const uint8_t> frame);
-  void Send(ClientConnection& client, uint64_t tag, std::span<const uint8_t> completion);
+  void HandleFrame(ClientConnection& client, uint64_t request_id, std::span<const uint8_t> frame);
+  void Send(ClientConnection& client, uint64_t request_id, std::span<const uint8_t> completion);
   // Publishes every client's queued completions (after the handler produced some).
   void FlushAll();
   // Runs the handler's timer when due. True if it ran.

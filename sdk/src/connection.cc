@@ -512,17 +512,17 @@ void Connection::Reap() {
       MarkDead(Unavailable("the completion ring is corrupt; reconnect"));
       return;
     }
-    Deliver(frame.tag, frame.payload);
+    Deliver(frame.request_id, frame.payload);
     consumer_.Consume();
   }
   consumer_.PublishHead();  // one fence for everything reaped
 }
 
-void Connection::Deliver(uint64_t tag, std::span<const uint8_t> frame) {
-  const uint32_t index = static_cast<uint32_t>(tag);
+void Connection::Deliver(uint64_t request_id, std::span<const uint8_t> frame) {
+  const uint32_t index = static_cast<uint32_t>(request_id);
   if (index >= slot_count_) return;
   Slot& s = slots_[index];
-  if (s.id.load(std::memory_order_acquire) != tag) return;  // stale: the slot moved on
+  if (s.id.load(std::memory_order_acquire) != request_id) return;  // stale: the slot moved on
   s.reply = DecodeCompletion(frame, s.key_count);
   // seq_cst, with the load of followers_ below: the hand-off to a follower (connection.h).
   const uint32_t previous = s.state.exchange(kDone, std::memory_order_seq_cst);

@@ -143,7 +143,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Follow(Slot& slot);
   void Reap();  // leader only
   void ReapIfNoLeader();
-  void Deliver(uint64_t tag, std::span<const uint8_t> frame);
+  void Deliver(uint64_t request_id, std::span<const uint8_t> frame);
 
   // Liveness.
   void Monitor();

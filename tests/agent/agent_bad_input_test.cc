@@ -41,20 +41,20 @@ std::vector<uint8_t> Encode(uint64_t id, const RequestFields& r) {
 }
 
 struct Answer {
-  uint64_t tag = 0;
+  uint64_t request_id = 0;
   ErrorCode status = ErrorCode::kInternal;
   std::string message;
   std::vector<ErrorCode> codes;
   std::vector<std::string> messages;
 };
 
-// Sends `frame` with `tag` and returns the agent's completion.
-Answer RoundTrip(RawClient& s, uint64_t tag, std::span<const uint8_t> frame) {
+// Sends `frame` with `request_id` and returns the agent's completion.
+Answer RoundTrip(RawClient& s, uint64_t request_id, std::span<const uint8_t> frame) {
   Answer a;
-  EXPECT_TRUE(s.Send(tag, frame));
+  EXPECT_TRUE(s.Send(request_id, frame));
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&a.tag, &bytes)) {
-    ADD_FAILURE() << "no completion for request " << tag;
+  if (!s.Receive(&a.request_id, &bytes)) {
+    ADD_FAILURE() << "no completion for request " << request_id;
     return a;
   }
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
@@ -74,8 +74,8 @@ Answer RoundTrip(RawClient& s, uint64_t tag, std::span<const uint8_t> frame) {
   return a;
 }
 
-Answer RoundTrip(RawClient& s, uint64_t tag, const RequestFields& r) {
-  return RoundTrip(s, tag, Encode(tag, r));
+Answer RoundTrip(RawClient& s, uint64_t request_id, const RequestFields& r) {
+  return RoundTrip(s, request_id, Encode(request_id, r));
 }
 
 class AgentBadInput : public ::testing::Test {
@@ -86,9 +86,9 @@ class AgentBadInput : public ::testing::Test {
     ASSERT_TRUE(client_->ok()) << client_->error();
   }
   // The agent still answers a well-formed Ping on this connection.
-  void ExpectStillServing(uint64_t tag) {
-    Answer a = RoundTrip(*client_, tag, RequestFields{});
-    EXPECT_EQ(a.tag, tag);
+  void ExpectStillServing(uint64_t request_id) {
+    Answer a = RoundTrip(*client_, request_id, RequestFields{});
+    EXPECT_EQ(a.request_id, request_id);
     EXPECT_EQ(a.status, ErrorCode::kOk) << a.message;
   }
 
@@ -106,7 +106,7 @@ TEST_F(AgentBadInput, TruncatedFrameIsInvalidParamsAndTheAgentKeepsServing) {
   // Cuts that drop bytes the request refers to (the very last bytes may be alignment padding).
   for (size_t cut : {size_t{0}, size_t{3}, size_t{8}, frame.size() / 2, frame.size() * 3 / 4}) {
     Answer a = RoundTrip(*client_, 7, std::span<const uint8_t>(frame.data(), cut));
-    EXPECT_EQ(a.tag, 7u);
+    EXPECT_EQ(a.request_id, 7u);
     EXPECT_EQ(a.status, ErrorCode::kInvalidParams) << "cut at " << cut;
     EXPECT_NE(a.message.find("not a valid Request"), std::string::npos) << a.message;
   }
@@ -119,7 +119,7 @@ TEST_F(AgentBadInput, GarbageBytesAreInvalidParamsAndTheAgentKeepsServing) {
     std::vector<uint8_t> junk(rng() % 512);
     for (auto& b : junk) b = static_cast<uint8_t>(rng());
     Answer a = RoundTrip(*client_, 100 + i, junk);
-    EXPECT_EQ(a.tag, static_cast<uint64_t>(100 + i));
+    EXPECT_EQ(a.request_id, static_cast<uint64_t>(100 + i));
     EXPECT_NE(a.status, ErrorCode::kOk);
   }
   ExpectStillServing(999);
@@ -171,10 +171,13 @@ TEST_F(AgentBadInput, SessionIdCountDifferentFromKeyCountIsInvalidParams) {
   EXPECT_EQ(RoundTrip(*client_, 14, buffers).status, ErrorCode::kInvalidParams);
 }
 
-TEST_F(AgentBadInput, RequestIdDifferentFromTheFrameTagIsInvalidParams) {
+TEST_F(AgentBadInput, RequestIdDifferentFromTheRingRecordsIsInvalidParams) {
   Answer a = RoundTrip(*client_, 15, Encode(16, RequestFields{}));
-  EXPECT_EQ(a.tag, 15u);
+  EXPECT_EQ(a.request_id, 15u);
   EXPECT_EQ(a.status, ErrorCode::kInvalidParams);
+  EXPECT_NE(a.message.find("request_id 16 differs from the frame's request id 15"),
+            std::string::npos)
+      << a.message;
 }
 
 TEST_F(AgentBadInput, ValidRequestsOtherThanPingGoToTheHandler) {

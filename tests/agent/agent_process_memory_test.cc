@@ -57,13 +57,13 @@ std::vector<uint8_t> Encode(uint64_t id, const MemoryRequest& r) {
 }
 
 // The request-level status and message of the agent's answer to `r`.
-std::pair<ErrorCode, std::string> Ask(RawClient& s, uint64_t tag, const MemoryRequest& r) {
-  std::vector<uint8_t> frame = Encode(tag, r);
-  EXPECT_TRUE(s.Send(tag, frame));
-  uint64_t got_tag = 0;
+std::pair<ErrorCode, std::string> Ask(RawClient& s, uint64_t request_id, const MemoryRequest& r) {
+  std::vector<uint8_t> frame = Encode(request_id, r);
+  EXPECT_TRUE(s.Send(request_id, frame));
+  uint64_t got_request_id = 0;
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&got_tag, &bytes)) return {ErrorCode::kInternal, "no completion"};
-  EXPECT_EQ(got_tag, tag);
+  if (!s.Receive(&got_request_id, &bytes)) return {ErrorCode::kInternal, "no completion"};
+  EXPECT_EQ(got_request_id, request_id);
   const auto* c = flatbuffers::GetRoot<proto::Completion>(bytes.data());
   return {ErrorCodeFromWire(c->status()), c->message() ? c->message()->str() : ""};
 }
@@ -129,14 +129,14 @@ TEST_F(AgentProcessMemory, MalformedRangesAndCountsAreInvalidParamsAndTheAgentKe
       {"both buffers and memory", both, "both"},
       {"memory on an exist", Make(Op::Exist, {"a"}, {good}, {1}), "not used by Exist"},
   };
-  uint64_t tag = 1;
+  uint64_t request_id = 1;
   for (const Case& c : cases) {
-    auto [code, message] = Ask(s, tag++, c.request);
+    auto [code, message] = Ask(s, request_id++, c.request);
     EXPECT_EQ(code, ErrorCode::kInvalidParams) << c.what << ": " << message;
     EXPECT_NE(message.find(c.says), std::string::npos) << c.what << ": " << message;
   }
   // A well-formed one passes the checks and reaches the pipeline (which has no master here).
-  auto [code, message] = Ask(s, tag++, Make(Op::Put, {"a"}, {good}, {1}));
+  auto [code, message] = Ask(s, request_id++, Make(Op::Put, {"a"}, {good}, {1}));
   EXPECT_EQ(code, ErrorCode::kMasterUnavailable) << message;
   EXPECT_TRUE(agent_.Running());
 }

@@ -84,17 +84,17 @@ class RawClient {
   int segment_fd() const { return segment_fd_.get(); }
   uint64_t client_id() const { return client_id_; }
 
-  bool Send(uint64_t tag, std::span<const uint8_t> frame) {
-    return producer_.TryPush(tag, frame) == ipc::PushResult::kOk;
+  bool Send(uint64_t request_id, std::span<const uint8_t> frame) {
+    return producer_.TryPush(request_id, frame) == ipc::PushResult::kOk;
   }
 
-  // The next completion frame (tag + bytes), or false after `timeout`.
-  bool Receive(uint64_t* tag, std::vector<uint8_t>* frame,
+  // The next completion frame (request_id + bytes), or false after `timeout`.
+  bool Receive(uint64_t* request_id, std::vector<uint8_t>* frame,
                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     if (!consumer_.WaitForData(std::chrono::microseconds(100), timeout)) return false;
     ipc::Frame f;
     if (consumer_.Peek(&f) != ipc::PeekResult::kFrame) return false;
-    *tag = f.tag;
+    *request_id = f.request_id;
     frame->assign(f.payload.begin(), f.payload.end());
     consumer_.Pop();
     return true;

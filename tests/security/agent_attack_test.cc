@@ -46,11 +46,11 @@ std::vector<uint8_t> PutFrame(uint64_t id, const std::string& key, uint64_t leng
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
-// The status of the completion for `tag` (INTERNAL when none came).
+// The status of the completion for `request_id` (INTERNAL when none came).
 ErrorCode CompletionStatus(RawClient& s, std::string* message = nullptr) {
-  uint64_t tag = 0;
+  uint64_t request_id = 0;
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&tag, &bytes)) return ErrorCode::kInternal;
+  if (!s.Receive(&request_id, &bytes)) return ErrorCode::kInternal;
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!verifier.VerifyBuffer<proto::Completion>(nullptr)) return ErrorCode::kInternal;
   const auto* c = flatbuffers::GetRoot<proto::Completion>(bytes.data());
