@@ -29,7 +29,7 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
   auto agent = m->service_->RegisterAgent(m->options_.agent_name, m->options_.incarnation);
   if (!agent.ok()) return agent.status();
   // Local copies into the pool carry this master's epoch (its placements do).
-  if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->incarnation());
+  if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->epoch());
   const std::string_view endpoint = m->options_.data_endpoint;
   auto mounted = m->service_->MountPool(*agent, 0, m->options_.pool_bytes,
                                         std::span<const std::string_view>(&endpoint, 1));

@@ -174,7 +174,7 @@ double CommitInProcess(const std::vector<std::string>& keys,
       c.finish.write_ids = std::span(ids).subspan(i, batch);
       c.finish.part_counts = part_counts;
       c.finish.checksums = checksums;
-      c.master_epoch = p.svc->incarnation();
+      c.master_epoch = p.svc->epoch();
       (void)p.svc->BatchPutCommit(c, &committed);
       p.svc->TakeEvents(&events);
     }

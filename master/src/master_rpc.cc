@@ -134,7 +134,7 @@ class MasterRpc::Call {
         s_(*rpc.scratch_),
         b_(s_.builder),
         id_(id),
-        epoch_(service_.incarnation()) {}
+        epoch_(service_.epoch()) {}
 
   Reply Dispatch(const fb::Request& req);
   // A refused request: counted in bad_requests, nothing changed.
@@ -182,7 +182,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
   b.Clear();
-  const uint64_t epoch = service_->incarnation();
+  const uint64_t epoch = service_->epoch();
   // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
   // the message object at any offset. Copy those (they are small).
   if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
@@ -305,7 +305,7 @@ Reply MasterRpc::Call::PlacementReply(const Status& status) {
     r.add_write_ids(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(write_ids));
   }
   r.add_lease_ttl_ms(pb.lease_ttl_ms);
-  r.add_master_epoch(service_.incarnation());
+  r.add_master_epoch(service_.epoch());
   return Finish(b_, epoch_, id_, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
 }
 
@@ -394,12 +394,11 @@ Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
   auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
   if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
   const std::string& events = rpc_.events_endpoint_;
-  return Finish(
-      b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-      fb::CreateRegisterAgentReplyDirect(
-          b_, r.value(), service_.incarnation(), events.empty() ? nullptr : events.c_str(),
-          events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
-          .Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+                fb::CreateRegisterAgentReplyDirect(
+                    b_, r.value(), service_.epoch(), events.empty() ? nullptr : events.c_str(),
+                    events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
+                    .Union());
 }
 
 Reply MasterRpc::Call::MountPool(const fb::MountPool* m) {
@@ -559,18 +558,17 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
   LastRequest& last = rpc_.last_;
   last.replicate = true;
   last.after_seq = m->after_seq();
-  last.incarnation = m->incarnation();
+  last.master_epoch = m->master_epoch();
   last.wait_ms = m->wait_ms();
   if (m->follower() != nullptr) last.follower = m->follower()->str();
   ReplicationPage page;
   const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
-  Status st = service_.ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
+  Status st = service_.ReadReplication(m->after_seq(), m->master_epoch(), max_bytes, &page);
   if (!st.ok()) return Finish(b_, epoch_, id_, st, fb::ReplyBody::NONE, 0);
   last.replicate_empty = !page.snapshot && page.records.empty();
   auto records =
       b_.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()), page.records.size());
-  auto body =
-      fb::CreateReplicateReply(b_, service_.incarnation(), page.snapshot, page.last_seq, records);
+  auto body = fb::CreateReplicateReply(b_, service_.epoch(), page.snapshot, page.last_seq, records);
   return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
 }
 

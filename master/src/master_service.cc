@@ -51,9 +51,9 @@ Status ObjectNotFound(std::string_view key) {
 MasterService::MasterService(MasterOptions options, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
-      incarnation_(options_.epoch != 0
-                       ? options_.epoch
-                       : (uint64_t{std::random_device{}()} << 32) | std::random_device{}()),
+      epoch_(options_.epoch != 0
+                 ? options_.epoch
+                 : (uint64_t{std::random_device{}()} << 32) | std::random_device{}()),
       store_(std::make_unique<MetadataStore>(options_, clock)) {}
 
 MasterService::~MasterService() = default;

@@ -191,13 +191,13 @@ void MasterService::Tick() {
 
 Status MasterService::Flush() { return store_->FlushLog(); }
 
-Status MasterService::ReadReplication(uint64_t after_seq, uint64_t incarnation, size_t max_bytes,
+Status MasterService::ReadReplication(uint64_t after_seq, uint64_t master_epoch, size_t max_bytes,
                                       ReplicationPage* out) {
   if (!store_->replicating()) {
     return InvalidParams(
         "this master keeps no records for standbys; start it with --replication-log-bytes > 0");
   }
-  store_->ReadReplication(after_seq, incarnation != incarnation_, max_bytes, out);
+  store_->ReadReplication(after_seq, master_epoch != epoch_, max_bytes, out);
   return Status::Ok();
 }
 

@@ -69,7 +69,7 @@ static_assert(sizeof(Replica) == 24);
 // An in-flight Put or Upsert. Exists only between *Start and *End/*Revoke (or takeover).
 struct PendingWrite {
   AgentId writer = kNoAgent;
-  uint64_t write_id = 0;  // unique per master incarnation, increasing in start order
+  uint64_t write_id = 0;  // unique per master epoch, increasing in start order
   int64_t started_ms = 0;
   TagId tag = kUntagged;  // holds a reference; becomes the object's tag at commit (rule 3)
   WriteOptions options;

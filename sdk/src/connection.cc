@@ -120,11 +120,11 @@ Status Connection::Handshake(const ClientOptions& options) {
   auto segment = ipc::Segment::Open(segment_fd.Release(), welcome->segment_bytes());
   if (!segment.ok()) return segment.status();
   if (segment->header().client_id != welcome->client_id() ||
-      segment->header().agent_epoch != welcome->agent_epoch()) {
+      segment->header().agent_incarnation != welcome->agent_incarnation()) {
     return Unavailable("the segment the agent passed belongs to another client; retry");
   }
   client_id_ = welcome->client_id();
-  agent_epoch_ = welcome->agent_epoch();
+  agent_incarnation_ = welcome->agent_incarnation();
   auto shared = std::make_shared<ipc::Segment>(std::move(*segment));
   producer_ = ipc::FrameProducer(shared->request_ring());
   consumer_ = ipc::FrameConsumer(shared->completion_ring());

@@ -75,9 +75,9 @@ TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
   EXPECT_EQ(r->body_as_KeyCodesReply()->exists()->Get(2), 0);
 }
 
-Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation) {
+Bytes ReplicateMsg(uint64_t after_seq, uint64_t master_epoch) {
   flatbuffers::FlatBufferBuilder b;
-  return Finish(b, fb::Body::Replicate, fb::CreateReplicate(b, after_seq, incarnation).Union());
+  return Finish(b, fb::Body::Replicate, fb::CreateReplicate(b, after_seq, master_epoch).Union());
 }
 
 TEST_F(MasterRpcTest, ReplicateIsRefusedByAMasterThatKeepsNoRecordsForStandbys) {
@@ -104,12 +104,12 @@ TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
   const fb::ReplicateReply* page = r->body_as_ReplicateReply();
   ASSERT_NE(page, nullptr);
   EXPECT_TRUE(page->snapshot());
-  EXPECT_EQ(page->incarnation(), c.svc->incarnation());
+  EXPECT_EQ(page->master_epoch(), c.svc->epoch());
   const uint64_t seq = page->last_seq();
   EXPECT_EQ(seq, c.svc->Stats().replication_last_seq);
   EXPECT_GT(page->records()->size(), 0u);
   c.Put(c.agents[0], {"b"}, 64, {"s-b"});
-  r = call(ReplicateMsg(seq, c.svc->incarnation()));
+  r = call(ReplicateMsg(seq, c.svc->epoch()));
   page = r->body_as_ReplicateReply();
   ASSERT_NE(page, nullptr);
   EXPECT_FALSE(page->snapshot());
@@ -118,8 +118,8 @@ TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
                             page->records()->size());
   EXPECT_NE(records.find("s-b"), std::string::npos);
   EXPECT_EQ(records.find("s-a"), std::string::npos);
-  // A standby of another incarnation (the primary restarted) starts over from a snapshot.
-  r = call(ReplicateMsg(seq + 1, c.svc->incarnation() + 1));
+  // A standby of another master epoch (the primary restarted) starts over from a snapshot.
+  r = call(ReplicateMsg(seq + 1, c.svc->epoch() + 1));
   EXPECT_TRUE(r->body_as_ReplicateReply()->snapshot());
 }
 

@@ -75,7 +75,7 @@ KeyResults Send(Cluster& c, AgentId agent, const Commit& m) {
   r.finish.write_ids = m.ids;
   r.finish.part_counts = m.part_counts;
   r.finish.checksums = m.checksums;
-  r.master_epoch = m.epoch ? m.epoch : c.svc->incarnation();
+  r.master_epoch = m.epoch ? m.epoch : c.svc->epoch();
   KeyResults out;
   c.last_status = c.svc->BatchPutCommit(r, &out);
   return out;
@@ -328,7 +328,7 @@ TEST(ReservedWrites, AMasterRestartForgetsThemAndTheirSpace) {
         Send(c, c.agents[0], {.keys = {"committed"}, .sizes = {4096}, .ids = {committed_id}})
             .results[0]
             .ok());
-    const uint64_t epoch = c.svc->incarnation();
+    const uint64_t epoch = c.svc->epoch();
     c.Restart();
     // The agent registers and mounts again (same incarnation: its pool survived).
     ASSERT_TRUE(c.svc->RegisterAgent("node-0", 1).ok());

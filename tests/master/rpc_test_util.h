@@ -77,13 +77,14 @@ inline Bytes StatsMsg() {
   return Finish(b, fb::Body::Stats, fb::CreateStats(b).Union());
 }
 
-// A follower's fetch: records after `after_seq` of master `incarnation`, held up to `wait_ms`.
-inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation, uint32_t wait_ms = 0,
+// A follower's fetch: records after `after_seq` of the master of epoch `master_epoch`, held
+// up to `wait_ms`.
+inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t master_epoch, uint32_t wait_ms = 0,
                           const std::string& follower = "", uint64_t id = 1) {
   flatbuffers::FlatBufferBuilder b;
   auto name = b.CreateString(follower);
   return Finish(b, fb::Body::Replicate,
-                fb::CreateReplicate(b, after_seq, incarnation, 4u << 20, wait_ms, name).Union(),
+                fb::CreateReplicate(b, after_seq, master_epoch, 4u << 20, wait_ms, name).Union(),
                 id);
 }
 

@@ -213,7 +213,7 @@ TEST(SessionRules, Rule7_TagsSurviveStandbyReplicationAndPromotion) {
   KeyResults removed;
   ASSERT_TRUE(primary.svc->BatchRemove(testing::Views({"gone"}), false, &removed).ok());
   ASSERT_TRUE(
-      primary.svc->ReadReplication(page.last_seq, primary.svc->incarnation(), 1 << 20, &page).ok());
+      primary.svc->ReadReplication(page.last_seq, primary.svc->epoch(), 1 << 20, &page).ok());
   EXPECT_FALSE(page.snapshot);
   EXPECT_EQ(page.last_seq, primary.svc->Stats().replication_last_seq);
   WriteAsStandby(page, **log);

@@ -88,7 +88,7 @@ struct MasterOptions {
   // the records before it are kept and the rest of the file is cut off.
   bool truncate_damaged_log = false;
   // The master's epoch: what every reply and placement carries and every pool's fence compares.
-  // 0: a random incarnation (one kvmaster, or a standby promoted by hand). With etcd (kvmaster
+  // 0: a random epoch (one kvmaster, or a standby promoted by hand). With etcd (kvmaster
   // --etcd) it is the term's epoch, the leader key's create revision, which grows from term to
   // term so that agents can refuse replies of a deposed master.
   uint64_t epoch = 0;
@@ -203,7 +203,7 @@ inline constexpr uint64_t kReservedShareDivisor = 8;
 // BatchPutCommit: a put of each key into a write reserved for this agent — WriteStart and End
 // in one message. start.* as for BatchPutStart (the sizes must be the reserved writes');
 // finish.keys must equal start.keys and finish.write_ids names the reserved write of each key;
-// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the incarnation of the
+// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the epoch of the
 // master that reserved them: another master refuses the whole commit (MASTER_UNAVAILABLE).
 struct WriteCommitRequest {
   WriteStartRequest start;

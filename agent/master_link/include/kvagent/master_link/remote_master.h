@@ -63,8 +63,8 @@ struct RemoteMasterOptions {
   std::chrono::milliseconds timeout{5000};  // a request unanswered this long: link down
   std::chrono::milliseconds backoff_min{100};
   std::chrono::milliseconds backoff_max{5000};
-  // Runs on the link thread when a registration finds a new kvmaster incarnation (the master
-  // restarted; its event stream started over): e.g. ask the event relay to re-announce. Not
+  // Runs on the link thread when a registration finds a new kvmaster (another master epoch: it
+  // restarted, its event stream started over): e.g. ask the event relay to re-announce. Not
   // after a reconnect to the same master. Must not block.
   std::function<void()> on_master_restarted;
   // Runs on the link thread after every registration reply, before the pool is mounted, with
