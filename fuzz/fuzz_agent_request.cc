@@ -19,9 +19,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The ring service copies a frame into private (malloc-aligned) memory before checking it.
   std::vector<uint8_t> frame(data, data + size);
-  const uint64_t tag = size >= 8 ? 42 : 0;
+  const uint64_t request_id = size >= 8 ? 42 : 0;
   kvagent::agent::CheckedRequest checked =
-      kvagent::agent::CheckRequest(frame, tag, /*arena_bytes=*/1 << 20);
+      kvagent::agent::CheckRequest(frame, request_id, /*arena_bytes=*/1 << 20);
   if (!checked.status.ok() || checked.request == nullptr) return 0;
   // What the pipeline reads of an accepted request.
   const auto& r = *checked.request;

@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint32_t to = p->first()->Get(static_cast<flatbuffers::uoffset_t>(k + 1));
       for (uint32_t i = from; i < to; ++i) {
         const auto* pl = p->placements()->Get(i);
-        sink += pl->offset() + pl->length() + pl->segment_id() + pl->part();
+        sink += pl->offset() + pl->length() + pl->pool_id() + pl->part();
       }
     }
   }

@@ -1,5 +1,5 @@
 // kvmaster's request decoding and handling (master/src/master_rpc.cc + request_check.cc) on an
-// in-process MasterService with two agents and segments: any bytes an RPC peer can send. Must
+// in-process MasterService with two agents and pools: any bytes an RPC peer can send. Must
 // never crash, hit UB, or build a reply out of proportion to the request.
 #include <glog/logging.h>
 
@@ -31,7 +31,7 @@ struct World {
     const std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
     for (uint64_t i = 0; i < 2; ++i) {
       auto id = service->RegisterAgent(i == 0 ? "node-a" : "node-b", i + 1);
-      if (id.ok()) (void)service->MountSegment(*id, 0, 8 << 20, eps);
+      if (id.ok()) (void)service->MountPool(*id, 0, 8 << 20, eps);
     }
     rpc = std::make_unique<MasterRpc>(service.get());
   }

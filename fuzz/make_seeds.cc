@@ -118,7 +118,7 @@ void MasterMessages() {
   auto service = std::move(kvagent::master::MasterService::Open(options, &clock).value());
   const uint32_t agent = service->RegisterAgent("node-a", 1).value();
   const std::vector<std::string_view> eps = {"tcp://127.0.0.1:7000"};
-  (void)service->MountSegment(agent, 0, 64 << 20, eps);
+  (void)service->MountPool(agent, 0, 64 << 20, eps);
   kvagent::master::MasterRpc rpc(service.get());
   const std::vector<std::string> keys = {"obj-a", "obj-b"};
   std::vector<std::pair<std::string, Bytes>> requests;
@@ -126,9 +126,9 @@ void MasterMessages() {
                           return mp::CreateRegisterAgentDirect(b, "node-a", 1).Union();
                         }));
   requests.emplace_back(
-      "mount", MasterRequest(mp::Body::MountSegment, [&](B& b) {
+      "mount", MasterRequest(mp::Body::MountPool, [&](B& b) {
         const std::vector<std::string> eps = {"tcp://127.0.0.1:7000"};
-        return mp::CreateMountSegment(b, agent, 0, 64 << 20, b.CreateVectorOfStrings(eps)).Union();
+        return mp::CreateMountPool(b, agent, 0, 64 << 20, b.CreateVectorOfStrings(eps)).Union();
       }));
   requests.emplace_back("heartbeat", MasterRequest(mp::Body::Heartbeat, [&](B& b) {
                           return mp::CreateHeartbeat(b, agent, 0).Union();
@@ -174,12 +174,12 @@ void MasterMessages() {
                         }));
   requests.emplace_back("bad_replicas", MasterRequest(mp::Body::ReportBadReplicas, [&](B& b) {
                           const std::vector<uint64_t> versions = {1};
-                          const std::vector<uint32_t> parts = {0}, segments = {1};
+                          const std::vector<uint32_t> parts = {0}, pools = {1};
                           const std::vector<std::string> one = {"obj-a"};
                           return mp::CreateReportBadReplicas(b, agent, b.CreateVectorOfStrings(one),
                                                              b.CreateVector(versions),
                                                              b.CreateVector(parts),
-                                                             b.CreateVector(segments))
+                                                             b.CreateVector(pools))
                               .Union();
                         }));
   requests.emplace_back(

@@ -166,8 +166,8 @@ int PingCommand(const GlobalOptions& global, int argc, char** argv, std::ostream
       std::chrono::steady_clock::now() - start);
   if (!reply.ok()) return ReportFailure(err, "ping", reply.status);
   out << "agent at " << global.run_dir << "/agent.sock answered in " << took.count()
-      << " us (client " << (*client)->client_id() << ", agent epoch " << (*client)->agent_epoch()
-      << ")\n";
+      << " us (client " << (*client)->client_id() << ", agent incarnation "
+      << (*client)->agent_incarnation() << ")\n";
   // Ping is answered by the agent alone; whether it can serve anything else is its master link.
   Reply stat = (*client)->Stat(global.timeout);
   if (!stat.ok()) {

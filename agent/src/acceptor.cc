@@ -29,8 +29,8 @@ std::string DescribePeer(const ipc::PeerCredentials& peer) {
          std::to_string(peer.gid);
 }
 
-Acceptor::Acceptor(const AgentConfig& config, uint64_t epoch, RingService* service)
-    : config_(config), epoch_(epoch), service_(service) {
+Acceptor::Acceptor(const AgentConfig& config, uint64_t incarnation, RingService* service)
+    : config_(config), incarnation_(incarnation), service_(service) {
   // The agent's own uid and root may always attach; the flags add to them.
   allow_uids_ = config.allow_uids;
   allow_uids_.push_back(getuid());

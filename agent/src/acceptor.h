@@ -50,7 +50,7 @@ inline constexpr size_t kMaxIdle = 256;
 
 class Acceptor {
  public:
-  Acceptor(const AgentConfig& config, uint64_t epoch, RingService* service);
+  Acceptor(const AgentConfig& config, uint64_t incarnation, RingService* service);
   ~Acceptor();
 
   // Listens on the socket and starts the thread.
@@ -98,7 +98,7 @@ class Acceptor {
   void PauseAccepting(Clock::time_point until);
 
   const AgentConfig config_;
-  const uint64_t epoch_;
+  const uint64_t incarnation_;
   RingService* const service_;
   std::vector<uint32_t> allow_uids_;
   std::vector<uint32_t> allow_gids_;

@@ -73,7 +73,7 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   }
   const ClientId id = next_client_id_++;
   conn.client_name = std::move(hello->client_name);
-  auto segment = ipc::Segment::Create(*layout, epoch_, id);
+  auto segment = ipc::Segment::Create(*layout, incarnation_, id);
   if (!segment.ok()) {
     Refuse(conn, segment.status());
     return false;
@@ -102,7 +102,7 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   b.add_status(static_cast<uint16_t>(ErrorCode::kOk));
   b.add_protocol_version(ours);
   b.add_client_id(id);
-  b.add_agent_epoch(epoch_);
+  b.add_agent_incarnation(incarnation_);
   b.add_segment_bytes(layout->total_bytes);
   b.add_arena_bytes(layout->arena_bytes);
   b.add_ring_bytes(ring);
@@ -134,9 +134,9 @@ bool Acceptor::OnAttached(Connection& conn, std::span<const uint8_t> message) {
             << FormatBytes(conn.segment->layout().arena_bytes) << ", rings "
             << FormatBytes(conn.segment->layout().request_ring_bytes)
             << (conn.memory ? ", process memory" : "");
-  service_->AddClient(std::make_unique<ClientSession>(conn.client_id, conn.client_name, conn.peer,
-                                                      std::move(conn.segment),
-                                                      std::move(conn.memory)));
+  service_->AddClient(std::make_unique<ClientConnection>(conn.client_id, conn.client_name,
+                                                         conn.peer, std::move(conn.segment),
+                                                         std::move(conn.memory)));
   return true;
 }
 

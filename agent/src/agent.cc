@@ -19,7 +19,7 @@ namespace kvagent::agent {
 
 struct Agent::State {
   AgentConfig config;
-  uint64_t epoch = 0;
+  uint64_t incarnation = 0;
   std::unique_ptr<RequestHandler> handler;
   std::unique_ptr<RingService> service;
   std::unique_ptr<Acceptor> acceptor;
@@ -28,13 +28,14 @@ struct Agent::State {
 
 namespace {
 
-// A fresh value per agent incarnation: clients and segment names tell incarnations apart.
-uint64_t NewEpoch() {
+// An incarnation of its own, for an agent started without one (AgentConfig::incarnation):
+// clients tell one run of the agent from the next by it.
+uint64_t DrawAgentIncarnation() {
   std::random_device rd;
   const uint64_t random = (uint64_t{rd()} << 32) | rd();
   const uint64_t now =
       static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  return (random ^ now) & 0x7FFFFFFFFFFFFFFFULL;
+  return ((random ^ now) & 0x7FFFFFFFFFFFFFFFULL) | 1;  // never 0
 }
 
 Status CheckConfig(const AgentConfig& c) {
@@ -82,7 +83,8 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
   KVAGENT_RETURN_IF_ERROR(MakeRunDir(config.run_dir));
   auto state = std::make_unique<State>();
   state->config = std::move(config);
-  state->epoch = NewEpoch();
+  state->incarnation =
+      state->config.incarnation != 0 ? state->config.incarnation : DrawAgentIncarnation();
   state->handler = std::move(handler);
   std::unique_ptr<Agent> agent(new Agent(std::move(state)));
   State& s = *agent->state_;
@@ -92,14 +94,14 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
                                             [&s](ClientId id, const std::string&) {
                                               if (s.acceptor) s.acceptor->Disconnect(id);
                                             });
-  s.acceptor = std::make_unique<Acceptor>(s.config, s.epoch, s.service.get());
+  s.acceptor = std::make_unique<Acceptor>(s.config, s.incarnation, s.service.get());
   s.service->Start();
   Status listening = s.acceptor->Start();
   if (!listening.ok()) {
     s.service->Stop();
     return listening;
   }
-  LOG(INFO) << "kvagent pid " << getpid() << " epoch " << s.epoch << " serving "
+  LOG(INFO) << "kvagent pid " << getpid() << " incarnation " << s.incarnation << " serving "
             << s.config.SocketPath() << " (max " << s.config.max_clients << " clients, arena cap "
             << s.config.max_arena_bytes << " bytes, spin " << s.config.spin.count() << " us)";
   return agent;
@@ -118,7 +120,7 @@ void Agent::Stop() {
 
 Agent::~Agent() { Stop(); }
 
-uint64_t Agent::epoch() const { return state_->epoch; }
+uint64_t Agent::incarnation() const { return state_->incarnation; }
 size_t Agent::client_count() const { return state_->service->client_count(); }
 
 }  // namespace kvagent::agent

@@ -85,20 +85,19 @@ class WriteBatch final : public Batch {
   struct RemoteReplica {
     uint32_t part_index;  // into parts_
     uint32_t part;
-    uint32_t segment_id;
+    uint32_t pool_id;
   };
   struct FailedWrite {
     uint32_t key;  // batch key position
     uint32_t part;
-    uint32_t segment_id;
+    uint32_t pool_id;
   };
   void OnStarted(Result<std::span<const uint8_t>> reply);
   // A put whose every key has a reserved write (write_reservations.h): copies at once, then
   // one BatchPutCommit. False: none were taken, the batch starts its writes at the master.
   bool StartReserved();
-  void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements,
-               const SegmentTable& segments);
-  void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t segment,
+  void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements, const PoolTable& pools);
+  void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t pool,
                      const Status& why);
   void FailCopy(uint32_t key, const Status& why);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
@@ -144,7 +143,7 @@ class ReadBatch final : public Batch {
     std::string endpoint;  // empty: this node's pool
     uint64_t offset = 0;
     uint64_t incarnation = 0;
-    uint32_t segment_id = 0;
+    uint32_t pool_id = 0;
   };
   // A part to read: where it goes, what it must checksum to, and the replicas left to try.
   struct PartRead {
@@ -163,10 +162,10 @@ class ReadBatch final : public Batch {
   };
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
-               const SegmentTable& segments);
+               const PoolTable& pools);
   // The pool range of the first local replica of key `key`'s first part (empty when none).
   PrefetchRange LocalFirstPart(uint32_t key, const mfb::PlacementReply& reply,
-                               const SegmentTable& segments) const;
+                               const PoolTable& pools) const;
   // Reads the part from its next replica: at once from this node's pool, or queued as a peer
   // read. When none is left the key fails.
   void ReadPart(PartRead read);

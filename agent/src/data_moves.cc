@@ -10,34 +10,34 @@
 
 namespace kvagent::agent {
 
-void SegmentTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ctx) {
+void PoolTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ctx) {
   entries_.clear();
-  if (reply.segments() == nullptr) return;
-  for (const mfb::SegmentInfo* s : *reply.segments()) {
+  if (reply.pools() == nullptr) return;
+  for (const mfb::PoolInfo* s : *reply.pools()) {
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
-    Add(s->segment_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
+    Add(s->pool_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
   }
   // Sorted (first of equal ids kept): Find is a binary search, whatever the reply's size.
   std::stable_sort(entries_.begin(), entries_.end(),
                    [](const Entry& a, const Entry& b) { return a.id < b.id; });
 }
 
-void SegmentTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
-                       const PipelineContext& ctx) {
+void PoolTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
+                    const PipelineContext& ctx) {
   Entry e;
   e.id = id;
   e.endpoint = endpoint;
   e.incarnation = incarnation;
   // The id is the fast answer; the endpoint check also holds across a master restart that
-  // renumbered our segment while this batch was in flight.
-  e.local = id == ctx.master->identity().segment_id || ctx.engine->IsLocal(endpoint);
+  // renumbered our pool while this batch was in flight.
+  e.local = id == ctx.master->identity().pool_id || ctx.engine->IsLocal(endpoint);
   entries_.push_back(e);
 }
 
-const SegmentTable::Entry& SegmentTable::Find(uint32_t segment_id) const {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), segment_id,
+const PoolTable::Entry& PoolTable::Find(uint32_t pool_id) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), pool_id,
                              [](const Entry& e, uint32_t id) { return e.id < id; });
-  if (it != entries_.end() && it->id == segment_id) return *it;
+  if (it != entries_.end() && it->id == pool_id) return *it;
   static const Entry kNone;  // unreachable after ReadPlacements
   return kNone;
 }

@@ -17,8 +17,8 @@
 
 namespace kvagent::agent {
 
-// The segments a PlacementReply names: which one is this node's pool, and where the others are.
-class SegmentTable {
+// The pools a PlacementReply names: which one is this node's pool, and where the others are.
+class PoolTable {
  public:
   struct Entry {
     uint32_t id = 0;
@@ -26,14 +26,14 @@ class SegmentTable {
     std::string_view endpoint;  // a peer's data endpoint (valid while the reply is)
     uint64_t incarnation = 0;   // the pool's, as the master knows it (data-plane ops carry it)
   };
-  // Reads reply.segments(); a segment is local when the data plane says its endpoint is ours.
+  // Reads reply.pools(); a pool is local when the data plane says its endpoint is ours.
   void Load(const mfb::PlacementReply& reply, const PipelineContext& ctx);
-  // One more segment (`endpoint` must outlive the table's use).
+  // One more pool (`endpoint` must outlive the table's use).
   void Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
            const PipelineContext& ctx);
   void Clear() { entries_.clear(); }
-  // The entry of `segment_id`; ReadPlacements guarantees every placement's segment is listed.
-  const Entry& Find(uint32_t segment_id) const;
+  // The entry of `pool_id`; ReadPlacements guarantees every placement's pool is listed.
+  const Entry& Find(uint32_t pool_id) const;
 
  private:
   std::vector<Entry> entries_;
@@ -43,7 +43,7 @@ class SegmentTable {
 // write's).
 struct ReplicaPlace {
   uint32_t part = 0;
-  uint32_t segment_id = 0;
+  uint32_t pool_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
 };

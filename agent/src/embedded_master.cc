@@ -29,12 +29,12 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
   auto agent = m->service_->RegisterAgent(m->options_.agent_name, m->options_.incarnation);
   if (!agent.ok()) return agent.status();
   // Local copies into the pool carry this master's epoch (its placements do).
-  if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->incarnation());
+  if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->epoch());
   const std::string_view endpoint = m->options_.data_endpoint;
-  auto mounted = m->service_->MountSegment(*agent, 0, m->options_.pool_bytes,
-                                           std::span<const std::string_view>(&endpoint, 1));
+  auto mounted = m->service_->MountPool(*agent, 0, m->options_.pool_bytes,
+                                        std::span<const std::string_view>(&endpoint, 1));
   if (!mounted.ok()) return mounted.status();
-  m->identity_ = MasterIdentity{*agent, mounted->segment_id};
+  m->identity_ = MasterIdentity{*agent, mounted->pool_id};
   // The start events (AllBlocksCleared, then any restored objects) go out first.
   m->PublishEvents();
   m->board_.Publish(m->rpc_->StatCounters());
@@ -90,9 +90,8 @@ void EmbeddedMaster::PublishEvents() {
 }
 
 std::string EmbeddedMaster::Describe() const {
-  return "standalone (embedded master), agent " + std::to_string(identity_.agent_id) +
-         ", segment " + std::to_string(identity_.segment_id) + ", events on " +
-         publisher_->endpoint();
+  return "standalone (embedded master), agent " + std::to_string(identity_.agent_id) + ", pool " +
+         std::to_string(identity_.pool_id) + ", events on " + publisher_->endpoint();
 }
 
 void EmbeddedMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* out) const {

@@ -7,7 +7,7 @@
 // a `done` are queued and run after it returns (a trampoline), because MasterRpc's reply bytes
 // are valid only until its next call.
 //
-// At Start the node pool is registered and mounted as this agent's segment. Every `tick` the
+// At Start the node pool is registered and mounted at the master. Every `tick` the
 // timer runs MasterService::Tick (leases, put timeouts, eviction) and the agent's own heartbeat.
 // The master's KV events go to an EventPublisher (docs/events.md) bound where the relay of a remote
 // agent would publish: ipc://<run-dir>/events.sock, replay on events-replay.sock, plus any
@@ -35,7 +35,7 @@ struct EmbeddedMasterOptions {
   master::MasterOptions master;  // TTLs, part size, watermarks, state_dir
   std::string agent_name;        // how the agent registers itself
   uint64_t incarnation = 1;
-  uint64_t pool_bytes = 0;    // the node pool, mounted as segment index 0
+  uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // the pool's data-plane endpoint (TransferEngine::endpoint())
   events::EventPublisherOptions events;
   std::chrono::milliseconds tick{50};

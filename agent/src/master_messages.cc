@@ -178,17 +178,17 @@ flatbuffers::DetachedBuffer MasterMessages::ReportBadReplicas(
     uint64_t id, uint32_t agent, std::span<const BadReplicaReport> bad) {
   strings_.clear();
   std::vector<uint64_t> versions;
-  std::vector<uint32_t> parts, segments;
+  std::vector<uint32_t> parts, pools;
   for (const BadReplicaReport& b : bad) {
     strings_.push_back(fbb_.CreateString(b.key));
     versions.push_back(b.version);
     parts.push_back(b.part);
-    segments.push_back(b.segment_id);
+    pools.push_back(b.pool_id);
   }
   const auto keys = fbb_.CreateVector(strings_);
   return Finish(id, mfb::Body::ReportBadReplicas,
                 mfb::CreateReportBadReplicas(fbb_, agent, keys, fbb_.CreateVector(versions),
-                                             fbb_.CreateVector(parts), fbb_.CreateVector(segments))
+                                             fbb_.CreateVector(parts), fbb_.CreateVector(pools))
                     .Union());
 }
 
@@ -282,20 +282,20 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
     if (f < previous || f > placements) return Malformed("first is not a valid index");
     previous = f;
   }
-  // Segments with an endpoint, sorted: each placement is looked up in O(log segments), so a
+  // Pools with an endpoint, sorted: each placement is looked up in O(log pools), so a
   // reply with many of both costs no quadratic time.
   std::vector<uint32_t> reachable;
-  if (p->segments() != nullptr) {
-    reachable.reserve(p->segments()->size());
-    for (const mfb::SegmentInfo* s : *p->segments()) {
-      if (Count(s->endpoints()) > 0) reachable.push_back(s->segment_id());
+  if (p->pools() != nullptr) {
+    reachable.reserve(p->pools()->size());
+    for (const mfb::PoolInfo* s : *p->pools()) {
+      if (Count(s->endpoints()) > 0) reachable.push_back(s->pool_id());
     }
   }
   std::sort(reachable.begin(), reachable.end());
   for (size_t i = 0; i < placements; ++i) {
     const mfb::Placement* pl = p->placements()->Get(static_cast<uoffset_t>(i));
-    if (!std::binary_search(reachable.begin(), reachable.end(), pl->segment_id())) {
-      return Malformed("a placement names a segment without endpoints");
+    if (!std::binary_search(reachable.begin(), reachable.end(), pl->pool_id())) {
+      return Malformed("a placement names a pool without endpoints");
     }
     if (pl->length() == 0) return Malformed("a placement has length 0");
   }
@@ -318,7 +318,7 @@ Result<const mfb::PlacementReply*> ReadReservations(std::span<const uint8_t> byt
         p->first()->Get(static_cast<uoffset_t>(i + 1)))
       return Malformed("a reserved write has no placement");
   }
-  if (p->segments() == nullptr) return Malformed("no segments");
+  if (p->pools() == nullptr) return Malformed("no pools");
   return p;
 }
 

@@ -34,7 +34,7 @@ struct BadReplicaReport {
   std::string key;
   uint64_t version = 0;
   uint32_t part = 0;
-  uint32_t segment_id = 0;
+  uint32_t pool_id = 0;
 };
 
 // Builds master requests. Keeps scratch vectors across calls (service thread only).
@@ -103,7 +103,7 @@ std::string_view KeyAt(std::span<const HeldRequest> requests, KeyRef ref);
 Status ReplyStatus(const mfb::Reply& reply, mfb::ReplyBody expected);
 
 // The PlacementReply of a WriteStart or BatchGet for `key_count` keys, checked for internal
-// consistency (codes, first, sizes, write ids and segment references agree) so the pipeline can
+// consistency (codes, first, sizes, write ids and pool references agree) so the pipeline can
 // index it freely. Errors: the master's own request-level status, or INTERNAL for a malformed
 // reply.
 Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes, size_t key_count,

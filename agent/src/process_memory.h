@@ -40,7 +40,7 @@
 
 namespace kvagent::agent {
 
-// The memory of one client process, once access is granted. Shared by the client's session and
+// The memory of one client process, once access is granted. Shared by the client's connection and
 // its requests in flight (the pidfd lives as long as any of them).
 class ProcessMemory : public std::enable_shared_from_this<ProcessMemory> {
  public:

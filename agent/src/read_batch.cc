@@ -50,8 +50,8 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   const mfb::PlacementReply& p = **placements;
   lease_ = std::chrono::milliseconds(p.lease_ttl_ms());
   epoch_ = p.master_epoch();
-  SegmentTable segments;
-  segments.Load(p, ctx_);
+  PoolTable pools;
+  pools.Load(p, ctx_);
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     HeldRequest& h = held(keys_[k]);
@@ -77,8 +77,8 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
       continue;
     }
     // The next key's bytes are asked of the CPU while this key's are copied.
-    ahead_ = k + 1 < keys_.size() ? LocalFirstPart(k + 1, p, segments) : PrefetchRange{};
-    CopyKey(k, size, p, segments);
+    ahead_ = k + 1 < keys_.size() ? LocalFirstPart(k + 1, p, pools) : PrefetchRange{};
+    CopyKey(k, size, p, pools);
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_from_peers,
@@ -89,7 +89,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
 
 // Each part of key `k` from one of its replicas (this node's pool first).
 void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& reply,
-                        const SegmentTable& segments) {
+                        const PoolTable& pools) {
   HeldRequest& h = held(keys_[k]);
   const uint32_t end = reply.first()->Get(k + 1);
   uint64_t part_offset = 0;
@@ -114,10 +114,10 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
     for (; i < end && reply.placements()->Get(i)->part() == read.part; ++i) {
       const mfb::Placement* pl = reply.placements()->Get(i);
       if (pl->length() != read.length) continue;  // a replica of a part has the part's length
-      const SegmentTable::Entry& seg = segments.Find(pl->segment_id());
-      Replica r{seg.local ? std::string() : std::string(seg.endpoint), pl->offset(),
-                seg.incarnation, pl->segment_id()};
-      if (seg.local) {
+      const PoolTable::Entry& pool = pools.Find(pl->pool_id());
+      Replica r{pool.local ? std::string() : std::string(pool.endpoint), pl->offset(),
+                pool.incarnation, pl->pool_id()};
+      if (pool.local) {
         read.left.insert(read.left.begin(), std::move(r));
       } else {
         read.left.push_back(std::move(r));
@@ -135,13 +135,13 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
 }
 
 PrefetchRange ReadBatch::LocalFirstPart(uint32_t k, const mfb::PlacementReply& reply,
-                                        const SegmentTable& segments) const {
+                                        const PoolTable& pools) const {
   if (reply.codes()->Get(k) != 0) return {};
   const uint32_t end = reply.first()->Get(k + 1);
   for (uint32_t i = reply.first()->Get(k); i < end; ++i) {
     const mfb::Placement* pl = reply.placements()->Get(i);
     if (pl->part() != 0) return {};
-    if (segments.Find(pl->segment_id()).local) return PoolRange(ctx_, pl->offset(), pl->length());
+    if (pools.Find(pl->pool_id()).local) return PoolRange(ctx_, pl->offset(), pl->length());
   }
   return {};
 }
@@ -185,12 +185,12 @@ bool ReadBatch::Verified(PartRead& read, const Replica& replica, uint32_t crc) {
   read.corrupt_seen = true;
   ++ctx_.counters.checksum_mismatches;
   const std::string key(KeyAt(requests_, keys_[read.key]));
-  LOG(WARNING) << "checksum mismatch: key '" << key << "' part " << read.part << " in segment "
-               << replica.segment_id << " at offset " << replica.offset
+  LOG(WARNING) << "checksum mismatch: key '" << key << "' part " << read.part << " in pool "
+               << replica.pool_id << " at offset " << replica.offset
                << (replica.endpoint.empty() ? " (this node's pool)" : " (" + replica.endpoint + ")")
                << ": read CRC32C " << crc << ", stored " << read.checksum
                << "; dropping that replica and reading another";
-  bad_.push_back(BadReplicaReport{key, versions_[read.key], read.part, replica.segment_id});
+  bad_.push_back(BadReplicaReport{key, versions_[read.key], read.part, replica.pool_id});
   return false;
 }
 

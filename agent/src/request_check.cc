@@ -229,8 +229,8 @@ ProcessMemory::Ranges ProcessRanges(const proto::Request& req, size_t first, siz
   return ProcessMemory::Ranges(all + first, count);
 }
 
-CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes,
-                            bool process_memory) {
+CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t request_id,
+                            uint64_t arena_bytes, bool process_memory) {
   CheckedRequest out;
   flatbuffers::Verifier verifier(frame.data(), frame.size(), kMaxDepth, kMaxTables);
   if (frame.size() < sizeof(uoffset_t) || !verifier.VerifyBuffer<proto::Request>(nullptr)) {
@@ -241,9 +241,10 @@ CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64
   }
   out.request = flatbuffers::GetRoot<proto::Request>(frame.data());
   out.key_count = Count(out.request->keys());
-  if (out.request->request_id() != tag) {
-    out.status = InvalidParams("request_id " + std::to_string(out.request->request_id()) +
-                               " differs from the frame's tag " + std::to_string(tag));
+  if (out.request->request_id() != request_id) {
+    out.status =
+        InvalidParams("request_id " + std::to_string(out.request->request_id()) +
+                      " differs from the frame's request id " + std::to_string(request_id));
     return out;
   }
   out.status = CheckShape(*out.request, frame.size());

@@ -20,13 +20,13 @@ struct CheckedRequest {
 };
 
 // Runs the FlatBuffers Verifier over `frame` (a private copy: the client cannot change it
-// underneath), checks that its request_id equals the ring record's `tag`, and checks the request
-// against the shared validation boundary (common/validate.h) for its op: keys, session IDs,
+// underneath), checks that its request_id equals the ring record's `request_id`, and checks the
+// request against the shared validation boundary (common/validate.h) for its op: keys, session IDs,
 // counts, buffer references inside an arena of `arena_bytes` (or, for a client granted
 // `process_memory`, well-formed memory ranges), block metadata, write options, List's prefix
 // and limit.
-CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t tag, uint64_t arena_bytes,
-                            bool process_memory = false);
+CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t request_id,
+                            uint64_t arena_bytes, bool process_memory = false);
 
 // The memory ranges [first, first + count) of a request (Request.memory; checked to exist).
 ProcessMemory::Ranges ProcessRanges(const proto::Request& req, size_t first, size_t count);

@@ -50,8 +50,8 @@ void RingService::Enqueue(Command command) {
   ipc::NotifyIfSleeping(sleeping_, control_seq_);
 }
 
-void RingService::AddClient(std::unique_ptr<ClientSession> session) {
-  Enqueue(Command{Command::kAdd, std::move(session), 0, {}});
+void RingService::AddClient(std::unique_ptr<ClientConnection> client) {
+  Enqueue(Command{Command::kAdd, std::move(client), 0, {}});
 }
 
 void RingService::DropClient(ClientId client) {
@@ -74,11 +74,11 @@ bool RingService::DrainInbox() {
     switch (c.kind) {
       case Command::kAdd:
         if (!keep_running) {
-          c.session->SignalShutdown();
+          c.connection->SignalShutdown();
           break;
         }
-        by_id_[c.session->id()] = c.session.get();
-        clients_.push_back(std::move(c.session));
+        by_id_[c.connection->id()] = c.connection.get();
+        clients_.push_back(std::move(c.connection));
         client_count_.store(clients_.size(), std::memory_order_relaxed);
         break;
       case Command::kDrop:
@@ -188,26 +188,26 @@ bool RingService::RunTimer(std::chrono::steady_clock::time_point now) {
   return true;
 }
 
-bool RingService::Serve(ClientSession& session) {
-  if (session.broken()) return false;
-  bool worked = ServeRequests(session);
-  session.requests().PublishHead();  // one fence for the whole burst
-  session.Flush();
+bool RingService::Serve(ClientConnection& client) {
+  if (client.broken()) return false;
+  bool worked = ServeRequests(client);
+  client.requests().PublishHead();  // one fence for the whole burst
+  client.Flush();
   return worked;
 }
 
-bool RingService::ServeRequests(ClientSession& session) {
+bool RingService::ServeRequests(ClientConnection& client) {
   bool worked = false;
-  if (session.backlogged()) {
-    worked = session.FlushBacklog();
-    if (session.backlogged()) return worked;
+  if (client.backlogged()) {
+    worked = client.FlushBacklog();
+    if (client.backlogged()) return worked;
   }
-  for (int n = 0; n < kBurst && !session.backlogged(); ++n) {
+  for (int n = 0; n < kBurst && !client.backlogged(); ++n) {
     ipc::Frame frame;
-    const ipc::PeekResult r = session.requests().Peek(&frame);
+    const ipc::PeekResult r = client.requests().Peek(&frame);
     if (r == ipc::PeekResult::kEmpty) break;
     if (r == ipc::PeekResult::kCorrupt) {
-      session.MarkBroken("its request ring is corrupt (impossible index or record header)");
+      client.MarkBroken("its request ring is corrupt (impossible index or record header)");
       break;
     }
     // Copy out of shared memory before verifying: the client could otherwise change the bytes
@@ -216,62 +216,64 @@ bool RingService::ServeRequests(ClientSession& session) {
     if (!frame.payload.empty()) {
       std::memcpy(scratch_.data(), frame.payload.data(), frame.payload.size());
     }
-    const uint64_t tag = frame.tag;
-    session.requests().Consume();
-    HandleFrame(session, tag, scratch_);
+    const uint64_t request_id = frame.request_id;
+    client.requests().Consume();
+    HandleFrame(client, request_id, scratch_);
     worked = true;
   }
   return worked;
 }
 
-void RingService::HandleFrame(ClientSession& session, uint64_t tag,
+void RingService::HandleFrame(ClientConnection& client, uint64_t request_id,
                               std::span<const uint8_t> frame) {
   CheckedRequest checked =
-      CheckRequest(frame, tag, session.arena_bytes(), session.memory() != nullptr);
+      CheckRequest(frame, request_id, client.arena_bytes(), client.memory() != nullptr);
   if (!checked.status.ok()) {
-    VLOG(1) << "client " << session.id() << " request " << tag << ": " << checked.status.ToString();
-    Send(session, tag, EncodeFailure(fbb_, tag, checked.status, checked.key_count));
+    VLOG(1) << "client " << client.id() << " request " << request_id << ": "
+            << checked.status.ToString();
+    Send(client, request_id, EncodeFailure(fbb_, request_id, checked.status, checked.key_count));
     return;
   }
   if (checked.request->op() == proto::Op::Ping) {
-    Send(session, tag, EncodePingReply(fbb_, tag));
+    Send(client, request_id, EncodePingReply(fbb_, request_id));
     return;
   }
   ClientRequest request;
-  request.client_id = session.id();
-  request.request_id = tag;
+  request.client_id = client.id();
+  request.request_id = request_id;
   request.frame.assign(frame.begin(), frame.end());
-  request.segment = session.segment();
+  request.segment = client.segment();
   if (checked.request->memory_counts() != nullptr) {
-    request.memory = session.memory();
+    request.memory = client.memory();
     request.memory_first = FirstMemoryRanges(*checked.request);
   }
   handler_busy_ = true;
   handler_->Handle(std::move(request), *this);
 }
 
-void RingService::Send(ClientSession& session, uint64_t tag, std::span<const uint8_t> completion) {
-  const uint64_t capacity = session.segment()->layout().completion_ring_bytes;
+void RingService::Send(ClientConnection& client, uint64_t request_id,
+                       std::span<const uint8_t> completion) {
+  const uint64_t capacity = client.segment()->layout().completion_ring_bytes;
   if (completion.size() > ipc::MaxFramePayload(capacity)) {
     const Status too_large(ErrorCode::kInternal,
                            "the completion (" + std::to_string(completion.size()) +
                                " bytes) does not fit the completion ring; split the batch");
-    completion = EncodeFailure(fbb_, tag, too_large, 0);
+    completion = EncodeFailure(fbb_, request_id, too_large, 0);
   }
-  session.PushCompletion(tag, completion);
+  client.PushCompletion(request_id, completion);
 }
 
 void RingService::Complete(ClientId client, uint64_t request_id, const CompletionData& data) {
   auto found = by_id_.find(client);
   if (found == by_id_.end()) return;  // gone: nobody to tell
-  ClientSession& session = *found->second;
+  ClientConnection& connection = *found->second;
   std::span<const uint8_t> completion = EncodeCompletion(fbb_, request_id, data);
-  const uint64_t capacity = session.segment()->layout().completion_ring_bytes;
+  const uint64_t capacity = connection.segment()->layout().completion_ring_bytes;
   if (completion.size() > ipc::MaxFramePayload(capacity)) {
     // The work is done: keep every key's code and say in one line what the messages were.
     completion = EncodeCompletion(fbb_, request_id, data, KeyMessages::kSummary);
   }
-  Send(session, request_id, completion);
+  Send(connection, request_id, completion);
 }
 
 void RingService::Sleep() {

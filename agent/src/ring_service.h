@@ -26,7 +26,7 @@
 
 #include <flatbuffers/flatbuffers.h>
 
-#include "client_session.h"
+#include "client_connection.h"
 #include "kvagent/agent/request_handler.h"
 #include "kvagent/common/watchdog.h"
 
@@ -49,7 +49,7 @@ class RingService final : public CompletionSink {
   void Stop();
 
   // Thread-safe: hand over a client that finished the handshake / one that is gone.
-  void AddClient(std::unique_ptr<ClientSession> session);
+  void AddClient(std::unique_ptr<ClientConnection> client);
   void DropClient(ClientId client);
   size_t client_count() const { return client_count_.load(std::memory_order_relaxed); }
 
@@ -61,7 +61,7 @@ class RingService final : public CompletionSink {
  private:
   struct Command {
     enum Kind { kAdd, kDrop, kTask, kStop } kind;
-    std::unique_ptr<ClientSession> session;
+    std::unique_ptr<ClientConnection> connection;
     ClientId client = 0;
     std::function<void()> task;
   };
@@ -70,10 +70,10 @@ class RingService final : public CompletionSink {
   void Enqueue(Command command);
   bool DrainInbox();  // false once Stop was received
   // Serves one client and publishes what it consumed and produced. True if it did any work.
-  bool Serve(ClientSession& session);
-  bool ServeRequests(ClientSession& session);
-  void HandleFrame(ClientSession& session, uint64_t tag, std::span<const uint8_t> frame);
-  void Send(ClientSession& session, uint64_t tag, std::span<const uint8_t> completion);
+  bool Serve(ClientConnection& client);
+  bool ServeRequests(ClientConnection& client);
+  void HandleFrame(ClientConnection& client, uint64_t request_id, std::span<const uint8_t> frame);
+  void Send(ClientConnection& client, uint64_t request_id, std::span<const uint8_t> completion);
   // Publishes every client's queued completions (after the handler produced some).
   void FlushAll();
   // Runs the handler's timer when due. True if it ran.
@@ -97,8 +97,8 @@ class RingService final : public CompletionSink {
   std::atomic<uint32_t> sleeping_{0};
 
   // Service-thread state.
-  std::vector<std::unique_ptr<ClientSession>> clients_;
-  std::unordered_map<ClientId, ClientSession*> by_id_;
+  std::vector<std::unique_ptr<ClientConnection>> clients_;
+  std::unordered_map<ClientId, ClientConnection*> by_id_;
   std::atomic<size_t> client_count_{0};
   flatbuffers::FlatBufferBuilder fbb_{1024};
   std::vector<uint8_t> scratch_;

@@ -277,6 +277,7 @@ bool RunningAgent::StartServing() {
   // systemd's watchdog (WatchdogSec=): pinged from the ring-service thread, with a status line.
   v_.agent.watchdog_interval = Watchdog::IntervalFromEnvironment();
   v_.agent.watchdog_status = [pipeline_view] { return "kvagent " + pipeline_view->StatusLine(); };
+  v_.agent.incarnation = incarnation_;  // clients see the pool's incarnation too
   auto agent = Agent::Start(v_.agent, std::move(pipeline));
   if (!agent.ok()) return Fail("agent", agent.status());
   agent_ = std::move(*agent);

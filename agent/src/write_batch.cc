@@ -72,8 +72,8 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   if (!placements.ok()) return FailAll(placements.status());
   const mfb::PlacementReply& p = **placements;
   epoch_ = p.master_epoch();
-  SegmentTable segments;
-  segments.Load(p, ctx_);
+  PoolTable pools;
+  pools.Load(p, ctx_);
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
@@ -92,9 +92,9 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
     places_.clear();
     for (uint32_t i = p.first()->Get(k); i < p.first()->Get(k + 1); ++i) {
       const mfb::Placement* pl = p.placements()->Get(i);
-      places_.push_back(ReplicaPlace{pl->part(), pl->segment_id(), pl->offset(), pl->length()});
+      places_.push_back(ReplicaPlace{pl->part(), pl->pool_id(), pl->offset(), pl->length()});
     }
-    CopyKey(k, places_, segments);
+    CopyKey(k, places_, pools);
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
@@ -115,7 +115,7 @@ bool WriteBatch::StartReserved() {
   if (!ctx_.reservations->Take(sizes, o != nullptr ? o->replica_count() : 1, &taken)) return false;
   reserved_ = true;
   epoch_ = ctx_.reservations->epoch();
-  const SegmentTable& segments = ctx_.reservations->segments();
+  const PoolTable& pools = ctx_.reservations->pools();
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
@@ -126,7 +126,7 @@ bool WriteBatch::StartReserved() {
       continue;
     }
     if (Expire(k, now, "the value was not stored")) continue;
-    CopyKey(k, taken[k].replicas, segments);
+    CopyKey(k, taken[k].replicas, pools);
   }
   if (remote_.empty()) {
     Finish();
@@ -143,7 +143,7 @@ bool WriteBatch::StartReserved() {
 // its own memory: client_values.h). Parts are in order and each part's offset in the value is
 // the sum of the lengths of the parts before it; a part's replicas are adjacent in `placements`.
 void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
-                         const SegmentTable& segments) {
+                         const PoolTable& pools) {
   HeldRequest& h = held(keys_[k]);
   const ClientValue value(h.request, keys_[k].index);
   const auto end = static_cast<uint32_t>(placements.size());
@@ -169,14 +169,14 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
     // The local replica first: its copy also takes the checksum.
     for (uint32_t j = i; j < group_end; ++j) {
       const ReplicaPlace& pl = placements[j];
-      const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
-      if (!seg.local) continue;
+      const PoolTable::Entry& pool = pools.Find(pl.pool_id);
+      if (!pool.local) continue;
       Result<uint32_t> copied = value.ToPool(ctx_, base, part_offset, pl.offset, length);
       if (!copied.ok()) {
         if (ClientMemoryFailed(copied.status())) return FailCopy(k, copied.status());
         if (copied.status().code() == ErrorCode::kTransferFailed)
           ++ctx_.counters.fenced_local_writes;
-        ReplicaFailed(k, part_index, part, pl.segment_id, copied.status());
+        ReplicaFailed(k, part_index, part, pl.pool_id, copied.status());
         continue;
       }
       ctx_.counters.bytes_to_pool += length;
@@ -191,12 +191,12 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
     PeerBuffer source;  // the part's bytes for the data plane: staged once for all its peers
     for (uint32_t j = i; j < group_end; ++j) {
       const ReplicaPlace& pl = placements[j];
-      const SegmentTable::Entry& seg = segments.Find(pl.segment_id);
-      if (seg.local) continue;
-      if (seg.endpoint.empty()) {
-        ReplicaFailed(k, part_index, part, pl.segment_id,
+      const PoolTable::Entry& pool = pools.Find(pl.pool_id);
+      if (pool.local) continue;
+      if (pool.endpoint.empty()) {
+        ReplicaFailed(k, part_index, part, pl.pool_id,
                       Status(ErrorCode::kTransferFailed,
-                             "segment " + std::to_string(pl.segment_id) + " has no endpoint"));
+                             "pool " + std::to_string(pl.pool_id) + " has no endpoint"));
         continue;
       }
       if (source.data == nullptr) {
@@ -205,10 +205,10 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
         source = std::move(*staged);
       }
       OpStamp stamp = base;
-      stamp.pool_incarnation = seg.incarnation;
-      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, seg.endpoint, pl.offset,
+      stamp.pool_incarnation = pool.incarnation;
+      remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, pool.endpoint, pl.offset,
                   source.data, length, stamp);
-      remote_parts_.push_back(RemoteReplica{part_index, part, pl.segment_id});
+      remote_parts_.push_back(RemoteReplica{part_index, part, pl.pool_id});
     }
     if (source.scratch) peer_scratch_.push_back(std::move(source.scratch));
     part_offset += length;
@@ -229,10 +229,10 @@ void WriteBatch::FailCopy(uint32_t k, const Status& why) {
   held(keys_[k]).SetKey(keys_[k].index, CopyFailureCode(why), why.message());
 }
 
-void WriteBatch::ReplicaFailed(uint32_t k, uint32_t part_index, uint32_t part, uint32_t segment,
+void WriteBatch::ReplicaFailed(uint32_t k, uint32_t part_index, uint32_t part, uint32_t pool,
                                const Status& why) {
   ++parts_[part_index].failures;
-  failed_.push_back(FailedWrite{k, part, segment});
+  failed_.push_back(FailedWrite{k, part, pool});
   if (first_failure_.find(k) == first_failure_.end())
     first_failure_.emplace(k, TransferFailed(why));
 }
@@ -241,7 +241,7 @@ void WriteBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status>
   for (size_t i = 0; i < keys.size(); ++i) {
     if (results[i].ok()) continue;
     const RemoteReplica& r = remote_parts_[i];
-    ReplicaFailed(keys[i], r.part_index, r.part, r.segment_id, results[i]);
+    ReplicaFailed(keys[i], r.part_index, r.part, r.pool_id, results[i]);
   }
   Finish();
 }
@@ -292,7 +292,7 @@ void WriteBatch::Finish() {
       end_checksums_.push_back(parts_[p].checksum);
     }
     for (size_t f = failed_begin; f < next_failed; ++f) {
-      end_failed_.emplace_back(end_index, failed_[f].part, failed_[f].segment_id);
+      end_failed_.emplace_back(end_index, failed_[f].part, failed_[f].pool_id);
     }
   }
   ctx_.counters.revoked_keys += to_revoke_.size();

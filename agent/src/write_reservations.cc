@@ -34,7 +34,7 @@ std::vector<ReplicaPlace> Fit(const std::vector<ReplicaPlace>& reserved, uint64_
       left -= length;
     }
     if (length == 0) continue;
-    out.push_back(ReplicaPlace{p.part, p.segment_id, p.offset, length});
+    out.push_back(ReplicaPlace{p.part, p.pool_id, p.offset, length});
   }
   return out;
 }
@@ -232,13 +232,13 @@ void WriteReservations::OnGranted(uint64_t size, uint8_t replica_count, Clock::t
     return;  // granted by a master (or to a registration) that is not ours any more
   }
   epoch_ = p.master_epoch();
-  for (const mfb::SegmentInfo* s : *p.segments()) {
+  for (const mfb::PoolInfo* s : *p.pools()) {
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
-    known_segments_[s->segment_id()] = {s->endpoints()->Get(0)->str(), s->incarnation()};
+    known_pools_[s->pool_id()] = {s->endpoints()->Get(0)->str(), s->incarnation()};
   }
-  segments_.Clear();
-  for (const auto& [id, known] : known_segments_) {
-    segments_.Add(id, known.endpoint, known.incarnation, ctx_);
+  pools_.Clear();
+  for (const auto& [id, known] : known_pools_) {
+    pools_.Add(id, known.endpoint, known.incarnation, ctx_);
   }
   const auto use_by =
       asked_at + std::min<std::chrono::milliseconds>(
@@ -249,7 +249,7 @@ void WriteReservations::OnGranted(uint64_t size, uint8_t replica_count, Clock::t
     r.write_id = p.write_ids()->Get(i);
     for (uint32_t j = p.first()->Get(i); j < p.first()->Get(i + 1); ++j) {
       const mfb::Placement* pl = p.placements()->Get(j);
-      r.replicas.push_back(ReplicaPlace{pl->part(), pl->segment_id(), pl->offset(), pl->length()});
+      r.replicas.push_back(ReplicaPlace{pl->part(), pl->pool_id(), pl->offset(), pl->length()});
     }
     if (c == nullptr) {
       unwanted.push_back(r.write_id);  // the size went out of use meanwhile

@@ -61,8 +61,8 @@ class WriteReservations {
   // The master epoch the reserved writes taken last belong to (their data-plane writes and
   // their commit carry it).
   uint64_t epoch() const { return epoch_; }
-  // Where the segments named by reserved writes are (valid until the next Take or Maintain).
-  const SegmentTable& segments() const { return segments_; }
+  // Where the pools named by reserved writes are (valid until the next Take or Maintain).
+  const PoolTable& pools() const { return pools_; }
   // Reserved writes taken for a put that did not commit them: the master gets them back.
   void GiveBack(std::span<const uint64_t> write_ids);
   // Periodic (every pass of the service loop; does its work at most every 100 ms): gives back
@@ -121,12 +121,12 @@ class WriteReservations {
     Clock::time_point at;
   };
   std::vector<Miss> misses_;  // sizes without a stock, missed once recently
-  SegmentTable segments_;
-  struct KnownSegment {
-    std::string endpoint;  // backs segments_'s views
+  PoolTable pools_;
+  struct KnownPool {
+    std::string endpoint;  // backs pools_'s views
     uint64_t incarnation = 0;
   };
-  std::map<uint32_t, KnownSegment> known_segments_;
+  std::map<uint32_t, KnownPool> known_pools_;
   uint64_t epoch_ = 0;
   uint32_t agent_id_ = 0;
   uint64_t generation_ = 0;  // bumped when everything is dropped: late grants are ignored

@@ -99,7 +99,7 @@ struct InProcess {
     for (int i = 0; i < 4; ++i) {
       AgentId a = svc->RegisterAgent("bench-" + std::to_string(i), 1).value();
       std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-      (void)svc->MountSegment(a, 0, uint64_t{1} << 40, eps);
+      (void)svc->MountPool(a, 0, uint64_t{1} << 40, eps);
       agents.push_back(a);
     }
     svc->TakeEvents();
@@ -174,7 +174,7 @@ double CommitInProcess(const std::vector<std::string>& keys,
       c.finish.write_ids = std::span(ids).subspan(i, batch);
       c.finish.part_counts = part_counts;
       c.finish.checksums = checksums;
-      c.master_epoch = p.svc->incarnation();
+      c.master_epoch = p.svc->epoch();
       (void)p.svc->BatchPutCommit(c, &committed);
       p.svc->TakeEvents(&events);
     }
@@ -185,7 +185,7 @@ double CommitInProcess(const std::vector<std::string>& keys,
 double MapInsertBaseline(const std::vector<std::string>& keys) {
   struct Meta {
     uint64_t size, offset;
-    uint32_t segment, tag;
+    uint32_t pool, tag;
   };
   std::unordered_map<std::string, Meta> m;
   auto t0 = Clock::now();
@@ -352,8 +352,8 @@ uint32_t JoinThroughWire(Dealer& d, const std::string& name, uint64_t pool_bytes
   fbb.Clear();
   std::vector<std::string> eps = {"tcp://127.0.0.1:1"};
   d.Send(Message(
-      fbb, 2, fb::Body::MountSegment,
-      fb::CreateMountSegment(fbb, agent, 0, pool_bytes, fbb.CreateVectorOfStrings(eps)).Union()));
+      fbb, 2, fb::Body::MountPool,
+      fb::CreateMountPool(fbb, agent, 0, pool_bytes, fbb.CreateVectorOfStrings(eps)).Union()));
   d.Receive();
   return agent;
 }

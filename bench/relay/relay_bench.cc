@@ -185,7 +185,7 @@ void BenchReannounce() {
   master::MasterService& m = **svc;
   auto agent = m.RegisterAgent("bench", 1);
   std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-  if (!agent.ok() || !m.MountSegment(*agent, 0, uint64_t{1} << 36, eps).ok()) return;
+  if (!agent.ok() || !m.MountPool(*agent, 0, uint64_t{1} << 36, eps).ok()) return;
   const size_t keys = 200000;
   std::vector<std::string> names;
   for (size_t i = 0; i < keys; ++i) names.push_back("key-" + std::to_string(i));

@@ -2,9 +2,9 @@
 //
 // Invariants (all state belongs to the one thread that calls Next):
 //  - expected_ is the seq of the next batch to deliver; everything below it in the current
-//    incarnation has been delivered or reported as a gap. A batch with seq < expected_ is a
+//    run has been delivered or reported as a gap. A batch with seq < expected_ is a
 //    duplicate (replay and live overlap) and is dropped.
-//  - last_live_ is the highest seq seen on the live socket. One PUB incarnation only moves
+//  - last_live_ is the highest seq seen on the live socket. One PUB run only moves
 //    forward, so a live seq at or below it means the publisher restarted (kReset).
 //  - While replaying_, the live socket is not read: ZMQ keeps those messages (up to rcvhwm),
 //    and they come out as duplicates or successors once the replay has finished. held_ is the
@@ -178,7 +178,7 @@ class EventSubscriber::Sockets {
     d.previous_seq = expected_.value_or(1) - 1;
     ready_.push_back(std::move(d));
     ++stats_.resets;
-    expected_ = 0;  // follow the new incarnation from its start, repairing what we missed
+    expected_ = 0;  // follow the new run from its start, repairing what we missed
   }
 
   void StartReplay() {

@@ -81,13 +81,13 @@ void FrameProducer::Publish() {
                ring_.control->data_seq);
 }
 
-PushResult FrameProducer::TryPush(uint64_t tag, std::span<const uint8_t> payload) {
-  const PushResult r = TryAppend(tag, payload);
+PushResult FrameProducer::TryPush(uint64_t request_id, std::span<const uint8_t> payload) {
+  const PushResult r = TryAppend(request_id, payload);
   if (r == PushResult::kOk) Publish();
   return r;
 }
 
-PushResult FrameProducer::TryAppend(uint64_t tag, std::span<const uint8_t> payload) {
+PushResult FrameProducer::TryAppend(uint64_t request_id, std::span<const uint8_t> payload) {
   const uint64_t cap = ring_.capacity;
   if (payload.size() > MaxFramePayload(cap)) return PushResult::kTooLarge;
   const uint64_t record = RecordBytes(payload.size());
@@ -112,7 +112,7 @@ PushResult FrameProducer::TryAppend(uint64_t tag, std::span<const uint8_t> paylo
   } else if (cap - (tail_ - cached_head_) < record) {
     return PushResult::kFull;
   }
-  RecordHeader header{static_cast<uint32_t>(payload.size()), kRecordFrame, tag};
+  RecordHeader header{static_cast<uint32_t>(payload.size()), kRecordFrame, request_id};
   std::memcpy(ring_.data + pos, &header, sizeof(header));
   if (!payload.empty()) {
     std::memcpy(ring_.data + pos + sizeof(header), payload.data(), payload.size());
@@ -166,7 +166,7 @@ PeekResult FrameConsumer::Peek(Frame* frame) {
     if (header.kind != kRecordFrame) return PeekResult::kCorrupt;
     const uint64_t record = RecordBytes(header.length);
     if (record > to_end || record > avail) return PeekResult::kCorrupt;
-    frame->tag = header.tag;
+    frame->request_id = header.request_id;
     frame->payload = std::span<const uint8_t>(ring_.data + pos + sizeof(header), header.length);
     pending_bytes_ = record;
     return PeekResult::kFrame;

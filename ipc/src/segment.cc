@@ -116,7 +116,7 @@ Result<uint8_t*> Map(int fd, uint64_t bytes) {
 
 }  // namespace
 
-Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoch,
+Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_incarnation,
                                 uint64_t client_id) {
   const std::string name = "kvagent-client-" + std::to_string(client_id);
   const int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -161,7 +161,7 @@ Result<Segment> Segment::Create(const SegmentLayout& layout, uint64_t agent_epoc
   header->magic = kSegmentMagic;
   header->layout_version = kSegmentLayoutVersion;
   header->header_bytes = static_cast<uint32_t>(kPageBytes);
-  header->agent_epoch = agent_epoch;
+  header->agent_incarnation = agent_incarnation;
   header->client_id = client_id;
   header->layout = layout;
   new (segment.base_ + layout.request_control) RingControl{};

@@ -194,8 +194,8 @@ class Member {
     Clock::time_point publish = Clock::now();
     while (!stop_) {
       Wait(50ms);
-      if ((*standby)->synced() && (*standby)->incarnation() != 0) {
-        position_ = {(*standby)->incarnation(), (*standby)->applied_seq()};
+      if ((*standby)->synced() && (*standby)->epoch() != 0) {
+        position_ = {(*standby)->epoch(), (*standby)->applied_seq()};
       }
       if (!lease_ || lease_->lost()) EnsureSession();  // a new lease; keep following
       if (watcher_->key_epoch() != leader.epoch) break;
@@ -211,8 +211,8 @@ class Member {
       }
     }
     (*standby)->Stop();  // the log holds what was applied: the position is exact now
-    if ((*standby)->synced() && (*standby)->incarnation() != 0) {
-      position_ = {(*standby)->incarnation(), (*standby)->applied_seq()};
+    if ((*standby)->synced() && (*standby)->epoch() != 0) {
+      position_ = {(*standby)->epoch(), (*standby)->applied_seq()};
     }
     standby->reset();
     SavePosition(o_.server.master.state_dir, position_);

@@ -130,7 +130,7 @@ void DeclareKvmasterFlags(FlagSet& f, KvmasterFlags& v) {
            "--state-dir and serve nothing until promoted by hand (SIGUSR1); for automatic "
            "failover use --etcd");
   f.String("status-file", &v.standby.status_file,
-           "standby: rewrite this file after each fetch (primary=, incarnation=, "
+           "standby: rewrite this file after each fetch (primary=, epoch=, "
            "applied_seq=)");
   v.ha.Declare(&f);
   v.auth.Declare(&f);

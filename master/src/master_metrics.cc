@@ -21,7 +21,7 @@ constexpr Mapping kTable[] = {
      "bytes allocated in all pools (64-byte granularity, in-flight writes included)"},
     {"bytes_capacity", "kvmaster_capacity_bytes", false, "size of all mounted pools"},
     {"agents", "kvmaster_agents", false, "registered agents"},
-    {"segments", "kvmaster_segments", false, "mounted pools"},
+    {"pools", "kvmaster_pools", false, "mounted pools"},
     {"session_tags", "kvmaster_session_tags", false, "distinct session IDs referenced"},
     {"evictions", "kvmaster_evictions_total", true, "objects evicted"},
     {"expired_agents", "kvmaster_expired_agents_total", true,

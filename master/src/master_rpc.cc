@@ -22,9 +22,9 @@ class MasterRpc::Scratch {
   std::vector<BlockMetaView> blocks;
   std::vector<events::BlockHash> hashes;
   std::vector<uint16_t> codes;
-  std::vector<SegmentId> segment_ids;
+  std::vector<PoolId> pool_ids;
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings;
-  std::vector<flatbuffers::Offset<fb::SegmentInfo>> segments;
+  std::vector<flatbuffers::Offset<fb::PoolInfo>> pools;
   std::vector<fb::Placement> placements;
   std::vector<uint64_t> aligned;  // a copy of a misaligned request
   std::vector<FailedReplica> failed;
@@ -134,7 +134,7 @@ class MasterRpc::Call {
         s_(*rpc.scratch_),
         b_(s_.builder),
         id_(id),
-        epoch_(service_.incarnation()) {}
+        epoch_(service_.epoch()) {}
 
   Reply Dispatch(const fb::Request& req);
   // A refused request: counted in bad_requests, nothing changed.
@@ -153,7 +153,7 @@ class MasterRpc::Call {
   WriteEndRequest ReadFinish(const fb::WriteFinish* m, std::span<const std::string_view> keys);
 
   Reply RegisterAgent(const fb::RegisterAgent* m);
-  Reply MountSegment(const fb::MountSegment* m);
+  Reply MountPool(const fb::MountPool* m);
   Reply Heartbeat(const fb::Heartbeat* m);
   Reply WriteStart(const fb::WriteStart* m, bool upsert);
   Reply WriteEnd(const fb::WriteFinish* m);
@@ -182,7 +182,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   Scratch& s = *scratch_;
   Builder& b = s.builder;
   b.Clear();
-  const uint64_t epoch = service_->incarnation();
+  const uint64_t epoch = service_->epoch();
   // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
   // the message object at any offset. Copy those (they are small).
   if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
@@ -223,8 +223,8 @@ Reply MasterRpc::Call::Dispatch(const fb::Request& req) {
   switch (req.body_type()) {
     case fb::Body::RegisterAgent:
       return RegisterAgent(req.body_as_RegisterAgent());
-    case fb::Body::MountSegment:
-      return MountSegment(req.body_as_MountSegment());
+    case fb::Body::MountPool:
+      return MountPool(req.body_as_MountPool());
     case fb::Body::Heartbeat:
       return Heartbeat(req.body_as_Heartbeat());
     case fb::Body::BatchPutStart:
@@ -273,26 +273,25 @@ Reply MasterRpc::Call::PlacementReply(const Status& status) {
   const PlacementBatch& pb = s_.placement_batch;
   auto [codes, msgs] = BuildCodes(b_, pb.results, &s_.codes, &s_.strings);
   s_.placements.clear();
-  s_.segment_ids.clear();
+  s_.pool_ids.clear();
   for (const Placement& p : pb.placements) {
-    s_.placements.emplace_back(p.part, p.segment_id, p.offset, p.length, p.checksum, p.checksummed);
-    s_.segment_ids.push_back(p.segment_id);
+    s_.placements.emplace_back(p.part, p.pool_id, p.offset, p.length, p.checksum, p.checksummed);
+    s_.pool_ids.push_back(p.pool_id);
   }
-  std::sort(s_.segment_ids.begin(), s_.segment_ids.end());
-  s_.segment_ids.erase(std::unique(s_.segment_ids.begin(), s_.segment_ids.end()),
-                       s_.segment_ids.end());
-  s_.segments.clear();
-  for (SegmentId sid : s_.segment_ids) {
-    auto view = service_.FindSegment(sid);
+  std::sort(s_.pool_ids.begin(), s_.pool_ids.end());
+  s_.pool_ids.erase(std::unique(s_.pool_ids.begin(), s_.pool_ids.end()), s_.pool_ids.end());
+  s_.pools.clear();
+  for (PoolId pool_id : s_.pool_ids) {
+    auto view = service_.FindPool(pool_id);
     if (!view) continue;
     std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
     for (const std::string& ep : view->endpoints) eps.push_back(b_.CreateString(ep));
-    s_.segments.push_back(
-        fb::CreateSegmentInfo(b_, sid, view->agent, b_.CreateVector(eps), view->incarnation));
+    s_.pools.push_back(
+        fb::CreatePoolInfo(b_, pool_id, view->agent, b_.CreateVector(eps), view->incarnation));
   }
   auto first = b_.CreateVector(pb.first);
   auto placements = b_.CreateVectorOfStructs(s_.placements);
-  auto segments = b_.CreateVector(s_.segments);
+  auto pools = b_.CreateVector(s_.pools);
   auto sizes = pb.sizes.empty() ? 0 : b_.CreateVector(pb.sizes).o;
   auto write_ids = pb.write_ids.empty() ? 0 : b_.CreateVector(pb.write_ids).o;
   fb::PlacementReplyBuilder r(b_);
@@ -300,13 +299,13 @@ Reply MasterRpc::Call::PlacementReply(const Status& status) {
   if (!msgs.IsNull()) r.add_messages(msgs);
   r.add_first(first);
   r.add_placements(placements);
-  r.add_segments(segments);
+  r.add_pools(pools);
   if (sizes) r.add_sizes(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(sizes));
   if (write_ids) {
     r.add_write_ids(flatbuffers::Offset<flatbuffers::Vector<uint64_t>>(write_ids));
   }
   r.add_lease_ttl_ms(pb.lease_ttl_ms);
-  r.add_master_epoch(service_.incarnation());
+  r.add_master_epoch(service_.epoch());
   return Finish(b_, epoch_, id_, status, fb::ReplyBody::PlacementReply, r.Finish().Union());
 }
 
@@ -384,7 +383,7 @@ WriteEndRequest MasterRpc::Call::ReadFinish(const fb::WriteFinish* m,
   if (const auto* failed = m->failed()) {
     s_.failed.reserve(failed->size());
     for (const fb::FailedReplica* f : *failed) {
-      s_.failed.push_back(FailedReplica{f->key(), f->part(), f->segment_id()});
+      s_.failed.push_back(FailedReplica{f->key(), f->part(), f->pool_id()});
     }
   }
   w.failed = s_.failed;
@@ -395,20 +394,19 @@ Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
   auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
   if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
   const std::string& events = rpc_.events_endpoint_;
-  return Finish(
-      b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
-      fb::CreateRegisterAgentReplyDirect(
-          b_, r.value(), service_.incarnation(), events.empty() ? nullptr : events.c_str(),
-          events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
-          .Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
+                fb::CreateRegisterAgentReplyDirect(
+                    b_, r.value(), service_.epoch(), events.empty() ? nullptr : events.c_str(),
+                    events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
+                    .Union());
 }
 
-Reply MasterRpc::Call::MountSegment(const fb::MountSegment* m) {
+Reply MasterRpc::Call::MountPool(const fb::MountPool* m) {
   CollectStrings(m->endpoints(), &s_.endpoints);
-  auto r = service_.MountSegment(m->agent_id(), m->segment_index(), m->size(), s_.endpoints);
+  auto r = service_.MountPool(m->agent_id(), m->pool_index(), m->size(), s_.endpoints);
   if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
-  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::MountSegmentReply,
-                fb::CreateMountSegmentReply(b_, r->segment_id, r->restored_objects).Union());
+  return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::MountPoolReply,
+                fb::CreateMountPoolReply(b_, r->pool_id, r->restored_objects).Union());
 }
 
 Reply MasterRpc::Call::Heartbeat(const fb::Heartbeat* m) {
@@ -469,16 +467,16 @@ Reply MasterRpc::Call::ReportBadReplicas(const fb::ReportBadReplicas* m) {
   CollectStrings(m->keys(), &s_.keys);
   const auto versions = SpanOf(m->versions());
   const auto parts = SpanOf(m->parts());
-  const auto segments = SpanOf(m->segment_ids());
+  const auto pools = SpanOf(m->pool_ids());
   if (versions.size() != s_.keys.size() || parts.size() != s_.keys.size() ||
-      segments.size() != s_.keys.size()) {
+      pools.size() != s_.keys.size()) {
     return Bad(
-        InvalidParams("ReportBadReplicas: keys, versions, parts and segment_ids must "
+        InvalidParams("ReportBadReplicas: keys, versions, parts and pool_ids must "
                       "have the same length"));
   }
   s_.bad.clear();
   for (size_t i = 0; i < s_.keys.size(); ++i) {
-    s_.bad.push_back(BadReplica{s_.keys[i], versions[i], parts[i], segments[i]});
+    s_.bad.push_back(BadReplica{s_.keys[i], versions[i], parts[i], pools[i]});
   }
   return CodesReply(service_.ReportBadReplicas(s_.bad, &s_.key_results), 0);
 }
@@ -560,18 +558,17 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
   LastRequest& last = rpc_.last_;
   last.replicate = true;
   last.after_seq = m->after_seq();
-  last.incarnation = m->incarnation();
+  last.master_epoch = m->master_epoch();
   last.wait_ms = m->wait_ms();
   if (m->follower() != nullptr) last.follower = m->follower()->str();
   ReplicationPage page;
   const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
-  Status st = service_.ReadReplication(m->after_seq(), m->incarnation(), max_bytes, &page);
+  Status st = service_.ReadReplication(m->after_seq(), m->master_epoch(), max_bytes, &page);
   if (!st.ok()) return Finish(b_, epoch_, id_, st, fb::ReplyBody::NONE, 0);
   last.replicate_empty = !page.snapshot && page.records.empty();
   auto records =
       b_.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()), page.records.size());
-  auto body =
-      fb::CreateReplicateReply(b_, service_.incarnation(), page.snapshot, page.last_seq, records);
+  auto body = fb::CreateReplicateReply(b_, service_.epoch(), page.snapshot, page.last_seq, records);
   return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
 }
 
@@ -583,7 +580,7 @@ std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
       {"bytes_used", st.bytes_used},
       {"bytes_capacity", st.bytes_capacity},
       {"agents", st.agents},
-      {"segments", st.segments},
+      {"pools", st.pools},
       {"session_tags", st.session_tags},
       {"evictions", st.evictions},
       {"expired_agents", st.expired_agents},

@@ -63,7 +63,7 @@ class MasterServer::Loop {
       out->emplace_back("event_replay_requests", st.replay_requests);
       out->emplace_back("bad_messages", bad_frames_);
       out->emplace_back("refused_connections", zap_ ? zap_->refused() : 0);
-      out->emplace_back("epoch", service_->incarnation());
+      out->emplace_back("epoch", service_->epoch());
       out->emplace_back("followers", LiveFollowers());
       out->emplace_back("replication_acked_seq", AckedBy(std::max(1, sync_followers_)));
       out->emplace_back("sync_followers", sync_followers_);
@@ -88,7 +88,7 @@ class MasterServer::Loop {
   }
 
   events::EventPublisher& publisher() { return *publisher_; }
-  uint64_t epoch() const { return service_->incarnation(); }
+  uint64_t epoch() const { return service_->epoch(); }
   uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
   const StatsBoard& board() const { return board_; }
 
@@ -172,7 +172,7 @@ class MasterServer::Loop {
     Follower& f = followers_[r.follower];
     // after_seq counts only for a follower of this master's log (else it is about to get a
     // snapshot and holds nothing of ours yet).
-    f.acked = r.incarnation == service_->incarnation() ? r.after_seq : 0;
+    f.acked = r.master_epoch == service_->epoch() ? r.after_seq : 0;
     f.seen_ms = clock_->NowMs();
   }
 

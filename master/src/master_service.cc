@@ -51,9 +51,9 @@ Status ObjectNotFound(std::string_view key) {
 MasterService::MasterService(MasterOptions options, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
-      incarnation_(options_.epoch != 0
-                       ? options_.epoch
-                       : (uint64_t{std::random_device{}()} << 32) | std::random_device{}()),
+      epoch_(options_.epoch != 0
+                 ? options_.epoch
+                 : (uint64_t{std::random_device{}()} << 32) | std::random_device{}()),
       store_(std::make_unique<MetadataStore>(options_, clock)) {}
 
 MasterService::~MasterService() = default;
@@ -91,8 +91,8 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   return id;
 }
 
-Result<MountResult> MasterService::MountSegment(AgentId agent, uint32_t index, uint64_t size,
-                                                std::span<const std::string_view> endpoints) {
+Result<MountResult> MasterService::MountPool(AgentId agent, uint32_t index, uint64_t size,
+                                             std::span<const std::string_view> endpoints) {
   std::vector<std::string> eps;
   eps.reserve(endpoints.size());
   for (size_t i = 0; i < endpoints.size(); ++i) {
@@ -102,11 +102,11 @@ Result<MountResult> MasterService::MountSegment(AgentId agent, uint32_t index, u
     }
     eps.emplace_back(endpoints[i]);
   }
-  auto r = store_->MountSegment(agent, index, size, std::move(eps));
+  auto r = store_->MountPool(agent, index, size, std::move(eps));
   if (r.ok()) {
     if (Agent* a = store_->FindAgent(agent)) store_->Touch(a);
-    LOG(INFO) << "agent " << agent << " mounted segment " << r->segment_id << " (" << size
-              << " bytes, " << r->restored_objects << " restored object(s))";
+    LOG(INFO) << "agent " << agent << " mounted pool " << r->pool_id << " (" << size << " bytes, "
+              << r->restored_objects << " restored object(s))";
   }
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return r;
@@ -453,7 +453,7 @@ Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commi
       const Replica& rep = o.replica(r);
       if (rep.part != p) continue;
       const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
-        return f.part == p && f.segment_id == rep.segment_id;
+        return f.part == p && f.pool_id == rep.pool_id;
       });
       if (!lost) ++kept;
     }

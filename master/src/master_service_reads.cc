@@ -111,9 +111,9 @@ Status MasterService::ReportBadReplicas(std::span<const BadReplica> replicas, Ke
       continue;
     }
     LOG(WARNING) << "a reader found the replica of key '" << bad.key << "' part " << bad.part
-                 << " in segment " << bad.segment_id << " corrupt (checksum mismatch): dropping it";
-    out->results.push_back(store_->DropReplica(e, bad.part, bad.segment_id) ? Status::Ok()
-                                                                            : store_->LogRefused());
+                 << " in pool " << bad.pool_id << " corrupt (checksum mismatch): dropping it";
+    out->results.push_back(store_->DropReplica(e, bad.part, bad.pool_id) ? Status::Ok()
+                                                                         : store_->LogRefused());
   }
   return store_->FlushLog();
 }
@@ -138,11 +138,11 @@ Status MasterService::ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
   return Status::Ok();
 }
 
-std::optional<MasterService::SegmentView> MasterService::FindSegment(SegmentId id) const {
-  const Segment* s = store_->FindSegment(id);
+std::optional<MasterService::PoolView> MasterService::FindPool(PoolId id) const {
+  const Pool* s = store_->FindPool(id);
   if (!s) return std::nullopt;
   const Agent* a = store_->FindAgent(s->agent);
-  return SegmentView{s->id, s->agent, a ? a->incarnation : 0, s->endpoints};
+  return PoolView{s->id, s->agent, a ? a->incarnation : 0, s->endpoints};
 }
 
 std::optional<std::string> MasterService::SessionOf(std::string_view key) const {
@@ -191,13 +191,13 @@ void MasterService::Tick() {
 
 Status MasterService::Flush() { return store_->FlushLog(); }
 
-Status MasterService::ReadReplication(uint64_t after_seq, uint64_t incarnation, size_t max_bytes,
+Status MasterService::ReadReplication(uint64_t after_seq, uint64_t master_epoch, size_t max_bytes,
                                       ReplicationPage* out) {
   if (!store_->replicating()) {
     return InvalidParams(
         "this master keeps no records for standbys; start it with --replication-log-bytes > 0");
   }
-  store_->ReadReplication(after_seq, incarnation != incarnation_, max_bytes, out);
+  store_->ReadReplication(after_seq, master_epoch != epoch_, max_bytes, out);
   return Status::Ok();
 }
 

@@ -49,7 +49,7 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
   const auto below_watermark =
       static_cast<uint64_t>(static_cast<double>(capacity) * options_.high_watermark);
   const uint64_t share = capacity / kReservedShareDivisor;
-  const uint64_t need = SegmentAllocator::Rounded(req.size) * req.replica_count;
+  const uint64_t need = PoolAllocator::Rounded(req.size) * req.replica_count;
   uint64_t used = store_->bytes_used();
   out->first.reserve(req.count + 1);
   out->write_ids.reserve(req.count);
@@ -79,14 +79,14 @@ Status MasterService::BatchPutCommit(const WriteCommitRequest& req, KeyResults* 
   if (Status st = ValidateWriteStart(req.start); !st.ok()) {
     return RejectBatch(st, n, &out->results);
   }
-  if (req.master_epoch != incarnation_) {
+  if (req.master_epoch != epoch_) {
     // Not a bad request: the master restarted, or another one took over, since the agent
     // reserved these writes; their ids mean nothing here. Only a commit sent again finds its
     // key: the one that reached the previous master's log before it went down.
     const Status gone(ErrorCode::kMasterUnavailable,
                       "the write was reserved by another master (epoch " +
                           std::to_string(req.master_epoch) + "; this one is " +
-                          std::to_string(incarnation_) +
+                          std::to_string(epoch_) +
                           ": it restarted or took over); nothing was stored: put again");
     out->results.reserve(n);
     out->replicas.assign(n, 0);

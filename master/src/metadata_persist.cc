@@ -2,11 +2,11 @@
 //
 // Record types (first byte of the payload; fields in order, see oplog.h for the encoding):
 //   1 agent        id u32, incarnation u64, name str
-//   2 segment      id u32, agent u32, index u32, size u64, endpoint count u32, endpoints str...
-//   3 agent gone   id u32 (its segments go with it)
+//   2 pool         id u32, agent u32, index u32, size u64, endpoint count u32, endpoints str...
+//   3 agent gone   id u32 (its pools go with it)
 //   4 object (v1)  key str, size u64, session str, flags u8 (1 hard pin, 2 soft pin),
 //                  replicas per part u8, soft pin ttl ms u64, block metadata, replica count u32,
-//                  replicas (segment u32, part u32, offset u64, length u64)... (read only)
+//                  replicas (pool u32, part u32, offset u64, length u64)... (read only)
 //   5 removed      key str
 //   6 object       as 4, then version u64 after the block metadata, and each replica also
 //                  carries its part's checksum u32 and a flags u8 (1: checksummed)
@@ -28,7 +28,7 @@ namespace {
 
 enum RecordType : uint8_t {
   kAgentRecord = 1,
-  kSegmentRecord = 2,
+  kPoolRecord = 2,
   kAgentGoneRecord = 3,
   kObjectRecordV1 = 4,
   kRemovedRecord = 5,
@@ -87,11 +87,11 @@ void MetadataStore::LogAgent(const Agent& a) {
   AppendRecord();
 }
 
-void MetadataStore::LogSegment(const Segment& s) {
+void MetadataStore::LogPool(const Pool& s) {
   if (!ShouldLog()) return;
   record_.clear();
   RecordWriter w(&record_);
-  w.U8(kSegmentRecord);
+  w.U8(kPoolRecord);
   w.U32(s.id);
   w.U32(s.agent);
   w.U32(s.index);
@@ -136,7 +136,7 @@ void MetadataStore::EncodeObject(std::string_view key, const Object& o, TagId ta
   }
   rw.U32(static_cast<uint32_t>(replicas.size()));
   for (const Replica& r : replicas) {
-    rw.U32(r.segment_id);
+    rw.U32(r.pool_id);
     rw.U32(r.part);
     rw.U64(r.offset);
     rw.U64(r.length);
@@ -170,8 +170,8 @@ Status MetadataStore::ApplyRecord(std::string_view payload) {
     case kAgentRecord:
       applied = ApplyAgentRecord(r);
       break;
-    case kSegmentRecord:
-      applied = ApplySegmentRecord(r);
+    case kPoolRecord:
+      applied = ApplyPoolRecord(r);
       break;
     case kAgentGoneRecord:
       applied = ApplyAgentGoneRecord(r);
@@ -200,8 +200,8 @@ bool MetadataStore::ApplyAgentRecord(RecordReader& r) {
   return true;
 }
 
-bool MetadataStore::ApplySegmentRecord(RecordReader& r) {
-  const SegmentId id = r.U32();
+bool MetadataStore::ApplyPoolRecord(RecordReader& r) {
+  const PoolId id = r.U32();
   const AgentId agent = r.U32();
   const uint32_t index = r.U32();
   const uint64_t size = r.U64();
@@ -213,13 +213,13 @@ bool MetadataStore::ApplySegmentRecord(RecordReader& r) {
   if (!r.ok()) return false;
   auto a = agents_.find(agent);
   if (a == agents_.end()) return true;  // agent gone: ignore
-  next_segment_id_ = std::max(next_segment_id_, id + 1);
-  auto it = segments_.find(id);
-  if (it != segments_.end()) {
+  next_pool_id_ = std::max(next_pool_id_, id + 1);
+  auto it = pools_.find(id);
+  if (it != pools_.end()) {
     it->second.endpoints = std::move(endpoints);
   } else {
-    segments_.emplace(id, Segment{id, agent, index, std::move(endpoints), SegmentAllocator(size)});
-    a->second.segments.push_back(id);
+    pools_.emplace(id, Pool{id, agent, index, std::move(endpoints), PoolAllocator(size)});
+    a->second.pools.push_back(id);
   }
   return true;
 }
@@ -229,7 +229,7 @@ bool MetadataStore::ApplyAgentGoneRecord(RecordReader& r) {
   if (!r.ok()) return false;
   auto a = agents_.find(id);
   if (a != agents_.end()) {
-    for (SegmentId sid : a->second.segments) segments_.erase(sid);
+    for (PoolId pool_id : a->second.pools) pools_.erase(pool_id);
     agents_.erase(a);
   }
   return true;
@@ -261,7 +261,7 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
   std::vector<Replica> replicas(n);
   bool checksummed = false;
   for (Replica& rep : replicas) {
-    rep.segment_id = r.U32();
+    rep.pool_id = r.U32();
     rep.part = r.U32();
     rep.offset = r.U64();
     const uint64_t length = r.U64();
@@ -300,7 +300,7 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
   return Status::Ok();
 }
 
-// Re-reserves every restored replica in its segment; replicas whose segment is gone (or that
+// Re-reserves every restored replica in its pool; replicas whose pool is gone (or that
 // overlap, which only a damaged log could produce) are dropped, and objects left without a
 // replica of some part with them.
 void MetadataStore::FinishRestore() {
@@ -312,8 +312,8 @@ void MetadataStore::FinishRestore() {
     std::vector<bool> part_alive(parts, false);
     for (uint32_t i = 0; i < o.replica_total; ++i) {
       const Replica rep = o.replica(i);
-      auto it = segments_.find(rep.segment_id);
-      if (it == segments_.end() || rep.part >= parts) continue;
+      auto it = pools_.find(rep.pool_id);
+      if (it == pools_.end() || rep.part >= parts) continue;
       if (!it->second.allocator.AllocateAt(rep.offset, rep.length)) continue;
       part_alive[rep.part] = true;
       o.replica(kept++) = rep;
@@ -330,7 +330,7 @@ void MetadataStore::FinishRestore() {
     tags_.Release(e->second.tag);
     objects_.Erase(e);
   }
-  if (!lost.empty()) LOG(WARNING) << lost.size() << " restored object(s) lost their segments";
+  if (!lost.empty()) LOG(WARNING) << lost.size() << " restored object(s) lost their pools";
   objects_.ForEach([&](ObjectEntry& entry) {
     if (!entry.second.hard_pin) lru_.PushBack(&entry);
   });
@@ -381,7 +381,7 @@ void MetadataStore::ReadReplication(uint64_t after_seq, bool snapshot, size_t ma
 void MetadataStore::WriteSnapshot() {
   for (const auto& [id, a] : agents_) {
     LogAgent(a);
-    for (SegmentId sid : a.segments) LogSegment(segments_.at(sid));
+    for (PoolId pool_id : a.pools) LogPool(pools_.at(pool_id));
   }
   // Committed state only: a write in flight (a put not ended, an upsert rewriting its object)
   // has bytes that may never arrive, so it must not come back readable from a snapshot.
@@ -419,16 +419,16 @@ Status MetadataStore::Open() {
     }
     snapshot_bytes_ = oplog_->file_bytes();
     LOG(INFO) << "restored " << objects_.size() << " object(s), " << agents_.size() << " agent(s), "
-              << segments_.size() << " segment(s) from " << oplog_->path() << " (" << count.value()
+              << pools_.size() << " pool(s) from " << oplog_->path() << " (" << count.value()
               << " records; log sync: " << LogSyncName(options_.log_sync) << ")";
   }
   if (agents_.empty()) {
-    // A master without state numbers agents and segments from a random base, so an id held by
+    // A master without state numbers agents and pools from a random base, so an id held by
     // an agent of a previous master is not taken for a new agent's (its Heartbeat answers
     // known=false and it registers again).
     std::random_device rd;
     next_agent_id_ = std::max(next_agent_id_, 1 + rd() % (1u << 30));
-    next_segment_id_ = std::max(next_segment_id_, 1 + rd() % (1u << 30));
+    next_pool_id_ = std::max(next_pool_id_, 1 + rd() % (1u << 30));
   }
   events_.emplace_back(events::AllBlocksCleared{});
   ++counters_.events_emitted;

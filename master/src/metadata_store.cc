@@ -128,7 +128,7 @@ Status MetadataStore::FlushLog() {
   return st;
 }
 
-// ---- agents and segments -------------------------------------------------------------------
+// ---- agents and pools -------------------------------------------------------------------
 
 Status MetadataStore::LogRefused() const {
   return Status(ErrorCode::kMasterUnavailable,
@@ -175,30 +175,30 @@ Agent* MetadataStore::FindAgentByName(std::string_view name) {
 void MetadataStore::RefreshPartBytes() {
   uint64_t smallest = 0;
   capacity_ = 0;
-  for (auto& [id, s] : segments_) {
+  for (auto& [id, s] : pools_) {
     if (smallest == 0 || s.allocator.size() < smallest) smallest = s.allocator.size();
     capacity_ += s.allocator.size();
   }
   part_bytes_ = options_.max_part_bytes;
-  // A segment below the minimum (mounted by an older master, restored from its log) cannot
+  // A pool below the minimum (mounted by an older master, restored from its log) cannot
   // shrink the parts below it either.
   if (smallest > 0)
-    part_bytes_ = std::min(part_bytes_, std::max(smallest, options_.min_segment_bytes));
-  part_bytes_ = std::max<uint64_t>(part_bytes_, SegmentAllocator::kAlignment);
+    part_bytes_ = std::min(part_bytes_, std::max(smallest, options_.min_pool_bytes));
+  part_bytes_ = std::max<uint64_t>(part_bytes_, PoolAllocator::kAlignment);
   RefreshCandidates();
 }
 
 void MetadataStore::RefreshCandidates() {
-  live_segments_.clear();
-  for (auto& [id, s] : segments_) {
+  live_pools_.clear();
+  for (auto& [id, s] : pools_) {
     auto a = agents_.find(s.agent);
-    if (a != agents_.end() && !a->second.suspect) live_segments_.push_back(&s);
+    if (a != agents_.end() && !a->second.suspect) live_pools_.push_back(&s);
   }
 }
 
 namespace {
 
-uint64_t SegmentRecordBytes(const std::vector<std::string>& endpoints) {
+uint64_t PoolRecordBytes(const std::vector<std::string>& endpoints) {
   uint64_t n = 25;
   for (const std::string& ep : endpoints) n += 4 + ep.size();
   return n;
@@ -206,65 +206,65 @@ uint64_t SegmentRecordBytes(const std::vector<std::string>& endpoints) {
 
 }  // namespace
 
-Result<MountResult> MetadataStore::MountSegment(AgentId agent_id, uint32_t index, uint64_t size,
-                                                std::vector<std::string> endpoints) {
+Result<MountResult> MetadataStore::MountPool(AgentId agent_id, uint32_t index, uint64_t size,
+                                             std::vector<std::string> endpoints) {
   Agent* agent = FindAgent(agent_id);
   if (!agent) {
     return Status(ErrorCode::kAgentUnavailable,
                   "agent " + std::to_string(agent_id) + " is not registered; register first");
   }
-  for (SegmentId sid : agent->segments) {
-    Segment& s = segments_.at(sid);
+  for (PoolId pool_id : agent->pools) {
+    Pool& s = pools_.at(pool_id);
     if (s.index != index) continue;
-    if (s.allocator.size() != size / SegmentAllocator::kAlignment * SegmentAllocator::kAlignment) {
+    if (s.allocator.size() != size / PoolAllocator::kAlignment * PoolAllocator::kAlignment) {
       // A different pool under the same index: its content is unknown, start it empty.
       const std::string name = agent->name;
       if (!DropAgent(agent_id)) return LogRefused();  // invalidates `agent`
       return Status(ErrorCode::kAgentUnavailable,
-                    "segment " + std::to_string(index) + " of agent " + name +
+                    "pool " + std::to_string(index) + " of agent " + name +
                         " changed size; the agent was dropped: register again");
     }
-    if (!ReserveLog(SegmentRecordBytes(endpoints), 1)) return LogRefused();
+    if (!ReserveLog(PoolRecordBytes(endpoints), 1)) return LogRefused();
     s.endpoints = std::move(endpoints);
     uint64_t restored = 0;
     objects_.ForEach([&](const ObjectEntry& entry) {
       const Object& o = entry.second;
       for (uint32_t r = 0; r < o.replica_total; ++r) {
-        if (o.replica(r).segment_id == sid) {
+        if (o.replica(r).pool_id == pool_id) {
           ++restored;
           break;
         }
       }
     });
-    LogSegment(s);
-    return MountResult{sid, restored};
+    LogPool(s);
+    return MountResult{pool_id, restored};
   }
-  if (size < std::max(options_.min_segment_bytes, SegmentAllocator::kAlignment)) {
-    return InvalidParams("segment size " + std::to_string(size) + " is below the minimum of " +
-                         std::to_string(options_.min_segment_bytes) +
+  if (size < std::max(options_.min_pool_bytes, PoolAllocator::kAlignment)) {
+    return InvalidParams("pool size " + std::to_string(size) + " is below the minimum of " +
+                         std::to_string(options_.min_pool_bytes) +
                          " bytes; give the agent a larger --pool-size (at least 1MiB)");
   }
-  if (!ReserveLog(SegmentRecordBytes(endpoints), 1)) return LogRefused();
-  Segment s{next_segment_id_++, agent_id, index, std::move(endpoints), SegmentAllocator(size)};
-  SegmentId sid = s.id;
-  LogSegment(s);
-  segments_.emplace(sid, std::move(s));
-  agent->segments.push_back(sid);
+  if (!ReserveLog(PoolRecordBytes(endpoints), 1)) return LogRefused();
+  Pool s{next_pool_id_++, agent_id, index, std::move(endpoints), PoolAllocator(size)};
+  PoolId pool_id = s.id;
+  LogPool(s);
+  pools_.emplace(pool_id, std::move(s));
+  agent->pools.push_back(pool_id);
   RefreshPartBytes();
-  return MountResult{sid, 0};
+  return MountResult{pool_id, 0};
 }
 
-const Segment* MetadataStore::FindSegment(SegmentId id) const {
-  auto it = segments_.find(id);
-  return it == segments_.end() ? nullptr : &it->second;
+const Pool* MetadataStore::FindPool(PoolId id) const {
+  auto it = pools_.find(id);
+  return it == pools_.end() ? nullptr : &it->second;
 }
 
 bool MetadataStore::DropAgent(AgentId id) {
   auto it = agents_.find(id);
   if (it == agents_.end()) return true;
-  std::vector<SegmentId> dropped = it->second.segments;
-  auto on_dropped = [&](SegmentId sid) {
-    return std::find(dropped.begin(), dropped.end(), sid) != dropped.end();
+  std::vector<PoolId> dropped = it->second.pools;
+  auto on_dropped = [&](PoolId pool_id) {
+    return std::find(dropped.begin(), dropped.end(), pool_id) != dropped.end();
   };
   // First find what goes, to reserve its records; then change things.
   std::vector<ObjectEntry*> lost_readable;
@@ -279,7 +279,7 @@ bool MetadataStore::DropAgent(AgentId id) {
     std::vector<bool> part_alive(o.parts(), false);
     bool touched = false;
     for (uint32_t r = 0; r < o.replica_total; ++r) {
-      if (on_dropped(o.replica(r).segment_id)) {
+      if (on_dropped(o.replica(r).pool_id)) {
         touched = true;
       } else {
         part_alive[o.replica(r).part] = true;
@@ -296,24 +296,24 @@ bool MetadataStore::DropAgent(AgentId id) {
   });
   if (!ReserveLog(record_bytes, 1 + lost_readable.size())) return false;
   LOG(WARNING) << "dropping agent " << it->second.name << " (id " << id << ", " << dropped.size()
-               << " segment(s)); its replicas are invalidated";
-  // Replicas in the dropped segments go from every object (the log needs no record for that:
-  // replicas in segments of a dropped agent are filtered out when it is replayed).
+               << " pool(s)); its replicas are invalidated";
+  // Replicas in the dropped pools go from every object (the log needs no record for that:
+  // replicas in pools of a dropped agent are filtered out when it is replayed).
   objects_.ForEach([&](ObjectEntry& entry) {
     Object& o = entry.second;
     uint32_t kept = 0;
     for (uint32_t r = 0; r < o.replica_total; ++r) {
-      if (on_dropped(o.replica(r).segment_id)) continue;
+      if (on_dropped(o.replica(r).pool_id)) continue;
       o.replica(kept++) = o.replica(r);
     }
     if (kept != o.replica_total) o.KeepReplicas(kept);
   });
   if (it->second.suspect) --suspects_;
-  for (SegmentId sid : dropped) segments_.erase(sid);
+  for (PoolId pool_id : dropped) pools_.erase(pool_id);
   agents_.erase(it);
   LogAgentDropped(id);
   RefreshPartBytes();
-  // Freeing goes to segments that still exist only (FreeReplica skips dropped ones). The
+  // Freeing goes to pools that still exist only (FreeReplica skips dropped ones). The
   // removals were reserved above.
   for (ObjectEntry* e : lost_readable) {
     EmitRemoved(*e);
@@ -335,9 +335,9 @@ void MetadataStore::AppendReadPlacements(const Object& o, std::vector<Placement>
   // Within each part, replicas on suspect agents go last (a stable partition keeps parts
   // grouped and in order).
   auto healthy = [this](const Placement& p) {
-    auto seg = segments_.find(p.segment_id);
-    if (seg == segments_.end()) return false;
-    const Agent* a = FindAgent(seg->second.agent);
+    auto pool = pools_.find(p.pool_id);
+    if (pool == pools_.end()) return false;
+    const Agent* a = FindAgent(pool->second.agent);
     return a != nullptr && !a->suspect;
   };
   auto begin = out->begin() + static_cast<std::ptrdiff_t>(start);
@@ -358,13 +358,13 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
   AgentId used[256];
   for (uint64_t p = 0; p < parts; ++p) {
     const uint64_t len = std::min(part_bytes_, size - p * part_bytes_);
-    const uint64_t need = SegmentAllocator::Rounded(len);
+    const uint64_t need = PoolAllocator::Rounded(len);
     int n_used = 0;
     for (int r = 0; r < replicas_per_part; ++r) {
       // The writer's own pool first (one local memcpy), then the pool with most free bytes,
       // never two replicas of a part on one agent.
-      Segment* best = nullptr;
-      for (Segment* s : live_segments_) {
+      Pool* best = nullptr;
+      for (Pool* s : live_pools_) {
         if (std::find(used, used + n_used, s->agent) != used + n_used) continue;
         if (s->allocator.largest_free() < need) continue;
         if (!best) {
@@ -385,7 +385,7 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
     if (n_used == 0) {
       for (size_t i = mark; i < out->size(); ++i) {
         const Placement& r = (*out)[i];
-        segments_.at(r.segment_id).allocator.Free(r.offset, r.length);
+        pools_.at(r.pool_id).allocator.Free(r.offset, r.length);
       }
       out->resize(mark);
       return false;
@@ -401,7 +401,7 @@ bool MetadataStore::AllocateReplicas(AgentId writer, uint64_t size, uint8_t repl
   const uint64_t capacity = bytes_capacity();
   const uint64_t used = bytes_used();
   if (size > capacity) return false;  // would not fit in an empty pool: evict nothing
-  const uint64_t need = SegmentAllocator::Rounded(size);
+  const uint64_t need = PoolAllocator::Rounded(size);
   uint64_t target = static_cast<uint64_t>(static_cast<double>(capacity) * options_.low_watermark);
   target = std::min(target, used > need ? used - need : 0);
   if (EvictTo(target) == 0) return false;
@@ -410,7 +410,7 @@ bool MetadataStore::AllocateReplicas(AgentId writer, uint64_t size, uint8_t repl
 
 uint64_t MetadataStore::bytes_used() const {
   uint64_t u = 0;
-  for (const auto& [id, s] : segments_) u += s.allocator.used();
+  for (const auto& [id, s] : pools_) u += s.allocator.used();
   return u;
 }
 
@@ -421,8 +421,8 @@ void MetadataStore::FreeReplicas(const Object& o) {
 }
 
 void MetadataStore::FreeReplica(const Replica& rep) {
-  auto it = segments_.find(rep.segment_id);
-  if (it != segments_.end()) it->second.allocator.Free(rep.offset, rep.length);
+  auto it = pools_.find(rep.pool_id);
+  if (it != pools_.end()) it->second.allocator.Free(rep.offset, rep.length);
 }
 
 void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Placement>* replicas) {

@@ -1,6 +1,6 @@
 // MetadataStore: the master's state and the one funnel through which it changes.
 //
-// Holds agents, their segments (with allocators), objects (with replicas, session tags, block
+// Holds agents, their pools (with allocators), objects (with replicas, session tags, block
 // metadata, leases, pins) and the interned tag table. Its mutators are the only code that
 // changes that state; each one that changes what must survive a restart appends one record to
 // the operation log, and each transition of an object between readable and unreadable emits
@@ -29,7 +29,7 @@
 
 #include "kvagent/events/kv_event.h"
 #include "kvagent/master/oplog.h"
-#include "kvagent/master/segment_allocator.h"
+#include "kvagent/master/pool_allocator.h"
 #include "kvagent/master/session_tags.h"
 #include "kvagent/master/types.h"
 #include "object_table.h"
@@ -52,16 +52,16 @@ struct StoredBlockMeta {
 // the checksum is set is the object's (Object::checksummed).
 struct Replica {
   uint32_t part = 0;
-  SegmentId segment_id = 0;
+  PoolId pool_id = 0;
   uint64_t offset = 0;
   uint32_t length = 0;
   uint32_t checksum = 0;
 
   static Replica Of(const Placement& p) {
-    return {p.part, p.segment_id, p.offset, static_cast<uint32_t>(p.length), p.checksum};
+    return {p.part, p.pool_id, p.offset, static_cast<uint32_t>(p.length), p.checksum};
   }
   Placement ToPlacement(bool checksummed) const {
-    return {part, segment_id, offset, length, checksum, checksummed};
+    return {part, pool_id, offset, length, checksum, checksummed};
   }
 };
 static_assert(sizeof(Replica) == 24);
@@ -69,7 +69,7 @@ static_assert(sizeof(Replica) == 24);
 // An in-flight Put or Upsert. Exists only between *Start and *End/*Revoke (or takeover).
 struct PendingWrite {
   AgentId writer = kNoAgent;
-  uint64_t write_id = 0;  // unique per master incarnation, increasing in start order
+  uint64_t write_id = 0;  // unique per master epoch, increasing in start order
   int64_t started_ms = 0;
   TagId tag = kUntagged;  // holds a reference; becomes the object's tag at commit (rule 3)
   WriteOptions options;
@@ -136,12 +136,12 @@ struct ObjectList {
   void Remove(ObjectEntry* e);
 };
 
-struct Segment {
-  SegmentId id = 0;
+struct Pool {
+  PoolId id = 0;
   AgentId agent = kNoAgent;
   uint32_t index = 0;
   std::vector<std::string> endpoints;
-  SegmentAllocator allocator;
+  PoolAllocator allocator;
 };
 
 // Space of an abandoned write in one agent's pool, kept until that agent has fenced the write
@@ -158,9 +158,9 @@ struct Agent {
   uint64_t incarnation = 0;
   int64_t last_seen_live = 0;  // MetadataStore::LiveNow() when last heard of
   // Silent past the TTL (or restored from the log and not registered again): no new replicas go
-  // to its segments and reads list its replicas last; its objects stay until it is dead.
+  // to its pools and reads list its replicas last; its objects stay until it is dead.
   bool suspect = false;
-  std::vector<SegmentId> segments;
+  std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
   uint64_t next_fence_seq = 1;
   uint32_t reserved_writes = 0;  // reserved writes it holds (ReserveWrites), and their space
@@ -189,17 +189,17 @@ class MetadataStore {
     for (const Placement& r : replicas) FreeReplica(Replica::Of(r));
   }
 
-  // ---- agents and segments ----
+  // ---- agents and pools ----
   Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation);
   Agent* FindAgent(AgentId id);
   const Agent* FindAgent(AgentId id) const;
   Agent* FindAgentByName(std::string_view name);
-  Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
-                                   std::vector<std::string> endpoints);
-  const Segment* FindSegment(SegmentId id) const;
+  Result<MountResult> MountPool(AgentId agent, uint32_t index, uint64_t size,
+                                std::vector<std::string> endpoints);
+  const Pool* FindPool(PoolId id) const;
   // The agent is alive now (heartbeat, registration, mount): a suspect agent is trusted again.
   void Touch(Agent* a);
-  // Drops an agent: its segments go, replicas in them are invalidated, objects left without
+  // Drops an agent: its pools go, replicas in them are invalidated, objects left without
   // a replica of some part are removed (BlockRemoved) and writes into them are aborted.
   [[nodiscard]] bool DropAgent(AgentId id);
   // The fences the agent must apply (heartbeat reply), after freeing the space of those it has
@@ -240,7 +240,7 @@ class MetadataStore {
                      std::unique_ptr<PendingWrite> pending);
   // Makes a written object readable: commits tag, metadata, options, the parts' checksums
   // (`checksums` has one per part, or is empty: not checksummed) and its version; drops the
-  // replicas in `failed` (parts and segments the writer could not write; they are fenced)
+  // replicas in `failed` (parts and pools the writer could not write; they are fenced)
   // first. BlockStored. False when the log refused (nothing changed).
   [[nodiscard]] bool CommitWrite(ObjectEntry* e, std::span<const uint32_t> checksums,
                                  std::span<const FailedReplica> failed);
@@ -266,9 +266,9 @@ class MetadataStore {
   void AbortWrite(ObjectEntry* e);
   // Removes a readable object (remove, eviction): BlockRemoved, frees replicas, erases it.
   [[nodiscard]] bool RemoveObject(ObjectEntry* e);
-  // Drops the replica of `part` in `segment` of a readable object whose bytes a reader found
+  // Drops the replica of `part` in `pool` of a readable object whose bytes a reader found
   // corrupt; the object goes too (BlockRemoved) when that was its part's last replica.
-  [[nodiscard]] bool DropReplica(ObjectEntry* e, uint32_t part, SegmentId segment);
+  [[nodiscard]] bool DropReplica(ObjectEntry* e, uint32_t part, PoolId pool);
   // Removes every readable object that is unleased (or all readable ones with `force`):
   // AllBlocksCleared, then BlockStored for each readable survivor. Returns how many went.
   Result<uint64_t> ClearAll(bool force);
@@ -297,7 +297,7 @@ class MetadataStore {
   int64_t TickCredit() const;
   const ObjectTable& objects() const { return objects_; }
   SessionTags& tags() { return tags_; }
-  const std::map<SegmentId, Segment>& segments() const { return segments_; }
+  const std::map<PoolId, Pool>& pools() const { return pools_; }
   uint64_t bytes_used() const;
   uint64_t bytes_capacity() const;
   MasterStats stats() const;
@@ -353,7 +353,7 @@ class MetadataStore {
                    std::vector<Placement>* out);
   // Operation log.
   void LogAgent(const Agent& a);
-  void LogSegment(const Segment& s);
+  void LogPool(const Pool& s);
   void LogAgentDropped(AgentId id);
   void LogObject(const ObjectEntry& e);
   void LogRemoved(std::string_view key);
@@ -361,7 +361,7 @@ class MetadataStore {
   Status ApplyRecord(std::string_view payload);
   // One step per record type; false when the record is malformed (ApplyRecord names the type).
   bool ApplyAgentRecord(RecordReader& r);
-  bool ApplySegmentRecord(RecordReader& r);
+  bool ApplyPoolRecord(RecordReader& r);
   bool ApplyAgentGoneRecord(RecordReader& r);
   bool ApplyRemovedRecord(RecordReader& r);
   Status ApplyObjectRecord(RecordReader& r, bool v2);
@@ -374,13 +374,13 @@ class MetadataStore {
   MasterOptions options_;
   const Clock* clock_;
   std::map<AgentId, Agent> agents_;
-  std::map<SegmentId, Segment> segments_;
-  std::vector<Segment*> live_segments_;  // placement candidates: segments of healthy agents
+  std::map<PoolId, Pool> pools_;
+  std::vector<Pool*> live_pools_;  // placement candidates: pools of healthy agents
   AgentId next_agent_id_ = 1;
-  SegmentId next_segment_id_ = 1;
+  PoolId next_pool_id_ = 1;
   uint64_t next_write_id_ = 1;
   uint64_t suspects_ = 0;
-  uint64_t capacity_ = 0;        // the size of all segments (RefreshPartBytes)
+  uint64_t capacity_ = 0;        // the size of all pools (RefreshPartBytes)
   int64_t live_ms_ = 0;          // the live clock at live_mark_ms_
   int64_t live_mark_ms_ = 0;     // now() at the last AdvanceLiveClock
   uint64_t snapshot_bytes_ = 0;  // the log's size after its last compaction

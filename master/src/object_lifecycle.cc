@@ -99,7 +99,7 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
   for (uint32_t i = 0; i < o.replica_total; ++i) {
     Replica& r = o.replica(i);
     const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
-      return f.part == r.part && f.segment_id == r.segment_id;
+      return f.part == r.part && f.pool_id == r.pool_id;
     });
     if (lost) {
       dropped.push_back(r);
@@ -167,7 +167,7 @@ uint64_t MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_c
   assert(fresh);
   CreateWrite(e, size, &replicas, std::move(w));
   ++a->reserved_writes;
-  for (const Placement& p : replicas) a->reserved_bytes += SegmentAllocator::Rounded(p.length);
+  for (const Placement& p : replicas) a->reserved_bytes += PoolAllocator::Rounded(p.length);
   ++counters_.writes_reserved;
   return id;
 }
@@ -178,7 +178,7 @@ void MetadataStore::Unreserve(const ObjectEntry& r) {
   if (a == nullptr) return;  // dropped with its counts
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < o.replica_total; ++i) {
-    bytes += SegmentAllocator::Rounded(o.replica(i).length);
+    bytes += PoolAllocator::Rounded(o.replica(i).length);
   }
   a->reserved_writes -= std::min<uint32_t>(a->reserved_writes, 1);
   a->reserved_bytes -= std::min(a->reserved_bytes, bytes);
@@ -206,11 +206,11 @@ void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t siz
       FreeReplica(rep);
       continue;
     }
-    const uint64_t keep = SegmentAllocator::Rounded(part_length);
-    const uint64_t had = SegmentAllocator::Rounded(rep.length);
+    const uint64_t keep = PoolAllocator::Rounded(part_length);
+    const uint64_t had = PoolAllocator::Rounded(rep.length);
     if (keep < had) {
-      auto seg = segments_.find(rep.segment_id);
-      if (seg != segments_.end()) seg->second.allocator.Free(rep.offset + keep, had - keep);
+      auto pool = pools_.find(rep.pool_id);
+      if (pool != pools_.end()) pool->second.allocator.Free(rep.offset + keep, had - keep);
     }
     rep.length = static_cast<uint32_t>(part_length);
     kept.push_back(rep);
@@ -256,14 +256,14 @@ bool MetadataStore::RemoveObject(ObjectEntry* e) {
   return true;
 }
 
-bool MetadataStore::DropReplica(ObjectEntry* e, uint32_t part, SegmentId segment) {
+bool MetadataStore::DropReplica(ObjectEntry* e, uint32_t part, PoolId pool) {
   Object& o = e->second;
   assert(o.readable);
   uint32_t at = o.replica_total;
   uint32_t others = 0;  // replicas of the same part elsewhere
   for (uint32_t i = 0; i < o.replica_total; ++i) {
     if (o.replica(i).part != part) continue;
-    if (o.replica(i).segment_id == segment) {
+    if (o.replica(i).pool_id == pool) {
       at = i;
     } else {
       ++others;
@@ -337,9 +337,9 @@ void MetadataStore::Fence(uint64_t write_id, std::span<const Replica> replicas) 
   }
   // One fence per pool agent holding a replica of the write.
   for (size_t i = 0; i < replicas.size(); ++i) {
-    auto seg = segments_.find(replicas[i].segment_id);
-    if (seg == segments_.end()) continue;  // its agent is gone, and its pool with it
-    Agent& a = agents_.at(seg->second.agent);
+    auto pool = pools_.find(replicas[i].pool_id);
+    if (pool == pools_.end()) continue;  // its agent is gone, and its pool with it
+    Agent& a = agents_.at(pool->second.agent);
     if (!a.fences.empty() && a.fences.back().write_id == write_id &&
         a.fences.back().seq == a.next_fence_seq - 1) {
       a.fences.back().replicas.push_back(replicas[i]);
@@ -394,7 +394,7 @@ void MetadataStore::Touch(Agent* a) {
   a->last_seen_live = LiveNow();
   if (a->suspect) {
     LOG(INFO) << "agent " << a->name << " (id " << a->id
-              << ") is back: it keeps its segments and objects";
+              << ") is back: it keeps its pools and objects";
     SetSuspect(*a, false);
   }
 }
@@ -466,7 +466,7 @@ uint64_t MetadataStore::EvictTo(uint64_t target_bytes_used) {
       if (o.lease_until_ms <= t && (pass == 1 || !soft_pinned)) {
         uint64_t freed = 0;
         for (uint32_t r = 0; r < o.replica_total; ++r) {
-          freed += SegmentAllocator::Rounded(o.replica(r).length);
+          freed += PoolAllocator::Rounded(o.replica(r).length);
         }
         if (!RemoveObject(e)) break;  // the log refuses: evict nothing more now
         used -= std::min(used, freed);
@@ -495,7 +495,7 @@ MasterStats MetadataStore::stats() const {
   s.bytes_used = bytes_used();
   s.bytes_capacity = bytes_capacity();
   s.agents = agents_.size();
-  s.segments = segments_.size();
+  s.pools = pools_.size();
   s.session_tags = tags_.size();
   if (oplog_) {
     s.oplog_records = oplog_->records_appended();
@@ -510,7 +510,7 @@ MasterStats MetadataStore::stats() const {
     s.writes_in_flight -= std::min<uint64_t>(s.writes_in_flight, a.reserved_writes);
     s.pending_fences += a.fences.size();
     for (const PendingFence& f : a.fences) {
-      for (const Replica& r : f.replicas) s.fenced_bytes += SegmentAllocator::Rounded(r.length);
+      for (const Replica& r : f.replicas) s.fenced_bytes += PoolAllocator::Rounded(r.length);
     }
   }
   return s;

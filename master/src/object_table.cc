@@ -30,12 +30,12 @@ uint64_t ObjectTable::Hash(std::string_view key) {
 ObjectEntry* ObjectTable::Find(std::string_view key) const { return FindHashed(key, Hash(key)); }
 
 ObjectEntry* ObjectTable::FindHashed(std::string_view key, uint64_t h) const {
-  const uint64_t tag = Tag(h);
+  const uint64_t fingerprint = Fingerprint(h);
   const size_t mask = capacity_ - 1;
   for (size_t i = Home(h);; i = (i + 1) & mask) {
     const uint64_t s = slots_[i];
     if (s == kEmpty) return nullptr;
-    if (s != kTombstone && (s & ~kPointerMask) == tag && EntryOf(s)->first == key) {
+    if (s != kTombstone && (s & ~kPointerMask) == fingerprint && EntryOf(s)->first == key) {
       return EntryOf(s);
     }
   }
@@ -43,7 +43,7 @@ ObjectEntry* ObjectTable::FindHashed(std::string_view key, uint64_t h) const {
 
 std::pair<ObjectEntry*, bool> ObjectTable::FindOrInsert(std::string_view key) {
   const uint64_t h = Hash(key);
-  const uint64_t tag = Tag(h);
+  const uint64_t fingerprint = Fingerprint(h);
   const size_t mask = capacity_ - 1;
   size_t insert_at = capacity_;  // first tombstone on the probe path, if any
   size_t i = Home(h);
@@ -52,7 +52,7 @@ std::pair<ObjectEntry*, bool> ObjectTable::FindOrInsert(std::string_view key) {
     if (s == kEmpty) break;
     if (s == kTombstone) {
       if (insert_at == capacity_) insert_at = i;
-    } else if ((s & ~kPointerMask) == tag && EntryOf(s)->first == key) {
+    } else if ((s & ~kPointerMask) == fingerprint && EntryOf(s)->first == key) {
       return {EntryOf(s), false};
     }
   }
@@ -64,8 +64,9 @@ std::pair<ObjectEntry*, bool> ObjectTable::FindOrInsert(std::string_view key) {
   auto* e = new ObjectEntry(std::piecewise_construct, std::forward_as_tuple(key),
                             std::forward_as_tuple());
   const auto bits = reinterpret_cast<uint64_t>(e);
-  CHECK_EQ(bits & ~kPointerMask, 0u) << "heap address above 2^48: ObjectTable cannot tag it";
-  slots_[insert_at] = tag | bits;
+  CHECK_EQ(bits & ~kPointerMask, 0u)
+      << "heap address above 2^48: no room for ObjectTable's fingerprint";
+  slots_[insert_at] = fingerprint | bits;
   ++live_;
   if ((live_ + tombstones_) * 8 > capacity_ * 7) {
     Rebuild(live_ * 2 >= capacity_ ? capacity_ * 2 : capacity_);

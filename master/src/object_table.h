@@ -3,8 +3,8 @@
 // Why not std::unordered_map: at a million keys every lookup there walks a bucket pointer, a
 // predecessor node and the node itself (three cache misses), every node carries a next pointer
 // and a cached hash, and ListKeys cannot page through it across a rehash. Here:
-//   - slots are one 64-bit word: a 16-bit hash tag over a 48-bit entry pointer (user-space
-//     pointers fit in 47 bits on x86-64 and AArch64; checked at insert), 0 = empty,
+//   - slots are one 64-bit word: a 16-bit hash fingerprint over a 48-bit entry pointer
+//     (user-space pointers fit in 47 bits on x86-64 and AArch64; checked at insert), 0 = empty,
 //     1 = tombstone. A miss usually touches one cache line; a hit adds the entry itself.
 //   - an entry (key + Object) is one heap allocation whose address never changes, so the
 //     intrusive LRU links and the callers' ObjectEntry* stay valid across growth.
@@ -87,16 +87,16 @@ class ObjectTable {
   static ObjectEntry* EntryOf(uint64_t slot) {
     return reinterpret_cast<ObjectEntry*>(slot & kPointerMask);
   }
-  static uint64_t Tag(uint64_t hash) { return (hash & 0xffff) << 48; }
+  static uint64_t Fingerprint(uint64_t hash) { return (hash & 0xffff) << 48; }
   size_t Home(uint64_t hash) const { return static_cast<size_t>(hash >> shift_); }
   size_t SlotOf(const ObjectEntry* e) const;
   ObjectEntry* FindHashed(std::string_view key, uint64_t h) const;
   void PrefetchSlot(uint64_t h) const { __builtin_prefetch(&slots_[Home(h)]); }
-  // The entry in the key's home slot, when its tag matches (the common case: linear probing
-  // keeps most keys in their home slot).
+  // The entry in the key's home slot, when its fingerprint matches (the common case: linear
+  // probing keeps most keys in their home slot).
   void PrefetchEntry(uint64_t h) const {
     const uint64_t s = slots_[Home(h)];
-    if (s > kTombstone && (s & ~kPointerMask) == Tag(h)) {
+    if (s > kTombstone && (s & ~kPointerMask) == Fingerprint(h)) {
       __builtin_prefetch(reinterpret_cast<const void*>(s & kPointerMask));
     }
   }

@@ -13,7 +13,7 @@ using fbcheck::StringBytes;
 using fbcheck::VectorBytes;
 using StringVector = flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>;
 
-// Endpoints a segment may list (one per transport in practice).
+// Endpoints a pool may list (one per transport in practice).
 constexpr size_t kMaxEndpoints = 16;
 // Hash slots one ListKeys page may cover: a page's reply then stays bounded (agents ask for
 // 256, the event relay for 1000).
@@ -87,7 +87,7 @@ Result<uint64_t> BadReplicasBytes(fb::Body type, const fb::ReportBadReplicas& m)
   if (m.keys() == nullptr) return Missing(type, "keys");
   if (!ElementsAligned(m.versions())) return Misaligned(type, "versions");
   return StringBytes(m.keys()) + VectorBytes(m.versions()) + VectorBytes(m.parts()) +
-         VectorBytes(m.segment_ids());
+         VectorBytes(m.pool_ids());
 }
 
 // Bytes the body refers to, or why it is malformed.
@@ -96,10 +96,10 @@ Result<uint64_t> BodyBytes(const fb::Request& r) {
   switch (type) {
     case fb::Body::RegisterAgent:
       return StringBytes(r.body_as_RegisterAgent()->name());
-    case fb::Body::MountSegment: {
-      const auto* eps = r.body_as_MountSegment()->endpoints();
+    case fb::Body::MountPool: {
+      const auto* eps = r.body_as_MountPool()->endpoints();
       if (eps != nullptr && eps->size() > kMaxEndpoints) {
-        return InvalidParams("MountSegment lists " + std::to_string(eps->size()) +
+        return InvalidParams("MountPool lists " + std::to_string(eps->size()) +
                              " endpoints; at most " + std::to_string(kMaxEndpoints));
       }
       return StringBytes(eps);

@@ -66,7 +66,7 @@ class Standby::Follower {
     const auto follower = b.CreateString(options_.name);
     b.Finish(fb::CreateRequest(
         b, id, fb::Body::Replicate,
-        fb::CreateReplicate(b, owner_->applied_seq(), incarnation_, 4u << 20,
+        fb::CreateReplicate(b, owner_->applied_seq(), epoch_, 4u << 20,
                             static_cast<uint32_t>(options_.wait.count()), follower)
             .Union()));
     socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
@@ -123,13 +123,13 @@ class Standby::Follower {
         LOG(ERROR) << "standby: cannot write the snapshot: " << st.ToString();
         return -1;
       }
-      if (incarnation_ != r->incarnation()) {
-        LOG(INFO) << "standby: following primary " << options_.primary << " (incarnation "
-                  << r->incarnation() << "): snapshot of " << applied << " records at seq "
+      if (epoch_ != r->master_epoch()) {
+        LOG(INFO) << "standby: following primary " << options_.primary << " (epoch "
+                  << r->master_epoch() << "): snapshot of " << applied << " records at seq "
                   << r->last_seq();
       }
-      incarnation_ = r->incarnation();
-      owner_->incarnation_.store(incarnation_, std::memory_order_release);
+      epoch_ = r->master_epoch();
+      owner_->epoch_.store(epoch_, std::memory_order_release);
     } else {
       ForEachFramedRecord(bytes, [&](std::string_view rec) {
         log_->Append(rec);
@@ -151,7 +151,7 @@ class Standby::Follower {
     const std::string tmp = options_.status_file + ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << "primary=" << options_.primary << "\nincarnation=" << incarnation_
+      out << "primary=" << options_.primary << "\nepoch=" << epoch_
           << "\napplied_seq=" << owner_->applied_seq() << "\n";
       if (!out) return;
     }
@@ -189,7 +189,7 @@ class Standby::Follower {
   std::unique_ptr<OpLog> log_;
   zmq::context_t context_{1};
   std::unique_ptr<zmq::socket_t> socket_;
-  uint64_t incarnation_ = 0;
+  uint64_t epoch_ = 0;
   uint64_t request_id_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;

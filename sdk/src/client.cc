@@ -98,7 +98,8 @@ Client::~Client() { connection_->Close(); }
 Result<ArenaBuffer> Client::Allocate(size_t bytes) { return connection_->Allocate(bytes); }
 
 uint64_t Client::client_id() const { return connection_->client_id(); }
-uint64_t Client::agent_epoch() const { return connection_->agent_epoch(); }
+uint64_t Client::agent_incarnation() const { return connection_->agent_incarnation(); }
+uint64_t Client::agent_epoch() const { return agent_incarnation(); }
 uint64_t Client::arena_bytes() const { return connection_->arena_bytes(); }
 bool Client::connected() const { return connection_->alive(); }
 bool Client::process_memory() const { return connection_->process_memory(); }

@@ -120,11 +120,11 @@ Status Connection::Handshake(const ClientOptions& options) {
   auto segment = ipc::Segment::Open(segment_fd.Release(), welcome->segment_bytes());
   if (!segment.ok()) return segment.status();
   if (segment->header().client_id != welcome->client_id() ||
-      segment->header().agent_epoch != welcome->agent_epoch()) {
+      segment->header().agent_incarnation != welcome->agent_incarnation()) {
     return Unavailable("the segment the agent passed belongs to another client; retry");
   }
   client_id_ = welcome->client_id();
-  agent_epoch_ = welcome->agent_epoch();
+  agent_incarnation_ = welcome->agent_incarnation();
   auto shared = std::make_shared<ipc::Segment>(std::move(*segment));
   producer_ = ipc::FrameProducer(shared->request_ring());
   consumer_ = ipc::FrameConsumer(shared->completion_ring());
@@ -512,17 +512,17 @@ void Connection::Reap() {
       MarkDead(Unavailable("the completion ring is corrupt; reconnect"));
       return;
     }
-    Deliver(frame.tag, frame.payload);
+    Deliver(frame.request_id, frame.payload);
     consumer_.Consume();
   }
   consumer_.PublishHead();  // one fence for everything reaped
 }
 
-void Connection::Deliver(uint64_t tag, std::span<const uint8_t> frame) {
-  const uint32_t index = static_cast<uint32_t>(tag);
+void Connection::Deliver(uint64_t request_id, std::span<const uint8_t> frame) {
+  const uint32_t index = static_cast<uint32_t>(request_id);
   if (index >= slot_count_) return;
   Slot& s = slots_[index];
-  if (s.id.load(std::memory_order_acquire) != tag) return;  // stale: the slot moved on
+  if (s.id.load(std::memory_order_acquire) != request_id) return;  // stale: the slot moved on
   s.reply = DecodeCompletion(frame, s.key_count);
   // seq_cst, with the load of followers_ below: the hand-off to a follower (connection.h).
   const uint32_t previous = s.state.exchange(kDone, std::memory_order_seq_cst);

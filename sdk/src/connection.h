@@ -87,7 +87,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Abandon(uint32_t slot, uint64_t id);
 
   uint64_t client_id() const { return client_id_; }
-  uint64_t agent_epoch() const { return agent_epoch_; }
+  uint64_t agent_incarnation() const { return agent_incarnation_; }
   uint64_t arena_bytes() const { return arena_->segment->layout().arena_bytes; }
   bool process_memory() const { return process_memory_; }
   bool alive() const { return !dead_.load(std::memory_order_acquire); }
@@ -143,7 +143,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Follow(Slot& slot);
   void Reap();  // leader only
   void ReapIfNoLeader();
-  void Deliver(uint64_t tag, std::span<const uint8_t> frame);
+  void Deliver(uint64_t request_id, std::span<const uint8_t> frame);
 
   // Liveness.
   void Monitor();
@@ -154,7 +154,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::chrono::microseconds spin_;
   const std::chrono::milliseconds call_timeout_;
   uint64_t client_id_ = 0;
-  uint64_t agent_epoch_ = 0;
+  uint64_t agent_incarnation_ = 0;
   ipc::UniqueFd socket_;
   ipc::UniqueFd monitor_wake_;  // eventfd that stops the monitor thread
   std::thread monitor_;

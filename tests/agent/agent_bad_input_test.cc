@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agent_process.h"
-#include "raw_session.h"
+#include "raw_client.h"
 
 namespace kvagent::testing {
 namespace {
@@ -41,20 +41,20 @@ std::vector<uint8_t> Encode(uint64_t id, const RequestFields& r) {
 }
 
 struct Answer {
-  uint64_t tag = 0;
+  uint64_t request_id = 0;
   ErrorCode status = ErrorCode::kInternal;
   std::string message;
   std::vector<ErrorCode> codes;
   std::vector<std::string> messages;
 };
 
-// Sends `frame` with `tag` and returns the agent's completion.
-Answer RoundTrip(RawSession& s, uint64_t tag, std::span<const uint8_t> frame) {
+// Sends `frame` with `request_id` and returns the agent's completion.
+Answer RoundTrip(RawClient& s, uint64_t request_id, std::span<const uint8_t> frame) {
   Answer a;
-  EXPECT_TRUE(s.Send(tag, frame));
+  EXPECT_TRUE(s.Send(request_id, frame));
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&a.tag, &bytes)) {
-    ADD_FAILURE() << "no completion for request " << tag;
+  if (!s.Receive(&a.request_id, &bytes)) {
+    ADD_FAILURE() << "no completion for request " << request_id;
     return a;
   }
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
@@ -74,28 +74,28 @@ Answer RoundTrip(RawSession& s, uint64_t tag, std::span<const uint8_t> frame) {
   return a;
 }
 
-Answer RoundTrip(RawSession& s, uint64_t tag, const RequestFields& r) {
-  return RoundTrip(s, tag, Encode(tag, r));
+Answer RoundTrip(RawClient& s, uint64_t request_id, const RequestFields& r) {
+  return RoundTrip(s, request_id, Encode(request_id, r));
 }
 
 class AgentBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(agent_.started());
-    session_ = std::make_unique<RawSession>(agent_.socket_path());
-    ASSERT_TRUE(session_->ok()) << session_->error();
+    client_ = std::make_unique<RawClient>(agent_.socket_path());
+    ASSERT_TRUE(client_->ok()) << client_->error();
   }
-  // The agent still answers a well-formed Ping on this session.
-  void ExpectStillServing(uint64_t tag) {
-    Answer a = RoundTrip(*session_, tag, RequestFields{});
-    EXPECT_EQ(a.tag, tag);
+  // The agent still answers a well-formed Ping on this connection.
+  void ExpectStillServing(uint64_t request_id) {
+    Answer a = RoundTrip(*client_, request_id, RequestFields{});
+    EXPECT_EQ(a.request_id, request_id);
     EXPECT_EQ(a.status, ErrorCode::kOk) << a.message;
   }
 
   // Degraded (no reachable master): valid requests reach the pipeline and fail there, so each
   // test sees exactly what the ring service's checks let through.
   AgentProcess agent_{DegradedAgentArgs()};
-  std::unique_ptr<RawSession> session_;
+  std::unique_ptr<RawClient> client_;
 };
 
 TEST_F(AgentBadInput, PingIsAnsweredOk) { ExpectStillServing(1); }
@@ -105,8 +105,8 @@ TEST_F(AgentBadInput, TruncatedFrameIsInvalidParamsAndTheAgentKeepsServing) {
   std::vector<uint8_t> frame = Encode(7, put);
   // Cuts that drop bytes the request refers to (the very last bytes may be alignment padding).
   for (size_t cut : {size_t{0}, size_t{3}, size_t{8}, frame.size() / 2, frame.size() * 3 / 4}) {
-    Answer a = RoundTrip(*session_, 7, std::span<const uint8_t>(frame.data(), cut));
-    EXPECT_EQ(a.tag, 7u);
+    Answer a = RoundTrip(*client_, 7, std::span<const uint8_t>(frame.data(), cut));
+    EXPECT_EQ(a.request_id, 7u);
     EXPECT_EQ(a.status, ErrorCode::kInvalidParams) << "cut at " << cut;
     EXPECT_NE(a.message.find("not a valid Request"), std::string::npos) << a.message;
   }
@@ -118,31 +118,31 @@ TEST_F(AgentBadInput, GarbageBytesAreInvalidParamsAndTheAgentKeepsServing) {
   for (int i = 0; i < 200; ++i) {
     std::vector<uint8_t> junk(rng() % 512);
     for (auto& b : junk) b = static_cast<uint8_t>(rng());
-    Answer a = RoundTrip(*session_, 100 + i, junk);
-    EXPECT_EQ(a.tag, static_cast<uint64_t>(100 + i));
+    Answer a = RoundTrip(*client_, 100 + i, junk);
+    EXPECT_EQ(a.request_id, static_cast<uint64_t>(100 + i));
     EXPECT_NE(a.status, ErrorCode::kOk);
   }
   ExpectStillServing(999);
 }
 
 TEST_F(AgentBadInput, BufferOutsideTheArenaIsBufferOutOfRangeForEveryKey) {
-  const uint64_t arena = session_->segment().layout().arena_bytes;
+  const uint64_t arena = client_->segment().layout().arena_bytes;
   RequestFields put{Op::Put, {"k0", "k1"}, {}, {{0, 16}, {arena - 8, 16}}};
-  Answer a = RoundTrip(*session_, 3, put);
+  Answer a = RoundTrip(*client_, 3, put);
   EXPECT_EQ(a.status, ErrorCode::kBufferOutOfRange);
   ASSERT_EQ(a.codes.size(), 2u);
   EXPECT_EQ(a.codes[0], ErrorCode::kBufferOutOfRange);
   EXPECT_EQ(a.codes[1], ErrorCode::kBufferOutOfRange);
   EXPECT_NE(a.messages[1].find("buffers[1]"), std::string::npos) << a.messages[1];
   RequestFields overflow{Op::Get, {"k"}, {}, {{~0ULL - 4, 16}}};
-  EXPECT_EQ(RoundTrip(*session_, 4, overflow).status, ErrorCode::kBufferOutOfRange);
+  EXPECT_EQ(RoundTrip(*client_, 4, overflow).status, ErrorCode::kBufferOutOfRange);
   ExpectStillServing(5);
 }
 
 TEST_F(AgentBadInput, InvalidUtf8SessionIdIsInvalidParamsNamingTheId) {
   RequestFields put{
       Op::Put, {"k0", "k1"}, {"ok", std::string("bad\xC3\x28", 5)}, {{0, 8}, {64, 8}}, true};
-  Answer a = RoundTrip(*session_, 9, put);
+  Answer a = RoundTrip(*client_, 9, put);
   EXPECT_EQ(a.status, ErrorCode::kInvalidParams);
   ASSERT_EQ(a.codes.size(), 2u);
   EXPECT_EQ(a.codes[0], ErrorCode::kInvalidParams);  // every key fails, not just the bad one
@@ -153,33 +153,36 @@ TEST_F(AgentBadInput, InvalidUtf8SessionIdIsInvalidParamsNamingTheId) {
 
 TEST_F(AgentBadInput, SessionIdOf257BytesIsInvalidParamsAnd256IsAccepted) {
   RequestFields too_long{Op::Put, {"k"}, {std::string(257, 's')}, {{0, 8}}, true};
-  Answer a = RoundTrip(*session_, 11, too_long);
+  Answer a = RoundTrip(*client_, 11, too_long);
   EXPECT_EQ(a.status, ErrorCode::kInvalidParams);
   EXPECT_NE(a.message.find("257 bytes"), std::string::npos) << a.message;
   RequestFields at_limit{Op::Put, {"k"}, {std::string(256, 's')}, {{0, 8}}, true};
   // Valid: it reaches the request pipeline, whose master is unreachable here.
-  EXPECT_EQ(RoundTrip(*session_, 12, at_limit).status, ErrorCode::kMasterUnavailable);
+  EXPECT_EQ(RoundTrip(*client_, 12, at_limit).status, ErrorCode::kMasterUnavailable);
 }
 
 TEST_F(AgentBadInput, SessionIdCountDifferentFromKeyCountIsInvalidParams) {
   RequestFields put{Op::Put, {"a", "b", "c"}, {"s1", "s2"}, {{0, 8}, {64, 8}, {128, 8}}, true};
-  Answer a = RoundTrip(*session_, 13, put);
+  Answer a = RoundTrip(*client_, 13, put);
   EXPECT_EQ(a.status, ErrorCode::kInvalidParams);
   EXPECT_EQ(a.codes.size(), 3u);
   EXPECT_NE(a.message.find("session_ids has 2 entries for 3 keys"), std::string::npos) << a.message;
   RequestFields buffers{Op::Put, {"a", "b"}, {}, {{0, 8}}};
-  EXPECT_EQ(RoundTrip(*session_, 14, buffers).status, ErrorCode::kInvalidParams);
+  EXPECT_EQ(RoundTrip(*client_, 14, buffers).status, ErrorCode::kInvalidParams);
 }
 
-TEST_F(AgentBadInput, RequestIdDifferentFromTheFrameTagIsInvalidParams) {
-  Answer a = RoundTrip(*session_, 15, Encode(16, RequestFields{}));
-  EXPECT_EQ(a.tag, 15u);
+TEST_F(AgentBadInput, RequestIdDifferentFromTheRingRecordsIsInvalidParams) {
+  Answer a = RoundTrip(*client_, 15, Encode(16, RequestFields{}));
+  EXPECT_EQ(a.request_id, 15u);
   EXPECT_EQ(a.status, ErrorCode::kInvalidParams);
+  EXPECT_NE(a.message.find("request_id 16 differs from the frame's request id 15"),
+            std::string::npos)
+      << a.message;
 }
 
 TEST_F(AgentBadInput, ValidRequestsOtherThanPingGoToTheHandler) {
   RequestFields exist{Op::Exist, {"a", "b"}, {}, {}};
-  Answer a = RoundTrip(*session_, 17, exist);
+  Answer a = RoundTrip(*client_, 17, exist);
   EXPECT_EQ(a.status, ErrorCode::kMasterUnavailable);
   ASSERT_EQ(a.codes.size(), 2u);
   EXPECT_EQ(a.codes[1], ErrorCode::kMasterUnavailable);
@@ -187,21 +190,21 @@ TEST_F(AgentBadInput, ValidRequestsOtherThanPingGoToTheHandler) {
 }
 
 TEST_F(AgentBadInput, ScribbledRingDisconnectsOnlyThatClient) {
-  RawSession other(agent_.socket_path());
+  RawClient other(agent_.socket_path());
   ASSERT_TRUE(other.ok()) << other.error();
   // Claim more published bytes than the ring holds.
-  session_->segment().request_ring().control->tail.store(1ULL << 40);
-  ipc::RingControl* ctl = session_->segment().request_ring().control;
+  client_->segment().request_ring().control->tail.store(1ULL << 40);
+  ipc::RingControl* ctl = client_->segment().request_ring().control;
   ctl->data_seq.fetch_add(1);
   ipc::FutexWake(&ctl->data_seq);
-  EXPECT_TRUE(session_->WaitForEof(std::chrono::seconds(20)));
+  EXPECT_TRUE(client_->WaitForEof(std::chrono::seconds(20)));
   Answer a = RoundTrip(other, 21, RequestFields{});
   EXPECT_EQ(a.status, ErrorCode::kOk);
   EXPECT_TRUE(agent_.Running());
 }
 
 TEST_F(AgentBadInput, ScribbledCompletionHeadDisconnectsOnlyThatClient) {
-  RawSession victim(agent_.socket_path(), 1 << 20, 4096);  // small rings fill quickly
+  RawClient victim(agent_.socket_path(), 1 << 20, 4096);  // small rings fill quickly
   ASSERT_TRUE(victim.ok()) << victim.error();
   // A consumer index ahead of everything the agent ever published: impossible.
   victim.segment().completion_ring().control->head.store(1ULL << 40);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agent_process.h"
-#include "raw_session.h"
+#include "raw_client.h"
 
 namespace kvagent::testing {
 namespace {
@@ -57,13 +57,13 @@ std::vector<uint8_t> Encode(uint64_t id, const MemoryRequest& r) {
 }
 
 // The request-level status and message of the agent's answer to `r`.
-std::pair<ErrorCode, std::string> Ask(RawSession& s, uint64_t tag, const MemoryRequest& r) {
-  std::vector<uint8_t> frame = Encode(tag, r);
-  EXPECT_TRUE(s.Send(tag, frame));
-  uint64_t got_tag = 0;
+std::pair<ErrorCode, std::string> Ask(RawClient& s, uint64_t request_id, const MemoryRequest& r) {
+  std::vector<uint8_t> frame = Encode(request_id, r);
+  EXPECT_TRUE(s.Send(request_id, frame));
+  uint64_t got_request_id = 0;
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&got_tag, &bytes)) return {ErrorCode::kInternal, "no completion"};
-  EXPECT_EQ(got_tag, tag);
+  if (!s.Receive(&got_request_id, &bytes)) return {ErrorCode::kInternal, "no completion"};
+  EXPECT_EQ(got_request_id, request_id);
   const auto* c = flatbuffers::GetRoot<proto::Completion>(bytes.data());
   return {ErrorCodeFromWire(c->status()), c->message() ? c->message()->str() : ""};
 }
@@ -75,18 +75,18 @@ class AgentProcessMemory : public ::testing::Test {
 
 TEST_F(AgentProcessMemory, IsGrantedOnAMatchingProbeOnly) {
   ASSERT_TRUE(agent_.started());
-  RawSession granted(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe);
+  RawClient granted(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe);
   ASSERT_TRUE(granted.ok()) << granted.error();
   EXPECT_TRUE(granted.welcome().process_memory());
 
-  RawSession wrong(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe ^ 1);
+  RawClient wrong(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe ^ 1);
   ASSERT_TRUE(wrong.ok()) << wrong.error();
   EXPECT_FALSE(wrong.welcome().process_memory());
   ASSERT_NE(wrong.welcome().process_memory_message(), nullptr);
   EXPECT_NE(wrong.welcome().process_memory_message()->str().find("does not match"),
             std::string::npos);
 
-  RawSession not_asked(agent_.socket_path());
+  RawClient not_asked(agent_.socket_path());
   ASSERT_TRUE(not_asked.ok());
   EXPECT_FALSE(not_asked.welcome().process_memory());
   EXPECT_EQ(not_asked.welcome().process_memory_message(), nullptr);
@@ -94,7 +94,7 @@ TEST_F(AgentProcessMemory, IsGrantedOnAMatchingProbeOnly) {
 
 TEST_F(AgentProcessMemory, AClientWithoutTheGrantCannotNameItsMemory) {
   ASSERT_TRUE(agent_.started());
-  RawSession s(agent_.socket_path());
+  RawClient s(agent_.socket_path());
   ASSERT_TRUE(s.ok());
   uint8_t value[16] = {};
   auto [code, message] = Ask(s, 1, Make(Op::Put, {"k"}, {{Address(value), 16}}, {1}));
@@ -104,7 +104,7 @@ TEST_F(AgentProcessMemory, AClientWithoutTheGrantCannotNameItsMemory) {
 
 TEST_F(AgentProcessMemory, MalformedRangesAndCountsAreInvalidParamsAndTheAgentKeepsServing) {
   ASSERT_TRUE(agent_.started());
-  RawSession s(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe);
+  RawClient s(agent_.socket_path(), 1 << 20, 0, Address(&g_probe), g_probe);
   ASSERT_TRUE(s.ok() && s.welcome().process_memory());
   uint8_t value[64] = {};
   const proto::MemoryRange good(Address(value), 64);
@@ -129,14 +129,14 @@ TEST_F(AgentProcessMemory, MalformedRangesAndCountsAreInvalidParamsAndTheAgentKe
       {"both buffers and memory", both, "both"},
       {"memory on an exist", Make(Op::Exist, {"a"}, {good}, {1}), "not used by Exist"},
   };
-  uint64_t tag = 1;
+  uint64_t request_id = 1;
   for (const Case& c : cases) {
-    auto [code, message] = Ask(s, tag++, c.request);
+    auto [code, message] = Ask(s, request_id++, c.request);
     EXPECT_EQ(code, ErrorCode::kInvalidParams) << c.what << ": " << message;
     EXPECT_NE(message.find(c.says), std::string::npos) << c.what << ": " << message;
   }
   // A well-formed one passes the checks and reaches the pipeline (which has no master here).
-  auto [code, message] = Ask(s, tag++, Make(Op::Put, {"a"}, {good}, {1}));
+  auto [code, message] = Ask(s, request_id++, Make(Op::Put, {"a"}, {good}, {1}));
   EXPECT_EQ(code, ErrorCode::kMasterUnavailable) << message;
   EXPECT_TRUE(agent_.Running());
 }

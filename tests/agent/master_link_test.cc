@@ -32,16 +32,16 @@ Bytes Finish(flatbuffers::FlatBufferBuilder& fbb) {
 }
 
 // The answer kvmaster gives to each request type, as the scripted master sends it by default.
-Bytes DefaultReply(const mfb::Request& r, uint64_t incarnation, bool known) {
+Bytes DefaultReply(const mfb::Request& r, uint64_t master_epoch, bool known) {
   flatbuffers::FlatBufferBuilder fbb;
   switch (r.body_type()) {
     case mfb::Body::RegisterAgent:
       fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::RegisterAgentReply,
-                                  mfb::CreateRegisterAgentReply(fbb, 7, incarnation).Union()));
+                                  mfb::CreateRegisterAgentReply(fbb, 7, master_epoch).Union()));
       break;
-    case mfb::Body::MountSegment:
-      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::MountSegmentReply,
-                                  mfb::CreateMountSegmentReply(fbb, 9, 0).Union()));
+    case mfb::Body::MountPool:
+      fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::MountPoolReply,
+                                  mfb::CreateMountPoolReply(fbb, 9, 0).Union()));
       break;
     case mfb::Body::Heartbeat:
       fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, 0, mfb::ReplyBody::HeartbeatReply,
@@ -70,7 +70,7 @@ class ScriptedMaster {
  public:
   using Script = std::function<std::optional<Bytes>(const mfb::Request&)>;
 
-  explicit ScriptedMaster(uint64_t incarnation = 1000) : incarnation_(incarnation) {
+  explicit ScriptedMaster(uint64_t master_epoch = 1000) : master_epoch_(master_epoch) {
     std::promise<std::string> bound;
     auto endpoint = bound.get_future();
     thread_ = std::thread([this, &bound] { Run(&bound); });
@@ -137,7 +137,7 @@ class ScriptedMaster {
         received_.push_back(request);
         if (script_) reply = script_(*r);
       }
-      if (!reply) reply = DefaultReply(*r, incarnation_, known_.load());
+      if (!reply) reply = DefaultReply(*r, master_epoch_, known_.load());
       if (reply->empty()) continue;  // withheld
       router.send(frames[0], zmq::send_flags::sndmore);
       router.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
@@ -145,7 +145,7 @@ class ScriptedMaster {
     }
   }
 
-  const uint64_t incarnation_;
+  const uint64_t master_epoch_;
   std::atomic<bool> known_{true};
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
@@ -274,19 +274,19 @@ struct Outcome {
 };
 
 TEST(MasterLink, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
-  ScriptedMaster master(/*incarnation=*/555);
+  ScriptedMaster master(/*master_epoch=*/555);
   Link l(master.endpoint());
   ASSERT_TRUE(l.link->WaitReady(20s)) << l.link->Describe();
   EXPECT_EQ(l.link->identity().agent_id, 7u);
-  EXPECT_EQ(l.link->identity().segment_id, 9u);
+  EXPECT_EQ(l.link->identity().pool_id, 9u);
   EXPECT_EQ(l.epoch.load(), 555u) << "the pool takes the master's epoch before it is mounted";
   const Bytes reg = master.Last(mfb::Body::RegisterAgent);
   ASSERT_FALSE(reg.empty());
   const auto* r = flatbuffers::GetRoot<mfb::Request>(reg.data())->body_as_RegisterAgent();
   EXPECT_EQ(r->name()->str(), "node-a");
   EXPECT_EQ(r->incarnation(), 42u);
-  const Bytes mount = master.Last(mfb::Body::MountSegment);
-  const auto* m = flatbuffers::GetRoot<mfb::Request>(mount.data())->body_as_MountSegment();
+  const Bytes mount = master.Last(mfb::Body::MountPool);
+  const auto* m = flatbuffers::GetRoot<mfb::Request>(mount.data())->body_as_MountPool();
   EXPECT_EQ(m->agent_id(), 7u);
   EXPECT_EQ(m->size(), uint64_t{1} << 20);
   EXPECT_EQ(m->endpoints()->Get(0)->str(), "tcp://127.0.0.1:1");
@@ -337,7 +337,7 @@ TEST(MasterLink, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
   EXPECT_TRUE(WaitFor([&] { return Stat(*l.link, "registrations") >= 2; }));
   EXPECT_TRUE(l.link->WaitReady(20s));
   EXPECT_GE(Stat(*l.link, "timeouts"), 1u);
-  EXPECT_EQ(l.restarted.load(), 0) << "the same master incarnation: no restart";
+  EXPECT_EQ(l.restarted.load(), 0) << "the same master epoch: no restart";
 }
 
 // An End whose link drops is kept and sent again after the next registration, so a commit the
@@ -383,7 +383,7 @@ TEST(MasterLink, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
 }
 
 // known=false: the master dropped or forgot this agent; it registers and mounts again. A new
-// master incarnation at that registration tells the relay to re-announce.
+// master epoch at that registration tells the relay to re-announce.
 TEST(MasterLink, AHeartbeatAnsweredUnknownRegistersAgain) {
   ScriptedMaster master;
   Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
@@ -395,7 +395,7 @@ TEST(MasterLink, AHeartbeatAnsweredUnknownRegistersAgain) {
   EXPECT_EQ(l.restarted.load(), 0);
 }
 
-TEST(MasterLink, ANewMasterIncarnationAtReregistrationIsReportedAsARestart) {
+TEST(MasterLink, ANewMasterEpochAtReregistrationIsReportedAsARestart) {
   ScriptedMaster master(1000);
   Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
   ASSERT_TRUE(l.link->WaitReady(20s));

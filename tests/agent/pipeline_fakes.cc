@@ -96,7 +96,7 @@ Offset<flatbuffers::Vector<Offset<flatbuffers::String>>> Messages(
 }  // namespace
 
 std::vector<uint8_t> PlacementReply(uint64_t id, const std::vector<PlacedKey>& keys,
-                                    const std::vector<SegmentAt>& segments, bool with_sizes,
+                                    const std::vector<PoolAt>& pools, bool with_sizes,
                                     uint32_t lease_ttl_ms) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<uint16_t> codes;
@@ -110,14 +110,14 @@ std::vector<uint8_t> PlacementReply(uint64_t id, const std::vector<PlacedKey>& k
     sizes.push_back(k.size);
     write_ids.push_back(k.write_id);
     for (const ReplicaAt& r : k.replicas) {
-      placements.emplace_back(r.part, r.segment, r.offset, r.length, r.checksum, r.checksummed);
+      placements.emplace_back(r.part, r.pool, r.offset, r.length, r.checksum, r.checksummed);
     }
     first.push_back(static_cast<uint32_t>(placements.size()));
   }
-  std::vector<Offset<mfb::SegmentInfo>> infos;
-  for (const SegmentAt& s : segments) {
-    infos.push_back(mfb::CreateSegmentInfo(fbb, s.id, 1, fbb.CreateVectorOfStrings({s.endpoint}),
-                                           s.incarnation));
+  std::vector<Offset<mfb::PoolInfo>> infos;
+  for (const PoolAt& s : pools) {
+    infos.push_back(
+        mfb::CreatePoolInfo(fbb, s.id, 1, fbb.CreateVectorOfStrings({s.endpoint}), s.incarnation));
   }
   const auto body =
       mfb::CreatePlacementReply(fbb, fbb.CreateVector(codes), Messages(fbb, messages),

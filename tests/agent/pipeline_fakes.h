@@ -36,7 +36,7 @@ namespace kvagent::agent::testing {
 namespace mfb = kvagent::master_proto;
 using Clock = std::chrono::steady_clock;
 
-inline constexpr uint32_t kOwnSegment = 1;           // this agent's pool at the fake master
+inline constexpr uint32_t kOwnPool = 1;              // this agent's pool at the fake master
 inline constexpr uint64_t kOwnIncarnation = 0x1001;  // its pool incarnation
 inline constexpr uint64_t kMasterEpoch = 0x5eed;     // the fake master's epoch
 inline constexpr const char* kOwnEndpoint = "tcp://10.0.0.1:7000";
@@ -70,7 +70,7 @@ class FakeMaster final : public MasterPort {
     Record(std::move(request), std::move(done), true, retry_until);
   }
   bool ready() const override { return true; }
-  MasterIdentity identity() const override { return {7, kOwnSegment}; }
+  MasterIdentity identity() const override { return {7, kOwnPool}; }
   std::string Describe() const override { return "fake master"; }
   void Stop() override { pending_.clear(); }
 
@@ -95,7 +95,7 @@ class FakeMaster final : public MasterPort {
 // Reply builders. A placement of one replica of one part.
 struct ReplicaAt {
   uint32_t part = 0;
-  uint32_t segment = kOwnSegment;
+  uint32_t pool = kOwnPool;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint32_t checksum = 0;
@@ -109,15 +109,15 @@ struct PlacedKey {
   uint64_t size = 0;      // BatchGet
   std::vector<ReplicaAt> replicas;
 };
-// A segment the reply names.
-struct SegmentAt {
-  uint32_t id = kOwnSegment;
+// A pool the reply names.
+struct PoolAt {
+  uint32_t id = kOwnPool;
   std::string endpoint = kOwnEndpoint;
   uint64_t incarnation = kOwnIncarnation;
 };
 
 std::vector<uint8_t> PlacementReply(uint64_t id, const std::vector<PlacedKey>& keys,
-                                    const std::vector<SegmentAt>& segments, bool with_sizes,
+                                    const std::vector<PoolAt>& pools, bool with_sizes,
                                     uint32_t lease_ttl_ms = 10000);
 std::vector<uint8_t> KeyCodesReply(uint64_t id, const std::vector<ErrorCode>& codes,
                                    const std::vector<uint8_t>& replicas = {},

@@ -20,16 +20,16 @@ using namespace std::chrono_literals;
 
 const std::string kPeerA = "tcp://10.0.0.2:7000";
 const std::string kPeerB = "tcp://10.0.0.3:7000";
-constexpr uint32_t kSegA = 2, kSegB = 3;
+constexpr uint32_t kPoolA = 2, kPoolB = 3;
 constexpr uint64_t kIncA = 0x2002, kIncB = 0x3003;
 
-SegmentAt Own() { return SegmentAt{}; }
-SegmentAt PeerA() { return SegmentAt{kSegA, kPeerA, kIncA}; }
-SegmentAt PeerB() { return SegmentAt{kSegB, kPeerB, kIncB}; }
+PoolAt Own() { return PoolAt{}; }
+PoolAt PeerA() { return PoolAt{kPoolA, kPeerA, kIncA}; }
+PoolAt PeerB() { return PoolAt{kPoolB, kPeerB, kIncB}; }
 
-// A replica of part `part` of `bytes` at `offset` in segment `segment`, checksummed.
-ReplicaAt At(uint32_t segment, uint64_t offset, std::string_view bytes, uint32_t part = 0) {
-  return ReplicaAt{part, segment, offset, bytes.size(), Crc(bytes), true};
+// A replica of part `part` of `bytes` at `offset` in pool `pool`, checksummed.
+ReplicaAt At(uint32_t pool, uint64_t offset, std::string_view bytes, uint32_t part = 0) {
+  return ReplicaAt{part, pool, offset, bytes.size(), Crc(bytes), true};
 }
 
 // Puts `bytes` at `offset` of this node's pool.
@@ -60,12 +60,12 @@ void WaitPast(Clock::time_point t) {
   while (Clock::now() <= t) std::this_thread::sleep_for(1ms);
 }
 
-// What ReportBadReplicas named: (key, version, part, segment) per replica.
+// What ReportBadReplicas named: (key, version, part, pool) per replica.
 struct Bad {
   std::string key;
   uint64_t version;
   uint32_t part;
-  uint32_t segment;
+  uint32_t pool;
   friend bool operator==(const Bad&, const Bad&) = default;
 };
 std::vector<Bad> Reported(const MasterCall& call) {
@@ -73,7 +73,7 @@ std::vector<Bad> Reported(const MasterCall& call) {
   std::vector<Bad> out;
   for (uint32_t i = 0; i < r->keys()->size(); ++i) {
     out.push_back(Bad{r->keys()->Get(i)->str(), r->versions()->Get(i), r->parts()->Get(i),
-                      r->segment_ids()->Get(i)});
+                      r->pool_ids()->Get(i)});
   }
   return out;
 }
@@ -88,7 +88,7 @@ TEST(PipelineRead, ALocalReplicaIsCopiedAndItsChecksumVerifiedInTheSamePass) {
   Answer(placed,
          PlacementReply(
              placed.id(),
-             {PlacedKey{.write_id = 11, .size = 5000, .replicas = {At(kOwnSegment, 8192, value)}}},
+             {PlacedKey{.write_id = 11, .size = 5000, .replicas = {At(kOwnPool, 8192, value)}}},
              {Own()}, true));
   const CompletionData& done = rig.sink.Of(id);
   EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kOk});
@@ -108,12 +108,12 @@ TEST(PipelineRead, PartsFromThisPoolAndFromAPeerAssembleTheValueInOrder) {
   InPool(rig, 0, p0);
   InPeer(rig, kPeerA, 4096, p1);
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {4000});
-  Answer(placed, PlacementReply(
-                     placed.id(),
-                     {PlacedKey{.write_id = 1,
-                                .size = 3000,
-                                .replicas = {At(kOwnSegment, 0, p0, 0), At(kSegA, 4096, p1, 1)}}},
-                     {Own(), PeerA()}, true));
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 1,
+                                   .size = 3000,
+                                   .replicas = {At(kOwnPool, 0, p0, 0), At(kPoolA, 4096, p1, 1)}}},
+                        {Own(), PeerA()}, true));
   rig.Settle();
   ASSERT_EQ(rig.data->ops_run().size(), 1u);
   EXPECT_EQ(rig.data->ops_run()[0].kind, transfer::TransferKind::kRead);
@@ -139,13 +139,13 @@ TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplic
          PlacementReply(placed.id(),
                         {PlacedKey{.write_id = 77,
                                    .size = 1000,
-                                   .replicas = {At(kSegA, 0, value), At(kOwnSegment, 0, value)}}},
+                                   .replicas = {At(kPoolA, 0, value), At(kOwnPool, 0, value)}}},
                         {Own(), PeerA()}, true));
   rig.Settle();
   EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
   EXPECT_EQ(client.Bytes(copy, 0, 1000), value);
   MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
-  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnSegment}}));
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnPool}}));
   EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 1u);
   EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 0u);
 }
@@ -163,7 +163,7 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
          PlacementReply(placed.id(),
                         {PlacedKey{.write_id = 5,
                                    .size = 700,
-                                   .replicas = {At(kSegA, 64, value), At(kSegB, 128, value)}}},
+                                   .replicas = {At(kPoolA, 64, value), At(kPoolB, 128, value)}}},
                         {Own(), PeerA(), PeerB()}, true));
   ASSERT_EQ(rig.data->waiting(), 1u);
   rig.data->RunOne();  // peer A: corrupt bytes
@@ -173,7 +173,7 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
   EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
   EXPECT_EQ(client.Bytes(copy, 0, 700), value);
   MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
-  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 5, 0, kSegA}}));
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 5, 0, kPoolA}}));
   EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 1u);
 }
 
@@ -190,14 +190,14 @@ TEST(PipelineRead, WhenEveryReplicaIsCorruptTheKeyIsDataCorruptedAndAllAreReport
          PlacementReply(placed.id(),
                         {PlacedKey{.write_id = 9,
                                    .size = 256,
-                                   .replicas = {At(kOwnSegment, 0, value), At(kSegA, 0, value)}}},
+                                   .replicas = {At(kOwnPool, 0, value), At(kPoolA, 0, value)}}},
                         {Own(), PeerA()}, true));
   rig.Settle();
   const CompletionData& done = rig.sink.Of(id);
   EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kDataCorrupted});
   EXPECT_NE(done.messages.at(0).find("put the value again"), std::string::npos) << done.messages[0];
   MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
-  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 9, 0, kOwnSegment}, {"k", 9, 0, kSegA}}));
+  EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 9, 0, kOwnPool}, {"k", 9, 0, kPoolA}}));
   EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 1u);
   EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 2u);
 }
@@ -214,7 +214,7 @@ TEST(PipelineRead, ACorruptReplicaAndAnUnreachableOneIsTransferFailedWhateverThe
     const std::string value = Pattern("w", 100);
     InPeer(rig, kPeerA, 0, std::string(100, 'c'));
     auto [copy, id, placed] = SendGet(rig, client, {"k"}, {100});
-    std::vector<ReplicaAt> replicas = {At(kSegA, 0, value), At(kSegB, 0, value)};
+    std::vector<ReplicaAt> replicas = {At(kPoolA, 0, value), At(kPoolB, 0, value)};
     if (!corrupt_first) std::swap(replicas[0], replicas[1]);
     Answer(placed, PlacementReply(placed.id(),
                                   {PlacedKey{.write_id = 2, .size = 100, .replicas = replicas}},
@@ -222,7 +222,7 @@ TEST(PipelineRead, ACorruptReplicaAndAnUnreachableOneIsTransferFailedWhateverThe
     rig.Settle();
     EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kTransferFailed});
     MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
-    EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 2, 0, kSegA}}));
+    EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 2, 0, kPoolA}}));
   }
 }
 
@@ -235,12 +235,12 @@ TEST(PipelineRead, AnUnreachablePeerIsFollowedByTheNextAndAllUnreachableIsTransf
   InPeer(rig, kPeerB, 0, value);
   auto [copy, id, placed] = SendGet(rig, client, {"good", "gone"}, {5, 5});
   Answer(placed,
-         PlacementReply(
-             placed.id(),
-             {PlacedKey{
-                  .write_id = 1, .size = 5, .replicas = {At(kSegA, 0, value), At(kSegB, 0, value)}},
-              PlacedKey{.write_id = 2, .size = 5, .replicas = {At(kSegA, 64, value)}}},
-             {Own(), PeerA(), PeerB()}, true));
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 1,
+                                   .size = 5,
+                                   .replicas = {At(kPoolA, 0, value), At(kPoolB, 0, value)}},
+                         PlacedKey{.write_id = 2, .size = 5, .replicas = {At(kPoolA, 64, value)}}},
+                        {Own(), PeerA(), PeerB()}, true));
   rig.Settle();
   const CompletionData& done = rig.sink.Of(id);
   EXPECT_EQ(done.codes, (std::vector<ErrorCode>{ErrorCode::kOk, ErrorCode::kTransferFailed}));
@@ -270,9 +270,9 @@ TEST(PipelineRead, ResultsAndLengthsFollowEachKeyAcrossRequestsSharingABatch) {
          PlacementReply(
              placed.id(),
              {PlacedKey{.code = ErrorCode::kObjectNotFound, .message = "no a0"},
-              PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "alpha")}},
-              PlacedKey{.write_id = 2, .size = 6, .replicas = {At(kOwnSegment, 64, "gamma!")}},
-              PlacedKey{.write_id = 3, .size = 6, .replicas = {At(kOwnSegment, 64, "gamma!")}}},
+              PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnPool, 0, "alpha")}},
+              PlacedKey{.write_id = 2, .size = 6, .replicas = {At(kOwnPool, 64, "gamma!")}},
+              PlacedKey{.write_id = 3, .size = 6, .replicas = {At(kOwnPool, 64, "gamma!")}}},
              {Own()}, true));
   const CompletionData& da = rig.sink.Of(ca.request_id);
   EXPECT_EQ(da.codes, (std::vector<ErrorCode>{ErrorCode::kObjectNotFound, ErrorCode::kOk}));
@@ -294,11 +294,10 @@ TEST(PipelineRead, PlacementsAfterTheDeadlineAnswerTimeoutWithoutTouchingTheBuff
   const auto deadline = Clock::now() + 200ms;
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5}, deadline);
   WaitPast(deadline);
-  Answer(placed,
-         PlacementReply(
-             placed.id(),
-             {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "value")}}},
-             {Own()}, true));
+  Answer(placed, PlacementReply(
+                     placed.id(),
+                     {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnPool, 0, "value")}}},
+                     {Own()}, true));
   const CompletionData& done = rig.sink.Of(id);
   EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kTimeout});
   EXPECT_EQ(client.Bytes(copy, 0, 5), std::string(5, '\xEE'));
@@ -315,7 +314,7 @@ TEST(PipelineRead, BytesThatArriveAfterTheReadLeaseAreNotAnsweredOk) {
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5});
   Answer(placed,
          PlacementReply(placed.id(),
-                        {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kSegA, 0, "value")}}},
+                        {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kPoolA, 0, "value")}}},
                         {Own(), PeerA()}, true, /*lease_ttl_ms=*/20));
   WaitPast(sent + 50ms);
   rig.Settle();
@@ -330,11 +329,10 @@ TEST(PipelineRead, WithChecksumsOffCorruptBytesAreNotDetected) {
   TestClient client(1);
   InPool(rig, 0, "xxxxx");
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5});
-  Answer(placed,
-         PlacementReply(
-             placed.id(),
-             {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnSegment, 0, "value")}}},
-             {Own()}, true));
+  Answer(placed, PlacementReply(
+                     placed.id(),
+                     {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(kOwnPool, 0, "value")}}},
+                     {Own()}, true));
   EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
   EXPECT_EQ(rig.master->pending(), 0u);
 }

@@ -18,17 +18,17 @@ using namespace testing;
 using namespace std::chrono_literals;
 
 const std::string kPeer = "tcp://10.0.0.2:7000";
-constexpr uint32_t kPeerSegment = 2;
+constexpr uint32_t kPeerPool = 2;
 constexpr uint64_t kPeerIncarnation = 0x2002;
 
-SegmentAt Own() { return SegmentAt{}; }
-SegmentAt Peer() { return SegmentAt{kPeerSegment, kPeer, kPeerIncarnation}; }
+PoolAt Own() { return PoolAt{}; }
+PoolAt Peer() { return PoolAt{kPeerPool, kPeer, kPeerIncarnation}; }
 
-// One part of `length` bytes, one replica per segment in `segments`, at `offset` in each.
-std::vector<ReplicaAt> OnePart(uint64_t length, std::vector<uint32_t> segments, uint64_t offset = 0,
+// One part of `length` bytes, one replica per pool in `pools`, at `offset` in each.
+std::vector<ReplicaAt> OnePart(uint64_t length, std::vector<uint32_t> pools, uint64_t offset = 0,
                                uint32_t part = 0) {
   std::vector<ReplicaAt> out;
-  for (uint32_t s : segments) out.push_back(ReplicaAt{part, s, offset, length});
+  for (uint32_t s : pools) out.push_back(ReplicaAt{part, s, offset, length});
   return out;
 }
 
@@ -77,8 +77,8 @@ TEST(PipelineWrite, EveryPartGoesToEveryReplicaAndTheEndCarriesEachPartsChecksum
   MasterCall start = rig.master->Take(mfb::Body::BatchPutStart);
   EXPECT_EQ(start.keys(), std::vector<std::string>{"k"});
   PlacedKey k{.write_id = 41};
-  for (ReplicaAt r : OnePart(6000, {kOwnSegment, kPeerSegment}, 4096, 0)) k.replicas.push_back(r);
-  for (ReplicaAt r : OnePart(4000, {kOwnSegment, kPeerSegment}, 65536, 1)) k.replicas.push_back(r);
+  for (ReplicaAt r : OnePart(6000, {kOwnPool, kPeerPool}, 4096, 0)) k.replicas.push_back(r);
+  for (ReplicaAt r : OnePart(4000, {kOwnPool, kPeerPool}, 65536, 1)) k.replicas.push_back(r);
   Answer(start, PlacementReply(start.id(), {k}, {Own(), Peer()}, false));
   // The local replica is copied at once; the peer's go to the data plane in one batch.
   EXPECT_EQ(PoolBytes(rig, 4096, 6000), value.substr(0, 6000));
@@ -141,7 +141,7 @@ TEST(PipelineWrite, ResultsAndSessionsFollowEachKeyAcrossRequestsSharingABatch) 
   std::vector<PlacedKey> keys(5);
   for (uint32_t i = 0; i < 5; ++i) {
     keys[i].write_id = 100 + i;
-    keys[i].replicas = OnePart(2, {kOwnSegment}, 64 * i);
+    keys[i].replicas = OnePart(2, {kOwnPool}, 64 * i);
   }
   keys[1] = PlacedKey{.code = ErrorCode::kObjectAlreadyExists, .message = "a1 is stored"};
   keys[3] = PlacedKey{.code = ErrorCode::kNoSpace, .message = "no room for b0"};
@@ -191,11 +191,10 @@ TEST(PipelineWrite, AKeyWhoseOnlyReplicaFailedIsRevokedAndTheRestOfTheBatchIsSto
   rig.data->Refuse(kPeer, Status(ErrorCode::kTransferFailed, "peer " + kPeer + " is unreachable"));
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"remote", "local"}, {"rr", "ll"});
-  Answer(start,
-         PlacementReply(start.id(),
-                        {PlacedKey{.write_id = 7, .replicas = OnePart(2, {kPeerSegment})},
-                         PlacedKey{.write_id = 8, .replicas = OnePart(2, {kOwnSegment}, 128)}},
-                        {Own(), Peer()}, false));
+  Answer(start, PlacementReply(start.id(),
+                               {PlacedKey{.write_id = 7, .replicas = OnePart(2, {kPeerPool})},
+                                PlacedKey{.write_id = 8, .replicas = OnePart(2, {kOwnPool}, 128)}},
+                               {Own(), Peer()}, false));
   rig.Settle();
   // Both finishing calls go out together.
   MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
@@ -222,10 +221,10 @@ TEST(PipelineWrite, APutWithOneOfTwoReplicasWrittenIsStoredAndTheEndNamesTheFail
   rig.data->Refuse(kPeer, Status(ErrorCode::kTimeout, "peer timed out"));
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"k"}, {"value"}, {.replicas = 2});
-  Answer(start, PlacementReply(
-                    start.id(),
-                    {PlacedKey{.write_id = 9, .replicas = OnePart(5, {kOwnSegment, kPeerSegment})}},
-                    {Own(), Peer()}, false));
+  Answer(start,
+         PlacementReply(start.id(),
+                        {PlacedKey{.write_id = 9, .replicas = OnePart(5, {kOwnPool, kPeerPool})}},
+                        {Own(), Peer()}, false));
   rig.Settle();
   MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
   ASSERT_NE(end.finish()->failed(), nullptr);
@@ -233,7 +232,7 @@ TEST(PipelineWrite, APutWithOneOfTwoReplicasWrittenIsStoredAndTheEndNamesTheFail
   const mfb::FailedReplica* f = end.finish()->failed()->Get(0);
   EXPECT_EQ(f->key(), 0u);
   EXPECT_EQ(f->part(), 0u);
-  EXPECT_EQ(f->segment_id(), kPeerSegment);
+  EXPECT_EQ(f->pool_id(), kPeerPool);
   EXPECT_EQ(Vec(end.finish()->checksums()), std::vector<uint32_t>{Crc("value")});
   Answer(end, KeyCodesReply(end.id(), {ErrorCode::kOk}, {1}));
   const CompletionData& done = rig.sink.Of(id);
@@ -251,8 +250,8 @@ TEST(PipelineWrite, AValueWithOnePartWithoutAnyReplicaWrittenIsRevoked) {
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"k"}, {Pattern("p", 300)});
   PlacedKey k{.write_id = 5};
-  k.replicas = OnePart(200, {kOwnSegment}, 0, 0);
-  k.replicas.push_back(ReplicaAt{1, kPeerSegment, 0, 100});
+  k.replicas = OnePart(200, {kOwnPool}, 0, 0);
+  k.replicas.push_back(ReplicaAt{1, kPeerPool, 0, 100});
   Answer(start, PlacementReply(start.id(), {k}, {Own(), Peer()}, false));
   rig.Settle();
   MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
@@ -269,8 +268,8 @@ TEST(PipelineWrite, PlacementsThatDoNotCoverTheValueFailTheKeyAndRevokeIt) {
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"short", "long"}, {"12345", "12345"});
   Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 1, .replicas = OnePart(4, {kOwnSegment})},
-                                PlacedKey{.write_id = 2, .replicas = OnePart(6, {kOwnSegment})}},
+                               {PlacedKey{.write_id = 1, .replicas = OnePart(4, {kOwnPool})},
+                                PlacedKey{.write_id = 2, .replicas = OnePart(6, {kOwnPool})}},
                                {Own()}, false));
   rig.Settle();
   MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
@@ -323,9 +322,9 @@ TEST(PipelineWrite, PlacementsAfterTheDeadlineAreRevokedWithoutCopying) {
   auto [id, start] = SendPut(rig, client, {"k"}, {"late"}, {.deadline = deadline});
   WaitPast(deadline);
   std::memset(rig.pool().base(), 0, 64);
-  Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 3, .replicas = OnePart(4, {kOwnSegment})}},
-                               {Own()}, false));
+  Answer(start,
+         PlacementReply(start.id(), {PlacedKey{.write_id = 3, .replicas = OnePart(4, {kOwnPool})}},
+                        {Own()}, false));
   rig.Settle();
   MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
   EXPECT_EQ(Vec(revoke.finish()->write_ids()), std::vector<uint64_t>{3});
@@ -343,9 +342,9 @@ TEST(PipelineWrite, ATransferThatEndsAfterTheDeadlineIsRevokedNotCommitted) {
   TestClient client(1);
   const auto deadline = Clock::now() + 300ms;
   auto [id, start] = SendPut(rig, client, {"k"}, {"slow"}, {.deadline = deadline});
-  Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 4, .replicas = OnePart(4, {kPeerSegment})}},
-                               {Own(), Peer()}, false));
+  Answer(start,
+         PlacementReply(start.id(), {PlacedKey{.write_id = 4, .replicas = OnePart(4, {kPeerPool})}},
+                        {Own(), Peer()}, false));
   WaitPast(deadline);  // the data plane holds the bytes until then
   rig.Settle();
   MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
@@ -366,9 +365,9 @@ TEST(PipelineWrite, TheEndIsRetriedUntilShortlyBeforeTheCallersDeadline) {
   TestClient client(1);
   const auto deadline = Clock::now() + 60s;
   MasterCall start = SendPut(rig, client, {"k"}, {"v"}, {.deadline = deadline}).start;
-  Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnSegment})}},
-                               {Own()}, false));
+  Answer(start,
+         PlacementReply(start.id(), {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnPool})}},
+                        {Own()}, false));
   MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
   EXPECT_TRUE(end.until_answered);
   EXPECT_LT(end.retry_until, deadline);
@@ -380,9 +379,9 @@ TEST(PipelineWrite, WithoutADeadlineTheEndIsRetriedForAFixedWindow) {
   TestClient client(1);
   const auto before = Clock::now();
   MasterCall start = SendPut(rig, client, {"k"}, {"v"}).start;
-  Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnSegment})}},
-                               {Own()}, false));
+  Answer(start,
+         PlacementReply(start.id(), {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnPool})}},
+                        {Own()}, false));
   MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
   EXPECT_TRUE(end.until_answered);
   EXPECT_GE(end.retry_until, before + 30s);
@@ -396,11 +395,10 @@ TEST(PipelineWrite, AnEndNoMasterConfirmedAnswersTimeoutSayingTheValueMayBeStore
   PipelineRig rig;
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"k", "j"}, {"v", "w"});
-  Answer(start,
-         PlacementReply(start.id(),
-                        {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnSegment})},
-                         PlacedKey{.write_id = 2, .replicas = OnePart(1, {kOwnSegment}, 64)}},
-                        {Own()}, false));
+  Answer(start, PlacementReply(start.id(),
+                               {PlacedKey{.write_id = 1, .replicas = OnePart(1, {kOwnPool})},
+                                PlacedKey{.write_id = 2, .replicas = OnePart(1, {kOwnPool}, 64)}},
+                               {Own()}, false));
   MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
   Fail(end, ErrorCode::kMasterUnavailable, "kvmaster did not answer");
   const CompletionData& done = rig.sink.Of(id);
@@ -417,9 +415,9 @@ TEST(PipelineWrite, AClientThatLeavesDuringTheTransferHasItsWritesRevokedAndNoAn
   rig.data->AddPeer(kPeer, 4096);
   TestClient client(1);
   auto [id, start] = SendPut(rig, client, {"k"}, {"v"});
-  Answer(start, PlacementReply(start.id(),
-                               {PlacedKey{.write_id = 6, .replicas = OnePart(1, {kPeerSegment})}},
-                               {Own(), Peer()}, false));
+  Answer(start,
+         PlacementReply(start.id(), {PlacedKey{.write_id = 6, .replicas = OnePart(1, {kPeerPool})}},
+                        {Own(), Peer()}, false));
   rig.pipeline().OnClientGone(client.id());
   EXPECT_EQ(rig.data->registered().size(), 1u) << "the arena stays registered while in use";
   rig.Settle();

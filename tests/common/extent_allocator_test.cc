@@ -1,5 +1,5 @@
 // The allocator shared by the client's arena (tests/ipc/arena_allocator_test.cc) and the master's
-// segments (tests/master/segment_allocator_test.cc), here with an alignment neither of them uses.
+// pools (tests/master/pool_allocator_test.cc), here with an alignment neither of them uses.
 #include "kvagent/common/extent_allocator.h"
 
 #include <gtest/gtest.h>

@@ -197,12 +197,12 @@ TEST(EventSubscriber, PublisherRestartIsReportedAsResetAndFollowedFromSeqZero) {
   PublishSingles(*publisher, 0, 100);
   CollectUntil(*sub, publisher->stats().next_seq - 1);
   publisher.reset();
-  publisher = StartPublisher(options);  // a new incarnation: seq starts at 0 again
+  publisher = StartPublisher(options);  // a new run of the publisher: seq starts at 0 again
   ASSERT_TRUE(publisher);
   publisher->Publish(AllBlocksCleared{});  // what a restarted publisher sends first
   publisher->Flush();
-  // Until the SUB has reconnected, batches of the new incarnation go nowhere; publish one at a
-  // time so the first one seen is still below the old incarnation's seqs.
+  // Until the SUB has reconnected, batches of the new run go nowhere; publish one at a
+  // time so the first one seen is still below the old run's seqs.
   std::optional<EventDelivery> reset;
   for (int attempt = 0; attempt < 90 && !reset; ++attempt) {
     auto d = sub->Next(100ms);
@@ -212,7 +212,7 @@ TEST(EventSubscriber, PublisherRestartIsReportedAsResetAndFollowedFromSeqZero) {
   ASSERT_TRUE(reset) << "no reset reported";
   EXPECT_GE(reset->previous_seq, 100u);
   EXPECT_LT(reset->seq, 100u);
-  // The new incarnation from its seq 0 (AllBlocksCleared), replayed if it was missed.
+  // The new run from its seq 0 (AllBlocksCleared), replayed if it was missed.
   auto ds = CollectUntil(*sub, reset->seq);
   ExpectContiguousBatches(ds, 0);
   ASSERT_FALSE(ds.empty());

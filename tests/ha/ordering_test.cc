@@ -65,9 +65,9 @@ class ScriptedMaster {
           type = mfb::ReplyBody::RegisterAgentReply;
           body = mfb::CreateRegisterAgentReply(b, 7, epoch).Union();
           break;
-        case mfb::Body::MountSegment:
-          type = mfb::ReplyBody::MountSegmentReply;
-          body = mfb::CreateMountSegmentReply(b, 9, 0).Union();
+        case mfb::Body::MountPool:
+          type = mfb::ReplyBody::MountPoolReply;
+          body = mfb::CreateMountPoolReply(b, 9, 0).Union();
           break;
         case mfb::Body::Heartbeat:
           type = mfb::ReplyBody::HeartbeatReply;

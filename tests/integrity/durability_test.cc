@@ -68,7 +68,7 @@ TEST(Durability, AFullStateDirRefusesChangesKeepsReadsAndResumesWithNothingAckno
   ASSERT_TRUE(agent.started());
   auto c = agent.Connect();
   ASSERT_TRUE(c);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "segments") == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 1; }));
   disk.Fill();
 
   // Puts until the log refuses; every key is either acknowledged or refused with a clear error.

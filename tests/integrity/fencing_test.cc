@@ -36,7 +36,7 @@ TEST(Fencing, AWriteHeldByTheNetworkPastItsFailureNeverLandsOnTheNextValue) {
   ASSERT_TRUE(writer.started());
   auto cw = writer.Connect();
   ASSERT_TRUE(cw);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "segments") == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
 
   const std::string first = Pattern("first", 64 << 10);
   path.Hold();
@@ -110,7 +110,7 @@ TEST(Fencing, TwoMastersServingAtOnceNeverMixTheirWritersBytes) {
   ASSERT_TRUE(pool.started() && a.started());
   auto ca = a.Connect();
   ASSERT_TRUE(ca);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(m1.rpc(), "segments") == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(m1.rpc(), "pools") == 2; }));
   std::map<std::string, std::string> written;  // key -> bytes, by whoever was told OK
   auto put = [&](Client& c, const std::string& key) {
     const std::string value = Pattern(key, 16 << 10);

@@ -169,10 +169,10 @@ inline bool KeyExists(Client& c, const std::string& key) {
 
 // Where a key's replicas are, straight from kvmaster (a BatchGet over a DEALER).
 struct Placed {
-  uint32_t segment_id = 0;
+  uint32_t pool_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
-  uint64_t incarnation = 0;  // the segment's pool
+  uint64_t incarnation = 0;  // the pool's (its agent's incarnation)
 };
 inline std::vector<Placed> PlacementsOf(const std::string& master, const std::string& key) {
   std::vector<Placed> out;
@@ -195,11 +195,11 @@ inline std::vector<Placed> PlacementsOf(const std::string& master, const std::st
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!verifier.VerifyBuffer<mfb::Reply>(nullptr)) return out;
   const auto* p = flatbuffers::GetRoot<mfb::Reply>(bytes.data())->body_as_PlacementReply();
-  if (p == nullptr || p->placements() == nullptr || p->segments() == nullptr) return out;
+  if (p == nullptr || p->placements() == nullptr || p->pools() == nullptr) return out;
   for (const mfb::Placement* pl : *p->placements()) {
-    Placed x{pl->segment_id(), pl->offset(), pl->length(), 0};
-    for (const mfb::SegmentInfo* s : *p->segments()) {
-      if (s->segment_id() == pl->segment_id()) x.incarnation = s->incarnation();
+    Placed x{pl->pool_id(), pl->offset(), pl->length(), 0};
+    for (const mfb::PoolInfo* s : *p->pools()) {
+      if (s->pool_id() == pl->pool_id()) x.incarnation = s->incarnation();
     }
     out.push_back(x);
   }

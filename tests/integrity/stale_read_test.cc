@@ -32,7 +32,7 @@ TEST(StaleRead, PlacementsIssuedBeforeAnAgentRestartNeverReadItsNewPool) {
   auto ca = a.Connect();
   auto cb = b.Connect();
   ASSERT_TRUE(ca && cb);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "segments") == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
   constexpr int kKeys = 200;
   std::vector<std::string> keys, values;
   for (int i = 0; i < kKeys; ++i) {
@@ -90,19 +90,19 @@ TEST(StaleRead, BytesFlippedInAPoolAreCaughtAndTheReplicaDropped) {
   ASSERT_TRUE(a.started() && b.started());
   auto ca = a.Connect();
   ASSERT_TRUE(ca);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "segments") == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
   const std::string two = Pattern("two", 1 << 20), one = Pattern("one", 64 << 10);
   ASSERT_EQ(PutValue(*ca, "two", two, 2).replicas, 2u);
   ASSERT_EQ(PutValue(*ca, "one", one, 1).replicas, 1u);
   const uint64_t pool = MappingOfSize(a.pid(), NodeAgent::kPoolBytes);
   ASSERT_NE(pool, 0u) << "A's node pool mapping not found";
-  // A's own segment: the one "one" is in (the writer's pool comes first).
+  // A's own pool: the one "one" is in (the writer's pool comes first).
   const auto one_at = PlacementsOf(master.rpc(), "one");
   ASSERT_EQ(one_at.size(), 1u);
-  const uint32_t a_segment = one_at[0].segment_id;
+  const uint32_t a_pool = one_at[0].pool_id;
   uint64_t two_offset = 0;
   for (const Placed& p : PlacementsOf(master.rpc(), "two")) {
-    if (p.segment_id == a_segment) two_offset = p.offset;
+    if (p.pool_id == a_pool) two_offset = p.offset;
   }
   // Sanity: the test reads A's pool where the master says the bytes are.
   ASSERT_EQ(PeekMemory(a.pid(), pool + one_at[0].offset, 64), one.substr(0, 64));

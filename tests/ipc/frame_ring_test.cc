@@ -50,7 +50,7 @@ TEST(FrameRing, FramesOfEveryLengthArriveIntactAndInOrder) {
     ASSERT_EQ(producer.TryPush(1000 + len, payload), PushResult::kOk) << len;
     Frame frame;
     ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-    EXPECT_EQ(frame.tag, 1000 + len);
+    EXPECT_EQ(frame.request_id, 1000 + len);
     ASSERT_EQ(frame.payload.size(), len);
     EXPECT_TRUE(std::equal(payload.begin(), payload.end(), frame.payload.begin()));
     consumer.Pop();
@@ -72,7 +72,7 @@ TEST(FrameRing, WrapsAroundManyTimesWithPaddingRecords) {
     pushed += len;
     Frame frame;
     ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-    ASSERT_EQ(frame.tag, static_cast<uint64_t>(round));
+    ASSERT_EQ(frame.request_id, static_cast<uint64_t>(round));
     ASSERT_EQ(frame.payload.size(), len);
     if (len > 0) {
       ASSERT_EQ(std::memcmp(frame.payload.data(), payload.data(), len), 0);
@@ -96,13 +96,13 @@ TEST(FrameRing, FullRingRefusesUntilTheConsumerFreesSpace) {
   EXPECT_FALSE(producer.HasSpaceFor(100));
   Frame frame;
   ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-  EXPECT_EQ(frame.tag, 0u);
+  EXPECT_EQ(frame.request_id, 0u);
   consumer.Pop();
   EXPECT_TRUE(producer.HasSpaceFor(100));
   EXPECT_EQ(producer.TryPush(32, payload), PushResult::kOk);
   for (int expected = 1; expected <= 32; ++expected) {
     ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-    EXPECT_EQ(frame.tag, static_cast<uint64_t>(expected));
+    EXPECT_EQ(frame.request_id, static_cast<uint64_t>(expected));
     consumer.Pop();
   }
   EXPECT_EQ(consumer.Peek(&frame), PeekResult::kEmpty);
@@ -133,7 +133,7 @@ TEST(FrameRing, LargestFrameFitsEvenFromAnUnalignedTail) {
   EXPECT_EQ(consumer.Peek(&frame), PeekResult::kEmpty);  // skips the padding, frees its space
   ASSERT_EQ(producer.TryPush(2, largest), PushResult::kOk);
   ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-  EXPECT_EQ(frame.tag, 2u);
+  EXPECT_EQ(frame.request_id, 2u);
   EXPECT_EQ(frame.payload.size(), largest.size());
 }
 
@@ -190,7 +190,7 @@ TEST(FrameRing, AppendedFramesStayInvisibleUntilPublished) {
   producer.Publish();
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(consumer.Peek(&frame), PeekResult::kFrame);
-    EXPECT_EQ(frame.tag, static_cast<uint64_t>(i));
+    EXPECT_EQ(frame.request_id, static_cast<uint64_t>(i));
     consumer.Consume();
   }
   EXPECT_EQ(ring.control().head.load(), 0u);  // consumed, not yet given back

@@ -34,7 +34,7 @@ TEST(Segment, ClientMapsTheDescriptorTheAgentPassedAndSeesTheSameMemory) {
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   created->CloseFd();  // the agent keeps only its mapping
   EXPECT_EQ(created->fd(), -1);
-  EXPECT_EQ(opened->header().agent_epoch, 42u);
+  EXPECT_EQ(opened->header().agent_incarnation, 42u);
   EXPECT_EQ(opened->header().client_id, 1u);
   EXPECT_EQ(opened->layout(), *layout);
   opened->arena()[10] = 0x5a;  // both mappings share the pages

@@ -57,11 +57,12 @@ class SharedMapping {
       continue;
     }
     uint64_t value = 0;
-    if (frame.tag != static_cast<uint64_t>(expected) || frame.payload.size() < sizeof(value)) {
+    if (frame.request_id != static_cast<uint64_t>(expected) ||
+        frame.payload.size() < sizeof(value)) {
       shm.get()->consumer_errors.fetch_add(1);
     } else {
       std::memcpy(&value, frame.payload.data(), sizeof(value));
-      if (value != frame.tag * 31) shm.get()->consumer_errors.fetch_add(1);
+      if (value != frame.request_id * 31) shm.get()->consumer_errors.fetch_add(1);
     }
     consumer.Pop();
     ++expected;

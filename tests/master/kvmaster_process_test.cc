@@ -170,7 +170,7 @@ TEST(Kvmaster, MalformedMessagesGetErrorRepliesAndTheMasterKeepsServing) {
   EXPECT_EQ(m.Terminate(), 0);
 }
 
-TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndSegmentsAfterARestart) {
+TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
   TempDir state;
   std::string buf;
   {
@@ -181,7 +181,7 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndSegmentsAfterARestart) {
     const fb::Reply* r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
     ASSERT_NE(r, nullptr);
     const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
-    ASSERT_EQ(client.Call(MountSegmentMsg(agent, 1 << 20, "tcp://h:1"), &buf)->status(), 0);
+    ASSERT_EQ(client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf)->status(), 0);
     ASSERT_EQ(client.Call(WriteStartMsg(agent, {"a", "b"}, {64, 64}, {"s", ""}), &buf)->status(),
               0);
     ASSERT_EQ(client.Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}), &buf)->status(),
@@ -196,12 +196,12 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndSegmentsAfterARestart) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(StatValue(r, "keys"), 2u);
   EXPECT_EQ(StatValue(r, "session_tags"), 1u);
-  // The same agent incarnation comes back and finds its segment's objects.
+  // The same agent incarnation comes back and finds its pool's objects.
   r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
   const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
-  r = client.Call(MountSegmentMsg(agent, 1 << 20, "tcp://h:1"), &buf);
+  r = client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf);
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(r->body_as_MountSegmentReply()->restored_objects(), 2u);
+  EXPECT_EQ(r->body_as_MountPoolReply()->restored_objects(), 2u);
   r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
   EXPECT_EQ(r->body_as_PlacementReply()->codes()->Get(0), 0);
   // A new incarnation of that agent lost its memory: its objects go.

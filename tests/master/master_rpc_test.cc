@@ -19,7 +19,7 @@ class MasterRpcTest : public ::testing::Test {
  protected:
   MasterRpcTest() : c({}, 0), rpc(c.svc.get()) {
     agent = Call(RegisterAgentMsg("node-a", 7))->body_as_RegisterAgentReply()->agent_id();
-    auto* m = Call(MountSegmentMsg(agent, 1 << 20, "tcp://10.0.0.1:7000"));
+    auto* m = Call(MountPoolMsg(agent, 1 << 20, "tcp://10.0.0.1:7000"));
     EXPECT_EQ(m->status(), 0);
     c.Events();
   }
@@ -56,9 +56,9 @@ TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
   ASSERT_EQ(p->first()->size(), 3u);
   EXPECT_EQ(p->first()->Get(1), 1u);
   EXPECT_EQ(p->placements()->Get(1)->length(), 200u);
-  ASSERT_EQ(p->segments()->size(), 1u);
-  EXPECT_EQ(p->segments()->Get(0)->agent_id(), agent);
-  EXPECT_EQ(p->segments()->Get(0)->endpoints()->Get(0)->str(), "tcp://10.0.0.1:7000");
+  ASSERT_EQ(p->pools()->size(), 1u);
+  EXPECT_EQ(p->pools()->Get(0)->agent_id(), agent);
+  EXPECT_EQ(p->pools()->Get(0)->endpoints()->Get(0)->str(), "tcp://10.0.0.1:7000");
   r = Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}));
   ASSERT_EQ(r->status(), 0);
   EXPECT_EQ(r->body_as_KeyCodesReply()->codes()->Get(1), 0);
@@ -75,9 +75,9 @@ TEST_F(MasterRpcTest, PutStartEndAndGetRoundTripWithPlacementsAndEndpoints) {
   EXPECT_EQ(r->body_as_KeyCodesReply()->exists()->Get(2), 0);
 }
 
-Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation) {
+Bytes ReplicateMsg(uint64_t after_seq, uint64_t master_epoch) {
   flatbuffers::FlatBufferBuilder b;
-  return Finish(b, fb::Body::Replicate, fb::CreateReplicate(b, after_seq, incarnation).Union());
+  return Finish(b, fb::Body::Replicate, fb::CreateReplicate(b, after_seq, master_epoch).Union());
 }
 
 TEST_F(MasterRpcTest, ReplicateIsRefusedByAMasterThatKeepsNoRecordsForStandbys) {
@@ -104,12 +104,12 @@ TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
   const fb::ReplicateReply* page = r->body_as_ReplicateReply();
   ASSERT_NE(page, nullptr);
   EXPECT_TRUE(page->snapshot());
-  EXPECT_EQ(page->incarnation(), c.svc->incarnation());
+  EXPECT_EQ(page->master_epoch(), c.svc->epoch());
   const uint64_t seq = page->last_seq();
   EXPECT_EQ(seq, c.svc->Stats().replication_last_seq);
   EXPECT_GT(page->records()->size(), 0u);
   c.Put(c.agents[0], {"b"}, 64, {"s-b"});
-  r = call(ReplicateMsg(seq, c.svc->incarnation()));
+  r = call(ReplicateMsg(seq, c.svc->epoch()));
   page = r->body_as_ReplicateReply();
   ASSERT_NE(page, nullptr);
   EXPECT_FALSE(page->snapshot());
@@ -118,8 +118,8 @@ TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
                             page->records()->size());
   EXPECT_NE(records.find("s-b"), std::string::npos);
   EXPECT_EQ(records.find("s-a"), std::string::npos);
-  // A standby of another incarnation (the primary restarted) starts over from a snapshot.
-  r = call(ReplicateMsg(seq + 1, c.svc->incarnation() + 1));
+  // A standby of another master epoch (the primary restarted) starts over from a snapshot.
+  r = call(ReplicateMsg(seq + 1, c.svc->epoch() + 1));
   EXPECT_TRUE(r->body_as_ReplicateReply()->snapshot());
 }
 
@@ -254,7 +254,7 @@ TEST_F(MasterRpcTest, StatsNameTheCounters) {
   Call(Bytes{9, 9, 9});
   auto* r = Call(StatsMsg());
   EXPECT_EQ(StatValue(r, "agents"), 1u);
-  EXPECT_EQ(StatValue(r, "segments"), 1u);
+  EXPECT_EQ(StatValue(r, "pools"), 1u);
   EXPECT_EQ(StatValue(r, "bytes_capacity"), 1u << 20);
   EXPECT_EQ(StatValue(r, "bad_requests"), 1u);
 }

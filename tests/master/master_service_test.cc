@@ -171,7 +171,7 @@ TEST(MasterService, UpsertOfTheSameSizeRewritesInPlaceAndIsUnreadableUntilItEnds
   auto u = c.Start(c.agents[0], {"k"}, {1000}, {}, {}, /*upsert=*/true);
   ASSERT_TRUE(u.results[0].ok());
   EXPECT_EQ(u.placements[0].offset, before[0].offset);
-  EXPECT_EQ(u.placements[0].segment_id, before[0].segment_id);
+  EXPECT_EQ(u.placements[0].pool_id, before[0].pool_id);
   EXPECT_FALSE(c.Exists("k"));
   EXPECT_EQ(c.Get({"k"}).results[0].code(), ErrorCode::kReplicaNotReady);
   auto ev = c.Events();
@@ -320,7 +320,7 @@ TEST(MasterService, AnAgentSilentPastItsTtlIsSuspectAndDroppedWithItsObjectsOnly
   Cluster c(o, 2);
   WriteOptions two;
   two.replica_count = 2;
-  c.Put(c.agents[0], {"only-on-0"}, 64);  // own segment first: only on agent 0
+  c.Put(c.agents[0], {"only-on-0"}, 64);  // own pool first: only on agent 0
   c.Put(c.agents[1], {"on-both"}, 64, {}, two);
   ASSERT_TRUE(c.Start(c.agents[1], {"writing"}, {64}).results[0].ok());
   c.Events();
@@ -337,7 +337,7 @@ TEST(MasterService, AnAgentSilentPastItsTtlIsSuspectAndDroppedWithItsObjectsOnly
   ASSERT_EQ(p.placements.size(), 1u);
   auto g = c.Get({"on-both"});
   ASSERT_EQ(g.placements.size(), 2u);
-  EXPECT_EQ(c.svc->FindSegment(g.placements[0].segment_id)->agent, c.agents[1]);
+  EXPECT_EQ(c.svc->FindPool(g.placements[0].pool_id)->agent, c.agents[1]);
   for (int i = 0; i < 50; ++i) {
     c.Pass(1000);
     c.Beat(c.agents[1]);
@@ -372,7 +372,7 @@ TEST(MasterService, ASuspectAgentThatComesBackKeepsEveryObject) {
   // It takes new replicas again.
   auto p = c.Start(c.agents[0], {"d"}, {64});
   ASSERT_TRUE(p.results[0].ok());
-  EXPECT_EQ(c.svc->FindSegment(p.placements[0].segment_id)->agent, c.agents[0]);
+  EXPECT_EQ(c.svc->FindPool(p.placements[0].pool_id)->agent, c.agents[0]);
 }
 
 TEST(MasterService, TheMastersOwnStallIsNotCountedAsItsAgentsSilence) {
@@ -398,19 +398,19 @@ TEST(MasterService, AReplicatedPutSucceedsWithTheReplicasThatWereWritten) {
   auto p = c.Start(c.agents[0], {"k"}, {4096}, {}, two);
   ASSERT_TRUE(p.results[0].ok());
   ASSERT_EQ(p.placements.size(), 2u);
-  const SegmentId lost = p.placements[1].segment_id;
+  const PoolId lost = p.placements[1].pool_id;
   auto e = c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {1}, {0xABCD}, {{0, 0, lost}});
   ASSERT_TRUE(e.results[0].ok()) << e.results[0].ToString();
   ASSERT_EQ(e.replicas.size(), 1u);
   EXPECT_EQ(e.replicas[0], 1u);
   auto g = c.Get({"k"});
   ASSERT_EQ(g.placements.size(), 1u);
-  EXPECT_NE(g.placements[0].segment_id, lost);
+  EXPECT_NE(g.placements[0].pool_id, lost);
   EXPECT_TRUE(g.placements[0].checksummed);
   EXPECT_EQ(g.placements[0].checksum, 0xABCDu);
   EXPECT_EQ(g.write_ids[0], p.write_ids[0]);
   // The failed replica's space waits for its pool to fence the write.
-  const AgentId lost_agent = c.svc->FindSegment(lost)->agent;
+  const AgentId lost_agent = c.svc->FindPool(lost)->agent;
   EXPECT_EQ(c.svc->Stats().bytes_used, 2 * 4096u);
   c.Fence(lost_agent);
   EXPECT_EQ(c.svc->Stats().bytes_used, 4096u);
@@ -421,7 +421,7 @@ TEST(MasterService, AnEndThatLeavesAPartWithoutAReplicaIsRefusedAndTheWriteStays
   auto p = c.Start(c.agents[0], {"k"}, {4096});
   ASSERT_TRUE(p.results[0].ok());
   auto e =
-      c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {}, {}, {{0, 0, p.placements[0].segment_id}});
+      c.EndWith(c.agents[0], {"k"}, {p.write_ids[0]}, {}, {}, {{0, 0, p.placements[0].pool_id}});
   EXPECT_EQ(e.results[0].code(), ErrorCode::kInvalidParams);
   EXPECT_EQ(c.svc->Stats().writes_in_flight, 1u);
   EXPECT_TRUE(c.Revoke(c.agents[0], {"k"}).results[0].ok());
@@ -454,15 +454,15 @@ TEST(MasterService, ACorruptReplicaIsDroppedAndTheObjectGoesWithItsLastReplica) 
   const uint64_t version = g.write_ids[0];
   KeyResults out;
   // A report for another version of the key changes nothing.
-  std::vector<BadReplica> stale = {{"k", version + 1, 0, g.placements[0].segment_id}};
+  std::vector<BadReplica> stale = {{"k", version + 1, 0, g.placements[0].pool_id}};
   ASSERT_TRUE(c.svc->ReportBadReplicas(stale, &out).ok());
   EXPECT_EQ(c.Get({"k"}).placements.size(), 2u);
-  std::vector<BadReplica> first = {{"k", version, 0, g.placements[0].segment_id}};
+  std::vector<BadReplica> first = {{"k", version, 0, g.placements[0].pool_id}};
   ASSERT_TRUE(c.svc->ReportBadReplicas(first, &out).ok());
   EXPECT_TRUE(out.results[0].ok());
   EXPECT_EQ(c.Get({"k"}).placements.size(), 1u);
   EXPECT_TRUE(c.Events().empty());  // still readable: no event
-  std::vector<BadReplica> last = {{"k", version, 0, g.placements[1].segment_id}};
+  std::vector<BadReplica> last = {{"k", version, 0, g.placements[1].pool_id}};
   ASSERT_TRUE(c.svc->ReportBadReplicas(last, &out).ok());
   EXPECT_FALSE(c.Exists("k"));
   auto ev = c.Events();
@@ -481,12 +481,12 @@ TEST(MasterService, AValueLargerThanTheHighWatermarkShareOfThePoolsIsRefused) {
   EXPECT_EQ(c.svc->Stats().oversized_values, 1u);
 }
 
-TEST(MasterService, RemountingASegmentWithAnotherSizeDropsTheAgentAndItsObjects) {
+TEST(MasterService, RemountingAPoolWithAnotherSizeDropsTheAgentAndItsObjects) {
   Cluster c;
   c.Put(c.agents[0], {"k"}, 64);
   c.Events();
   std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-  auto m = c.svc->MountSegment(c.agents[0], 0, 2 << 20, eps);
+  auto m = c.svc->MountPool(c.agents[0], 0, 2 << 20, eps);
   EXPECT_EQ(m.status().code(), ErrorCode::kAgentUnavailable);
   EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));
   EXPECT_FALSE(c.Exists("k"));
@@ -525,9 +525,9 @@ TEST(MasterService, ReplicasGoToDistinctAgentsWithTheWritersOwnPoolFirst) {
   three.replica_count = 3;
   auto p = c.Start(c.agents[2], {"k"}, {64}, {}, three);
   ASSERT_EQ(p.placements.size(), 3u);
-  EXPECT_EQ(c.svc->FindSegment(p.placements[0].segment_id)->agent, c.agents[2]);
+  EXPECT_EQ(c.svc->FindPool(p.placements[0].pool_id)->agent, c.agents[2]);
   std::set<AgentId> agents;
-  for (auto& pl : p.placements) agents.insert(c.svc->FindSegment(pl.segment_id)->agent);
+  for (auto& pl : p.placements) agents.insert(c.svc->FindPool(pl.pool_id)->agent);
   EXPECT_EQ(agents.size(), 3u);
   WriteOptions five;  // more replicas than agents: best effort
   five.replica_count = 5;

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   const fb::Reply* r = client.Call(RegisterAgentMsg("py-node", 1), &buf);
   if (!Ok(r, "register")) return 1;
   const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
-  if (!Ok(client.Call(MountSegmentMsg(agent, 1 << 20, "tcp://127.0.0.1:1"), &buf), "mount")) {
+  if (!Ok(client.Call(MountPoolMsg(agent, 1 << 20, "tcp://127.0.0.1:1"), &buf), "mount")) {
     return 1;
   }
   std::vector<std::string> args(argv + 2, argv + argc);

@@ -1,5 +1,5 @@
 // A small cluster around one MasterService for the master's tests: a manual clock, agents with
-// mounted segments, and helpers that turn vectors of strings into the service's span API.
+// mounted pools, and helpers that turn vectors of strings into the service's span API.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,12 +22,12 @@ inline std::vector<std::string_view> Views(const std::vector<std::string>& v) {
 
 class Cluster {
  public:
-  explicit Cluster(MasterOptions options = {}, int agents = 2, uint64_t segment_bytes = 1 << 20)
+  explicit Cluster(MasterOptions options = {}, int agents = 2, uint64_t pool_bytes = 1 << 20)
       : options_(std::move(options)) {
-    // Small segments make eviction and multi-part values cheap to test: allow the size asked.
-    options_.min_segment_bytes = std::min(options_.min_segment_bytes, segment_bytes);
+    // Small pools make eviction and multi-part values cheap to test: allow the size asked.
+    options_.min_pool_bytes = std::min(options_.min_pool_bytes, pool_bytes);
     Open();
-    for (int i = 0; i < agents; ++i) AddAgent("node-" + std::to_string(i), segment_bytes);
+    for (int i = 0; i < agents; ++i) AddAgent("node-" + std::to_string(i), pool_bytes);
   }
 
   void Open() {
@@ -41,11 +41,11 @@ class Cluster {
     Open();
   }
 
-  AgentId AddAgent(const std::string& name, uint64_t segment_bytes, uint64_t incarnation = 1) {
+  AgentId AddAgent(const std::string& name, uint64_t pool_bytes, uint64_t incarnation = 1) {
     auto id = svc->RegisterAgent(name, incarnation);
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    auto m = svc->MountSegment(id.value(), 0, segment_bytes, eps);
+    auto m = svc->MountPool(id.value(), 0, pool_bytes, eps);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     agents.push_back(id.value());
     return id.value();

@@ -251,10 +251,10 @@ class RecordCountTest : public OpLogTest {
   }
 };
 
-TEST_F(RecordCountTest, ASegmentRecordCountingMoreEndpointsThanItHoldsIsDamage) {
+TEST_F(RecordCountTest, APoolRecordCountingMoreEndpointsThanItHoldsIsDamage) {
   std::string record;
   RecordWriter w(&record);
-  w.U8(2);  // segment
+  w.U8(2);  // pool
   w.U32(3);
   w.U32(7);
   w.U32(0);

@@ -75,7 +75,7 @@ KeyResults Send(Cluster& c, AgentId agent, const Commit& m) {
   r.finish.write_ids = m.ids;
   r.finish.part_counts = m.part_counts;
   r.finish.checksums = m.checksums;
-  r.master_epoch = m.epoch ? m.epoch : c.svc->incarnation();
+  r.master_epoch = m.epoch ? m.epoch : c.svc->epoch();
   KeyResults out;
   c.last_status = c.svc->BatchPutCommit(r, &out);
   return out;
@@ -91,7 +91,7 @@ TEST(ReservedWrites, ACommittedKeyIsReadableInItsReservedPlacementWithItsSession
   EXPECT_TRUE(c.Events().empty());  // nothing is readable yet
   for (const auto& p : r.placements) {
     ASSERT_EQ(p.size(), 1u);
-    EXPECT_EQ(c.svc->FindSegment(p[0].segment_id)->agent, c.agents[0]);  // the writer's pool
+    EXPECT_EQ(c.svc->FindPool(p[0].pool_id)->agent, c.agents[0]);  // the writer's pool
   }
   KeyResults k = Send(c, c.agents[0],
                       {.keys = {"a", "b"},
@@ -108,7 +108,7 @@ TEST(ReservedWrites, ACommittedKeyIsReadableInItsReservedPlacementWithItsSession
   EXPECT_EQ(c.svc->SessionOf("b"), "s-b");
   PlacementBatch g = c.Get({"a"});
   ASSERT_TRUE(g.results[0].ok());
-  EXPECT_EQ(g.placements[0].segment_id, r.placements[0][0].segment_id);
+  EXPECT_EQ(g.placements[0].pool_id, r.placements[0][0].pool_id);
   EXPECT_EQ(g.placements[0].offset, r.placements[0][0].offset);
   EXPECT_TRUE(g.placements[0].checksummed);
   EXPECT_EQ(g.placements[0].checksum, 0xAu);
@@ -328,12 +328,12 @@ TEST(ReservedWrites, AMasterRestartForgetsThemAndTheirSpace) {
         Send(c, c.agents[0], {.keys = {"committed"}, .sizes = {4096}, .ids = {committed_id}})
             .results[0]
             .ok());
-    const uint64_t epoch = c.svc->incarnation();
+    const uint64_t epoch = c.svc->epoch();
     c.Restart();
     // The agent registers and mounts again (same incarnation: its pool survived).
     ASSERT_TRUE(c.svc->RegisterAgent("node-0", 1).ok());
     std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    ASSERT_TRUE(c.svc->MountSegment(c.agents[0], 0, 1 << 20, eps).ok());
+    ASSERT_TRUE(c.svc->MountPool(c.agents[0], 0, 1 << 20, eps).ok());
     EXPECT_EQ(c.svc->Stats().bytes_used, used + 4096);  // "kept" and "committed"
     EXPECT_EQ(c.svc->Stats().reserved_writes, 0u);
     KeyResults k =
@@ -356,7 +356,7 @@ TEST(ReservedWrites, AReservationForTwoReplicasPlacesThemOnTwoAgents) {
   Reserved r = Reserve(c, c.agents[0], 4096, 1, {}, 2);
   ASSERT_EQ(r.ids.size(), 1u);
   ASSERT_EQ(r.placements[0].size(), 2u);
-  EXPECT_NE(r.placements[0][0].segment_id, r.placements[0][1].segment_id);
+  EXPECT_NE(r.placements[0][0].pool_id, r.placements[0][1].pool_id);
   WriteOptions two;
   two.replica_count = 2;
   KeyResults k =

@@ -26,11 +26,11 @@ inline Bytes RegisterAgentMsg(const std::string& name, uint64_t incarnation) {
   return Finish(b, fb::Body::RegisterAgent, m.Union());
 }
 
-inline Bytes MountSegmentMsg(uint32_t agent, uint64_t size, const std::string& endpoint) {
+inline Bytes MountPoolMsg(uint32_t agent, uint64_t size, const std::string& endpoint) {
   flatbuffers::FlatBufferBuilder b;
   std::vector<std::string> eps = {endpoint};
-  auto m = fb::CreateMountSegment(b, agent, 0, size, b.CreateVectorOfStrings(eps));
-  return Finish(b, fb::Body::MountSegment, m.Union());
+  auto m = fb::CreateMountPool(b, agent, 0, size, b.CreateVectorOfStrings(eps));
+  return Finish(b, fb::Body::MountPool, m.Union());
 }
 
 // keys/sizes/sessions as given (they may disagree on purpose); sessions empty: absent.
@@ -77,13 +77,14 @@ inline Bytes StatsMsg() {
   return Finish(b, fb::Body::Stats, fb::CreateStats(b).Union());
 }
 
-// A follower's fetch: records after `after_seq` of master `incarnation`, held up to `wait_ms`.
-inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t incarnation, uint32_t wait_ms = 0,
+// A follower's fetch: records after `after_seq` of the master of epoch `master_epoch`, held
+// up to `wait_ms`.
+inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t master_epoch, uint32_t wait_ms = 0,
                           const std::string& follower = "", uint64_t id = 1) {
   flatbuffers::FlatBufferBuilder b;
   auto name = b.CreateString(follower);
   return Finish(b, fb::Body::Replicate,
-                fb::CreateReplicate(b, after_seq, incarnation, 4u << 20, wait_ms, name).Union(),
+                fb::CreateReplicate(b, after_seq, master_epoch, 4u << 20, wait_ms, name).Union(),
                 id);
 }
 

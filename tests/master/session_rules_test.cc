@@ -213,7 +213,7 @@ TEST(SessionRules, Rule7_TagsSurviveStandbyReplicationAndPromotion) {
   KeyResults removed;
   ASSERT_TRUE(primary.svc->BatchRemove(testing::Views({"gone"}), false, &removed).ok());
   ASSERT_TRUE(
-      primary.svc->ReadReplication(page.last_seq, primary.svc->incarnation(), 1 << 20, &page).ok());
+      primary.svc->ReadReplication(page.last_seq, primary.svc->epoch(), 1 << 20, &page).ok());
   EXPECT_FALSE(page.snapshot);
   EXPECT_EQ(page.last_seq, primary.svc->Stats().replication_last_seq);
   WriteAsStandby(page, **log);
@@ -254,7 +254,7 @@ TEST(SessionRules, Rule9_FilteredKeysTakeSessionsByTheirOriginalPositions) {
   c.Events();
   const std::vector<std::string> keys = {"k0", "k1", "k2", "k3", "k4", "k5"};
   const std::vector<std::string> sessions = {"s0", "s1", "s2", "s3", "s4", "s5"};
-  // k2 is larger than any segment: NO_SPACE at PutStart.
+  // k2 is larger than any pool: NO_SPACE at PutStart.
   auto p = c.Start(c.agents[0], keys, {64, 64, 1 << 20, 64, 64, 64}, sessions);
   EXPECT_TRUE(p.results[0].ok());
   EXPECT_EQ(p.results[1].code(), ErrorCode::kObjectAlreadyExists);
@@ -302,9 +302,9 @@ TEST(SessionRules, Rule10_MultiPartObjectsInheritTheSessionAndEveryWriteOption) 
     EXPECT_EQ(a.part, part);
     EXPECT_EQ(b.part, part);
     EXPECT_EQ(a.length, part < 3 ? 4096u : 100u);
-    EXPECT_NE(c.svc->FindSegment(a.segment_id)->agent, c.svc->FindSegment(b.segment_id)->agent);
+    EXPECT_NE(c.svc->FindPool(a.pool_id)->agent, c.svc->FindPool(b.pool_id)->agent);
   }
-  EXPECT_EQ(c.svc->FindSegment(p.placements[0].segment_id)->agent, c.agents[0]);  // own first
+  EXPECT_EQ(c.svc->FindPool(p.placements[0].pool_id)->agent, c.agents[0]);  // own first
   ASSERT_TRUE(c.End(c.agents[0], {"big"}).results[0].ok());
   auto ev = c.Events();
   ASSERT_EQ(ev.size(), 1u);  // one logical object, one event

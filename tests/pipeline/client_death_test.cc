@@ -82,7 +82,7 @@ TEST(ClientDeath, PutsOfAClientThatDiedBeforeTheirEndAreRevoked) {
   ASSERT_TRUE(peer.started());
   auto observer = Connect(writer);
   ASSERT_TRUE(observer);
-  ASSERT_TRUE(WaitUntil([&] { return CounterOf(observer->Stat(), "master.segments") == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(observer->Stat(), "master.pools") == 2; }));
   peer.Signal(SIGSTOP);  // its data server accepts nothing more: replicas to it wait
   ASSERT_TRUE(WaitUntil([&] { return IsStopped(peer.pid()); }));
 

@@ -212,7 +212,7 @@ TEST(Remote, AgentExpiredByItsMasterRegistersAgainAtItsNextHeartbeat) {
   auto c = Connect(agent);
   ASSERT_TRUE(c);
   ASSERT_EQ(PutOne(*c, "k", "v").keys.at(0).code, ErrorCode::kOk);
-  // Silent for longer than the dead timeout: the master drops the agent (and its segment).
+  // Silent for longer than the dead timeout: the master drops the agent (and its pool).
   agent.Signal(SIGSTOP);
   ASSERT_TRUE(WaitUntil([&] { return IsStopped(agent.pid()); }));
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "expired_agents") >= 1; }));
@@ -252,7 +252,7 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheR
   ASSERT_TRUE(master.started());
   AgentProcess writer(RemoteAgentArgs(master, {"--data-peer-timeout-ms", "2000"}));
   ASSERT_TRUE(writer.started());
-  // The peer's pool is 1 MiB (the smallest segment a master mounts), which also caps the
+  // The peer's pool is 1 MiB (the smallest pool a master mounts), which also caps the
   // master's part size at 1 MiB. A 1 MiB value is one part that needs the whole pool: once a
   // small value took some of it, large values get their second replica nowhere (best effort)
   // and small ones get it on the peer.
@@ -260,8 +260,8 @@ TEST(Remote, ReplicasOnAPeerWhoseDataPortDiedAreDroppedAndThePutsSucceedWithTheR
   ASSERT_TRUE(peer.started());
   auto c = Connect(writer);
   ASSERT_TRUE(c);
-  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.segments") == 2; }));
-  peer.Kill();  // its data port is gone; the master still lists its segment
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.pools") == 2; }));
+  peer.Kill();  // its data port is gone; the master still lists its pool
 
   const std::vector<std::string> keys = {"small-0", "large-1", "small-2", "large-3"};
   const std::vector<std::string> sessions = {"s0", "s1", "s2", "s3"};
@@ -294,7 +294,7 @@ TEST(Remote, APutWhoseDeadlinePassedWhileTheMasterStalledIsRevokedNotCommitted) 
   OneAgentCluster cluster;
   ASSERT_TRUE(cluster.started());
   Client* c = cluster.client.get();
-  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.segments") == 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "master.pools") == 1; }));
 
   cluster.master.Signal(SIGSTOP);  // the agent's BatchPutStart waits in the master's socket
   ASSERT_TRUE(WaitUntil([&] { return IsStopped(cluster.master.pid()); }));
@@ -331,7 +331,7 @@ TEST(Remote, AGetWhosePeerReplicaIsDeadReadsTheNextReplicaAndFailsOnlyWhenNoneAn
   {
     auto w = Connect(writer);
     ASSERT_TRUE(w);
-    ASSERT_TRUE(WaitUntil([&] { return CounterOf(w->Stat(), "master.segments") == 2; }));
+    ASSERT_TRUE(WaitUntil([&] { return CounterOf(w->Stat(), "master.pools") == 2; }));
     Reply put = PutOne(*w, "twice", Pattern("twice", 8192), "s-twice", /*replicas=*/2);
     ASSERT_TRUE(put.ok() && put.keys[0].code == ErrorCode::kOk) << put.keys[0].message;
   }

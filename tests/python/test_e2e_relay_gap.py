@@ -233,7 +233,7 @@ class WholeLinkCut(RelayGapTestCase):
         self.assertGreaterEqual(counters["agent.master_link.link_downs"], 1)  # the cut was real
         self.assertEqual(counters["agent.relay.phase"], "live")
         # The same kvmaster answered after the cut: replay repairs the stream, no re-announce
-        # (the master link re-registers, but only a new master incarnation asks for one).
+        # (the master link re-registers, but only a new master epoch asks for one).
         self.assertEqual(counters["agent.relay.reannounces"], 1)  # the one every relay starts with
         self.assertEqual(cleared_count(history), 1)
         self.assertEqual(self.node_a.listed(), self.node_b.listed())

@@ -94,6 +94,8 @@ class ConnectionTest(SdkTest):
         c = self.connect(arena_bytes=1 << 20)
         self.assertIsNone(c.ping())
         self.assertGreater(c.client_id, 0)
+        self.assertGreater(c.agent_incarnation, 0)
+        self.assertEqual(c.agent_epoch, c.agent_incarnation)  # the deprecated name, same value
         self.assertEqual(c.arena_bytes, 1 << 20)
         self.assertTrue(c.connected)
         major, minor, patch = kvagent.library_version().split(".")

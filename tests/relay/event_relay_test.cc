@@ -151,13 +151,13 @@ TEST(EventRelay, AMasterRestartIsFollowedByAReannounceOfTheDifferencesToTheNewCo
   ASSERT_TRUE(rig.started());
   rig.Converge();
   for (int i = 0; i < 40; ++i) master.Put({"more-" + std::to_string(i)});
-  // A long first life: the new incarnation's seq stays below it until the SUB reconnects, so
+  // A long first life: the new run's seq stays below it until the SUB reconnects, so
   // the restart shows as a seq going back (EventSubscriber's documented limit).
   for (int i = 0; i < 1000; ++i) master.PublishEmptyBatch();
   rig.Converge();
 
   master.Restart();  // seq starts at 0 again; the old content is gone
-  // Until the relay's SUB has reconnected, live batches of the new incarnation are lost to it;
+  // Until the relay's SUB has reconnected, live batches of the new run are lost to it;
   // keep the stream moving so a reconnected SUB sees a seq below the old ones.
   master.Put({"second-life-0"}, {"sessão-β"});
   ASSERT_TRUE(WaitFor([&] {

@@ -51,8 +51,8 @@ class Master {
     Restart();
   }
 
-  // A new master incarnation without state: new service, new publisher (seq from 0) bound on
-  // the same endpoints. Its first batch is AllBlocksCleared.
+  // A new master (a new master epoch) without state: new service, new publisher (seq from 0)
+  // bound on the same endpoints. Its first batch is AllBlocksCleared.
   void Restart() {
     std::lock_guard<std::mutex> lock(mu_);
     publisher_.reset();

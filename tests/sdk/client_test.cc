@@ -55,6 +55,8 @@ TEST_F(ClientTest, PingAnswersOkWithNoKeys) {
   EXPECT_TRUE(r.ok()) << r.status.ToString();
   EXPECT_TRUE(r.keys.empty());
   EXPECT_GT(client->client_id(), 0u);
+  EXPECT_NE(client->agent_incarnation(), 0u);
+  EXPECT_EQ(client->agent_epoch(), client->agent_incarnation());  // the deprecated name
   EXPECT_EQ(client->arena_bytes(), 1u << 20);
 }
 

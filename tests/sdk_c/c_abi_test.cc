@@ -27,6 +27,10 @@ TEST_F(CAbiTest, PingAnswersOkAndTheClientReportsWhatTheAgentGranted) {
   EXPECT_EQ(kv_ping(client.get(), 0), KV_OK) << kv_last_error_message();
   EXPECT_STREQ(kv_last_error_message(), "");
   EXPECT_GT(kv_client_id(client.get()), 0u);
+  EXPECT_NE(kv_client_agent_incarnation(client.get()), 0u);
+  // The deprecated name answers the same value.
+  EXPECT_EQ(kv_client_agent_epoch(client.get()), kv_client_agent_incarnation(client.get()));
+  EXPECT_EQ(kv_client_agent_incarnation(nullptr), 0u);
   EXPECT_EQ(kv_client_arena_bytes(client.get()), 1u << 20);
   EXPECT_EQ(kv_client_connected(client.get()), 1);
 }

@@ -14,7 +14,7 @@
 
 #include "kvagent/client.h"
 #include "kvagent/schemas/master_generated.h"
-#include "raw_session.h"
+#include "raw_client.h"
 #include "security_support.h"
 
 namespace kvagent::testing {
@@ -30,7 +30,7 @@ std::unique_ptr<Client> ConnectTo(const std::string& run_dir, uint64_t arena = 1
   return client.ok() ? std::move(*client) : nullptr;
 }
 
-// One Put of `key` whose value is the first `length` bytes of the raw session's arena.
+// One Put of `key` whose value is the first `length` bytes of the raw client's arena.
 std::vector<uint8_t> PutFrame(uint64_t id, const std::string& key, uint64_t length) {
   flatbuffers::FlatBufferBuilder fbb;
   const std::vector<std::string> keys = {key};
@@ -46,11 +46,11 @@ std::vector<uint8_t> PutFrame(uint64_t id, const std::string& key, uint64_t leng
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
-// The status of the completion for `tag` (INTERNAL when none came).
-ErrorCode CompletionStatus(RawSession& s, std::string* message = nullptr) {
-  uint64_t tag = 0;
+// The status of the completion for `request_id` (INTERNAL when none came).
+ErrorCode CompletionStatus(RawClient& s, std::string* message = nullptr) {
+  uint64_t request_id = 0;
   std::vector<uint8_t> bytes;
-  if (!s.Receive(&tag, &bytes)) return ErrorCode::kInternal;
+  if (!s.Receive(&request_id, &bytes)) return ErrorCode::kInternal;
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!verifier.VerifyBuffer<proto::Completion>(nullptr)) return ErrorCode::kInternal;
   const auto* c = flatbuffers::GetRoot<proto::Completion>(bytes.data());
@@ -65,7 +65,7 @@ TEST(AgentAttack, AClientCannotTruncateItsSegmentUnderTheAgent) {
   ASSERT_TRUE(agent.started());
   auto bystander = ConnectTo(agent.run_dir());
   ASSERT_TRUE(bystander);
-  RawSession mallory(agent.socket_path(), 1 << 20);
+  RawClient mallory(agent.socket_path(), 1 << 20);
   ASSERT_TRUE(mallory.ok()) << mallory.error();
   ASSERT_GE(mallory.segment_fd(), 0);
   EXPECT_NE(::ftruncate(mallory.segment_fd(), 4096), 0) << "the segment could be shrunk";
@@ -205,7 +205,7 @@ TEST(AgentAttack, AnyByteAfterAttachedClosesTheConnection) {
   // Was: a partial message after Attached left the connection open (protocol.md says it closes).
   LoggedAgent agent({});
   ASSERT_TRUE(agent.started());
-  RawSession s(agent.socket_path());
+  RawClient s(agent.socket_path());
   ASSERT_TRUE(s.ok()) << s.error();
   const uint8_t partial[2] = {9, 0};  // the start of a length prefix
   ASSERT_EQ(::send(s.socket_fd(), partial, sizeof partial, MSG_NOSIGNAL), 2);
@@ -243,7 +243,7 @@ TEST(AgentAttack, ARingRequestWhoseKeysShareOneStringIsRefused) {
   // standalone mode a reply) of hundreds of MiB.
   LoggedAgent agent({});
   ASSERT_TRUE(agent.started());
-  RawSession s(agent.socket_path());
+  RawClient s(agent.socket_path());
   ASSERT_TRUE(s.ok()) << s.error();
   const uint64_t peak_before = ProcStatusKiB(agent.pid(), "VmHWM");
   flatbuffers::FlatBufferBuilder fbb;
@@ -324,11 +324,11 @@ class BodylessMaster {
           b.Finish(r.Finish());
           break;
         }
-        case mp::Body::MountSegment: {
-          const auto body = mp::CreateMountSegmentReply(b, 9, 0);
+        case mp::Body::MountPool: {
+          const auto body = mp::CreateMountPoolReply(b, 9, 0);
           mp::ReplyBuilder r(b);
           r.add_request_id(request->request_id());
-          r.add_body_type(mp::ReplyBody::MountSegmentReply);
+          r.add_body_type(mp::ReplyBody::MountPoolReply);
           r.add_body(body.Union());
           b.Finish(r.Finish());
           break;

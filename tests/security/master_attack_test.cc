@@ -160,8 +160,8 @@ TEST(MasterAttack, AMessageAboveTheLimitIsCutOffWithoutBeingBuffered) {
   EXPECT_LT(m.PeakKiB(), peak_before + (32 << 10)) << "kvmaster buffered the message";
 }
 
-TEST(MasterAttack, ATinySegmentIsRefusedAndDoesNotShrinkEveryonesParts) {
-  // Was: a mounted 64-byte segment became the part size of every value in the cluster.
+TEST(MasterAttack, ATinyPoolIsRefusedAndDoesNotShrinkEveryonesParts) {
+  // Was: a mounted 64-byte pool became the part size of every value in the cluster.
   Master m;
   ASSERT_TRUE(m.process.started());
   std::string storage;
@@ -172,13 +172,12 @@ TEST(MasterAttack, ATinySegmentIsRefusedAndDoesNotShrinkEveryonesParts) {
                : r->body_as_RegisterAgentReply()->agent_id();
   };
   const uint32_t honest = register_agent("honest");
-  ASSERT_EQ(
-      m.client.Call(master::testing::MountSegmentMsg(honest, 64u << 20, "tcp://h:1"), &storage)
-          ->status(),
-      0);
+  ASSERT_EQ(m.client.Call(master::testing::MountPoolMsg(honest, 64u << 20, "tcp://h:1"), &storage)
+                ->status(),
+            0);
   const uint32_t mallory = register_agent("mallory");
   const fb::Reply* tiny =
-      m.client.Call(master::testing::MountSegmentMsg(mallory, 64, "tcp://m:1"), &storage);
+      m.client.Call(master::testing::MountPoolMsg(mallory, 64, "tcp://m:1"), &storage);
   ASSERT_NE(tiny, nullptr);
   EXPECT_EQ(tiny->status(), kInvalidParams);
   EXPECT_NE(MessageOf(tiny).find("minimum"), std::string::npos);
@@ -210,10 +209,9 @@ void FillEventHistory(Master& m, int count) {
   const uint32_t agent = m.client.Call(master::testing::RegisterAgentMsg("writer", 1), &storage)
                              ->body_as_RegisterAgentReply()
                              ->agent_id();
-  ASSERT_EQ(
-      m.client.Call(master::testing::MountSegmentMsg(agent, 256u << 20, "tcp://w:1"), &storage)
-          ->status(),
-      0);
+  ASSERT_EQ(m.client.Call(master::testing::MountPoolMsg(agent, 256u << 20, "tcp://w:1"), &storage)
+                ->status(),
+            0);
   const std::vector<uint32_t> tokens(4096, 7);
   for (int i = 0; i < count; ++i) {
     flatbuffers::FlatBufferBuilder b;

@@ -279,6 +279,7 @@ TEST_F(KvctlTest, PingSaysTheAgentAnswered) {
   EXPECT_EQ(ping.exit_code, 0) << ping.err;
   EXPECT_EQ(ping.out.rfind("agent at " + agent_.socket_path() + " answered in ", 0), 0u)
       << ping.out;
+  EXPECT_NE(ping.out.find(", agent incarnation "), std::string::npos) << ping.out;
 }
 
 TEST(Kvctl, WithoutAnAgentEveryCommandFailsWithAgentUnavailableAndAHint) {

@@ -67,7 +67,7 @@ class RemoteMaster::Shared {
   // ---- state: written by the link thread, read anywhere
   std::atomic<LinkState> state{LinkState::kConnecting};
   std::atomic<uint32_t> agent_id{0};
-  std::atomic<uint32_t> segment_id{0};
+  std::atomic<uint32_t> pool_id{0};
   void SetState(LinkState s, std::string detail);  // also wakes WaitReady
   std::string detail() const;
   // The master's event endpoints from its last RegisterAgentReply (as it bound them); empty

@@ -187,7 +187,7 @@ class Link {
         const auto* r = reply.body_as_RegisterAgentReply();
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
         agent_id_ = r->agent_id();
-        registered_master_ = r->master_incarnation();
+        registered_master_ = r->master_epoch();
         if (ordered_ && registered_master_ < highest_epoch_) {
           ++s_.stale_replies;
           return Down("kvmaster " + endpoint_ + " registered this agent with epoch " +
@@ -214,30 +214,31 @@ class Link {
         std::vector<flatbuffers::Offset<flatbuffers::String>> eps = {
             fbb_.CreateString(o_.data_endpoint)};
         const auto body =
-            mfb::CreateMountSegment(fbb_, agent_id_, 0, o_.pool_bytes, fbb_.CreateVector(eps));
-        return SendOwn(Own::kMount, mfb::Body::MountSegment, body.Union(), now);
+            mfb::CreateMountPool(fbb_, agent_id_, 0, o_.pool_bytes, fbb_.CreateVector(eps));
+        return SendOwn(Own::kMount, mfb::Body::MountPool, body.Union(), now);
       }
       case Own::kMount: {
-        const auto* r = reply.body_as_MountSegmentReply();
+        const auto* r = reply.body_as_MountPoolReply();
         if (r == nullptr) return Down("kvmaster refused to mount the node pool: " + refused, now);
         s_.agent_id.store(agent_id_, std::memory_order_release);
-        s_.segment_id.store(r->segment_id(), std::memory_order_release);
+        s_.pool_id.store(r->pool_id(), std::memory_order_release);
         phase_ = Phase::kReady;
         backoff_ = o_.backoff_min;
         attempt_ = 0;
         next_heartbeat_ = now + o_.heartbeat;
         ++s_.registrations;
         LOG(INFO) << "master link: registered with kvmaster " << endpoint_ << " as agent "
-                  << agent_id_ << " (segment " << r->segment_id() << ", " << r->restored_objects()
+                  << agent_id_ << " (pool " << r->pool_id() << ", " << r->restored_objects()
                   << " restored object(s))";
         s_.SetState(LinkState::kReady, "ready");
-        // Only a new master incarnation restarted the event stream; after a mere link drop
-        // the relay repairs what it missed through replay.
-        if (registered_before_ && registered_master_ != master_incarnation_) {
-          LOG(INFO) << "master link: kvmaster " << endpoint_ << " is a new incarnation";
+        // Only a new master (another master epoch) restarted the event stream; after a mere link
+        // drop the relay repairs what it missed through replay.
+        if (registered_before_ && registered_master_ != last_master_epoch_) {
+          LOG(INFO) << "master link: kvmaster " << endpoint_ << " is a new master (epoch "
+                    << registered_master_ << ")";
           if (o_.on_master_restarted) o_.on_master_restarted();
         }
-        master_incarnation_ = registered_master_;
+        last_master_epoch_ = registered_master_;
         registered_before_ = true;
         ResendParked(now);
         return;
@@ -593,10 +594,10 @@ class Link {
   uint32_t agent_id_ = 0;
   uint32_t attempt_ = 0;
   bool registered_before_ = false;
-  uint64_t master_incarnation_ = 0;  // of the master we were last registered with
-  uint64_t registered_master_ = 0;   // of the master answering the registration in progress
-  uint64_t fenced_epoch_ = 0;        // the master whose fences the pool applies
-  uint64_t acked_fence_seq_ = 0;     // the newest fence_seq applied (sent in heartbeats)
+  uint64_t last_master_epoch_ = 0;  // of the master we were last registered with
+  uint64_t registered_master_ = 0;  // of the master answering the registration in progress
+  uint64_t fenced_epoch_ = 0;       // the master whose fences the pool applies
+  uint64_t acked_fence_seq_ = 0;    // the newest fence_seq applied (sent in heartbeats)
   uint64_t applied_watermark_ = 0;
   std::vector<Call> parked_;  // CallUntilAnswered requests waiting for the link
   std::chrono::milliseconds backoff_;

@@ -243,7 +243,7 @@ bool RemoteMaster::ready() const {
 
 agent::MasterIdentity RemoteMaster::identity() const {
   return {shared_->agent_id.load(std::memory_order_acquire),
-          shared_->segment_id.load(std::memory_order_acquire)};
+          shared_->pool_id.load(std::memory_order_acquire)};
 }
 
 std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints() const {
@@ -255,8 +255,8 @@ std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints(
 std::string RemoteMaster::Describe() const {
   std::string out = "kvmaster " + shared_->Where() + ": " + shared_->detail();
   if (ready()) {
-    out += ", agent " + std::to_string(identity().agent_id) + ", segment " +
-           std::to_string(identity().segment_id);
+    out += ", agent " + std::to_string(identity().agent_id) + ", pool " +
+           std::to_string(identity().pool_id);
   }
   return out;
 }

@@ -422,7 +422,7 @@ class EventRelay::Thread {
   }
 
   // A batch of a restarted master from before (or at) the seq that revealed the restart: the
-  // subscriber repairs the new incarnation from seq 0, so such batches may arrive after the
+  // subscriber repairs the new run from seq 0, so such batches may arrive after the
   // re-announce that followed, whose scan already reflects them. Published then, an old event
   // would overwrite newer state (a BlockRemoved of a key stored again since, or the new master's
   // opening AllBlocksCleared wiping what consumers rightly hold): they are dropped.
@@ -440,7 +440,7 @@ class EventRelay::Thread {
         counters_.master_next_seq = d.gap_to + 1;
         return;
       case EventDelivery::Kind::kReset:
-        counters_.master_next_seq = 0;  // the new incarnation is followed from its start
+        counters_.master_next_seq = 0;  // the new run is followed from its start
         return;
     }
   }

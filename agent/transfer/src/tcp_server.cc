@@ -28,7 +28,7 @@ constexpr int kServeStepsPerWake = 256;
 
 // One peer connection. Requests are parsed from an InputBuffer (many small ones per recv); a
 // WRITE's payload goes into the pool (straight from the socket once it is large). Replies are
-// queued as segments - reply headers and error texts owned here, READ data pointing into the
+// queued as chunks - reply headers and error texts owned here, READ data pointing into the
 // pool - and sent together when input runs dry, so a burst of small requests costs a few
 // syscalls, not three each. While the queue holds more than kMaxQueuedBytes (one large READ is
 // enough) the connection stops reading: that back-pressure bounds what a peer can make us hold
@@ -103,7 +103,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
         if (in == Step::kClosed) return;
         progressed = in == Step::kProgress;
       }
-      if (!progressed && !segments_.empty()) {
+      if (!progressed && !chunks_.empty()) {
         Step out = Flush();
         if (out == Step::kClosed) return;
         progressed = out == Step::kProgress;
@@ -116,11 +116,11 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
 
  private:
   static constexpr uint64_t kMaxQueuedBytes = 1 << 20;
-  static constexpr size_t kMaxQueuedSegments = 256;
+  static constexpr size_t kMaxQueuedChunks = 256;
   static constexpr int kMaxIov = 64;
 
   // A piece of output: bytes owned by heads_/messages_ (in queue order) or pool bytes.
-  struct Segment {
+  struct Chunk {
     enum Owner { kHead, kMessage, kPool } owner;
     const uint8_t* data;
     uint64_t length;
@@ -131,12 +131,12 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     return phase_ == Phase::kPayload ? in_.size() > 0 : in_.size() >= wire::kRequestBytes;
   }
   bool OutputFull() const {
-    return queued_bytes_ >= kMaxQueuedBytes || segments_.size() >= kMaxQueuedSegments;
+    return queued_bytes_ >= kMaxQueuedBytes || chunks_.size() >= kMaxQueuedChunks;
   }
   uint32_t WantedMask() const {
     uint32_t mask = 0;
     if (!OutputFull()) mask |= EPOLLIN;
-    if (!segments_.empty()) mask |= EPOLLOUT;
+    if (!chunks_.empty()) mask |= EPOLLOUT;
     return mask;
   }
 
@@ -253,21 +253,21 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
 
   uint8_t* NewHead(size_t length) {
     heads_.emplace_back();
-    Push({Segment::kHead, heads_.back().data(), length});
+    Push({Chunk::kHead, heads_.back().data(), length});
     return heads_.back().data();
   }
-  void Push(Segment segment) {
-    queued_bytes_ += segment.length;
-    segments_.push_back(segment);
+  void Push(Chunk chunk) {
+    queued_bytes_ += chunk.length;
+    chunks_.push_back(chunk);
   }
 
   void QueueReply() {
     phase_ = Phase::kHeader;
     wire::Reply reply{.status = 0, .id = request_.id, .length = 0};
-    Segment body{Segment::kPool, nullptr, 0};
+    Chunk body{Chunk::kPool, nullptr, 0};
     if (verdict_.ok()) {
       if (request_.opcode == wire::Opcode::kRead) {
-        body = {Segment::kPool, server_->pool_->base() + request_.offset, request_.length};
+        body = {Chunk::kPool, server_->pool_->base() + request_.offset, request_.length};
         reply.length = request_.length;
         EngineCounters::Add(server_->counters_->served_reads);
       } else {
@@ -280,7 +280,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       messages_.push_back(verdict_.message().substr(0, wire::kMaxErrorMessage));
       reply.status = static_cast<uint16_t>(verdict_.code());
       reply.length = messages_.back().size();
-      body = {Segment::kMessage, reinterpret_cast<const uint8_t*>(messages_.back().data()),
+      body = {Chunk::kMessage, reinterpret_cast<const uint8_t*>(messages_.back().data()),
               reply.length};
     }
     wire::EncodeReply(reply, NewHead(wire::kReplyBytes));
@@ -291,9 +291,9 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     iovec iov[kMaxIov];
     int count = 0;
     uint64_t skip = first_sent_;
-    for (const Segment& segment : segments_) {
+    for (const Chunk& chunk : chunks_) {
       if (count == kMaxIov) break;
-      iov[count++] = {const_cast<uint8_t*>(segment.data + skip), segment.length - skip};
+      iov[count++] = {const_cast<uint8_t*>(chunk.data + skip), chunk.length - skip};
       skip = 0;
     }
     IoResult io = SendSome(fd_.get(), iov, count);
@@ -305,14 +305,14 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     uint64_t sent = io.bytes;
     queued_bytes_ -= sent;
     while (sent > 0) {
-      Segment& front = segments_.front();
+      Chunk& front = chunks_.front();
       const uint64_t take = std::min(sent, front.length - first_sent_);
       first_sent_ += take;
       sent -= take;
       if (first_sent_ < front.length) break;
-      if (front.owner == Segment::kHead) heads_.pop_front();
-      if (front.owner == Segment::kMessage) messages_.pop_front();
-      segments_.pop_front();
+      if (front.owner == Chunk::kHead) heads_.pop_front();
+      if (front.owner == Chunk::kMessage) messages_.pop_front();
+      chunks_.pop_front();
       first_sent_ = 0;
     }
     return Step::kProgress;
@@ -337,13 +337,13 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   uint64_t payload_got_ = 0;
 
   // Output, in send order. deque: push_back/pop_front keep the other elements in place, so
-  // segments may point into heads_ and messages_.
-  std::deque<Segment> segments_;
+  // chunks may point into heads_ and messages_.
+  std::deque<Chunk> chunks_;
   static constexpr size_t kHeadBytes =
       std::max({wire::kReplyBytes, wire::kHelloBytes, wire::kAuthOkBytes});
   std::deque<std::array<uint8_t, kHeadBytes>> heads_;
   std::deque<std::string> messages_;
-  uint64_t first_sent_ = 0;  // bytes of segments_.front() already sent
+  uint64_t first_sent_ = 0;  // bytes of chunks_.front() already sent
   uint64_t queued_bytes_ = 0;
 };
 

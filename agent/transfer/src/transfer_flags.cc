@@ -8,7 +8,7 @@ namespace kvagent::transfer {
 
 void TransferFlags::Declare(FlagSet* flags) {
   flags->Size("pool-size", &pool_size,
-              "bytes of this node's memory pool (the segment it mounts at the master); allocated "
+              "bytes of this node's memory pool (mounted at the master); allocated "
               "and pre-faulted at start");
   flags->Bool("pool-huge-pages", &pool_huge_pages,
               "back the pool with 2 MiB pages: hugetlb when reserved (vm.nr_hugepages), else "

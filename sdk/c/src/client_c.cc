@@ -248,8 +248,11 @@ void kv_client_free(kv_client_t* client) {
 uint64_t kv_client_id(const kv_client_t* client) {
   return client ? client->client->client_id() : 0;
 }
+uint64_t kv_client_agent_incarnation(const kv_client_t* client) {
+  return client ? client->client->agent_incarnation() : 0;
+}
 uint64_t kv_client_agent_epoch(const kv_client_t* client) {
-  return client ? client->client->agent_epoch() : 0;
+  return kv_client_agent_incarnation(client);
 }
 uint64_t kv_client_arena_bytes(const kv_client_t* client) {
   return client ? client->client->arena_bytes() : 0;

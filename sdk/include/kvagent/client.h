@@ -334,6 +334,9 @@ class Client {
   PendingCall SubmitSessions(const SessionsOptions& options = {});
 
   uint64_t client_id() const;
+  // The agent's incarnation: drawn anew at each agent start, so it tells one run from the next.
+  uint64_t agent_incarnation() const;
+  // Deprecated: the former name of agent_incarnation(), returning the same value.
   uint64_t agent_epoch() const;
   uint64_t arena_bytes() const;  // granted
   // False once the agent is known to be gone (then every call fails with AGENT_UNAVAILABLE).

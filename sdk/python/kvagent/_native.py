@@ -174,7 +174,8 @@ _FUNCTIONS = {
     "kv_connect": (c_status, [_P(ConnectOptions), _HANDLE_OUT]),
     "kv_client_free": (None, [c_void_p]),
     "kv_client_id": (c_uint64, [c_void_p]),
-    "kv_client_agent_epoch": (c_uint64, [c_void_p]),
+    "kv_client_agent_incarnation": (c_uint64, [c_void_p]),
+    "kv_client_agent_epoch": (c_uint64, [c_void_p]),  # deprecated alias of the above
     "kv_client_arena_bytes": (c_uint64, [c_void_p]),
     "kv_client_connected": (ctypes.c_int, [c_void_p]),
     "kv_client_process_memory": (ctypes.c_int, [c_void_p]),

@@ -208,8 +208,13 @@ class Client:
         return self._lib.kv_client_id(self._h())
 
     @property
+    def agent_incarnation(self):
+        """The agent's incarnation (drawn anew when the agent restarts)."""
+        return self._lib.kv_client_agent_incarnation(self._h())
+
+    @property
     def agent_epoch(self):
-        """The agent's epoch (changes when the agent restarts)."""
+        """Deprecated: the former name of agent_incarnation, the same value."""
         return self._lib.kv_client_agent_epoch(self._h())
 
     @property

@@ -45,6 +45,9 @@ struct AgentConfig {
   // called on that thread) every watchdog_interval; 0: no pings (Watchdog, common/watchdog.h).
   std::chrono::microseconds watchdog_interval{0};
   std::function<std::string()> watchdog_status;
+  // This run's incarnation, the one its node pool and RegisterAgent carry; clients find it in
+  // Welcome and their segment header. 0: the agent draws one of its own.
+  uint64_t incarnation = 0;
 
   // "<run_dir>/agent.sock".
   std::string SocketPath() const { return run_dir + "/agent.sock"; }
@@ -66,7 +69,7 @@ class Agent {
   void Stop();
   ~Agent();
 
-  uint64_t epoch() const;
+  uint64_t incarnation() const;  // AgentConfig::incarnation, or the one drawn
   size_t client_count() const;
 
   Agent(const Agent&) = delete;

@@ -38,8 +38,8 @@ using MasterReplyFn = std::function<void(Result<std::span<const uint8_t>> reply)
 
 // Who this agent is at the master right now.
 struct MasterIdentity {
-  uint32_t agent_id = 0;    // 0 while not registered
-  uint32_t segment_id = 0;  // the node pool's segment; 0 while not mounted
+  uint32_t agent_id = 0;  // 0 while not registered
+  uint32_t pool_id = 0;   // the node pool's id at the master; 0 while not mounted
 };
 
 class MasterPort {
@@ -75,7 +75,7 @@ class MasterPort {
   // Valid while ready(); the master may assign new ids after it restarted.
   virtual MasterIdentity identity() const = 0;
   // One line for logs and `kvctl stat`, e.g. "standalone (embedded master)" or
-  // "kvmaster tcp://10.0.0.1:50051: ready, agent 3, segment 3".
+  // "kvmaster tcp://10.0.0.1:50051: ready, agent 3, pool 3".
   virtual std::string Describe() const = 0;
   // Counters for `kvctl stat` (names without a prefix; the pipeline adds "agent.master_link.").
   virtual void AppendStats(std::vector<std::pair<std::string, uint64_t>>* /*out*/) const {}

@@ -1,6 +1,6 @@
 // ExtentAllocator: best-fit allocation of byte ranges inside [0, size), by offset only. It never
 // touches the memory the ranges name; the client's arena (ipc::ArenaAllocator) and the master's
-// map of a mounted pool (master::SegmentAllocator) are both this one allocator.
+// map of a mounted pool (master::PoolAllocator) are both this one allocator.
 //
 // Best fit over the free extents (the smallest extent that fits, the lowest offset on ties)
 // keeps large extents whole for large values; an allocation splits an extent, and freeing
@@ -13,7 +13,7 @@
 // Alignment: every offset and every length is a multiple of `alignment` (a power of two).
 //
 // Not thread-safe: one owner (ArenaAllocator locks around it; the master's single thread owns
-// its segments). Movable, not copyable.
+// its pools). Movable, not copyable.
 #pragma once
 
 #include <cstdint>

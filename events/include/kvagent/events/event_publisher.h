@@ -1,5 +1,5 @@
 // EventPublisher: the ZMQ side of the KV-event stream (docs/events.md) for one publisher
-// incarnation.
+// run.
 //
 // Owns a PUB socket (live batches `[topic, seq u64 BE, payload]`) and an optional ROUTER replay
 // socket (`[b"", start_seq]` -> retained batches `[b"", topic, seq, payload]` then the end marker

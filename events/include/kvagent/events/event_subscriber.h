@@ -10,10 +10,10 @@
 //    marker), with a bounded wait; what replay cannot supply is reported as a kGap delivery
 //    (from..to), never silently skipped;
 //  - a publisher restart (the live seq goes back to a value at or below one already seen) is
-//    reported as kReset, after which the new incarnation is followed from its seq 0 (replaying
+//    reported as kReset, after which the new run is followed from its seq 0 (replaying
 //    what was missed of it, when possible). Seq alone cannot reveal a restart whose new
-//    incarnation is already past the old seq when we next hear from it (a long disconnect):
-//    that looks like a gap, repaired from the new incarnation's replay;
+//    run is already past the old seq when we next hear from it (a long disconnect):
+//    that looks like a gap, repaired from the new run's replay;
 //  - `from_seq` replays history from that seq before the live stream (kvctl --from-seq N);
 //  - when the live stream is quiet, an occasional replay probe catches a lost last batch.
 //
@@ -56,12 +56,12 @@ struct EventDelivery {
   enum class Kind {
     kBatch,  // one batch: seq, topic, payload (and batch when decoding)
     kGap,    // seqs [seq, gap_to] were lost: neither live nor replay could supply them
-    kReset,  // the publisher restarted: seq is the first seq seen from the new incarnation
+    kReset,  // the publisher restarted: seq is the first seq seen from the new run
   };
   Kind kind = Kind::kBatch;
   uint64_t seq = 0;
   uint64_t gap_to = 0;        // kGap: last missing seq (inclusive)
-  uint64_t previous_seq = 0;  // kReset: the last seq delivered from the old incarnation
+  uint64_t previous_seq = 0;  // kReset: the last seq delivered from the old run
   bool replayed = false;      // kBatch: came from replay rather than the live socket
   std::string topic;
   std::string payload;
@@ -94,7 +94,7 @@ class EventSubscriber {
 
   // Waits up to `timeout` for the next delivery. Returns TIMEOUT when nothing is ready by then
   // (a replay in progress carries on at the next call). Never returns a batch twice or out of
-  // order within one publisher incarnation.
+  // order within one publisher run.
   Result<EventDelivery> Next(std::chrono::milliseconds timeout);
 
   // The next seq the subscriber expects, once it has one (after the first delivery or from_seq).

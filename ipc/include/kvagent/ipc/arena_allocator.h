@@ -3,7 +3,7 @@
 // Only the client allocates in its own arena (the agent reads and writes the ranges a request
 // names, after bounds checks), so this lives in the client's private memory and a mutex is
 // fine. The strategy is common/extent_allocator.h's (best fit, split on allocation, coalesce
-// with both neighbours on free; the master's segment map is the same allocator): best fit keeps
+// with both neighbours on free; the master's pool map is the same allocator): best fit keeps
 // large extents intact for large values, and immediate coalescing means that a run of
 // same-sized KV blocks (the common case) freed in any order returns to one extent;
 // fragmentation shows up only with long-lived mixed sizes, and then Allocate says how large the

@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -68,9 +69,10 @@ static_assert(sizeof(RingControl) == 4 * kCacheLine);
 struct RecordHeader {
   uint32_t length;  // payload bytes (kFrame) or bytes after this header up to the end (kPadding)
   uint32_t kind;    // RecordKind
-  uint64_t tag;     // the frame's tag (the request id on kvagent's rings); 0 for padding
+  uint64_t request_id;  // the frame's request id (on kvagent's rings); 0 for padding
 };
 static_assert(sizeof(RecordHeader) == kRecordAlign);
+static_assert(offsetof(RecordHeader, request_id) == 8);  // where the former `tag` was
 
 enum RecordKind : uint32_t { kRecordFrame = 0x46524D31, kRecordPadding = 0x50414431 };
 
@@ -101,12 +103,12 @@ class FrameProducer {
   explicit FrameProducer(RingRef ring);
 
   // Appends one frame and publishes it, waking the consumer if it advertised sleep.
-  [[nodiscard]] PushResult TryPush(uint64_t tag, std::span<const uint8_t> payload);
+  [[nodiscard]] PushResult TryPush(uint64_t request_id, std::span<const uint8_t> payload);
 
   // Appends one frame without publishing it: a burst of TryAppend calls followed by one
   // Publish() costs one fence instead of one per frame. Frames stay invisible to the consumer
   // until Publish().
-  [[nodiscard]] PushResult TryAppend(uint64_t tag, std::span<const uint8_t> payload);
+  [[nodiscard]] PushResult TryAppend(uint64_t request_id, std::span<const uint8_t> payload);
 
   // Publishes everything appended (release store of tail) and wakes a sleeping consumer. Cheap
   // when nothing is pending.
@@ -147,7 +149,7 @@ class FrameProducer {
 };
 
 struct Frame {
-  uint64_t tag = 0;
+  uint64_t request_id = 0;
   std::span<const uint8_t> payload;  // points into the ring: valid until Pop()
 };
 

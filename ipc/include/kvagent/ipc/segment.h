@@ -65,7 +65,7 @@ struct SegmentHeader {
   uint64_t magic;
   uint32_t layout_version;
   uint32_t header_bytes;
-  uint64_t agent_epoch;
+  uint64_t agent_incarnation;
   uint64_t client_id;
   SegmentLayout layout;
   alignas(kCacheLine) std::atomic<uint32_t> agent_shutdown;
@@ -79,7 +79,7 @@ class Segment {
   // the header and empty rings. The segment keeps the fd until ReleaseFd/CloseFd. Errors:
   // NO_SPACE when the memory cannot be allocated (the message says how much and what to do),
   // INTERNAL for other system-call failures.
-  static Result<Segment> Create(const SegmentLayout& layout, uint64_t agent_epoch,
+  static Result<Segment> Create(const SegmentLayout& layout, uint64_t agent_incarnation,
                                 uint64_t client_id);
 
   // Maps the segment behind `fd` (received from the agent) and checks it: its size is

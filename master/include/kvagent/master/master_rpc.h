@@ -61,7 +61,7 @@ class MasterRpc {
     bool replicate = false;        // a Replicate request ...
     bool replicate_empty = false;  // ... answered with no record: nothing new after after_seq
     uint64_t after_seq = 0;
-    uint64_t incarnation = 0;
+    uint64_t master_epoch = 0;
     uint32_t wait_ms = 0;
     std::string follower;
   };

@@ -68,7 +68,7 @@ class MasterServer {
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
 
-  // The master's epoch (MasterService::incarnation) and its newest replicated record.
+  // The master's epoch (MasterService::epoch) and its newest replicated record.
   uint64_t epoch() const;
   uint64_t last_seq() const;
   // The Stats counters ("master.*" of `kvctl stat`) as of the last tick (at most tick_ms old).

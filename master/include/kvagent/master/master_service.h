@@ -43,13 +43,13 @@ class MasterService {
 
   // Registers an agent by its stable name and process incarnation; returns its id. The same
   // name and incarnation again (e.g. after a master restart) returns the same agent with its
-  // segments; a new incarnation drops the previous one (replicas invalidated, with events).
+  // pools; a new incarnation drops the previous one (replicas invalidated, with events).
   Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation);
 
   // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
-  // index and size again keeps the segment id and any replicas the log restored in it.
-  Result<MountResult> MountSegment(AgentId agent, uint32_t index, uint64_t size,
-                                   std::span<const std::string_view> endpoints);
+  // index and size again keeps the pool id and any replicas the log restored in it.
+  Result<MountResult> MountPool(AgentId agent, uint32_t index, uint64_t size,
+                                std::span<const std::string_view> endpoints);
 
   // Records that the agent is alive (a suspect agent is trusted again). Returns false when the
   // master does not know it (dropped or restarted without state): the agent must register and
@@ -114,7 +114,7 @@ class MasterService {
   // is unknown here (abandoned, expired, or reserved by another master: nothing is stored; put
   // again), or the End's errors. Committing the same key and reserved write twice is OK, also when
   // the first commit reached the log of a master that went down and this one restored it.
-  // Otherwise, when request.master_epoch is not this master's incarnation, each key is
+  // Otherwise, when request.master_epoch is not this master's epoch, each key is
   // MASTER_UNAVAILABLE.
   Status BatchPutCommit(const WriteCommitRequest& request, KeyResults* out);
 
@@ -143,14 +143,14 @@ class MasterService {
   Status ListKeys(uint64_t cursor, uint32_t limit, ListPage* out,
                   std::string_view prefix = {}) const;
 
-  // Where a segment is: its agent and data endpoints. nullopt when not mounted.
-  struct SegmentView {
-    SegmentId id = 0;
+  // Where a pool is: its agent and data endpoints. nullopt when not mounted.
+  struct PoolView {
+    PoolId id = 0;
     AgentId agent = kNoAgent;
     uint64_t incarnation = 0;  // the pool's: its agent's process incarnation
     std::span<const std::string> endpoints;
   };
-  std::optional<SegmentView> FindSegment(SegmentId id) const;
+  std::optional<PoolView> FindPool(PoolId id) const;
 
   // The committed session ID of `key` ("" when untagged or not committed yet), or nullopt
   // when the key is unknown. For tests and kvctl.
@@ -183,10 +183,10 @@ class MasterService {
   Status Flush();
 
   // For a standby (kvmaster --follow): the committed-state records after `after_seq`, at most
-  // about `max_bytes`; a snapshot of the whole state instead when `incarnation` is not this
+  // about `max_bytes`; a snapshot of the whole state instead when `master_epoch` is not this
   // master's (the standby followed another one, or is new) or the records are no longer held.
   // INVALID_PARAMS when replication is off (options().replication_log_bytes == 0).
-  Status ReadReplication(uint64_t after_seq, uint64_t incarnation, size_t max_bytes,
+  Status ReadReplication(uint64_t after_seq, uint64_t master_epoch, size_t max_bytes,
                          ReplicationPage* out);
 
   // Events produced since the last call, in order.
@@ -200,7 +200,7 @@ class MasterService {
   // Random per service instance (a kvmaster process start), or options().epoch when set:
   // agents compare it across registrations to tell a master restart from a dropped link, and
   // their pools take it as the master epoch.
-  uint64_t incarnation() const { return incarnation_; }
+  uint64_t epoch() const { return epoch_; }
 
   // The newest operation-log record a follower can fetch (0: none yet, or no replication).
   uint64_t replication_last_seq() const;
@@ -223,7 +223,7 @@ class MasterService {
 
   MasterOptions options_;
   const Clock* clock_;
-  uint64_t incarnation_;
+  uint64_t epoch_;
   std::unique_ptr<MetadataStore> store_;
   uint64_t bad_requests_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart

@@ -1,6 +1,6 @@
 // OpLog: the master's write-ahead operation log (`--state-dir DIR`, file DIR/master.oplog).
 //
-// Every persistent mutation of the metadata (agent registered or dropped, segment mounted,
+// Every persistent mutation of the metadata (agent registered or dropped, pool mounted,
 // object committed, object removed) is one record, appended in the order the mutations happen.
 // The master reserves room for a mutation's records before it changes anything in memory
 // (Reserve: the space is preallocated on disk with fallocate), so a full disk refuses the

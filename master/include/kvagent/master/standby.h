@@ -26,7 +26,7 @@ namespace kvagent::master {
 struct StandbyOptions {
   std::string primary;      // the primary's ROUTER endpoint, e.g. tcp://10.0.0.1:50051
   std::string state_dir;    // the followed operation log goes to DIR/master.oplog (required)
-  std::string status_file;  // optional: rewritten after each page (primary=, incarnation=,
+  std::string status_file;  // optional: rewritten after each page (primary=, epoch=,
                             // applied_seq=)
   std::string name;         // this follower's name, told to the primary (its follower count)
   // Long poll: the primary holds a request that finds nothing new up to this long and answers
@@ -46,7 +46,7 @@ class Standby {
   static Result<std::unique_ptr<Standby>> Start(StandbyOptions options);
   // Stops following; the log holds every page applied so far.
   ~Standby();
-  // The same, keeping the object for its final applied_seq() and incarnation().
+  // The same, keeping the object for its final applied_seq() and epoch().
   void Stop();
   Standby(const Standby&) = delete;
   Standby& operator=(const Standby&) = delete;
@@ -55,8 +55,8 @@ class Standby {
   bool synced() const { return synced_.load(std::memory_order_acquire); }
   // The primary's record the log is at.
   uint64_t applied_seq() const { return applied_seq_.load(std::memory_order_acquire); }
-  // The primary's incarnation (its epoch) whose log this is (0: none yet).
-  uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
+  // The primary's epoch whose log this is (0: none yet).
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // How long since the primary last answered (since Start while it never did).
   std::chrono::milliseconds silent_for() const;
 
@@ -66,7 +66,7 @@ class Standby {
   std::unique_ptr<Follower> follower_;
   std::atomic<bool> synced_{false};
   std::atomic<uint64_t> applied_seq_{0};
-  std::atomic<uint64_t> incarnation_{0};
+  std::atomic<uint64_t> epoch_{0};
   std::atomic<int64_t> last_answer_ms_{0};
 };
 

@@ -17,7 +17,7 @@
 namespace kvagent::master {
 
 using AgentId = uint32_t;
-using SegmentId = uint32_t;
+using PoolId = uint32_t;
 inline constexpr AgentId kNoAgent = 0;  // ids start at 1
 
 // Time source in milliseconds on a monotonic scale. Leases, TTLs, put timeouts and soft pins
@@ -70,8 +70,8 @@ struct MasterOptions {
   // itself did not run (stopped, starved of CPU): agents are blamed for at most this much of it
   // (and at most a quarter of the agent TTL).
   int64_t max_tick_gap_ms = 1000;
-  uint64_t min_segment_bytes = 1ull << 20;  // smaller segments are refused (kMinSegmentBytes)
-  std::string state_dir;                    // operation log directory; empty: no persistence
+  uint64_t min_pool_bytes = 1ull << 20;  // smaller pools are refused (kMinPoolBytes)
+  std::string state_dir;                 // operation log directory; empty: no persistence
   // Recent operation-log records kept for standbys (kvmaster --follow); 0: no replication.
   uint64_t replication_log_bytes = 0;
   LogSync log_sync = LogSync::kWrite;  // when the operation log reaches the disk
@@ -88,7 +88,7 @@ struct MasterOptions {
   // the records before it are kept and the rest of the file is cut off.
   bool truncate_damaged_log = false;
   // The master's epoch: what every reply and placement carries and every pool's fence compares.
-  // 0: a random incarnation (one kvmaster, or a standby promoted by hand). With etcd (kvmaster
+  // 0: a random epoch (one kvmaster, or a standby promoted by hand). With etcd (kvmaster
   // --etcd) it is the term's epoch, the leader key's create revision, which grows from term to
   // term so that agents can refuse replies of a deposed master.
   uint64_t epoch = 0;
@@ -107,11 +107,11 @@ struct ReplicationPage {
 // below the put timeout, watermarks outside 0 < low <= high <= 1, parts below 4 KiB).
 Status ValidateMasterOptions(const MasterOptions& options);
 
-// Smallest segment (node pool) the master mounts. Values are split into parts no larger than
-// the smallest mounted segment (so that any segment can hold a part); without a floor one tiny
-// segment would split every value in the cluster into tiny parts, and every Get reply with
+// Smallest node pool the master mounts. Values are split into parts no larger than
+// the smallest mounted pool (so that any pool can hold a part); without a floor one tiny
+// pool would split every value in the cluster into tiny parts, and every Get reply with
 // them.
-inline constexpr uint64_t kMinSegmentBytes = uint64_t{1} << 20;  // MasterOptions' default
+inline constexpr uint64_t kMinPoolBytes = uint64_t{1} << 20;  // MasterOptions' default
 
 // Largest value a write may announce (256 TiB): far beyond any pool, and small enough that
 // size arithmetic (rounding, parts) cannot overflow.
@@ -154,7 +154,7 @@ struct WriteStartRequest {
 // the writer; every replica of a part has the same).
 struct Placement {
   uint32_t part = 0;
-  SegmentId segment_id = 0;
+  PoolId pool_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint32_t checksum = 0;
@@ -165,7 +165,7 @@ struct Placement {
 struct FailedReplica {
   uint32_t key = 0;  // index into the End's keys
   uint32_t part = 0;
-  SegmentId segment_id = 0;
+  PoolId pool_id = 0;
 };
 
 // BatchPutEnd / BatchUpsertEnd. Every span but `keys` may be empty:
@@ -203,7 +203,7 @@ inline constexpr uint64_t kReservedShareDivisor = 8;
 // BatchPutCommit: a put of each key into a write reserved for this agent — WriteStart and End
 // in one message. start.* as for BatchPutStart (the sizes must be the reserved writes');
 // finish.keys must equal start.keys and finish.write_ids names the reserved write of each key;
-// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the incarnation of the
+// part_counts, checksums and failed as for BatchPutEnd. `master_epoch` is the epoch of the
 // master that reserved them: another master refuses the whole commit (MASTER_UNAVAILABLE).
 struct WriteCommitRequest {
   WriteStartRequest start;
@@ -216,7 +216,7 @@ struct BadReplica {
   std::string_view key;
   uint64_t version = 0;  // the object's version the reader saw (BatchGet write_ids)
   uint32_t part = 0;
-  SegmentId segment_id = 0;
+  PoolId pool_id = 0;
 };
 
 // Per-key results with replica placements (BatchPutStart, BatchUpsertStart, BatchGet).
@@ -266,7 +266,7 @@ struct HeartbeatResult {
 };
 
 struct MountResult {
-  SegmentId segment_id = 0;
+  PoolId pool_id = 0;
   uint64_t restored_objects = 0;
 };
 
@@ -290,10 +290,10 @@ struct ListPage {
 struct MasterStats {
   uint64_t keys = 0;              // readable objects
   uint64_t writes_in_flight = 0;  // puts and upserts started, not ended (reserved writes apart)
-  uint64_t bytes_used = 0;        // allocated in all segments (including in-flight and discarded)
-  uint64_t bytes_capacity = 0;    // size of all mounted segments
+  uint64_t bytes_used = 0;        // allocated in all pools (including in-flight and discarded)
+  uint64_t bytes_capacity = 0;    // size of all mounted pools
   uint64_t agents = 0;
-  uint64_t segments = 0;
+  uint64_t pools = 0;
   uint64_t session_tags = 0;  // distinct session IDs referenced
   uint64_t evictions = 0;     // objects evicted
   uint64_t expired_agents = 0;

@@ -288,8 +288,12 @@ KV_API kv_status_t kv_connect(const kv_connect_options_t* options, kv_client_t**
  * no-op. */
 KV_API void kv_client_free(kv_client_t* client);
 
-/* The id the agent gave this client, its epoch, and the arena size it granted (0 for NULL). */
+/* The id the agent gave this client, the agent's incarnation (drawn anew at each agent start)
+ * and the arena size it granted (0 for NULL). */
 KV_API uint64_t kv_client_id(const kv_client_t* client);
+KV_API uint64_t kv_client_agent_incarnation(const kv_client_t* client);
+/* Deprecated: the former name of kv_client_agent_incarnation, returning the same value (kept
+ * exported by libkvclient.so.0). */
 KV_API uint64_t kv_client_agent_epoch(const kv_client_t* client);
 KV_API uint64_t kv_client_arena_bytes(const kv_client_t* client);
 /* 0 once the agent is known to be gone (then every call fails with KV_AGENT_UNAVAILABLE). */

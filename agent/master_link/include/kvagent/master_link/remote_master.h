@@ -57,14 +57,14 @@ struct RemoteMasterOptions {
   std::string endpoint;
   std::string agent_name;     // stable across restarts of this agent (host name + run dir)
   uint64_t incarnation = 0;   // new for every process start (random)
-  uint64_t pool_bytes = 0;    // the node pool, mounted as segment index 0
+  uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // where peers reach the pool (TransferEngine::endpoint())
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds timeout{5000};  // a request unanswered this long: link down
   std::chrono::milliseconds backoff_min{100};
   std::chrono::milliseconds backoff_max{5000};
-  // Runs on the link thread when a registration finds a new kvmaster incarnation (the master
-  // restarted; its event stream started over): e.g. ask the event relay to re-announce. Not
+  // Runs on the link thread when a registration finds a new kvmaster (another master epoch: it
+  // restarted, its event stream started over): e.g. ask the event relay to re-announce. Not
   // after a reconnect to the same master. Must not block.
   std::function<void()> on_master_restarted;
   // Runs on the link thread after every registration reply, before the pool is mounted, with

@@ -1,4 +1,4 @@
-// Data-plane endpoints: the strings an agent advertises to the master for its segment and that
+// Data-plane endpoints: the strings an agent advertises to the master for its pool and that
 // placements name when bytes must move to or from a peer's pool.
 //
 //   tcp://10.0.0.2:7100      TCP data server (always available)

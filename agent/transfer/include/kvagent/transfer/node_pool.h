@@ -1,4 +1,4 @@
-// NodePool: the node's share of the store's memory, mounted as this agent's segment at the master.
+// NodePool: the node's share of the store's memory, mounted at the master as its pool.
 //
 // One anonymous mapping of `--pool-size` bytes, created once at agent start and unmapped by the
 // destructor. Every page is faulted in by Create (MADV_POPULATE_WRITE, or a write per page on

@@ -6,7 +6,7 @@
 //
 //   auto pool = NodePool::Create(*transfer_flags.PoolOptions());            // at start
 //   auto engine = TransferEngine::Create(**pool, *transfer_flags.EngineOptions());
-//   master.MountSegment(pool->size(), (*engine)->endpoint());   // "tcp://10.0.0.2:41234"
+//   master.MountPool(pool->size(), (*engine)->endpoint());   // "tcp://10.0.0.2:41234"
 //   (*engine)->RegisterMemory(arena_base, arena_size);           // once per client arena
 //   (*engine)->Submit(ops, [queue](std::vector<Status> results) {
 //     queue->Push(std::move(results));                           // back to the pipeline thread
@@ -14,7 +14,7 @@
 //
 // Copies: a WRITE's bytes leave straight from `local` (sendmsg with the caller's pointer) and a
 // READ's bytes land straight in it; on the receiving side of either, only what arrives in the
-// same segment as the message header (at most 64 KiB per op) passes through a receive buffer.
+// same read as the message header (at most 64 KiB per op) passes through a receive buffer.
 //
 // Threading: every public method is thread-safe. Completion callbacks run on the engine's own
 // threads (never inside Submit), one callback per batch. A callback must return quickly and must
@@ -52,7 +52,7 @@ enum class TransferKind : uint8_t {
 // valid (and, for a read, unread by anyone else) until the batch's callback has run.
 struct TransferOp {
   TransferKind kind = TransferKind::kWrite;
-  std::string peer;            // the peer segment's endpoint as the master gave it
+  std::string peer;            // the peer pool's endpoint as the master gave it
   uint64_t remote_offset = 0;  // offset in the peer's pool
   void* local = nullptr;       // inside memory given to RegisterMemory (or the node pool)
   uint64_t length = 0;         // bytes, at least 1
@@ -143,7 +143,7 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  // What this agent advertises to the master for its segment: "tcp://<host>:<port>", or
+  // What this agent advertises to the master for its pool: "tcp://<host>:<port>", or
   // "rdma://<host>:<port>" when RDMA is active.
   const std::string& endpoint() const;
   Scheme scheme() const;

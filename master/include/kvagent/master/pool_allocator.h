@@ -1,6 +1,6 @@
-// SegmentAllocator: the free-space map of one mounted segment (an agent's memory pool).
+// PoolAllocator: the free-space map of one mounted pool (an agent's memory pool).
 //
-// Offset-based: the master never touches the segment's memory, it only hands out byte ranges
+// Offset-based: the master never touches the pool's memory, it only hands out byte ranges
 // [offset, offset + length) inside [0, size). The allocator is common/extent_allocator.h's (the
 // client's arena uses the same one): best fit over the free blocks (smallest block that fits,
 // lowest offset on ties) keeps large blocks whole for large values; freeing coalesces with both
@@ -24,17 +24,17 @@
 
 namespace kvagent::master {
 
-class SegmentAllocator {
+class PoolAllocator {
  public:
   static constexpr uint64_t kAlignment = 64;
 
-  // A segment of `size` bytes, all free. `size` is rounded down to kAlignment.
-  explicit SegmentAllocator(uint64_t size) : extents_(size, kAlignment) {}
+  // A pool of `size` bytes, all free. `size` is rounded down to kAlignment.
+  explicit PoolAllocator(uint64_t size) : extents_(size, kAlignment) {}
 
-  SegmentAllocator(const SegmentAllocator&) = delete;
-  SegmentAllocator& operator=(const SegmentAllocator&) = delete;
-  SegmentAllocator(SegmentAllocator&&) = default;
-  SegmentAllocator& operator=(SegmentAllocator&&) = default;
+  PoolAllocator(const PoolAllocator&) = delete;
+  PoolAllocator& operator=(const PoolAllocator&) = delete;
+  PoolAllocator(PoolAllocator&&) = default;
+  PoolAllocator& operator=(PoolAllocator&&) = default;
 
   // Rounds `length` up to kAlignment (0 counts as kAlignment).
   static constexpr uint64_t Rounded(uint64_t length) {
@@ -42,7 +42,7 @@ class SegmentAllocator {
   }
 
   // Reserves Rounded(length) bytes and returns their offset, or nullopt when no free block is
-  // large enough (the segment may still have that many free bytes in smaller pieces).
+  // large enough (the pool may still have that many free bytes in smaller pieces).
   [[nodiscard]] std::optional<uint64_t> Allocate(uint64_t length) {
     return extents_.Allocate(length);
   }

@@ -17,13 +17,13 @@
 
 namespace kvagent::testing {
 
-class RawSession {
+class RawClient {
  public:
   // Connects and completes the handshake; ok() says whether it worked, error() why not.
   // With a non-zero `memory_probe_address` the Hello asks for process memory (agent.fbs).
-  explicit RawSession(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
-                      uint64_t ring_bytes = 0, uint64_t memory_probe_address = 0,
-                      uint64_t memory_probe_value = 0) {
+  explicit RawClient(const std::string& socket_path, uint64_t arena_bytes = 1 << 20,
+                     uint64_t ring_bytes = 0, uint64_t memory_probe_address = 0,
+                     uint64_t memory_probe_value = 0) {
     auto fd = ipc::ConnectUnix(socket_path);
     if (!fd.ok()) {
       Fail(fd.status().ToString());
@@ -31,7 +31,7 @@ class RawSession {
     }
     socket_ = std::move(*fd);
     flatbuffers::FlatBufferBuilder fbb;
-    auto name = fbb.CreateString("raw-session");
+    auto name = fbb.CreateString("raw-client");
     fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
                                   arena_bytes, ring_bytes, memory_probe_address,
                                   memory_probe_value));
@@ -84,17 +84,17 @@ class RawSession {
   int segment_fd() const { return segment_fd_.get(); }
   uint64_t client_id() const { return client_id_; }
 
-  bool Send(uint64_t tag, std::span<const uint8_t> frame) {
-    return producer_.TryPush(tag, frame) == ipc::PushResult::kOk;
+  bool Send(uint64_t request_id, std::span<const uint8_t> frame) {
+    return producer_.TryPush(request_id, frame) == ipc::PushResult::kOk;
   }
 
-  // The next completion frame (tag + bytes), or false after `timeout`.
-  bool Receive(uint64_t* tag, std::vector<uint8_t>* frame,
+  // The next completion frame (request_id + bytes), or false after `timeout`.
+  bool Receive(uint64_t* request_id, std::vector<uint8_t>* frame,
                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     if (!consumer_.WaitForData(std::chrono::microseconds(100), timeout)) return false;
     ipc::Frame f;
     if (consumer_.Peek(&f) != ipc::PeekResult::kFrame) return false;
-    *tag = f.tag;
+    *request_id = f.request_id;
     frame->assign(f.payload.begin(), f.payload.end());
     consumer_.Pop();
     return true;

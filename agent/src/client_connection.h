@@ -3,7 +3,7 @@
 //
 // Owned and used by the ring-service thread only. Everything read from the client's segment is
 // treated as hostile: the rings check every index and record header (ipc/frame_ring.h), and a
-// violation marks the session broken; the service then disconnects the client.
+// violation marks the connection broken; the service then disconnects the client.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +21,13 @@
 
 namespace kvagent::agent {
 
-class ClientSession {
+class ClientConnection {
  public:
-  ClientSession(ClientId id, std::string name, ipc::PeerCredentials peer,
-                std::shared_ptr<ipc::Segment> segment,
-                std::shared_ptr<const ProcessMemory> memory = nullptr);
-  ClientSession(const ClientSession&) = delete;
-  ClientSession& operator=(const ClientSession&) = delete;
+  ClientConnection(ClientId id, std::string name, ipc::PeerCredentials peer,
+                   std::shared_ptr<ipc::Segment> segment,
+                   std::shared_ptr<const ProcessMemory> memory = nullptr);
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
 
   ClientId id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -40,9 +40,9 @@ class ClientSession {
 
   // Queues a completion: straight onto the ring when it has room and nothing is waiting,
   // otherwise behind the backlog (order is kept). A completion larger than the ring must not be
-  // passed (the caller replaces it with a small failure). Marks the session broken when the
+  // passed (the caller replaces it with a small failure). Marks the connection broken when the
   // client's ring index is corrupt.
-  void PushCompletion(uint64_t tag, std::span<const uint8_t> frame);
+  void PushCompletion(uint64_t request_id, std::span<const uint8_t> frame);
 
   // Makes every completion queued by PushCompletion/FlushBacklog visible to the client and wakes
   // it if it sleeps. Completions are appended in bursts and published once per burst.
@@ -52,9 +52,9 @@ class ClientSession {
   bool FlushBacklog();
   bool backlogged() const { return !backlog_.empty(); }
 
-  // Sleep protocol for the service's futex_waitv: advertises the wait this session needs (data
+  // Sleep protocol for the service's futex_waitv: advertises the wait this connection needs (data
   // on the request ring, or room on the completion ring when backlogged), and says whether the
-  // session already has work (then the service must not sleep).
+  // connection already has work (then the service must not sleep).
   ipc::FutexWaiter BeginWait(bool* has_work);
   void EndWait();
 
@@ -68,7 +68,7 @@ class ClientSession {
 
  private:
   struct PendingCompletion {
-    uint64_t tag;
+    uint64_t request_id;
     std::vector<uint8_t> frame;
   };
 

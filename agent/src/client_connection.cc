@@ -1,10 +1,10 @@
-#include "client_session.h"
+#include "client_connection.h"
 
 namespace kvagent::agent {
 
-ClientSession::ClientSession(ClientId id, std::string name, ipc::PeerCredentials peer,
-                             std::shared_ptr<ipc::Segment> segment,
-                             std::shared_ptr<const ProcessMemory> memory)
+ClientConnection::ClientConnection(ClientId id, std::string name, ipc::PeerCredentials peer,
+                                   std::shared_ptr<ipc::Segment> segment,
+                                   std::shared_ptr<const ProcessMemory> memory)
     : id_(id),
       name_(std::move(name)),
       peer_(peer),
@@ -13,14 +13,14 @@ ClientSession::ClientSession(ClientId id, std::string name, ipc::PeerCredentials
       requests_(segment_->request_ring()),
       completions_(segment_->completion_ring()) {}
 
-void ClientSession::MarkBroken(std::string reason) {
+void ClientConnection::MarkBroken(std::string reason) {
   if (broken_reason_.empty()) broken_reason_ = std::move(reason);
 }
 
-void ClientSession::PushCompletion(uint64_t tag, std::span<const uint8_t> frame) {
+void ClientConnection::PushCompletion(uint64_t request_id, std::span<const uint8_t> frame) {
   if (broken()) return;
   if (backlog_.empty()) {
-    switch (completions_.TryAppend(tag, frame)) {
+    switch (completions_.TryAppend(request_id, frame)) {
       case ipc::PushResult::kOk:
         return;
       case ipc::PushResult::kFull:
@@ -33,14 +33,14 @@ void ClientSession::PushCompletion(uint64_t tag, std::span<const uint8_t> frame)
         return;
     }
   }
-  backlog_.push_back({tag, std::vector<uint8_t>(frame.begin(), frame.end())});
+  backlog_.push_back({request_id, std::vector<uint8_t>(frame.begin(), frame.end())});
 }
 
-bool ClientSession::FlushBacklog() {
+bool ClientConnection::FlushBacklog() {
   bool moved = false;
   while (!backlog_.empty() && !broken()) {
     const PendingCompletion& next = backlog_.front();
-    const ipc::PushResult r = completions_.TryAppend(next.tag, next.frame);
+    const ipc::PushResult r = completions_.TryAppend(next.request_id, next.frame);
     if (r == ipc::PushResult::kFull) break;
     if (r != ipc::PushResult::kOk) {
       MarkBroken("the completion ring's consumer index is corrupt");
@@ -52,7 +52,7 @@ bool ClientSession::FlushBacklog() {
   return moved;
 }
 
-ipc::FutexWaiter ClientSession::BeginWait(bool* has_work) {
+ipc::FutexWaiter ClientConnection::BeginWait(bool* has_work) {
   if (backlogged()) {
     waiting_for_space_ = true;
     const uint32_t seq = completions_.BeginSpaceWait();
@@ -65,7 +65,7 @@ ipc::FutexWaiter ClientSession::BeginWait(bool* has_work) {
   return {requests_.data_word(), seq, ipc::FutexScope::kShared};
 }
 
-void ClientSession::EndWait() {
+void ClientConnection::EndWait() {
   if (waiting_for_space_) {
     completions_.EndSpaceWait();
   } else {
@@ -73,9 +73,9 @@ void ClientSession::EndWait() {
   }
 }
 
-void ClientSession::Flush() { completions_.Publish(); }
+void ClientConnection::Flush() { completions_.Publish(); }
 
-void ClientSession::SignalShutdown() {
+void ClientConnection::SignalShutdown() {
   Flush();
   segment_->header().agent_shutdown.store(1, std::memory_order_seq_cst);
   ipc::RingRef ring = segment_->completion_ring();

@@ -1,4 +1,4 @@
-#include "kvagent/master/segment_allocator.h"
+#include "kvagent/master/pool_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 namespace kvagent::master {
 namespace {
 
-TEST(SegmentAllocator, OffsetsAndLengthsAreAlignedTo64Bytes) {
-  SegmentAllocator a(1 << 20);
+TEST(PoolAllocator, OffsetsAndLengthsAreAlignedTo64Bytes) {
+  PoolAllocator a(1 << 20);
   auto x = a.Allocate(1);
   auto y = a.Allocate(65);
   auto z = a.Allocate(64);
@@ -20,8 +20,8 @@ TEST(SegmentAllocator, OffsetsAndLengthsAreAlignedTo64Bytes) {
   EXPECT_EQ(a.used(), 64u + 128u + 64u);
 }
 
-TEST(SegmentAllocator, FreeingCoalescesWithBothNeighbours) {
-  SegmentAllocator a(64 * 10);
+TEST(PoolAllocator, FreeingCoalescesWithBothNeighbours) {
+  PoolAllocator a(64 * 10);
   auto p0 = a.Allocate(64 * 3);
   auto p1 = a.Allocate(64 * 3);
   auto p2 = a.Allocate(64 * 4);
@@ -36,8 +36,8 @@ TEST(SegmentAllocator, FreeingCoalescesWithBothNeighbours) {
   EXPECT_EQ(a.largest_free(), 64u * 10);
 }
 
-TEST(SegmentAllocator, BestFitKeepsTheLargeBlockWhole) {
-  SegmentAllocator a(64 * 100);
+TEST(PoolAllocator, BestFitKeepsTheLargeBlockWhole) {
+  PoolAllocator a(64 * 100);
   auto a0 = a.Allocate(64 * 10);
   auto hole_small = a.Allocate(64 * 2);
   auto a1 = a.Allocate(64 * 10);
@@ -49,8 +49,8 @@ TEST(SegmentAllocator, BestFitKeepsTheLargeBlockWhole) {
   EXPECT_EQ(a.largest_free(), 64u * 78);
 }
 
-TEST(SegmentAllocator, ExhaustionReturnsNulloptAndChangesNothing) {
-  SegmentAllocator a(64 * 4);
+TEST(PoolAllocator, ExhaustionReturnsNulloptAndChangesNothing) {
+  PoolAllocator a(64 * 4);
   ASSERT_TRUE(a.Allocate(64 * 3));
   EXPECT_FALSE(a.Allocate(64 * 2));
   EXPECT_EQ(a.free_bytes(), 64u);
@@ -58,8 +58,8 @@ TEST(SegmentAllocator, ExhaustionReturnsNulloptAndChangesNothing) {
   EXPECT_FALSE(a.Allocate(1));
 }
 
-TEST(SegmentAllocator, AllocateAtReservesExactRangesAndRefusesOverlaps) {
-  SegmentAllocator a(64 * 16);
+TEST(PoolAllocator, AllocateAtReservesExactRangesAndRefusesOverlaps) {
+  PoolAllocator a(64 * 16);
   EXPECT_TRUE(a.AllocateAt(64 * 4, 64 * 2));
   EXPECT_FALSE(a.AllocateAt(64 * 5, 64));    // overlaps
   EXPECT_FALSE(a.AllocateAt(64 * 15, 128));  // past the end
@@ -72,10 +72,10 @@ TEST(SegmentAllocator, AllocateAtReservesExactRangesAndRefusesOverlaps) {
 }
 
 // Random allocate/free against a reference map of live ranges: no overlap, conservation of
-// bytes, and a fully freed segment is one block again.
-TEST(SegmentAllocator, RandomWorkloadNeverOverlapsAndReturnsToOneBlock) {
+// bytes, and a fully freed pool is one block again.
+TEST(PoolAllocator, RandomWorkloadNeverOverlapsAndReturnsToOneBlock) {
   const uint64_t size = 64 * 4096;
-  SegmentAllocator a(size);
+  PoolAllocator a(size);
   std::map<uint64_t, uint64_t> live;  // offset -> rounded length
   std::mt19937_64 rng(42);
   for (int i = 0; i < 20000; ++i) {
@@ -83,7 +83,7 @@ TEST(SegmentAllocator, RandomWorkloadNeverOverlapsAndReturnsToOneBlock) {
       const uint64_t len = 1 + rng() % 2000;
       auto off = a.Allocate(len);
       if (!off) continue;
-      const uint64_t r = SegmentAllocator::Rounded(len);
+      const uint64_t r = PoolAllocator::Rounded(len);
       auto next = live.lower_bound(*off);
       if (next != live.end()) {
         ASSERT_GE(next->first, *off + r);
