@@ -30,6 +30,37 @@ inline void Store(__m128i* out, __m128i v) {
   }
 }
 
+// A fold loop that copies: the register update over n bytes (a multiple of its step), storing
+// to dst as it loads.
+using FoldCopyRun = uint32_t (*)(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n);
+
+// The copy of every fold path: the head, up to a kAlign-aligned destination (streaming stores
+// want one), and the tail the ordinary way; whole kStep-byte steps in between by `streaming` or
+// `cached` (which may be null when `stores` is kStreaming). Streaming stores are weakly
+// ordered: they are finished (sfence) before the return.
+template <size_t kAlign, size_t kStep>
+KVAGENT_CRC_TARGET uint32_t AlignedFoldCopy(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n,
+                                            CopyStores stores, FoldCopyRun streaming,
+                                            FoldCopyRun cached) {
+  const size_t head = (kAlign - (reinterpret_cast<uintptr_t>(dst) & (kAlign - 1))) & (kAlign - 1);
+  std::memcpy(dst, src, head);
+  r = HwTail(r, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t run = n / kStep * kStep;
+  if (run > 0) {
+    if (stores == CopyStores::kStreaming) {
+      r = streaming(r, dst, src, run);
+      _mm_sfence();
+    } else {
+      r = cached(r, dst, src, run);
+    }
+  }
+  std::memcpy(dst + run, src + run, n - run);
+  return HwTail(r, src + run, n - run);
+}
+
 // ---- sse4.2+pclmul: eight 16-byte accumulators -----------------------------------------------
 
 #define KVAGENT_FOLD_TARGET __attribute__((target("sse4.2,pclmul")))
@@ -102,22 +133,8 @@ KVAGENT_FOLD_TARGET uint32_t FoldCopyUpdate(uint32_t r, uint8_t* dst, const uint
     std::memcpy(dst, src, n);
     return HwTail(r, src, n);
   }
-  // Streaming stores want 16-byte aligned destinations: the head goes the ordinary way.
-  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
-  std::memcpy(dst, src, head);
-  r = HwTail(r, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  const size_t run = n / 128 * 128;
-  if (stores == CopyStores::kStreaming) {
-    r = FoldRun<true, CopyStores::kStreaming>(r, dst, src, run);
-    _mm_sfence();  // streaming stores are weakly ordered: finish them before anyone is told
-  } else {
-    r = FoldRun<true, CopyStores::kCached>(r, dst, src, run);
-  }
-  std::memcpy(dst + run, src + run, n - run);
-  return HwTail(r, src + run, n - run);
+  return AlignedFoldCopy<16, 128>(r, dst, src, n, stores, FoldRun<true, CopyStores::kStreaming>,
+                                  FoldRun<true, CopyStores::kCached>);
 }
 
 }  // namespace
@@ -200,21 +217,8 @@ KVAGENT_FOLD512_TARGET uint32_t Fold512CopyUpdate(uint32_t r, uint8_t* dst, cons
     std::memcpy(dst, src, n);
     return HwTail(r, src, n);
   }
-  const size_t head = (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63;
-  std::memcpy(dst, src, head);
-  r = HwTail(r, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  const size_t run = n / 256 * 256;
-  if (stores == CopyStores::kStreaming) {
-    r = Fold512Run<true, CopyStores::kStreaming>(r, dst, src, run);
-    _mm_sfence();
-  } else {
-    r = Fold512Run<true, CopyStores::kCached>(r, dst, src, run);
-  }
-  std::memcpy(dst + run, src + run, n - run);
-  return HwTail(r, src + run, n - run);
+  return AlignedFoldCopy<64, 256>(r, dst, src, n, stores, Fold512Run<true, CopyStores::kStreaming>,
+                                  Fold512Run<true, CopyStores::kCached>);
 }
 
 #pragma GCC diagnostic pop
@@ -497,20 +501,9 @@ KVAGENT_HYBRID_TARGET uint32_t HybridCopyUpdateAhead(uint32_t r, uint8_t* dst, c
 KVAGENT_HYBRID_TARGET uint32_t HybridStreamingCopy(uint32_t r, uint8_t* dst, const uint8_t* src,
                                                    size_t n) {
   // Streaming stores: one sequential stream of whole lines, the folds alone (the four streams
-  // of a chunk written at once ran at half the speed of a streaming copy). Streaming stores
-  // want 32-byte aligned destinations: the head goes the ordinary way.
-  const size_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
-  std::memcpy(dst, src, head);
-  r = HwTail(r, src, head);
-  dst += head;
-  src += head;
-  n -= head;
-  const size_t run = n / 128 * 128;
-  if (run > 0) r = FoldRun256(r, dst, src, run);
-  std::memcpy(dst + run, src + run, n - run);
-  r = HwTail(r, src + run, n - run);
-  _mm_sfence();  // streaming stores are weakly ordered: finish them before anyone is told
-  return r;
+  // of a chunk written at once ran at half the speed of a streaming copy).
+  return AlignedFoldCopy<32, 128>(r, dst, src, n, CopyStores::kStreaming, FoldRun256,
+                                  /*cached=*/nullptr);
 }
 
 }  // namespace

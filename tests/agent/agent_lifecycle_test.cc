@@ -272,16 +272,7 @@ TEST(AgentLifecycle, ReadinessIsNotifiedOnlyOnceServingAndStoppingOnSigterm) {
 // Runs kvagent with `args` to completion; returns its exit code (-1 if it did not exit).
 int RunAgentToExit(std::vector<std::string> args) {
   args.insert(args.begin(), KVAGENT_BINARY);
-  ProcessGuard child(fork());
-  if (child.pid() == 0) {
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  ProcessGuard child(SpawnQuiet(std::move(args)));
   const int status = child.Wait();
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

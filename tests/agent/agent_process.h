@@ -119,19 +119,8 @@ class AgentProcess {
     run_dir_ = dir_.path() + "/run";
     std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_, "--pool-size", "64MiB"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      // Quiet by default; KVAGENT_TEST_AGENT_LOG=1 keeps the agent's log on stderr.
-      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    // Quiet by default; KVAGENT_TEST_AGENT_LOG=1 keeps the agent's log on stderr.
+    const pid_t pid = SpawnQuiet(std::move(args));
     process_.Reset(pid);
     pid_ = pid;
     started_ = WaitUntil([&] { return access(socket_path().c_str(), F_OK) == 0 || !Running(); });

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "process_guard.h"
+
 #ifndef KVAGENT_TEST_CLIENT
 #error "KVAGENT_TEST_CLIENT must name the kvagent_test_client executable"
 #endif
@@ -20,14 +22,11 @@ inline pid_t SpawnTestClient(std::vector<std::string> args, int* out_fd) {
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
   args.insert(args.begin(), KVAGENT_TEST_CLIENT);
+  const ExecArgs command(std::move(args));
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(pipe_fds[1], 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    command.Exec();
   }
   close(pipe_fds[1]);
   *out_fd = pipe_fds[0];

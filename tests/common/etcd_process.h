@@ -38,16 +38,13 @@ inline uint16_t UnusedPort(const char* host = "127.0.0.1") {
 
 // Starts `args` (argv[0] a path) with its standard output and error appended to `log`.
 inline pid_t SpawnLogged(std::vector<std::string> args, const std::string& log) {
+  const ExecArgs command(std::move(args));
   const pid_t pid = fork();
   if (pid == 0) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    command.Exec();
   }
   return pid;
 }
@@ -113,29 +110,14 @@ class EtcdProcess {
     const std::string peer = "http://" + host_ + ":" + std::to_string(peer_port_);
     log_ = data_dir_ + "/etcd.log";
     std::vector<std::string> args = prefix_;
-    const std::vector<std::string> own = {kEtcdBinary,
-                                          "--name",
-                                          "test",
-                                          "--data-dir",
-                                          data_dir_ + "/etcd",
-                                          "--listen-client-urls",
-                                          listen,
-                                          "--advertise-client-urls",
-                                          client,
-                                          "--listen-peer-urls",
-                                          peer,
-                                          "--initial-advertise-peer-urls",
-                                          peer,
-                                          "--initial-cluster",
-                                          "test=" + peer,
-                                          "--log-level",
-                                          "warn",
-                                          // As docs/operations.md advises for a LAN: etcd's
-                                          // minimum lease is then 1 s (the members' default).
-                                          "--heartbeat-interval",
-                                          "50",
-                                          "--election-timeout",
-                                          "500"};
+    const std::vector<std::string> own = {
+        kEtcdBinary, "--name", "test", "--data-dir", data_dir_ + "/etcd", "--listen-client-urls",
+        listen, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+        "--initial-advertise-peer-urls", peer, "--initial-cluster", "test=" + peer, "--log-level",
+        "warn",
+        // As docs/operations.md advises for a LAN: etcd's
+        // minimum lease is then 1 s (the members' default).
+        "--heartbeat-interval", "50", "--election-timeout", "500"};
     args.insert(args.end(), own.begin(), own.end());
     const pid_t pid = SpawnLogged(args, log_);
     process_.Reset(pid);

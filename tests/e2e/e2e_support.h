@@ -66,15 +66,12 @@ class ClientProcess {
       return;
     }
     args.insert(args.begin(), E2E_CLIENT_BINARY);
+    const ExecArgs command(std::move(args));
     const pid_t pid = fork();
     if (pid == 0) {
       dup2(in[0], 0);
       dup2(out[1], 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+      command.Exec();
     }
     close(in[0]);
     close(out[1]);

@@ -180,15 +180,12 @@ StartResult StartMaster(const std::string& state, const Args& extra = {}) {
                                    "--ready-file",
                                    ready};
   args.insert(args.end(), extra.begin(), extra.end());
+  const ExecArgs command(std::move(args));
   const pid_t pid = fork();
   if (pid == 0) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    command.Exec();
   }
   ProcessGuard guard;
   guard.Reset(pid);

@@ -75,19 +75,7 @@ class NodeAgent {
     args.insert(args.begin(), prefix_.begin(), prefix_.end());
     const std::string socket = run_dir_ + "/agent.sock";
     unlink(socket.c_str());
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 2);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    process_.Reset(pid);
+    process_.Reset(SpawnQuiet(std::move(args)));
     started_ = WaitUntil([&] { return access(socket.c_str(), F_OK) == 0 || !process_.Running(); });
     started_ = started_ && process_.Running();
     return started_;

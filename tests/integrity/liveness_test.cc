@@ -117,19 +117,7 @@ TEST(Liveness, AnAgentPartitionedFromItsMasterKeepsItsObjectsAfterTheHeal) {
                                     "tcp://" + net.address_a() + ":5558", "--ready-file", ready,
                                     "--agent-ttl-ms", "1000", "--agent-dead-ms", "60000",
                                     "--tick-ms", "20", "--cluster-secret-file", secret});
-    const pid_t pid = fork();
-    if (pid == 0) {
-      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
-        const int null = open("/dev/null", O_WRONLY);
-        dup2(null, 2);
-      }
-      std::vector<char*> args;
-      for (auto& s : argv) args.push_back(s.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    master.Reset(pid);
+    master.Reset(SpawnQuiet(std::move(argv)));
   }
   ASSERT_TRUE(WaitUntil([&] { return access(ready.c_str(), F_OK) == 0; }));
   // The agent runs in the other namespace; its client reaches it over the run dir's socket.

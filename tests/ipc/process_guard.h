@@ -2,9 +2,15 @@
 // collected, so a failing test never leaves a process behind.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace kvagent::testing {
 
@@ -58,5 +64,51 @@ class ProcessGuard {
   pid_t pid_;
   int status_ = -1;
 };
+
+// A command line for execv, built before fork() (the child of a threaded process should not
+// allocate): args[0] is the program's path.
+class ExecArgs {
+ public:
+  explicit ExecArgs(std::vector<std::string> args) : args_(std::move(args)) {
+    for (auto& a : args_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+  }
+  ExecArgs(const ExecArgs&) = delete;
+  ExecArgs& operator=(const ExecArgs&) = delete;
+
+  // In the child: becomes the program, or exits 127 when it cannot.
+  [[noreturn]] void Exec() const {
+    execv(argv_[0], argv_.data());
+    _exit(127);
+  }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> argv_;
+};
+
+// Whether the processes tests start keep their logs on stderr: KVAGENT_TEST_AGENT_LOG=1 (by
+// default their stderr goes to /dev/null, to keep the test log readable).
+inline bool TestProcessLogsWanted() { return std::getenv("KVAGENT_TEST_AGENT_LOG") != nullptr; }
+
+// In a child: its stderr to /dev/null unless `keep` (TestProcessLogsWanted(), asked before fork).
+inline void QuietStderr(bool keep = false) {
+  if (keep) return;
+  const int devnull = open("/dev/null", O_WRONLY);
+  dup2(devnull, STDERR_FILENO);
+}
+
+// Starts `args` with its stderr quiet unless KVAGENT_TEST_AGENT_LOG is set. Returns its pid
+// (hand it to a ProcessGuard), -1 when fork failed.
+inline pid_t SpawnQuiet(std::vector<std::string> args) {
+  const ExecArgs command(std::move(args));
+  const bool keep_log = TestProcessLogsWanted();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    QuietStderr(keep_log);
+    command.Exec();
+  }
+  return pid;
+}
 
 }  // namespace kvagent::testing

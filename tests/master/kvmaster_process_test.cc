@@ -14,12 +14,14 @@
 #include <sstream>
 #include <thread>
 
+#include "process_guard.h"
 #include "zmq_test_client.h"
 
 namespace kvagent::master {
 namespace {
 
 using namespace testing;  // NOLINT
+using kvagent::testing::SpawnQuiet;
 
 class TempDir {
  public:
@@ -45,16 +47,7 @@ class Kvmaster {
                                "--events-replay", "tcp://127.0.0.1:0", "--ready-file", ready_});
     }
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, STDERR_FILENO);  // keep the test log readable; failures show in codes
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = SpawnQuiet(std::move(args));  // keep the test log readable; failures show in codes
   }
   ~Kvmaster() {
     if (pid_ > 0) {

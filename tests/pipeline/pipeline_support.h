@@ -109,19 +109,7 @@ class KvmasterProcess {
                                      "--events",      events,         "--events-replay",
                                      replay,          "--ready-file", ready};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    const pid_t pid = fork();
-    if (pid == 0) {
-      if (std::getenv("KVAGENT_TEST_AGENT_LOG") == nullptr) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    process_.Reset(pid);
+    process_.Reset(SpawnQuiet(std::move(args)));
   }
 
   void ReadReady() {

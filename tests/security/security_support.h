@@ -126,6 +126,7 @@ class LoggedAgent {
     std::vector<std::string> args = {KVAGENT_BINARY, "--run-dir", run_dir_,
                                      "--pool-size",  "64MiB",     "--pool-huge-pages=false"};
     args.insert(args.end(), extra.begin(), extra.end());
+    const ExecArgs command(std::move(args));
     const pid_t pid = fork();
     if (pid == 0) {
       const int log = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -137,11 +138,7 @@ class LoggedAgent {
       if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) {
         _exit(100);
       }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+      command.Exec();
     }
     process_.Reset(pid);
     pid_ = pid;

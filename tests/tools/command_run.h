@@ -36,16 +36,13 @@ inline CommandOutput RunCommand(const std::vector<std::string>& args, const std:
   }
   kvagent::UniqueFd in_r(in[0]), in_w(in[1]), out_r(out[0]), out_w(out[1]), err_r(err[0]),
       err_w(err[1]);
+  const ExecArgs command(args);
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+    command.Exec();
   }
   ProcessGuard child(pid);
   in_r.Reset();

@@ -24,7 +24,8 @@ void TransferFlags::Declare(FlagSet* flags) {
   flags->String("data-transport", &data_transport,
                 "auto (RDMA when a device exists, else TCP), tcp, or rdma");
   flags->Int("data-peer-timeout-ms", &data_peer_timeout_ms,
-             "an op fails with TIMEOUT when its peer moves no bytes for this long");
+             "a data-plane op fails when its peer moves no bytes for this long; its key tries "
+             "the next replica, else fails with TRANSFER_FAILED (\"TIMEOUT: ...\")");
 }
 
 Result<NodePoolOptions> TransferFlags::PoolOptions() const {

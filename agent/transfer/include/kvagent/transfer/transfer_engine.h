@@ -94,8 +94,9 @@ struct TransferEngineOptions {
   std::string advertise_host;
   TransportMode transport = TransportMode::kAuto;  // --data-transport
   // --data-peer-timeout-ms: an outstanding op fails with TIMEOUT when its peer moves no bytes
-  // (connect, send, receive or completion) for this long. Large transfers that keep moving
-  // never time out.
+  // (connect, send, receive or completion) for this long (the request pipeline then reports
+  // the key's TRANSFER_FAILED, naming the timeout). Large transfers that keep moving never
+  // time out.
   std::chrono::milliseconds peer_timeout{5000};
   // Which peers' ops the data server accepts for this pool (must outlive the engine); null:
   // every op inside the pool (tools and tests of the data plane alone).
