@@ -58,6 +58,15 @@ TEST(Crc32c, FastPathsMatchTheReferenceAtEveryBoundary) {
         EXPECT_EQ(CopyWithCrc32c(d, s, n, stores), want) << "n=" << n << " align=" << align;
         EXPECT_EQ(std::memcmp(d, s, n), 0) << "n=" << n;
         EXPECT_EQ(d[n], 0xAB) << "wrote past the end, n=" << n;
+        // With a next value to fetch ahead, and without one (small values then take the
+        // two-pass path: copy, then the CRC of the destination), continuing from a CRC.
+        for (PrefetchRange next : {PrefetchRange{}, PrefetchRange{src.data(), 4096}}) {
+          std::fill(dst.begin(), dst.end(), 0xAB);
+          EXPECT_EQ(CopyWithCrc32c(d, s, n, stores, 0x1234u, next), Reference(s, n, 0x1234u))
+              << "n=" << n << " align=" << align << " next=" << next.n;
+          EXPECT_EQ(std::memcmp(d, s, n), 0) << "n=" << n;
+          EXPECT_EQ(d[n], 0xAB) << "wrote past the end, n=" << n;
+        }
       }
     }
   }

@@ -48,9 +48,11 @@ struct PrefetchRange {
 void PrefetchStart(PrefetchRange range);
 
 // As above, and asks the CPU for the first 4 KiB of `next` a few lines at a time while it copies
-// (a hint). A caller that copies many values out of memory the cache
-// does not hold (a get's parts out of the node pool) names the next one, so that its memory
-// latency overlaps this copy and checksum instead of adding to the next.
+// (a hint). Without a `next`, a small value with ordinary stores (up to 16 KiB) is copied first
+// and its CRC taken over dst, then in L1: the same bytes, faster out of cold memory. A caller that
+// copies many values out of memory the cache does not hold (a get's parts out of the node pool)
+// names the next one, so that its memory latency overlaps this copy and checksum instead of adding
+// to the next.
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
                         PrefetchRange next);
 
