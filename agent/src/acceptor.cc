@@ -63,6 +63,9 @@ Status Acceptor::Start() {
   }
   started_ = true;
   thread_ = std::thread([this] { Run(); });
+  // Named here, not in Run(): the name is in place before Start returns and the agent reports
+  // ready (tests and `top -H` find the thread by it).
+  pthread_setname_np(thread_.native_handle(), "kvagent-accept");
   return Status::Ok();
 }
 
@@ -121,7 +124,6 @@ int Acceptor::NextTimeoutMs(Clock::time_point now) const {
 }
 
 void Acceptor::Run() {
-  pthread_setname_np(pthread_self(), "kvagent-accept");  // tests and `top -H` find it
   epoll_event events[64];
   while (true) {
     const int n = epoll_wait(epoll_fd_.get(), events, 64, NextTimeoutMs(Clock::now()));

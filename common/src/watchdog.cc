@@ -1,6 +1,13 @@
 #include "kvagent/common/watchdog.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 
 namespace kvagent {
 
@@ -22,13 +29,35 @@ void Watchdog::Poll(Clock::time_point now) {
   if (now < next_) return;
   std::string message = "WATCHDOG=1";
   if (status_) message += "\nSTATUS=" + status_();
-  NotifyServiceManager(message);
-  pings_.fetch_add(1, std::memory_order_relaxed);
+  if (PingServiceManager(message)) pings_.fetch_add(1, std::memory_order_relaxed);
   next_ = now + interval_;
 }
 
 void NotifyServiceManager(const std::string& message) {
   sd_notify(/*unset_environment=*/0, message.c_str());
+}
+
+bool PingServiceManager(const std::string& message) {
+  const char* socket_path = std::getenv("NOTIFY_SOCKET");
+  if (socket_path == nullptr || socket_path[0] == '\0') return false;
+  if (socket_path[0] != '/' && socket_path[0] != '@') {
+    // Another address family (vsock: a VM's manager): libsystemd knows it.
+    return sd_notify(/*unset_environment=*/0, message.c_str()) > 0;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t length = std::strlen(socket_path);
+  if (length >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, socket_path, length);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // the abstract namespace
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  // A manager that does not read (its queue full) loses this ping: the loop never waits on it.
+  const ssize_t sent = sendto(fd, message.data(), message.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
+                              reinterpret_cast<const sockaddr*>(&addr),
+                              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length));
+  close(fd);
+  return sent == static_cast<ssize_t>(message.size());
 }
 
 }  // namespace kvagent

@@ -133,5 +133,29 @@ TEST(Watchdog, ALoopThatStopsStopsPingingAndPingsAgainWhenItGoesOn) {
   unsetenv("NOTIFY_SOCKET");
 }
 
+// systemd stalled (or a test busy elsewhere): its socket's queue fills up. The loop's pings must
+// not block it (sd_notify would, in the work loop whose liveness they report): a ping with no
+// room is dropped, and pinging resumes once the manager reads again.
+TEST(Watchdog, AManagerThatDoesNotReadNeverBlocksTheLoop) {
+  NotifySocket notify(TempPath("full"));
+  ASSERT_TRUE(notify.bound());
+  setenv("NOTIFY_SOCKET", notify.path().c_str(), 1);
+  Watchdog w(microseconds(1));
+  auto now = Watchdog::Clock::now();
+  constexpr int kPolls = 2000;  // far above any datagram queue (net.unix.max_dgram_qlen)
+  for (int i = 0; i < kPolls; ++i) {
+    now += microseconds(2);
+    w.Poll(now);  // returns: the test would hang here if a full queue blocked it
+  }
+  const uint64_t queued = w.pings();
+  EXPECT_GT(queued, 0u);
+  EXPECT_LT(queued, static_cast<uint64_t>(kPolls));  // the rest were dropped, not waited for
+  EXPECT_EQ(static_cast<uint64_t>(notify.Drain()), queued);
+  w.Poll(now + microseconds(2));  // room again: the next ping goes through
+  EXPECT_EQ(w.pings(), queued + 1);
+  EXPECT_EQ(notify.Next(), "WATCHDOG=1");
+  unsetenv("NOTIFY_SOCKET");
+}
+
 }  // namespace
 }  // namespace kvagent::testing

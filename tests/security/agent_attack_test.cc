@@ -158,7 +158,8 @@ TEST(AgentAttack, RunningOutOfDescriptorsNeitherSpinsTheAgentNorFloodsItsLog) {
   // ~40 of them costs some CPU, more under ASan) and ends before the handshake timeout frees fds.
   // Only the acceptor thread is measured: the agent's other threads (and a sanitizer's) may
   // run meanwhile on a loaded machine.
-  ASSERT_TRUE(HasThread(agent.pid(), "kvagent-accept"));
+  // agent.sock appears just before the acceptor thread starts: wait for the thread.
+  ASSERT_TRUE(WaitUntil([&] { return HasThread(agent.pid(), "kvagent-accept"); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const uint64_t ticks_before = ThreadCpuTicks(agent.pid(), "kvagent-accept");
   std::this_thread::sleep_for(std::chrono::seconds(1));

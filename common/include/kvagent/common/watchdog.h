@@ -34,7 +34,7 @@ class Watchdog {
   void Poll(Clock::time_point now);
   // When the next ping is due (time_point::max() when disabled).
   Clock::time_point next_due() const { return next_; }
-  // Pings sent so far (any thread).
+  // Pings sent so far (any thread); a ping the manager had no room for is not counted.
   uint64_t pings() const { return pings_.load(std::memory_order_relaxed); }
 
  private:
@@ -47,5 +47,10 @@ class Watchdog {
 // sd_notify(3) of one message ("READY=1\nSTATUS=...", "STOPPING=1", "EXTEND_TIMEOUT_USEC=...");
 // does nothing outside systemd (no $NOTIFY_SOCKET).
 void NotifyServiceManager(const std::string& message);
+
+// The same for a watchdog ping, without ever blocking: when the manager's queue is full (it is
+// stalled, or a test does not read), the ping is dropped and false returned. sd_notify(3) would
+// block the calling loop, the very thread whose liveness the ping reports.
+bool PingServiceManager(const std::string& message);
 
 }  // namespace kvagent
