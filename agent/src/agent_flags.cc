@@ -31,6 +31,9 @@ Status CheckClientFlags(AgentFlags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return InvalidParams("--spin-us must be >= 0");
+  if (v.copy_threads < 0 || v.copy_threads > 64) {
+    return InvalidParams("--copy-threads must be between 0 (automatic) and 64");
+  }
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
   v.agent.max_clients = static_cast<int>(v.max_clients);
@@ -105,6 +108,10 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
   f.Bool("checksums", &v.checksums,
          "take a CRC32C of every value as it is stored and verify it on every read (turn off "
          "only to measure what it costs: a get can then not tell corrupt bytes)");
+  f.Int("copy-threads", &v.copy_threads,
+        "threads that copy one large value (256 KiB and more) between a client and the pool "
+        "together: the service thread and copy-threads - 1 helpers (0: 4, or fewer when this "
+        "process may run on fewer CPUs; 1: the service thread alone)");
   f.Size("reserved-write-bytes", &v.reserved_write_bytes,
          "with --master: space the agent keeps reserved at kvmaster for puts of the value sizes "
          "it has seen, so a put takes one master round trip instead of two (0: off)");

@@ -28,6 +28,7 @@ struct AgentFlags {
   bool standalone = false;
   std::string agent_name;
   bool checksums = true;
+  int64_t copy_threads = 0;  // 0: min(4, the CPUs this process may run on)
   uint64_t reserved_write_bytes = 64ull << 20;
   bool serve_data = true;  // false: standalone without --data-listen (no data server)
   int64_t heartbeat_ms = 1000;

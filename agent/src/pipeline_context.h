@@ -26,6 +26,8 @@
 
 namespace kvagent::agent {
 
+class CopyHelpers;
+
 class WriteReservations;
 
 // Posts tasks to the service thread while it runs and drops them once it stopped, so threads
@@ -127,6 +129,9 @@ struct PipelineContext {
   const transfer::PoolFence* fence = nullptr;
   // Checksums taken on put and verified on get (--checksums; off only to measure their cost).
   bool checksums = true;
+  // Splits large local copies across threads (copy_helpers.h); null: the service thread copies
+  // alone.
+  CopyHelpers* copier = nullptr;
   // Writes reserved ahead for puts (remote master only; null: every put starts its writes).
   WriteReservations* reservations = nullptr;
   CompletionSink* sink = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "copy_helpers.h"
 #include "kvagent/common/validate.h"
 #include "pipeline_stats.h"
 
@@ -101,6 +102,12 @@ RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::N
 RequestPipeline::~RequestPipeline() {
   ctx_.gate->Close();
   master_->Stop();
+}
+
+void RequestPipeline::SetCopyThreads(unsigned threads) {
+  ctx_.copier = nullptr;
+  copy_helpers_ = threads > 1 ? std::make_unique<CopyHelpers>(threads) : nullptr;
+  ctx_.copier = copy_helpers_.get();
 }
 
 void RequestPipeline::EnableReservedWrites(const WriteReservations::Options& options) {

@@ -56,6 +56,9 @@ class RequestPipeline final : public RequestHandler {
   // per put instead of two; write_reservations.h). For a remote master; call before the agent
   // starts.
   void EnableReservedWrites(const WriteReservations::Options& options);
+  // Large local copies split across `threads` threads (the service thread and threads - 1
+  // helpers; copy_helpers.h). Call before the agent starts.
+  void SetCopyThreads(unsigned threads);
   // The `kvctl stat` counters ("agent.*"), with `clients` attached now. Any thread (the metrics
   // endpoint calls it).
   std::vector<Counter> Counters(size_t clients) const;
@@ -88,6 +91,7 @@ class RequestPipeline final : public RequestHandler {
   PipelineContext ctx_;
   MasterMessages messages_;
   std::unique_ptr<WriteReservations> reservations_;
+  std::unique_ptr<CopyHelpers> copy_helpers_;
   std::array<std::vector<HeldRequest>, PipelineCounters::kOps> queued_;
   std::vector<std::unique_ptr<Batch>> active_;
 };

@@ -1,7 +1,9 @@
 #include "running_agent.h"
 
 #include <glog/logging.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <future>
 #include <mutex>
 #include <random>
@@ -18,6 +20,15 @@ namespace {
 uint64_t NewIncarnation() {
   std::random_device rd;
   return ((uint64_t{rd()} << 32) | rd()) | 1;  // never 0
+}
+
+// --copy-threads 0: four threads copy a large value, or as many CPUs as this process may use.
+unsigned CopyThreads(int64_t flag) {
+  if (flag > 0) return static_cast<unsigned>(flag);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return static_cast<unsigned>(std::clamp(usable, 1, 4));
 }
 
 // The event relay's content source: the master's ListKeys through the link, each object as the
@@ -264,6 +275,7 @@ bool RunningAgent::StartServing() {
   }
   auto pipeline = std::make_unique<RequestPipeline>(std::move(port_), pool_.get(), engine_.get(),
                                                     fence_.get(), v_.checksums);
+  pipeline->SetCopyThreads(CopyThreads(v_.copy_threads));
   if (!v_.master.empty() && v_.reserved_write_bytes > 0) {
     WriteReservations::Options reserved;
     reserved.budget_bytes = v_.reserved_write_bytes;

@@ -65,6 +65,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -133,6 +134,22 @@ void PinSelf(int cpu) {
     if (cpu < 0 || i == cpu) CPU_SET(i, &set);
   }
   sched_setaffinity(0, sizeof(set), &set);
+}
+
+// Lets the threads of process `pid` named kvagent-copy run on every CPU.
+void UnpinCopyHelpers(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "kvagent-copy") continue;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i <= LastCpu(); ++i) CPU_SET(i, &set);
+    sched_setaffinity(static_cast<pid_t>(std::stol(task.path().filename().string())), sizeof(set),
+                      &set);
+  }
 }
 
 // ---- copy baselines --------------------------------------------------------------------------
@@ -222,10 +239,15 @@ class Store {
       if (!master_->started()) Die("kvmaster did not start");
       args = kvagent::testing::Concat(master_->AgentArgs(), args);
     }
+    // The agent's copy helpers (--copy-threads: large values are copied by the service thread
+    // and helpers together) run on every CPU: a node has cores to spare for them, and the
+    // client's CPU is free while it waits for a large put or get.
+    args = kvagent::testing::Concat({"--copy-threads", std::to_string(LastCpu() + 1)}, args);
     PinSelf(LastCpu());
     agent_.emplace(args);
     PinSelf(0);
     if (!agent_->started()) Die("kvagent did not start");
+    UnpinCopyHelpers(agent_->pid());
     kvagent::ClientOptions o;
     o.run_dir = agent_->run_dir();
     o.client_name = "e2e-bench";
@@ -649,7 +671,8 @@ int main(int argc, char** argv) {
   const kvagent::testing::Args agent_flags(argv + std::min(argc, 2), argv + argc);
   PinSelf(0);
   std::printf(
-      "# e2e_bench: kvagent pinned to CPU %d, client to CPU 0, kvmaster unpinned; "
+      "# e2e_bench: kvagent pinned to CPU %d (its copy helpers on every CPU), client to CPU 0, "
+      "kvmaster unpinned; "
       "shared machine, figures are noisier while others build\n",
       LastCpu());
   if (only == "lat") {  // the standalone single-key latencies only (for profiling)
