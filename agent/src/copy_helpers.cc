@@ -51,6 +51,7 @@ CopyHelpers::~CopyHelpers() {
 }
 
 uint32_t CopyHelpers::CopyShare(const Share& s) {
+  if (s.n == 0) return 0;  // memcpy's pointers must be valid even for no bytes
   if (s.checksum) return CopyWithCrc32c(s.dst, s.src, s.n, s.stores);
   if (s.stores == CopyStores::kStreaming) {
     StreamCopy(s.dst, s.src, s.n);
@@ -74,6 +75,10 @@ void CopyHelpers::Run(Helper* h) {
 
 uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStores stores,
                            bool checksum, PrefetchRange next) {
+  if (n == 0) {  // nothing to copy (the pointers may be null); the CRC of no bytes is 0
+    PrefetchStart(next);
+    return 0;
+  }
   const size_t shares = std::min<size_t>(helpers_.size() + 1, n / (kSplitMinBytes / 2));
   if (shares < 2) {
     if (checksum) return CopyWithCrc32c(dst, src, n, stores, 0, next);

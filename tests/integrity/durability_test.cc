@@ -283,20 +283,35 @@ TEST(Durability, APutTheMasterCommittedIsNeverAnsweredMasterUnavailable) {
   auto c = agent.Connect();
   ASSERT_TRUE(c);
   std::atomic<bool> stop{false};
+  std::atomic<size_t> oks{0};  // puts answered OK so far
   std::map<std::string, ErrorCode> outcome;
   auto writer = std::async(std::launch::async, [&] {
     for (int i = 0; !stop; ++i) {
       const std::string key = "p" + std::to_string(i);
-      outcome[key] = PutValue(*c, key, Pattern(key, 4096)).code;
+      const ErrorCode code = PutValue(*c, key, Pattern(key, 4096)).code;
+      outcome[key] = code;
+      if (code == ErrorCode::kOk) ++oks;
     }
   });
-  for (int round = 0; round < 3; ++round) {
+  // An assertion that returns early still ends the writer (the future's destructor waits for it).
+  struct StopOnExit {
+    std::atomic<bool>& flag;
+    ~StopOnExit() { flag = true; }
+  } stop_writer{stop};
+  // Each stop comes after at least 30 more puts were stored (however slow the machine: a
+  // sanitizer build on a loaded CI runner stores a few dozen per second), at least 400 ms apart.
+  auto store_some = [&] {
+    const size_t before = oks;
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    return WaitUntil([&] { return oks >= before + 30; }, std::chrono::seconds(30));
+  };
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(store_some());
     master.Signal(SIGTERM);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_TRUE(master.Restart());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_TRUE(store_some());
   stop = true;
   writer.get();
   ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "agent.master_link.ready") == 1; }));
