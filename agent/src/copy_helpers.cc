@@ -36,7 +36,6 @@ CopyHelpers::CopyHelpers(unsigned threads) {
     auto h = std::make_unique<Helper>();
     Helper* raw = h.get();
     h->thread = std::thread([this, raw] { Run(raw); });
-    pthread_setname_np(h->thread.native_handle(), "kvagent-copy");
     helpers_.push_back(std::move(h));
   }
 }
@@ -62,6 +61,7 @@ uint32_t CopyHelpers::CopyShare(const Share& s) {
 }
 
 void CopyHelpers::Run(Helper* h) {
+  pthread_setname_np(pthread_self(), "kvagent-copy");  // itself: no /proc descriptor opened
   uint32_t seen = 0;
   while (true) {
     const uint32_t posted = AwaitChange(h->posted, seen, &stop_);
