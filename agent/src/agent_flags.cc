@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "copy_helpers.h"
 #include "kvagent/common/metrics_http.h"
 #include "kvagent/coord/cluster_address.h"
 #include "kvagent/master_link/remote_master.h"
@@ -31,7 +32,7 @@ Status CheckClientFlags(AgentFlags& v) {
   auto gids = ParseIds(v.allow_gids, "--allow-gid");
   if (!gids.ok()) return gids.status();
   if (v.spin_us < 0) return InvalidParams("--spin-us must be >= 0");
-  if (v.copy_threads < 0 || v.copy_threads > 64) {
+  if (v.copy_threads < 0 || v.copy_threads > CopyHelpers::kMaxThreads) {
     return InvalidParams("--copy-threads must be between 0 (automatic) and 64");
   }
   v.agent.allow_uids = *uids;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "kvagent/ipc/frame_ring.h"
@@ -32,7 +33,7 @@ uint32_t AwaitChange(const std::atomic<uint32_t>& word, uint32_t seen,
 }  // namespace
 
 CopyHelpers::CopyHelpers(unsigned threads) {
-  for (unsigned i = 1; i < threads; ++i) {
+  for (unsigned i = 1; i < std::min(threads, kMaxThreads); ++i) {
     auto h = std::make_unique<Helper>();
     Helper* raw = h.get();
     h->thread = std::thread([this, raw] { Run(raw); });
@@ -87,8 +88,9 @@ uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStore
     return 0;
   }
   // Share boundaries on cache lines of the destination: no line is stored by two threads.
-  std::vector<size_t> bounds(shares + 1, n);
+  std::array<size_t, kMaxThreads + 1> bounds;  // on the stack: no allocation per copy
   bounds[0] = 0;
+  bounds[shares] = n;
   const auto base = reinterpret_cast<uintptr_t>(dst);
   for (size_t i = 1; i < shares; ++i) {
     const uintptr_t at = (base + n / shares * i) & ~uintptr_t{63};

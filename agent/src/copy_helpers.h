@@ -28,9 +28,11 @@ class CopyHelpers {
  public:
   // Values from this size on are split (each share at least half of it).
   static constexpr size_t kSplitMinBytes = 256 * 1024;
+  // The most threads one copy is split across (the caller included); --copy-threads' cap.
+  static constexpr unsigned kMaxThreads = 64;
 
   // `threads` copy a large value together: the caller and threads - 1 helpers (1 or less: the
-  // caller alone, no helper thread).
+  // caller alone, no helper thread; more than kMaxThreads: kMaxThreads).
   explicit CopyHelpers(unsigned threads);
   ~CopyHelpers();
   CopyHelpers(const CopyHelpers&) = delete;

@@ -1,13 +1,11 @@
 #include "data_moves.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include "copy_helpers.h"
 #include "kvagent/common/checksum.h"
 #include "kvagent/ipc/segment.h"
-#include "stream_copy.h"
 
 namespace kvagent::agent {
 
@@ -55,30 +53,15 @@ Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp, ui
   auto hold = FenceLocalWrite(ctx, stamp);  // the fence waits for this copy
   if (!hold.ok()) return hold.status();
   // The value is read again later, most likely by another process: keep it out of our cache.
-  if (ctx.copier != nullptr && length >= CopyHelpers::kSplitMinBytes) {
-    return ctx.copier->Copy(ctx.pool->base() + offset, src, length, CopyStores::kStreaming,
-                            ctx.checksums);
-  }
-  if (!ctx.checksums) {
-    StreamCopy(ctx.pool->base() + offset, src, length);
-    return 0u;
-  }
-  return CopyWithCrc32c(ctx.pool->base() + offset, src, length, CopyStores::kStreaming);
+  return ctx.copier->Copy(ctx.pool->base() + offset, src, length, CopyStores::kStreaming,
+                          ctx.checksums);
 }
 
 Result<uint32_t> CopyFromPool(const PipelineContext& ctx, uint64_t offset, uint8_t* dst,
                               uint64_t length, PrefetchRange next) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
-  if (ctx.copier != nullptr && length >= CopyHelpers::kSplitMinBytes) {
-    return ctx.copier->Copy(dst, ctx.pool->base() + offset, length, CopyStores::kCached,
-                            ctx.checksums, next);
-  }
-  if (!ctx.checksums) {
-    std::memcpy(dst, ctx.pool->base() + offset, length);
-    PrefetchStart(next);
-    return 0u;
-  }
-  return CopyWithCrc32c(dst, ctx.pool->base() + offset, length, CopyStores::kCached, 0, next);
+  return ctx.copier->Copy(dst, ctx.pool->base() + offset, length, CopyStores::kCached,
+                          ctx.checksums, next);
 }
 
 PrefetchRange PoolRange(const PipelineContext& ctx, uint64_t offset, uint64_t length) {

@@ -129,8 +129,8 @@ struct PipelineContext {
   const transfer::PoolFence* fence = nullptr;
   // Checksums taken on put and verified on get (--checksums; off only to measure their cost).
   bool checksums = true;
-  // Splits large local copies across threads (copy_helpers.h); null: the service thread copies
-  // alone.
+  // Every local copy between a client and the pool (copy_helpers.h: large ones split across
+  // threads when the pipeline has helpers). Set by RequestPipeline, never null there.
   CopyHelpers* copier = nullptr;
   // Writes reserved ahead for puts (remote master only; null: every put starts its writes).
   WriteReservations* reservations = nullptr;

@@ -95,6 +95,8 @@ RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::N
   ctx_.engine = data_plane_.get();
   ctx_.fence = fence;
   ctx_.checksums = checksums;
+  copy_helpers_ = std::make_unique<CopyHelpers>(1);  // the service thread alone until told more
+  ctx_.copier = copy_helpers_.get();
   ctx_.gate = std::make_shared<ServiceGate>();
   ctx_.arenas = std::make_unique<ArenaRegistry>(data_plane_.get());
 }
@@ -105,8 +107,7 @@ RequestPipeline::~RequestPipeline() {
 }
 
 void RequestPipeline::SetCopyThreads(unsigned threads) {
-  ctx_.copier = nullptr;
-  copy_helpers_ = threads > 1 ? std::make_unique<CopyHelpers>(threads) : nullptr;
+  copy_helpers_ = std::make_unique<CopyHelpers>(threads);
   ctx_.copier = copy_helpers_.get();
 }
 
