@@ -552,7 +552,7 @@ double MasterRoundTripP50(const std::string& endpoint) {
 // a ratio is far steadier than rates taken minutes apart), and .noise the same ratio between
 // the two stores without checksums: how far two identical stores differ in this run, the
 // resolution of .vs_off. 4 KiB values at 128 keys per request; 1 MiB values one per request
-// (128 MiB of puts and gets a round); 15 triples each, after a warm-up round.
+// (128 MiB of puts and gets a round); 45 triples each, after a warm-up round.
 void ChecksumCost() {
   Store on(false, {});
   Store off(false, {"--checksums=false"});
@@ -581,7 +581,7 @@ void ChecksumCost() {
       Bench("e2e.checksums.get." + name + ".noise", Median(get_noise), "x");
     }
   };
-  constexpr int kTriples = 15;
+  constexpr int kTriples = 45;
   struct Setup {
     Store* store;
     std::vector<ArenaBuffer> sources, targets;
