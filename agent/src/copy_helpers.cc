@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 
 #include "kvagent/ipc/frame_ring.h"
@@ -12,8 +13,8 @@
 namespace kvagent::agent {
 namespace {
 
-// Spins (pause instructions) before a thread sleeps on its futex: a share of a large value takes
-// tens of microseconds, a futex wake-up about as long.
+// Spins (pause instructions) before a thread sleeps on its futex: a chunk takes microseconds, a
+// futex wake-up tens of them.
 constexpr int kSpins = 4000;
 
 // Waits until `word` differs from `seen` (acquire); `stop` ends the wait early when set.
@@ -30,9 +31,30 @@ uint32_t AwaitChange(const std::atomic<uint32_t>& word, uint32_t seen,
   }
 }
 
+// The claim word: generation (32 bits), chunks of the job (16), next chunk to claim (16).
+constexpr uint32_t kMaxChunks = 0xFFFF;
+constexpr uint64_t ClaimWord(uint32_t generation, uint32_t chunks, uint32_t next) {
+  return (uint64_t{generation} << 32) | (uint64_t{chunks} << 16) | next;
+}
+constexpr uint32_t ChunksOf(uint64_t w) { return static_cast<uint32_t>(w >> 16) & 0xFFFF; }
+constexpr uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w) & 0xFFFF; }
+
+// One piece of a copy, on the calling thread.
+uint32_t CopyPiece(uint8_t* dst, const uint8_t* src, size_t n, CopyStores stores, bool checksum) {
+  if (n == 0) return 0;  // memcpy's pointers must be valid even for no bytes
+  if (checksum) return CopyWithCrc32c(dst, src, n, stores);
+  if (stores == CopyStores::kStreaming) {
+    StreamCopy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+  return 0;
+}
+
 }  // namespace
 
-CopyHelpers::CopyHelpers(unsigned threads) {
+CopyHelpers::CopyHelpers(unsigned threads, Sharing sharing)
+    : shifter_(Crc32cShifter(kChunkBytes)), sharing_(sharing) {
   for (unsigned i = 1; i < std::min(threads, kMaxThreads); ++i) {
     auto h = std::make_unique<Helper>();
     Helper* raw = h.get();
@@ -50,67 +72,97 @@ CopyHelpers::~CopyHelpers() {
   for (auto& h : helpers_) h->thread.join();
 }
 
-uint32_t CopyHelpers::CopyShare(const Share& s) {
-  if (s.n == 0) return 0;  // memcpy's pointers must be valid even for no bytes
-  if (s.checksum) return CopyWithCrc32c(s.dst, s.src, s.n, s.stores);
-  if (s.stores == CopyStores::kStreaming) {
-    StreamCopy(s.dst, s.src, s.n);
-  } else {
-    std::memcpy(s.dst, s.src, s.n);
+void CopyHelpers::ChunkBounds(const Job& job, uint32_t i, size_t* begin, size_t* end) {
+  const auto base = reinterpret_cast<uintptr_t>(job.dst);
+  const auto bound = [&](uint32_t k) -> size_t {
+    if (k == 0) return 0;
+    if (k >= job.chunks) return job.n;
+    return static_cast<size_t>(((base + size_t{k} * kChunkBytes) & ~uintptr_t{63}) - base);
+  };
+  *begin = bound(i);
+  *end = bound(i + 1);
+}
+
+void CopyHelpers::Work() {
+  uint64_t w = claim_.load(std::memory_order_acquire);
+  while (NextOf(w) < ChunksOf(w)) {
+    // Only a chunk of the job `w` names: the job stays as it is until that chunk is done.
+    if (!claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;
+    }
+    const uint32_t i = NextOf(w);
+    size_t begin = 0, end = 0;
+    ChunkBounds(job_, i, &begin, &end);
+    job_.crc[i] =
+        CopyPiece(job_.dst + begin, job_.src + begin, end - begin, job_.stores, job_.checksum);
+    done_.fetch_add(1, std::memory_order_release);
+    done_.notify_one();
+    w = claim_.load(std::memory_order_acquire);
   }
-  return 0;
 }
 
 void CopyHelpers::Run(Helper* h) {
   pthread_setname_np(pthread_self(), "kvagent-copy");  // itself: no /proc descriptor opened
   uint32_t seen = 0;
   while (true) {
-    const uint32_t posted = AwaitChange(h->posted, seen, &stop_);
+    seen = AwaitChange(h->posted, seen, &stop_);
     if (stop_.load(std::memory_order_acquire)) return;
-    seen = posted;
-    h->share.crc = CopyShare(h->share);
-    h->finished.store(seen, std::memory_order_release);
-    h->finished.notify_one();
+    Work();  // a late wake-up may find the copy done, or help with the next one
   }
 }
 
 uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStores stores,
                            bool checksum, PrefetchRange next) {
-  if (n == 0) {  // nothing to copy (the pointers may be null); the CRC of no bytes is 0
-    PrefetchStart(next);
-    return 0;
+  const size_t chunks = (n + kChunkBytes - 1) / kChunkBytes;
+  const bool large = !helpers_.empty() && n >= kSplitMinBytes && chunks <= kMaxChunks;
+  const bool by_rate = sharing_ == Sharing::kByRate;
+  const bool probe =
+      large && by_rate && (alone_ns_per_byte_ == 0 || large_copies_++ % kProbeEvery == 0);
+  if (!large || probe ||
+      (by_rate && static_cast<double>(n) * alone_ns_per_byte_ < kShareMinNanos)) {
+    const auto start = std::chrono::steady_clock::now();
+    const uint32_t crc = checksum && n > 0 ? CopyWithCrc32c(dst, src, n, stores, 0, next)
+                                           : CopyPiece(dst, src, n, stores, false);
+    if (!checksum || n == 0) PrefetchStart(next);
+    if (large) {  // the rate of one thread, for the next choice
+      const std::chrono::duration<double, std::nano> took =
+          std::chrono::steady_clock::now() - start;
+      const double sample = took.count() / static_cast<double>(n);
+      alone_ns_per_byte_ =
+          alone_ns_per_byte_ == 0 ? sample : 0.75 * alone_ns_per_byte_ + 0.25 * sample;
+    }
+    return crc;
   }
-  const size_t shares = std::min<size_t>(helpers_.size() + 1, n / (kSplitMinBytes / 2));
-  if (shares < 2) {
-    if (checksum) return CopyWithCrc32c(dst, src, n, stores, 0, next);
-    CopyShare(Share{dst, src, n, stores, false, 0});
-    PrefetchStart(next);
-    return 0;
+  // No chunk of the previous copy is left to claim or being copied: the job can change.
+  job_.dst = dst;
+  job_.src = src;
+  job_.n = n;
+  job_.chunks = static_cast<uint32_t>(chunks);
+  job_.stores = stores;
+  job_.checksum = checksum;
+  if (job_.crc.size() < chunks) job_.crc.resize(chunks);  // grows to the largest value once
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(ClaimWord(++generation_, job_.chunks, 0), std::memory_order_release);
+  const size_t wake = std::min(helpers_.size(), chunks - 1);
+  for (size_t i = 0; i < wake; ++i) {
+    helpers_[i]->posted.fetch_add(1, std::memory_order_release);
+    helpers_[i]->posted.notify_one();
   }
-  // Share boundaries on cache lines of the destination: no line is stored by two threads.
-  std::array<size_t, kMaxThreads + 1> bounds;  // on the stack: no allocation per copy
-  bounds[0] = 0;
-  bounds[shares] = n;
-  const auto base = reinterpret_cast<uintptr_t>(dst);
-  for (size_t i = 1; i < shares; ++i) {
-    const uintptr_t at = (base + n / shares * i) & ~uintptr_t{63};
-    bounds[i] = std::max(bounds[i - 1], static_cast<size_t>(at - base));
+  Work();
+  // The chunks helpers are copying now.
+  for (uint32_t d = done_.load(std::memory_order_acquire); d != job_.chunks;) {
+    d = AwaitChange(done_, d, nullptr);
   }
-  // Hand shares 1.. to helpers, copy share 0 here, then collect.
-  for (size_t i = 1; i < shares; ++i) {
-    Helper& h = *helpers_[i - 1];
-    h.share =
-        Share{dst + bounds[i], src + bounds[i], bounds[i + 1] - bounds[i], stores, checksum, 0};
-    h.posted.fetch_add(1, std::memory_order_release);
-    h.posted.notify_one();
-  }
-  uint32_t crc = CopyShare(Share{dst, src, bounds[1], stores, checksum, 0});
-  for (size_t i = 1; i < shares; ++i) {
-    Helper& h = *helpers_[i - 1];
-    const uint32_t want = h.posted.load(std::memory_order_relaxed);
-    uint32_t done = h.finished.load(std::memory_order_acquire);
-    while (done != want) done = AwaitChange(h.finished, done, nullptr);
-    if (checksum) crc = Crc32cCombine(crc, h.share.crc, bounds[i + 1] - bounds[i]);
+  uint32_t crc = 0;
+  if (checksum) {
+    crc = job_.crc[0];
+    for (uint32_t i = 1; i < job_.chunks; ++i) {
+      size_t begin = 0, end = 0;
+      ChunkBounds(job_, i, &begin, &end);
+      const uint32_t shifter = end - begin == kChunkBytes ? shifter_ : Crc32cShifter(end - begin);
+      crc = Crc32cShift(crc, shifter) ^ job_.crc[i];
+    }
   }
   PrefetchStart(next);
   return crc;

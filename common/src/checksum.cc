@@ -308,6 +308,10 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t nb) {
   return crc32c::MulModP(crc32c::ZerosOperator(nb), crc_a) ^ crc_b;
 }
 
+uint32_t Crc32cShifter(uint64_t nb) { return crc32c::ZerosOperator(nb); }
+
+uint32_t Crc32cShift(uint32_t crc_a, uint32_t shifter) { return crc32c::MulModP(shifter, crc_a); }
+
 const char* Crc32cImplementation() { return crc32c::Chosen().name; }
 
 std::vector<std::string> Crc32cImplementationsAvailable() {

@@ -38,7 +38,7 @@ TEST(CopyHelpers, EveryByteArrivesWithTheOneThreadCrcWhateverTheSplit) {
                           4 * kMin + 4097,
                           (size_t{1} << 20) + 5};
   for (unsigned threads : {1u, 2u, 3u, 4u}) {
-    CopyHelpers copier(threads);
+    CopyHelpers copier(threads, CopyHelpers::Sharing::kAlways);
     EXPECT_EQ(copier.threads(), threads);
     for (size_t n : sizes) {
       for (size_t src_off : {size_t{0}, size_t{3}}) {
@@ -67,7 +67,7 @@ TEST(CopyHelpers, EveryByteArrivesWithTheOneThreadCrcWhateverTheSplit) {
 // The helpers take share after share: many large copies in a row (each helper sleeps between
 // some of them, spins between others), every one complete when Copy returns.
 TEST(CopyHelpers, HelpersServeCopyAfterCopy) {
-  CopyHelpers copier(3);
+  CopyHelpers copier(3, CopyHelpers::Sharing::kAlways);
   const size_t n = 3 * kMin + 100;
   const std::vector<uint8_t> src = RandomBytes(n, 7);
   const uint32_t want = Crc32c(src.data(), n);
@@ -77,6 +77,22 @@ TEST(CopyHelpers, HelpersServeCopyAfterCopy) {
     ASSERT_EQ(copier.Copy(dst.data(), src.data(), n, CopyStores::kStreaming, true), want);
     ASSERT_EQ(0, std::memcmp(dst.data(), src.data(), n)) << "round " << round;
     if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // asleep
+  }
+}
+
+// By rate (the agent's choice): whether a large value is copied alone (timed) or shared, it
+// arrives whole with the one-thread CRC, copy after copy, including the probes made alone.
+TEST(CopyHelpers, SharingByRateCopiesEveryValueWhole) {
+  CopyHelpers copier(2);
+  for (size_t n : {kMin, 4 * kMin + 4097, size_t{16} << 20}) {
+    const std::vector<uint8_t> src = RandomBytes(n, static_cast<uint32_t>(n));
+    const uint32_t want = Crc32c(src.data(), n);
+    std::vector<uint8_t> dst(n);
+    for (int round = 0; round < 2 * static_cast<int>(CopyHelpers::kProbeEvery); ++round) {
+      std::memset(dst.data(), round & 0xff, n);
+      ASSERT_EQ(copier.Copy(dst.data(), src.data(), n, CopyStores::kCached, true), want) << n;
+      ASSERT_EQ(0, std::memcmp(dst.data(), src.data(), n)) << "n " << n << " round " << round;
+    }
   }
 }
 

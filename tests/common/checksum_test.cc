@@ -80,6 +80,7 @@ TEST(Crc32c, ExtendingAndCombiningEqualOneChecksumOfTheWhole) {
     const uint32_t b = Crc32c(v.data() + cut, v.size() - cut);
     EXPECT_EQ(Crc32c(v.data() + cut, v.size() - cut, a), whole) << cut;
     EXPECT_EQ(Crc32cCombine(a, b, v.size() - cut), whole) << cut;
+    EXPECT_EQ(Crc32cShift(a, Crc32cShifter(v.size() - cut)) ^ b, whole) << cut;
   }
 }
 

@@ -92,8 +92,8 @@ TEST(StaleRead, BytesFlippedInAPoolAreCaughtAndTheReplicaDropped) {
   ASSERT_TRUE(ca);
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
   const std::string two = Pattern("two", 1 << 20), one = Pattern("one", 64 << 10);
-  // "big" is copied into and out of A's pool in shares by several threads (--copy-threads):
-  // its flipped bytes lie in the last share, which the service thread does not checksum itself.
+  // "big" may be copied into and out of A's pool in chunks by several threads (--copy-threads,
+  // when one thread would be slow): its flipped bytes lie in its last chunk.
   const std::string big = Pattern("big", 1 << 20);
   ASSERT_EQ(PutValue(*ca, "two", two, 2).replicas, 2u);
   ASSERT_EQ(PutValue(*ca, "one", one, 1).replicas, 1u);

@@ -59,6 +59,11 @@ uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores,
 // The CRC of a ++ b from crc(a), crc(b) and the length of b (GF(2) arithmetic; O(log nb)).
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t nb);
 
+// Crc32cCombine in two steps, for many b of one length: Crc32cShift(crc_a, Crc32cShifter(nb)) ^
+// crc_b equals Crc32cCombine(crc_a, crc_b, nb); the shift alone is one multiplication.
+uint32_t Crc32cShifter(uint64_t nb);
+uint32_t Crc32cShift(uint32_t crc_a, uint32_t shifter);
+
 // The path this process uses (for logs and benchmarks): "avx512+vpclmulqdq",
 // "avx2+vpclmulqdq", "sse4.2+pclmul", "sse4.2", "armv8-crc" or "table".
 const char* Crc32cImplementation();
