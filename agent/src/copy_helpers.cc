@@ -118,7 +118,7 @@ uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStore
   const bool large = !helpers_.empty() && n >= kSplitMinBytes && chunks <= kMaxChunks;
   const bool by_rate = sharing_ == Sharing::kByRate;
   const bool probe =
-      large && by_rate && (alone_ns_per_byte_ == 0 || large_copies_++ % kProbeEvery == 0);
+      large && by_rate && (large_copies_++ < kFirstProbes || large_copies_ % kProbeEvery == 0);
   if (!large || probe ||
       (by_rate && static_cast<double>(n) * alone_ns_per_byte_ < kShareMinNanos)) {
     const auto start = std::chrono::steady_clock::now();
@@ -129,8 +129,10 @@ uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStore
       const std::chrono::duration<double, std::nano> took =
           std::chrono::steady_clock::now() - start;
       const double sample = took.count() / static_cast<double>(n);
+      // A slow sample (the thread preempted, a page fault) raises the rate by a quarter at
+      // most; a fast one is taken as is: the rate is what one thread can do.
       alone_ns_per_byte_ =
-          alone_ns_per_byte_ == 0 ? sample : 0.75 * alone_ns_per_byte_ + 0.25 * sample;
+          alone_ns_per_byte_ == 0 ? sample : std::min(sample, 1.25 * alone_ns_per_byte_);
     }
     return crc;
   }

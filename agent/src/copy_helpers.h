@@ -14,9 +14,10 @@
 // Whether a large value is shared at all depends on how long one thread would take: sharing
 // pays when the copy is long against a helper's wake-up (tens of microseconds on a VM). The
 // caller times the large copies it makes alone and shares a value only when that rate says it
-// would take kShareMinNanos or more alone (one large copy in kProbeEvery is made alone to keep
-// the rate current). On a VM whose memcpy runs at ~6 GB/s a 1 MiB value is shared; at ~20 GB/s
-// it is copied alone and only larger ones are shared.
+// would take kShareMinNanos or more alone (the first few large copies, then one in kProbeEvery,
+// are made alone to keep the rate current; a slow sample moves it up a quarter at most, since
+// preemption only ever makes a copy look slower). On a VM whose memcpy runs at ~6 GB/s a 1 MiB
+// value is shared; at ~20 GB/s it is copied alone and only larger ones are shared.
 //
 // Threads: Copy() is called from one thread at a time (the service thread); helpers spin briefly
 // after a copy, then sleep on a futex (std::atomic::wait), so idle helpers cost nothing.
@@ -46,7 +47,9 @@ class CopyHelpers {
   static constexpr unsigned kMaxThreads = 64;
   // A value is shared when one thread would take this long to copy it (nanoseconds).
   static constexpr double kShareMinNanos = 150'000;
-  // One copy of kSplitMinBytes or more in this many is made alone and timed.
+  // The first kFirstProbes copies of kSplitMinBytes or more, then one in kProbeEvery, are made
+  // alone and timed.
+  static constexpr uint32_t kFirstProbes = 8;
   static constexpr uint32_t kProbeEvery = 64;
 
   // When a value of kSplitMinBytes or more is shared: by the rate of one thread (as above), or
