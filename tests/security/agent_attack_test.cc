@@ -175,9 +175,9 @@ TEST(AgentAttack, RunningOutOfDescriptorsNeitherSpinsTheAgentNorFloodsItsLog) {
   }
   EXPECT_LE(warnings, 2u) << log;
   // The stalled connections time out; then clients get in again.
-  EXPECT_TRUE(WaitUntil([&] { return ConnectTo(agent.run_dir()) != nullptr; }));
+  EXPECT_TRUE(WaitUntil([&] { return ConnectTo(agent.run_dir()) != nullptr; })) << agent.Log();
   hog.Kill();
-  EXPECT_TRUE(agent.Running());
+  EXPECT_TRUE(agent.Running()) << agent.Log();
 }
 
 TEST(AgentAttack, AHelloWithoutAttachedGivesItsSlotBackAfterTheHandshakeTimeout) {
