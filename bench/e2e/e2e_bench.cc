@@ -30,7 +30,7 @@
 //                                                      <= 1.3)
 //   e2e.checksums.{on,off}.{put,get}.{4k.b128,1m}      the cost of end-to-end checksums: two
 //   e2e.checksums.{put,get}.{4k.b128,1m}.vs_off        standalone stores, one with
-//                                                      --checksums=false, in rotating rounds;
+//                                                      --checksums=false, rounds in every order;
 //                                                      .vs_off the median of the rounds' ratios
 //   e2e.checksums.{put,get}.{4k.b128,1m}.noise         the same ratio between two stores
 //                                                      without checksums: the resolution
@@ -546,13 +546,14 @@ double MasterRoundTripP50(const std::string& endpoint) {
 }
 
 // What checksums cost: standalone stores side by side, one with checksums and two with
-// --checksums=false, measured in triples of back-to-back rounds whose order rotates, so that
+// --checksums=false, measured in triples of back-to-back rounds in every order in turn, so that
 // drift of the shared machine hits all alike. Each figure is the median over the triples; .vs_off
 // is the median of the triples' ratios on/off (a triple's rounds are a few hundred ms apart, so
 // a ratio is far steadier than rates taken minutes apart), and .noise the same ratio between
 // the two stores without checksums: how far two identical stores differ in this run, the
 // resolution of .vs_off. 4 KiB values at 128 keys per request; 1 MiB values one per request
-// (128 MiB of puts and gets a round); 45 triples each, after a warm-up round.
+// (128 MiB of puts and gets a round); 48 triples each (every order of the three stores 8 times),
+// after a warm-up round.
 void ChecksumCost() {
   Store on(false, {});
   Store off(false, {"--checksums=false"});
@@ -581,17 +582,21 @@ void ChecksumCost() {
       Bench("e2e.checksums.get." + name + ".noise", Median(get_noise), "x");
     }
   };
-  constexpr int kTriples = 45;
+  // Every order of the three stores equally often: a round can be faster or slower for the
+  // round before it (what that left in the caches and the memory controller), and with orders
+  // that only rotate, each store would mostly follow the same other one.
+  constexpr int kTriples = 48;
+  constexpr int kOrders[6][3] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}};
   struct Setup {
     Store* store;
     std::vector<ArenaBuffer> sources, targets;
   };
-  // One triple: a round on each store, the first store the triple's number names.
+  // One triple: a round on each store, in the order the triple's number picks.
   auto triple = [&](int i, std::vector<Setup>& setups, const std::vector<std::string>& keys,
                     size_t batch, Rounds& out) {
     RoundRates r[3];
     for (int j = 0; j < 3; ++j) {
-      const int s = (i + j) % 3;
+      const int s = kOrders[i % 6][j];
       Setup& x = setups[s];
       r[s] = PutGetRounds(*x.store, keys, batch, 1, x.sources, x.targets, 1);
     }
@@ -639,6 +644,20 @@ void RunCurve(const kvagent::testing::Args& agent_flags) {
   }
 }
 
+// A put of a repeated size is one master round trip (BatchPutCommit into writes reserved
+// ahead), a get one (BatchGet). The limit of a remote put: that round trip plus the copy.
+void RemoteLimit(Store& store, const std::string& p) {
+  const double rtt = MasterRoundTripP50(store.master_rpc());
+  Bench(p + ".master_rtt.p50", rtt, "us");
+  Bench(p + ".zmq_rtt.p50", ZmqRoundTripP50(), "us");
+  const double copy = Copy4KiBMicros();
+  Bench(p + ".copy.4k", copy, "us");
+  const auto put = Printed().find(p + ".put.lat.p50");
+  if (put != Printed().end()) {
+    Bench(p + ".put.lat.vs_rtt_plus_copy", put->second / (rtt + copy), "x");
+  }
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -646,19 +665,7 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   LargeValues(store, p, size_t{1} << 20, "1m", 8);
   LargeValues(store, p, size_t{16} << 20, "16m", 4);
   Latency(store, p);
-  // A put of a repeated size is one master round trip (BatchPutCommit into writes reserved
-  // ahead), a get one (BatchGet). The limit of a remote put: that round trip plus the copy.
-  if (remote) {
-    const double rtt = MasterRoundTripP50(store.master_rpc());
-    Bench(p + ".master_rtt.p50", rtt, "us");
-    Bench(p + ".zmq_rtt.p50", ZmqRoundTripP50(), "us");
-    const double copy = Copy4KiBMicros();
-    Bench(p + ".copy.4k", copy, "us");
-    const auto put = Printed().find(p + ".put.lat.p50");
-    if (put != Printed().end()) {
-      Bench(p + ".put.lat.vs_rtt_plus_copy", put->second / (rtt + copy), "x");
-    }
-  }
+  if (remote) RemoteLimit(store, p);
 }
 
 }  // namespace
@@ -678,6 +685,12 @@ int main(int argc, char** argv) {
   if (only == "lat") {  // the standalone single-key latencies only (for profiling)
     Store store(false, agent_flags);
     for (int round = 0; round < 5; ++round) Latency(store, "e2e.lat_only");
+    return 0;
+  }
+  if (only == "remote_lat") {  // the remote single-key latencies and their limit only
+    Store store(true, agent_flags);
+    for (int round = 0; round < 3; ++round) Latency(store, "e2e.remote");
+    RemoteLimit(store, "e2e.remote");
     return 0;
   }
   if (only.empty() || only == "standalone") Run(false, agent_flags);

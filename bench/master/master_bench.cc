@@ -703,12 +703,14 @@ void EventsBench() {
 
 }  // namespace
 
-// `master_bench [inproc|zmq|log|replication|memory|events]...` runs only the named parts
+// `master_bench [inproc|zmq|commit|log|replication|memory|events]...` runs only the named parts
+// (commit: the reserved-write path only, in process and through the ROUTER; for profiling)
 // (default: all).
 int main(int argc, char** argv) {
   // The heap the kvmaster and kvagent binaries run with (heap_pages.h); KVAGENT_HUGE_HEAP=0
   // measures with 4 KiB pages.
   kvagent::PreferHugePageHeap(argv);
+  kvagent::UseOneMallocArena();
   std::vector<std::string> parts(argv + 1, argv + argc);
   auto wanted = [&](const char* part) {
     return parts.empty() || std::find(parts.begin(), parts.end(), part) != parts.end();
@@ -734,13 +736,13 @@ int main(int argc, char** argv) {
     if (b == 128) Bench("master.put.inproc.b128.vs_map_insert", put / map_insert, "x");
   }
   double commit_inproc = 0;
-  if (wanted("inproc") || wanted("zmq")) {
+  if (wanted("inproc") || wanted("zmq") || wanted("commit")) {
     auto keys = MakeKeys(1'000'000, "inproc-commit/blk-");
     commit_inproc = CommitInProcess(keys, MakeSessions(keys.size()), 128);
     Bench("master.put.inproc.commit.b128", commit_inproc, "keys/s");
   }
 
-  if (wanted("zmq")) {
+  if (wanted("zmq") || wanted("commit")) {
     MasterServerOptions so;
     so.listen = "tcp://127.0.0.1:0";
     so.events = "tcp://127.0.0.1:0";
@@ -753,6 +755,7 @@ int main(int argc, char** argv) {
     const uint32_t agent = JoinThroughWire(d, "bench-zmq", uint64_t{1} << 42);
     double one_agent_b16 = 0;
     for (size_t b : sizes) {
+      if (!wanted("zmq")) break;  // `commit`: the reserved-write path only (for profiling)
       const double echo = EchoBaseline(b);
       Bench("master.put.zmq.baseline_echo.b" + std::to_string(b), echo, "keys/s");
       const size_t n = b == 1 ? 20'000 : (b == 16 ? 200'000 : 500'000);
@@ -773,6 +776,7 @@ int main(int argc, char** argv) {
     }
     // Many nodes on one master: where it scales and where it stops (issue 14).
     for (size_t n : {16, 64}) {
+      if (!wanted("zmq")) break;
       const ManyAgentsResult r = ManyAgents(server->endpoint(), n, 256'000);
       const std::string name = "master.put.zmq.agents" + std::to_string(n) + ".b16";
       Bench(name, r.keys_per_s, "keys/s");

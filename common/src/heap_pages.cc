@@ -1,5 +1,6 @@
 #include "kvagent/common/heap_pages.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -38,7 +39,31 @@ bool OptedOut() {
   return v != nullptr && std::strcmp(v, "0") == 0;
 }
 
+bool OneArenaOptedOut() {
+  const char* v = std::getenv("KVAGENT_ONE_ARENA");
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
+bool one_arena = false;  // set by UseOneMallocArena, in main() before any thread
+
+std::string PagesDescription() {
+  if (!kGlibcMalloc) return "4 KiB pages (sanitizer build)";
+  if (TunableSet()) return "transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)";
+  if (OptedOut()) return "4 KiB pages (KVAGENT_HUGE_HEAP=0)";
+  const std::string mode = ThpMode();
+  if (mode != "always" && mode != "madvise") {
+    return "4 KiB pages (the kernel's transparent huge pages are " +
+           (mode.empty() ? std::string("unknown") : mode) + ")";
+  }
+  return "4 KiB pages (re-executing with GLIBC_TUNABLES failed)";
+}
+
 }  // namespace
+
+void UseOneMallocArena() {
+  if (!kGlibcMalloc || OneArenaOptedOut()) return;
+  one_arena = mallopt(M_ARENA_MAX, 1) == 1;
+}
 
 void PreferHugePageHeap(char** argv) {
   if (!kGlibcMalloc || OptedOut() || TunableSet()) return;
@@ -67,15 +92,8 @@ void PreferHugePageHeap(char** argv) {
 }
 
 std::string HeapPagesDescription() {
-  if (!kGlibcMalloc) return "4 KiB pages (sanitizer build)";
-  if (TunableSet()) return "transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1)";
-  if (OptedOut()) return "4 KiB pages (KVAGENT_HUGE_HEAP=0)";
-  const std::string mode = ThpMode();
-  if (mode != "always" && mode != "madvise") {
-    return "4 KiB pages (the kernel's transparent huge pages are " +
-           (mode.empty() ? std::string("unknown") : mode) + ")";
-  }
-  return "4 KiB pages (re-executing with GLIBC_TUNABLES failed)";
+  if (!kGlibcMalloc) return PagesDescription();
+  return PagesDescription() + (one_arena ? ", one malloc arena" : ", a malloc arena per thread");
 }
 
 }  // namespace kvagent

@@ -166,6 +166,7 @@ int Serve(KvmasterFlags& v, const kvagent::StopSignals& stop_signals, MetricsSta
 
 int main(int argc, char** argv) {
   kvagent::PreferHugePageHeap(argv);
+  kvagent::UseOneMallocArena();
   KvmasterFlags v;
   kvagent::FlagSet flags("kvmaster", "cluster metadata service and KV-event source of kvagent");
   kvagent::master::DeclareKvmasterFlags(flags, v);

@@ -20,7 +20,22 @@ namespace kvagent {
 // (their allocator is not glibc's), or when the exec fails.
 void PreferHugePageHeap(char** argv);
 
-// One phrase for the start-up log: "transparent huge pages" or "4 KiB pages (why)".
+// One malloc arena for the whole process (mallopt M_ARENA_MAX = 1) unless KVAGENT_ONE_ARENA=0.
+// glibc gives each thread that allocates its own arena, and a thread's arena grows through
+// mprotect of its reservation a few pages at a time: a system call per step, then page faults
+// on 4 KiB pages (what glibc.malloc.hugetlb asks for reaches the main arena's brk heap). The
+// master's metadata is allocated by kvmaster's loop thread, so with an arena of its own every
+// key paid that way: master_bench master.put.zmq.commit.b128 166-266 k keys/s with a thread
+// arena, 300-413 k with one arena, same runs. The price is one lock for all threads (small
+// allocations still go through each thread's cache without it): kvmaster's other threads
+// allocate little. kvagent keeps glibc's default (its service thread shares the process with the
+// relay, link and data threads, and e2e_bench showed no gain above its noise). Call first in
+// main(), before any thread starts: glibc fixes the arena limit the first time a second thread
+// allocates. Does nothing in sanitizer builds (their allocator is not glibc's).
+void UseOneMallocArena();
+
+// One phrase for the start-up log: "transparent huge pages, one malloc arena" or "4 KiB pages
+// (why), ...".
 std::string HeapPagesDescription();
 
 }  // namespace kvagent
