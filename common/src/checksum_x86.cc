@@ -265,10 +265,11 @@ KVAGENT_FOLD512_TARGET inline __m512i FoldInto(__m512i x, __m512i k, __m512i d) 
                                    _mm512_clmulepi64_epi128(x, k, 0x11), d, 0x96);
 }
 
-template <CopyStores kStores>
+// 64 bytes at `at` of src, stored at the same offset of dst when kCopy.
+template <bool kCopy, CopyStores kStores>
 KVAGENT_FOLD512_TARGET inline __m512i LoadCopy512(uint8_t* dst, const uint8_t* src, size_t at) {
   const __m512i d = _mm512_loadu_si512(src + at);
-  if (dst != nullptr) {
+  if constexpr (kCopy) {
     if constexpr (kStores == CopyStores::kStreaming) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + at), d);
     } else {
@@ -292,20 +293,19 @@ KVAGENT_FOLD512_TARGET uint32_t Fold512Run(uint32_t r, uint8_t* dst, const uint8
   static const __m512i by128 = Broadcast(FoldConstant(128));
   static const __m512i by192 = Broadcast(FoldConstant(192));
   const FoldConstants& k = Folds();
-  uint8_t* out = kCopy ? dst : nullptr;
   if (ahead != nullptr) ahead->Step<kCopy>(src, dst, 0, 256, n);
   __m512i x[4];
-  for (int i = 0; i < 4; ++i) x[i] = LoadCopy512<kStores>(out, src, 64 * i);
+  for (int i = 0; i < 4; ++i) x[i] = LoadCopy512<kCopy, kStores>(dst, src, 64 * i);
   x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(r))));
   size_t done = 256;
   if (n >= 512) {
     __m512i y[4];
-    for (int i = 0; i < 4; ++i) y[i] = LoadCopy512<kStores>(out, src, 256 + 64 * i);
+    for (int i = 0; i < 4; ++i) y[i] = LoadCopy512<kCopy, kStores>(dst, src, 256 + 64 * i);
     for (done = 512; done + 512 <= n; done += 512) {
       if (ahead != nullptr) ahead->Step<kCopy>(src, dst, done, 512, n);
       for (int i = 0; i < 4; ++i) {
-        x[i] = FoldInto(x[i], by512, LoadCopy512<kStores>(out, src, done + 64 * i));
-        y[i] = FoldInto(y[i], by512, LoadCopy512<kStores>(out, src, done + 256 + 64 * i));
+        x[i] = FoldInto(x[i], by512, LoadCopy512<kCopy, kStores>(dst, src, done + 64 * i));
+        y[i] = FoldInto(y[i], by512, LoadCopy512<kCopy, kStores>(dst, src, done + 256 + 64 * i));
       }
     }
     for (int i = 0; i < 4; ++i) x[i] = FoldInto(x[i], by256, y[i]);
@@ -313,7 +313,7 @@ KVAGENT_FOLD512_TARGET uint32_t Fold512Run(uint32_t r, uint8_t* dst, const uint8
   for (; done < n; done += 256) {  // one step of 256 bytes is left at most
     if (ahead != nullptr) ahead->Step<kCopy>(src, dst, done, 256, n);
     for (int i = 0; i < 4; ++i) {
-      x[i] = FoldInto(x[i], by256, LoadCopy512<kStores>(out, src, done + 64 * i));
+      x[i] = FoldInto(x[i], by256, LoadCopy512<kCopy, kStores>(dst, src, done + 64 * i));
     }
   }
   __m512i acc = _mm512_xor_si512(x[3], Fold512(x[2], by64));
