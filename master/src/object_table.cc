@@ -97,13 +97,32 @@ void ObjectTable::Rebuild(size_t capacity) {
   capacity_ = capacity;
   shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
   tombstones_ = 0;
+  // Each live entry's key is hashed again: a cache miss for the entry, another for a key longer
+  // than the string's inline buffer, a third for the new slot. One entry at a time, a table of
+  // millions stalled the master for half a second per doubling (4 M slots: 549 ms on the test
+  // VM); in groups of kGroup, each step asks for all the group's lines before it needs the
+  // first, so the misses overlap.
+  constexpr size_t kGroup = 32;
+  uint64_t group[kGroup];
+  uint64_t hashes[kGroup];
   const size_t mask = capacity_ - 1;
-  for (size_t j = 0; j < old_capacity; ++j) {
-    const uint64_t s = old[j];
-    if (s <= kTombstone) continue;
-    size_t i = Home(Hash(EntryOf(s)->first));
-    while (slots_[i] != kEmpty) i = (i + 1) & mask;
-    slots_[i] = s;
+  for (size_t j = 0; j < old_capacity;) {
+    size_t n = 0;
+    for (; j < old_capacity && n < kGroup; ++j) {
+      if (old[j] <= kTombstone) continue;
+      group[n++] = old[j];
+      __builtin_prefetch(EntryOf(old[j]));
+    }
+    for (size_t k = 0; k < n; ++k) __builtin_prefetch(EntryOf(group[k])->first.data());
+    for (size_t k = 0; k < n; ++k) {
+      hashes[k] = Hash(EntryOf(group[k])->first);
+      __builtin_prefetch(&slots_[Home(hashes[k])], 1);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = Home(hashes[k]);
+      while (slots_[i] != kEmpty) i = (i + 1) & mask;
+      slots_[i] = group[k];
+    }
   }
 }
 

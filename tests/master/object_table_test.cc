@@ -30,6 +30,23 @@ TEST(ObjectTable, FindsWhatWasInsertedAndNothingElse) {
   EXPECT_EQ(t.Find("key-10000"), nullptr);
 }
 
+TEST(ObjectTable, KeysLongerThanTheInlineBufferSurviveEveryGrowth) {
+  // Growth rehashes in groups, reading each key through its heap buffer.
+  ObjectTable t;
+  const std::string prefix(40, 'p');
+  for (int i = 0; i < 20000; ++i) {
+    auto [e, fresh] = t.FindOrInsert(prefix + std::to_string(i));
+    ASSERT_TRUE(fresh);
+    e->second.size = i;
+  }
+  for (int i = 0; i < 20000; ++i) {
+    ObjectEntry* e = t.Find(prefix + std::to_string(i));
+    ASSERT_NE(e, nullptr) << i;
+    EXPECT_EQ(e->second.size, static_cast<uint64_t>(i));
+  }
+  EXPECT_EQ(t.size(), 20000u);
+}
+
 TEST(ObjectTable, ErasedKeysAreGoneAndTheirSlotsReused) {
   ObjectTable t;
   for (int round = 0; round < 50; ++round) {
