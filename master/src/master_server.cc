@@ -265,13 +265,16 @@ class MasterServer::Loop {
       for (const Parked& p : parked_) until = std::min(until, p.until_ms);
       zmq::poll(items, 1, std::chrono::milliseconds(std::max<int64_t>(0, until - now)));
       if (items[0].revents & ZMQ_POLLIN) {
-        // Drain what is queued, but come back to Tick at least every 1024 messages.
+        // Drain what is queued, but come back to Tick at least every 1024 messages, and when
+        // its time has come: 1024 batches of large requests take seconds, and a tick that late
+        // reads as a stall of the master (its live clock counts at most a tick credit per gap).
         for (int n = 0; n < 1024; ++n) {
           frames_.clear();
           auto got =
               zmq::recv_multipart(router_, std::back_inserter(frames_), zmq::recv_flags::dontwait);
           if (!got) break;
           HandleFrames();
+          if (n % 8 == 7 && clock_->NowMs() >= next_tick) break;
         }
         // One hand-off per wake-up rather than per request: fewer publisher wake-ups, same
         // order (events accumulate in the service in the order requests were handled).
