@@ -34,15 +34,13 @@ bool TunableSet() {
   return tunables != nullptr && std::string_view(tunables).find(kTunable) != std::string::npos;
 }
 
-bool OptedOut() {
-  const char* v = std::getenv("KVAGENT_HUGE_HEAP");
+// The operator turned a heap setting off: environment `name` is "0".
+bool TurnedOff(const char* name) {
+  const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "0") == 0;
 }
 
-bool OneArenaOptedOut() {
-  const char* v = std::getenv("KVAGENT_ONE_ARENA");
-  return v != nullptr && std::strcmp(v, "0") == 0;
-}
+bool OptedOut() { return TurnedOff("KVAGENT_HUGE_HEAP"); }
 
 bool one_arena = false;  // set by UseOneMallocArena, in main() before any thread
 
@@ -61,7 +59,7 @@ std::string PagesDescription() {
 }  // namespace
 
 void UseOneMallocArena() {
-  if (!kGlibcMalloc || OneArenaOptedOut()) return;
+  if (!kGlibcMalloc || TurnedOff("KVAGENT_ONE_ARENA")) return;
   one_arena = mallopt(M_ARENA_MAX, 1) == 1;
 }
 
