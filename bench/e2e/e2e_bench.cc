@@ -554,10 +554,15 @@ double MasterRoundTripP50(const std::string& endpoint) {
 // resolution of .vs_off. 4 KiB values at 128 keys per request; 1 MiB values one per request
 // (128 MiB of puts and gets a round); 48 triples each (every order of the three stores 8 times),
 // after a warm-up round.
-void ChecksumCost() {
-  Store on(false, {});
-  Store off(false, {"--checksums=false"});
-  Store control(false, {"--checksums=false"});
+void ChecksumCost(const kvagent::testing::Args& agent_flags) {
+  auto with = [&](std::initializer_list<std::string> more) {
+    kvagent::testing::Args a = agent_flags;
+    for (const auto& m : more) a.push_back(m);
+    return a;
+  };
+  Store on(false, agent_flags);
+  Store off(false, with({"--checksums=false"}));
+  Store control(false, with({"--checksums=false"}));
   struct Rounds {
     std::vector<double> put_on, get_on, put_off, get_off;
     std::vector<double> put_ratio, get_ratio, put_noise, get_noise;
@@ -695,7 +700,7 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "standalone") Run(false, agent_flags);
   if (only.empty() || only == "remote") Run(true, agent_flags);
-  if (only.empty() || only == "checksums") ChecksumCost();
+  if (only.empty() || only == "checksums") ChecksumCost(agent_flags);
   if (only.empty() || only == "curve") {
     if (only == "curve") Run(true, agent_flags);  // the plain figures to compare with
     RunCurve(agent_flags);
