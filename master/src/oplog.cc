@@ -324,8 +324,9 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
   const uint64_t need = payload_bytes + records * kFrameBytes;
   const uint64_t base = file_bytes_ == 0 ? kHeaderBytes : file_bytes_;  // a new file's header
   const uint64_t end = base + buffer_.size() + granted_ + need;
-  const int64_t now = NowNs();
   const bool fits = end <= reserved_end_;
+  // The clock only when the disk is asked (a record that fits is the common case).
+  const int64_t now = fits ? 0 : NowNs();
   if (!fits && !writable_ && now < next_retry_ns_) return false;  // asked the disk just now
   if (fits || Preallocate(end)) {
     if (!writable_) {
