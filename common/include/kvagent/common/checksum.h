@@ -52,7 +52,8 @@ void PrefetchStart(PrefetchRange range);
 // and its CRC taken over dst, then in L1: the same bytes, faster out of cold memory. A caller that
 // copies many values out of memory the cache does not hold (a get's parts out of the node pool)
 // names the next one, so that its memory latency overlaps this copy and checksum instead of adding
-// to the next.
+// to the next. A copy of more than 64 KiB leaves its own lines to the hardware prefetchers and
+// asks for `next` when it is done.
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
                         PrefetchRange next);
 
