@@ -28,26 +28,24 @@ void HeldRequest::SetKey(size_t index, ErrorCode code, const std::string& messag
   result.messages[index] = message;
 }
 
-std::optional<std::chrono::steady_clock::time_point> HeldRequest::Deadline() const {
+void HeldRequest::TakeDeadline(std::chrono::steady_clock::time_point now) {
+  deadline_at = std::chrono::steady_clock::time_point::max();
   const proto::Request& r = request.request();
   const uint64_t deadline_ns = r.deadline_ns();
-  if (deadline_ns == 0) return std::nullopt;
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
+  if (deadline_ns == 0) return;
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   const int64_t submitted_ns =
       static_cast<int64_t>(deadline_ns) - int64_t{r.timeout_ms()} * 1'000'000;
   constexpr int64_t kSameClock = 600'000'000'000;  // 10 minutes
-  if (submitted_ns > now_ns + kSameClock || submitted_ns < now_ns - kSameClock) {
-    return std::nullopt;
-  }
-  return std::chrono::steady_clock::time_point(
+  if (submitted_ns > now_ns + kSameClock || submitted_ns < now_ns - kSameClock) return;
+  deadline_at = std::chrono::steady_clock::time_point(
       std::chrono::nanoseconds(static_cast<int64_t>(deadline_ns)));
 }
 
-bool HeldRequest::Expired(std::chrono::steady_clock::time_point now) const {
-  const auto deadline = Deadline();
-  return deadline && *deadline <= now;
+std::optional<std::chrono::steady_clock::time_point> HeldRequest::Deadline() const {
+  if (deadline_at == std::chrono::steady_clock::time_point::max()) return std::nullopt;
+  return deadline_at;
 }
 
 Status DeadlinePassed(std::string_view skipped) {

@@ -80,11 +80,17 @@ struct HeldRequest {
   void SetKey(size_t index, ErrorCode code, const std::string& message);
   // Every key (and the request) fails with `status`.
   void FailAll(const Status& status);
-  // The caller's deadline (Request.deadline_ns) has passed at `now`. False without a deadline,
-  // or with one from another clock (its submit time more than 10 minutes from ours).
-  bool Expired(std::chrono::steady_clock::time_point now) const;
+  // Reads the caller's deadline (Request.deadline_ns) once, when the request is taken at `now`:
+  // none without one, or with one from another clock (its submit time more than 10 minutes from
+  // `now`). The checks below then read no clock of their own (they run once per key).
+  void TakeDeadline(std::chrono::steady_clock::time_point now);
+  // That deadline has passed at `now`. False without a deadline.
+  bool Expired(std::chrono::steady_clock::time_point now) const { return deadline_at <= now; }
   // That deadline on the steady clock (CLOCK_MONOTONIC), or nullopt (none, or another clock).
   std::optional<std::chrono::steady_clock::time_point> Deadline() const;
+
+  std::chrono::steady_clock::time_point deadline_at =
+      std::chrono::steady_clock::time_point::max();  // max: none
 };
 
 // The TIMEOUT of work skipped because the caller stopped waiting; `skipped` says what was not

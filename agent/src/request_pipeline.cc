@@ -140,6 +140,7 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
   held.request = std::move(request);
   const auto now = std::chrono::steady_clock::now();
   ctx_.latency.RecordRingWait(held.request, now);
+  held.TakeDeadline(now);
   if (held.Expired(now)) {
     // It waited in the ring past the caller's deadline (agent stalled or overloaded): the
     // caller has its TIMEOUT already; doing the work now would only surprise it.
