@@ -265,8 +265,9 @@ constexpr size_t kTwoPassCopyMaxBytes = 16 * 1024;
 
 // The largest copy whose fused loop asks for its own lines ahead (source, and the destination
 // for writing). Beyond it the hardware prefetchers follow the long sequential streams better on
-// their own: a 1 MiB get with the requests took 0.82-1.02x of memcpy's time in e2e_bench
-// checksums, 1.02-1.11x without (three alternating runs on an AMD Zen 5 VM).
+// their own: 1 MiB gets with the requests ran at 0.82-1.02x the rate of gets without
+// checksums (e2e_bench's get.1m.vs_off), 1.02-1.11x without them (three alternating runs each on
+// an AMD Zen 5 VM).
 constexpr size_t kOwnAheadMaxBytes = 64 * 1024;
 }  // namespace
 
