@@ -555,14 +555,10 @@ double MasterRoundTripP50(const std::string& endpoint) {
 // (128 MiB of puts and gets a round); 48 triples each (every order of the three stores 8 times),
 // after a warm-up round.
 void ChecksumCost(const kvagent::testing::Args& agent_flags) {
-  auto with = [&](std::initializer_list<std::string> more) {
-    kvagent::testing::Args a = agent_flags;
-    for (const auto& m : more) a.push_back(m);
-    return a;
-  };
+  const auto without = kvagent::testing::Concat(agent_flags, {"--checksums=false"});
   Store on(false, agent_flags);
-  Store off(false, with({"--checksums=false"}));
-  Store control(false, with({"--checksums=false"}));
+  Store off(false, without);
+  Store control(false, without);
   struct Rounds {
     std::vector<double> put_on, get_on, put_off, get_off;
     std::vector<double> put_ratio, get_ratio, put_noise, get_noise;
