@@ -17,8 +17,10 @@ void PoolTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ct
     Add(s->pool_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
   }
   // Sorted (first of equal ids kept): Find is a binary search, whatever the reply's size.
-  std::stable_sort(entries_.begin(), entries_.end(),
-                   [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  auto by_id = [](const Entry& a, const Entry& b) { return a.id < b.id; };
+  if (!std::is_sorted(entries_.begin(), entries_.end(), by_id)) {
+    std::stable_sort(entries_.begin(), entries_.end(), by_id);  // its buffer only when needed
+  }
 }
 
 void PoolTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,

@@ -284,7 +284,8 @@ Result<const mfb::PlacementReply*> ReadPlacements(std::span<const uint8_t> bytes
   }
   // Pools with an endpoint, sorted: each placement is looked up in O(log pools), so a
   // reply with many of both costs no quadratic time.
-  std::vector<uint32_t> reachable;
+  thread_local std::vector<uint32_t> reachable;  // kept: no allocation per reply
+  reachable.clear();
   if (p->pools() != nullptr) {
     reachable.reserve(p->pools()->size());
     for (const mfb::PoolInfo* s : *p->pools()) {

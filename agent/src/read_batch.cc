@@ -147,7 +147,7 @@ PrefetchRange ReadBatch::LocalFirstPart(uint32_t k, const mfb::PlacementReply& r
 }
 
 void ReadBatch::ReadPart(PartRead read) {
-  Status last(ErrorCode::kTransferFailed, "the master listed no replica for it");
+  Status last = Status::Ok();  // the last replica's failure (built only when one fails)
   const HeldRequest& h = held(keys_[read.key]);
   const ClientValue target(h.request, keys_[read.key].index);  // the arena, or client memory
   while (!read.left.empty() && read.left.front().endpoint.empty()) {
@@ -165,7 +165,11 @@ void ReadBatch::ReadPart(PartRead read) {
     if (Verified(read, local, *copied)) return;
     last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
   }
-  if (read.left.empty()) return PartFailed(read, last);
+  if (read.left.empty()) {
+    return PartFailed(
+        read, last.ok() ? Status(ErrorCode::kTransferFailed, "the master listed no replica for it")
+                        : last);
+  }
   if (read.dst == nullptr) {  // where the peer's bytes land: the arena, or the peer scratch
     auto staged = target.ForPeer(read.at, read.length, /*fill=*/false);
     if (!staged.ok()) return FailKey(read.key, staged.status());

@@ -41,6 +41,20 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
 // under kvmaster's message limit (kMaxMasterMessageBytes).
 std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
   std::vector<std::vector<HeldRequest>> groups;
+  // The common case, one batch for the whole queue: it becomes the group as it is.
+  size_t all_keys = 0, all_bytes = 0;
+  bool one = true;
+  for (const HeldRequest& h : queue) {
+    all_keys += h.result.codes.size();
+    all_bytes += h.request.frame.size();
+    one = one && all_keys <= kMaxBatchKeys && all_bytes <= kMaxBatchFrameBytes &&
+          Compatible(op, queue.front().request.request(), h.request.request());
+    if (!one) break;
+  }
+  if (one && !queue.empty()) {
+    groups.emplace_back().swap(queue);
+    return groups;
+  }
   std::vector<size_t> keys;
   std::vector<size_t> bytes;
   for (HeldRequest& h : queue) {

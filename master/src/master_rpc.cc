@@ -25,6 +25,7 @@ class MasterRpc::Scratch {
   std::vector<PoolId> pool_ids;
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings;
   std::vector<flatbuffers::Offset<fb::PoolInfo>> pools;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> pool_endpoints;  // one pool's at a time
   std::vector<fb::Placement> placements;
   std::vector<uint64_t> aligned;  // a copy of a misaligned request
   std::vector<FailedReplica> failed;
@@ -284,10 +285,10 @@ Reply MasterRpc::Call::PlacementReply(const Status& status) {
   for (PoolId pool_id : s_.pool_ids) {
     auto view = service_.FindPool(pool_id);
     if (!view) continue;
-    std::vector<flatbuffers::Offset<flatbuffers::String>> eps;
-    for (const std::string& ep : view->endpoints) eps.push_back(b_.CreateString(ep));
-    s_.pools.push_back(
-        fb::CreatePoolInfo(b_, pool_id, view->agent, b_.CreateVector(eps), view->incarnation));
+    s_.pool_endpoints.clear();
+    for (const std::string& ep : view->endpoints) s_.pool_endpoints.push_back(b_.CreateString(ep));
+    s_.pools.push_back(fb::CreatePoolInfo(b_, pool_id, view->agent,
+                                          b_.CreateVector(s_.pool_endpoints), view->incarnation));
   }
   auto first = b_.CreateVector(pb.first);
   auto placements = b_.CreateVectorOfStructs(s_.placements);
