@@ -19,8 +19,10 @@
 // one marker (one skipped seq per run of losses).
 //
 // Retention and replay: EventReplay (event_replay.h), owned by the thread with the ROUTER.
-// An evicted batch's string is recycled as the next payload buffer when no replay message
-// still refers to it, so steady state allocates no payload buffers.
+// Batches go out without a copy (ZMQ holds a reference to the payload string until it has sent
+// it). An evicted batch's string, or without replay one of the last few sent, is recycled as the
+// next payload buffer once no message refers to it, so steady state allocates no payload
+// buffers.
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/common/errno_text.h"
 #include "kvagent/common/thread_start.h"
@@ -34,6 +36,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -403,26 +406,40 @@ class EventPublisher::Thread {
     SendPayload(pub, retain, events);
   }
 
-  // Sends payload_ with the next seq, then moves it into the replay ring.
+  // Sends payload_ with the next seq, then moves it into the replay ring. The sockets and the
+  // ring share the one buffer: ZMQ sends it without a copy (a copy cost a malloc, a memcpy of
+  // the batch and, on the thread's own malloc arena, page faults as the arena grew and shrank;
+  // on a shared CPU those lengthened the thread's bursts).
   void SendPayload(PubSockets& pub, bool retain, size_t events) {
     const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
     const std::string seq_frame = EncodeSeq(seq);
+    auto sent = std::make_shared<std::string>(std::move(payload_));
+    payload_ = std::string();
     for (auto [socket, bound] :
          {std::pair{&pub.plain, pub.plain_bound}, std::pair{&pub.curve, pub.curve_bound}}) {
       if (!bound) continue;
       if (!(SendFrame(*socket, options_.topic, true) && SendFrame(*socket, seq_frame, true) &&
-            SendFrame(*socket, payload_, false))) {
+            SendSharedFrame(*socket, sent))) {
         LOG_EVERY_N(WARNING, 1000) << "event publisher: PUB send failed for seq " << seq;
       }
     }
     next_seq_.store(seq + 1, std::memory_order_relaxed);
     published_batches_.fetch_add(1, std::memory_order_relaxed);
     published_events_.fetch_add(events, std::memory_order_relaxed);
-    if (retain) {
-      replay_.Retain(seq, &payload_);
-    } else {
+    if (!retain || !replay_.Retain(seq, sent, &payload_)) Recycle(std::move(sent));
+  }
+
+  // Without a replay ring: the last few sent buffers wait here, and the oldest becomes the next
+  // payload buffer once ZMQ has let go of it.
+  void Recycle(std::shared_ptr<std::string> sent) {
+    spent_.push_back(std::move(sent));
+    if (spent_.size() <= kSpentBuffers) return;
+    if (spent_.front().use_count() == 1 && payload_.capacity() < spent_.front()->capacity()) {
+      std::atomic_thread_fence(std::memory_order_acquire);  // after ZMQ's release (see Retain)
+      payload_.swap(*spent_.front());
       payload_.clear();
     }
+    spent_.pop_front();
   }
 
   EventPublisherOptions options_;
@@ -447,6 +464,8 @@ class EventPublisher::Thread {
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;
   std::string payload_;
+  static constexpr size_t kSpentBuffers = 4;
+  std::deque<std::shared_ptr<std::string>> spent_;  // Recycle's
   EventReplay replay_;
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> published_batches_{0};

@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <optional>
 
@@ -20,9 +21,6 @@ constexpr int kRequestsPerRound = 16;
 // Messages one Pump sends in all, so that live batches get their turn.
 constexpr int kMessagesPerPump = 1024;
 
-// Frees the reference a zero-copy message held (called by ZMQ, possibly on its I/O thread).
-void ReleasePayload(void*, void* hint) { delete static_cast<std::shared_ptr<std::string>*>(hint); }
-
 }  // namespace
 
 EventReplay::EventReplay(size_t max_batches, size_t max_bytes, std::string topic)
@@ -35,25 +33,26 @@ void EventReplay::Configure(zmq::socket_t& router) {
   router.set(zmq::sockopt::maxmsgsize, kMaxReplayRequestBytes);
 }
 
-void EventReplay::Retain(uint64_t seq, std::string* payload) {
-  if (max_batches_ == 0) {
-    payload->clear();
-    return;
-  }
+bool EventReplay::Retain(uint64_t seq, std::shared_ptr<std::string> payload,
+                         std::string* recycled) {
+  if (max_batches_ == 0) return false;
   retained_bytes_ += payload->size();
-  retained_.push_back(Batch{seq, std::make_shared<std::string>(std::move(*payload))});
-  payload->clear();
+  retained_.push_back(Batch{seq, std::move(payload)});
   while (retained_.size() > 1 &&
          (retained_.size() > max_batches_ || retained_bytes_ > max_bytes_)) {
     Batch& oldest = retained_.front();
     retained_bytes_ -= oldest.payload->size();
-    // Reuse the buffer unless a queued replay message still refers to it.
-    if (oldest.payload.use_count() == 1 && payload->capacity() == 0) {
-      payload->swap(*oldest.payload);
-      payload->clear();
+    // Reuse the buffer unless a queued message (live or replay) still refers to it.
+    if (oldest.payload.use_count() == 1 && recycled->capacity() < oldest.payload->capacity()) {
+      // Pairs with the release of the last other reference (ZMQ's, on its I/O thread): its
+      // reads of the bytes happen before our writes.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      recycled->swap(*oldest.payload);
+      recycled->clear();
     }
     retained_.pop_front();
   }
+  return true;
 }
 
 void EventReplay::OnReadable(zmq::socket_t& router) {
@@ -107,14 +106,7 @@ EventReplay::Sent EventReplay::SendBatch(zmq::socket_t& router, const std::strin
   zmq_send(s, nullptr, 0, ZMQ_SNDMORE);
   zmq_send(s, topic.data(), topic.size(), ZMQ_SNDMORE);
   zmq_send(s, seq_frame.data(), seq_frame.size(), ZMQ_SNDMORE);
-  zmq_msg_t payload;
-  if (shared == nullptr || shared->empty()) {
-    zmq_msg_init(&payload);
-  } else {
-    auto* hint = new std::shared_ptr<std::string>(shared);
-    zmq_msg_init_data(&payload, shared->data(), shared->size(), ReleasePayload, hint);
-  }
-  if (zmq_msg_send(&payload, s, 0) < 0) zmq_msg_close(&payload);
+  SendSharedFrame(router, shared);
   return Sent::kOk;
 }
 

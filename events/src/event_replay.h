@@ -45,10 +45,11 @@ class EventReplay {
   // Sets the ROUTER's options (before it binds).
   static void Configure(zmq::socket_t& router);
 
-  // Keeps `*payload` as batch `seq` (the newest batch is kept even when it alone is larger than
-  // the byte budget). `*payload` comes back empty, or holding an evicted batch's buffer that
-  // nobody else refers to (for reuse).
-  void Retain(uint64_t seq, std::string* payload);
+  // Keeps `payload` as batch `seq` (the newest batch is kept even when it alone is larger than
+  // the byte budget). An evicted batch's buffer that nobody else refers to goes to `*recycled`
+  // when it is larger than what that holds (for reuse). False, and nothing kept, when no batches
+  // are to be kept.
+  bool Retain(uint64_t seq, std::shared_ptr<std::string> payload, std::string* recycled);
 
   // Reads up to 16 requests from `router` and starts (or restarts) their replays.
   void OnReadable(zmq::socket_t& router);

@@ -72,6 +72,34 @@ bool ReceiveMultipart(zmq::socket_t& socket, size_t max_parts, std::vector<zmq::
   }
 }
 
+namespace {
+
+// Frees the reference a zero-copy message held (called by ZMQ, possibly on its I/O thread).
+void ReleaseShared(void*, void* hint) {
+  delete static_cast<std::shared_ptr<const std::string>*>(hint);
+}
+
+}  // namespace
+
+bool SendSharedFrame(zmq::socket_t& socket, const std::shared_ptr<const std::string>& payload) {
+  zmq_msg_t msg;
+  if (payload == nullptr || payload->empty()) {
+    zmq_msg_init(&msg);
+  } else {
+    auto* hint = new std::shared_ptr<const std::string>(payload);
+    if (zmq_msg_init_data(&msg, const_cast<char*>(payload->data()), payload->size(), ReleaseShared,
+                          hint) != 0) {
+      delete hint;
+      return false;
+    }
+  }
+  if (zmq_msg_send(&msg, socket.handle(), ZMQ_DONTWAIT) < 0) {
+    zmq_msg_close(&msg);  // releases the reference
+    return false;
+  }
+  return true;
+}
+
 bool SendFrame(zmq::socket_t& socket, std::string_view frame, bool more) {
   try {
     auto flags = zmq::send_flags::dontwait;

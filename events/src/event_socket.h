@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,5 +38,10 @@ inline std::string_view FrameView(const zmq::message_t& frame) {
 // at its high-water mark by itself, a ROUTER drops for a peer that is gone or full. Returns
 // false when the frame was not queued.
 bool SendFrame(zmq::socket_t& socket, std::string_view frame, bool more);
+
+// Sends `payload` as the last frame of a message without copying it: ZMQ holds a reference
+// until its I/O thread has sent the bytes (the string must not change meanwhile). An empty or
+// null payload is an empty frame. Never blocks; false when the frame was not queued.
+bool SendSharedFrame(zmq::socket_t& socket, const std::shared_ptr<const std::string>& payload);
 
 }  // namespace kvagent::events

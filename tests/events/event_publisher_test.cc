@@ -313,5 +313,49 @@ TEST(EventPublisher, AnExtraEndpointThatCannotBeBoundFailsTheStart) {
       << publisher.status().ToString();
 }
 
+// Payload buffers go out without a copy and are reused once ZMQ has let go of them: bursts of
+// one-event batches of varying sizes, with a replay ring of 4 batches (buffers recycled from
+// its evictions) and without replay (from the last few sent). Every batch a subscriber gets
+// must be the one published with its seq, never bytes a reused buffer got later.
+void ExpectEveryBatchIntact(EventPublisherOptions o) {
+  o.max_batch_events = 1;
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  testing::RawSubscriber sub(publisher->endpoint());
+  const std::optional<uint64_t> warm = testing::WarmUp(*publisher, sub);
+  ASSERT_TRUE(warm);
+  while (sub.Receive(200ms)) {
+  }
+  const uint64_t first_seq = publisher->stats().next_seq;
+  constexpr uint64_t kBurst = 200;  // under the SUB's receive high-water mark
+  uint64_t n = 0;
+  for (int burst = 0; burst < 10; ++burst) {
+    for (uint64_t i = 0; i < kBurst; ++i) {
+      publisher->Publish(testing::StoredEvent(n + i, 1 + (n + i) % 97));
+    }
+    publisher->Flush();
+    for (uint64_t i = 0; i < kBurst; ++i, ++n) {
+      auto frames = sub.Receive(10s);
+      ASSERT_TRUE(frames) << "event " << n << " never arrived";
+      ASSERT_EQ(frames->size(), 3u);
+      ASSERT_EQ(DecodeSeq((*frames)[1]), first_seq + n);
+      auto batch = DecodeEventBatch((*frames)[2]);
+      ASSERT_TRUE(batch.ok()) << "seq " << first_seq + n << ": " << batch.status().ToString();
+      ASSERT_EQ(batch->events.size(), 1u);
+      const auto& stored = std::get<BlockStored>(batch->events[0]);
+      ASSERT_EQ(stored.block_hashes[0].bits, n) << "seq " << first_seq + n;
+      ASSERT_EQ(stored.token_ids.size(), 1 + n % 97) << "seq " << first_seq + n;
+    }
+  }
+}
+
+TEST(EventPublisher, ReusedPayloadBuffersNeverChangeABatchOnItsWay) {
+  EventPublisherOptions with_replay = TcpOptions();
+  with_replay.replay_batches = 4;
+  ExpectEveryBatchIntact(with_replay);
+  EventPublisherOptions without_replay = testing::TcpPublisherOptions();  // no replay socket
+  ExpectEveryBatchIntact(without_replay);
+}
+
 }  // namespace
 }  // namespace kvagent::events
