@@ -407,9 +407,9 @@ class EventPublisher::Thread {
   }
 
   // Sends payload_ with the next seq, then moves it into the replay ring. The sockets and the
-  // ring share the one buffer: ZMQ sends it without a copy (a copy cost a malloc, a memcpy of
-  // the batch and, on the thread's own malloc arena, page faults as the arena grew and shrank;
-  // on a shared CPU those lengthened the thread's bursts).
+  // ring share the one buffer: ZMQ sends it without a copy (a copy cost a malloc and a memcpy
+  // of the batch per socket and, on the thread's own malloc arena, page faults as the arena
+  // grew and shrank: about a quarter of this thread's time).
   void SendPayload(PubSockets& pub, bool retain, size_t events) {
     const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
     const std::string seq_frame = EncodeSeq(seq);
