@@ -40,39 +40,37 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
 // The master message built from a group is about as large as its frames: this keeps it well
 // under kvmaster's message limit (kMaxMasterMessageBytes).
 std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
+  // Whether `h` may join a group of `keys` keys and `bytes` frame bytes that `front` leads.
+  auto joins = [op](size_t keys, size_t bytes, const HeldRequest& front, const HeldRequest& h) {
+    return keys + h.result.codes.size() <= kMaxBatchKeys &&
+           bytes + h.request.frame.size() <= kMaxBatchFrameBytes &&
+           Compatible(op, front.request.request(), h.request.request());
+  };
   std::vector<std::vector<HeldRequest>> groups;
-  // The common case, one batch for the whole queue: it becomes the group as it is.
-  size_t all_keys = 0, all_bytes = 0;
-  bool one = true;
+  // The common case, the whole queue in one group: the queue becomes the group as it is.
+  size_t joined = 0, all_keys = 0, all_bytes = 0;
   for (const HeldRequest& h : queue) {
+    if (joined > 0 && !joins(all_keys, all_bytes, queue.front(), h)) break;
     all_keys += h.result.codes.size();
     all_bytes += h.request.frame.size();
-    one = one && all_keys <= kMaxBatchKeys && all_bytes <= kMaxBatchFrameBytes &&
-          Compatible(op, queue.front().request.request(), h.request.request());
-    if (!one) break;
+    ++joined;
   }
-  if (one && !queue.empty()) {
-    groups.emplace_back().swap(queue);
+  if (joined == queue.size()) {
+    if (!queue.empty()) groups.emplace_back().swap(queue);
     return groups;
   }
   std::vector<size_t> keys;
   std::vector<size_t> bytes;
   for (HeldRequest& h : queue) {
-    const size_t n = h.result.codes.size();
-    const size_t b = h.request.frame.size();
     size_t g = 0;
-    while (g < groups.size() &&
-           !(keys[g] + n <= kMaxBatchKeys && bytes[g] + b <= kMaxBatchFrameBytes &&
-             Compatible(op, groups[g].front().request.request(), h.request.request()))) {
-      ++g;
-    }
+    while (g < groups.size() && !joins(keys[g], bytes[g], groups[g].front(), h)) ++g;
     if (g == groups.size()) {
       groups.emplace_back();
       keys.push_back(0);
       bytes.push_back(0);
     }
-    keys[g] += n;
-    bytes[g] += b;
+    keys[g] += h.result.codes.size();
+    bytes[g] += h.request.frame.size();
     groups[g].push_back(std::move(h));
   }
   queue.clear();

@@ -434,11 +434,7 @@ class EventPublisher::Thread {
   void Recycle(std::shared_ptr<std::string> sent) {
     spent_.push_back(std::move(sent));
     if (spent_.size() <= kSpentBuffers) return;
-    if (spent_.front().use_count() == 1 && payload_.capacity() < spent_.front()->capacity()) {
-      std::atomic_thread_fence(std::memory_order_acquire);  // after ZMQ's release (see Retain)
-      payload_.swap(*spent_.front());
-      payload_.clear();
-    }
+    TakeSentBuffer(spent_.front(), &payload_);
     spent_.pop_front();
   }
 

@@ -4,7 +4,6 @@
 #include <zmq.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <optional>
 
@@ -42,14 +41,7 @@ bool EventReplay::Retain(uint64_t seq, std::shared_ptr<std::string> payload,
          (retained_.size() > max_batches_ || retained_bytes_ > max_bytes_)) {
     Batch& oldest = retained_.front();
     retained_bytes_ -= oldest.payload->size();
-    // Reuse the buffer unless a queued message (live or replay) still refers to it.
-    if (oldest.payload.use_count() == 1 && recycled->capacity() < oldest.payload->capacity()) {
-      // Pairs with the release of the last other reference (ZMQ's, on its I/O thread): its
-      // reads of the bytes happen before our writes.
-      std::atomic_thread_fence(std::memory_order_acquire);
-      recycled->swap(*oldest.payload);
-      recycled->clear();
-    }
+    TakeSentBuffer(oldest.payload, recycled);  // unless a queued message still refers to it
     retained_.pop_front();
   }
   return true;

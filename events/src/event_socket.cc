@@ -1,5 +1,6 @@
 #include "event_socket.h"
 
+#include <atomic>
 #include <cerrno>
 
 namespace kvagent::events {
@@ -98,6 +99,15 @@ bool SendSharedFrame(zmq::socket_t& socket, const std::shared_ptr<const std::str
     return false;
   }
   return true;
+}
+
+void TakeSentBuffer(const std::shared_ptr<std::string>& sent, std::string* into) {
+  if (sent.use_count() != 1 || into->capacity() >= sent->capacity()) return;
+  // Pairs with the release of the last other reference (ZMQ's, on its I/O thread): its reads of
+  // the bytes happen before our writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  into->swap(*sent);
+  into->clear();
 }
 
 bool SendFrame(zmq::socket_t& socket, std::string_view frame, bool more) {

@@ -44,4 +44,9 @@ bool SendFrame(zmq::socket_t& socket, std::string_view frame, bool more);
 // null payload is an empty frame. Never blocks; false when the frame was not queued.
 bool SendSharedFrame(zmq::socket_t& socket, const std::shared_ptr<const std::string>& payload);
 
+// For reuse of a payload SendSharedFrame sent: moves `*sent`'s buffer into `*into` (emptied,
+// its capacity kept) when nothing but `sent` refers to it any more (ZMQ has let go) and it is
+// larger than what `*into` holds. Call it on the thread that owns `sent`.
+void TakeSentBuffer(const std::shared_ptr<std::string>& sent, std::string* into);
+
 }  // namespace kvagent::events
