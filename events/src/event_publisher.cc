@@ -25,8 +25,10 @@
 // buffers.
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/thread_policy.h"
 #include "kvagent/common/thread_start.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -280,6 +282,11 @@ class EventPublisher::Thread {
 
   void Run(std::promise<Status>* bound) {
     zmq::context_t context(1);
+    // Events may wait a scheduler tick; the thread that stored them may not (thread_policy.h).
+    // Its ZMQ I/O thread, which starts with the first socket, runs in the same class.
+    if (MarkThisThreadBackground()) {
+      zmq_ctx_set(context.handle(), ZMQ_THREAD_SCHED_POLICY, SCHED_BATCH);
+    }
     // Checks the clients of the CURVE sockets; goes before the context does.
     std::unique_ptr<ZapHandler> zap;
     PubSockets pub(context);

@@ -3,8 +3,11 @@
 #include "kvagent/events/event_publisher.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <filesystem>
 #include <map>
+#include <string>
 #include <thread>
 
 #include "event_test_support.h"
@@ -355,6 +358,33 @@ TEST(EventPublisher, ReusedPayloadBuffersNeverChangeABatchOnItsWay) {
   ExpectEveryBatchIntact(with_replay);
   EventPublisherOptions without_replay = testing::TcpPublisherOptions();  // no replay socket
   ExpectEveryBatchIntact(without_replay);
+}
+
+// The threads of this process in the scheduling class SCHED_BATCH (thread_policy.h).
+std::vector<pid_t> BackgroundThreads() {
+  std::vector<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    if (sched_getscheduler(tid) == SCHED_BATCH) out.push_back(tid);
+  }
+  return out;
+}
+
+// A publisher's wake-ups must not preempt the thread that stored the events (the agent's ring
+// service, kvmaster's loop): its thread and its ZMQ I/O thread are background work, the
+// caller's thread is left as it was.
+TEST(EventPublisher, ItsThreadsWakeWithoutPreemptingTheCallers) {
+  const std::vector<pid_t> before = BackgroundThreads();
+  {
+    auto publisher = StartPublisher(TcpOptions());
+    ASSERT_TRUE(publisher);
+    testing::PublishSingles(*publisher, 0, 4);
+    publisher->Flush();
+    EXPECT_GE(BackgroundThreads().size(), before.size() + 2)
+        << "the publisher's thread and its ZMQ I/O thread";
+    EXPECT_NE(sched_getscheduler(0), SCHED_BATCH) << "the caller's class is not touched";
+  }
+  EXPECT_EQ(BackgroundThreads().size(), before.size()) << "both end with the publisher";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //  - counters_ belongs to the relay thread; stats() reads the copy in shared_, refreshed by
 //    the thread after every step, so a counter in stats() never runs ahead of the work.
 #include "kvagent/relay/event_relay.h"
+#include "kvagent/common/thread_policy.h"
 #include "kvagent/common/thread_start.h"
 
 #include <unistd.h>
@@ -127,6 +128,7 @@ class EventRelay::Thread {
   }
 
   void Run(std::promise<Status>* connected) {
+    MarkThisThreadBackground();  // relayed events may wait a scheduler tick (thread_policy.h)
     {
       std::lock_guard<std::mutex> lock(switch_mu_);
       target_events_ = options_.master_events;
