@@ -31,6 +31,8 @@
 
 namespace kvagent::agent {
 
+class ClientValue;  // client_values.h
+
 class Batch {
  public:
   Batch(PipelineContext& ctx, MasterMessages& messages, std::vector<HeldRequest> requests);
@@ -169,6 +171,10 @@ class ReadBatch final : public Batch {
   // Reads the part from its next replica: at once from this node's pool, or queued as a peer
   // read. When none is left the key fails.
   void ReadPart(PartRead read);
+  // The CRC of a local copy of `read` that did not match, taken again from the pool's bytes
+  // (see read_batch.cc); `crc` as it was otherwise.
+  uint32_t Rechecked(const PartRead& read, const Replica& local, const ClientValue& target,
+                     uint32_t crc) const;
   // The bytes of `read` (from `replica`) are in the buffer: true when they match the checksum;
   // otherwise the replica is reported and counted.
   bool Verified(PartRead& read, const Replica& replica, uint32_t crc);

@@ -46,6 +46,11 @@ class ClientValue {
   [[nodiscard]] Result<uint32_t> FromPool(const PipelineContext& ctx, uint64_t pool_offset,
                                           uint64_t at, uint64_t n, PrefetchRange next = {}) const;
 
+  // Get: bytes [at, ...) of the value in the arena; null for a value in the client's own memory.
+  uint8_t* ArenaRange(uint64_t at) const {
+    return arena_bytes_ == nullptr ? nullptr : arena_bytes_ + at;
+  }
+
   // Memory for the data plane for bytes [at, at + n): the arena range itself, or a peer
   // scratch range, filled from the client's memory first when `fill` (a put). NO_SPACE when
   // the scratch is full.

@@ -162,7 +162,7 @@ void ReadBatch::ReadPart(PartRead read) {
       continue;
     }
     ctx_.counters.bytes_from_pool += read.length;
-    if (Verified(read, local, *copied)) return;
+    if (Verified(read, local, Rechecked(read, local, target, *copied))) return;
     last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
   }
   if (read.left.empty()) {
@@ -182,6 +182,17 @@ void ReadBatch::ReadPart(PartRead read) {
               peer.offset, read.dst, read.length, OpStamp{peer.incarnation, epoch_, 0});
   reads_.push_back(std::move(read));
   tried_.push_back(std::move(peer));
+}
+
+uint32_t ReadBatch::Rechecked(const PartRead& read, const Replica& local, const ClientValue& target,
+                              uint32_t crc) const {
+  uint8_t* arena = target.ArenaRange(read.at);
+  if (!read.checksummed || crc == read.checksum || arena == nullptr) return crc;
+  // The copy's CRC may have been taken over the arena (a small value copied first, then
+  // checksummed in L1), which the client can write too: take it again from the pool's bytes,
+  // copying them anew, so that a client writing into its own buffer during its get never gets
+  // a good replica reported (and dropped cluster-wide). It gets what it wrote.
+  return CopyWithCrc32c(arena, ctx_.pool->base() + local.offset, read.length, CopyStores::kCached);
 }
 
 bool ReadBatch::Verified(PartRead& read, const Replica& replica, uint32_t crc) {
