@@ -181,7 +181,8 @@ class ReadBatch final : public Batch {
   void PartFailed(const PartRead& read, const Status& last);
   void FailKey(uint32_t key, const Status& why);
   void DeliverPeerRead(const PartRead& read);
-  void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
+  void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results,
+               std::span<const transfer::ReceivedChecksum> received);
   void Finish();
 
   std::chrono::steady_clock::time_point sent_at_;

@@ -86,6 +86,7 @@ namespace {
 struct Pending {
   std::vector<uint32_t> keys;
   std::vector<Status> results;
+  std::vector<transfer::ReceivedChecksum> received;  // per op; the engine writes a read's
   std::vector<size_t> submitted;  // positions in `results` of the ops handed to the engine
   std::vector<uint64_t> lengths;  // of the submitted ops
   metrics::SingleWriterCounter* moved = nullptr;
@@ -101,6 +102,7 @@ void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requ
   pending->moved = moved;
   pending->keys = std::move(keys_);
   pending->results.resize(ops_.size());
+  pending->received.resize(ops_.size());  // never resized again: the engine holds pointers
   pending->done = std::move(done);
   std::vector<std::shared_ptr<ipc::Segment>> keep_mapped;
   std::vector<transfer::TransferOp> submit;
@@ -122,6 +124,7 @@ void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requ
       pending->results[i] = Status(ErrorCode::kTransferFailed, arena_error[r].message());
       continue;
     }
+    if (ops_[i].kind == transfer::TransferKind::kRead) ops_[i].received = &pending->received[i];
     pending->lengths.push_back(ops_[i].length);
     submit.push_back(std::move(ops_[i]));
     pending->submitted.push_back(i);
@@ -141,7 +144,7 @@ void RemoteMoves::Submit(PipelineContext& ctx, std::span<const HeldRequest> requ
             if (results[i].ok()) *pending->moved += pending->lengths[i];
           }
           for (ClientId c : pending->arenas) arenas->Release(c);
-          pending->done(pending->keys, pending->results);
+          pending->done(pending->keys, pending->results, pending->received);
         });
       });
 }

@@ -78,10 +78,11 @@ PrefetchRange PoolRange(const PipelineContext& ctx, uint64_t offset, uint64_t le
 // The remote transfers of one batch.
 class RemoteMoves {
  public:
-  // Called on the service thread with, for every op added, its key (the batch's key position)
-  // and its result, in the order of Add.
-  using DoneFn =
-      std::function<void(std::span<const uint32_t> keys, std::span<const Status> results)>;
+  // Called on the service thread with, for every op added, its key (the batch's key position),
+  // its result and, for a read, the CRC32C of its bytes as they arrived when the transport took
+  // one (transfer::TransferOp::received: over TCP), in the order of Add.
+  using DoneFn = std::function<void(std::span<const uint32_t> keys, std::span<const Status> results,
+                                    std::span<const transfer::ReceivedChecksum> received)>;
 
   // One range between the arena of `requests[request]` and a peer's pool.
   void Add(uint32_t key, uint32_t request, transfer::TransferKind kind, std::string_view peer,

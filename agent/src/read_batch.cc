@@ -3,8 +3,8 @@
 // A part is read from this node's pool when it holds a replica, else from the replicas the
 // master lists (those on healthy agents first). A read is good only when the bytes in the
 // client's buffer match the part's checksum (taken by the writer, kept by the master): the
-// check is folded into the copy out of this node's pool, and is one pass over bytes that came
-// from a peer. A replica that fails its read or its checksum is followed by the part's next
+// check is folded into the copy out of this node's pool, and for bytes from a peer taken by the
+// TCP transport as they arrive (TransferOp::received; over RDMA, one pass over the buffer). A replica that fails its read or its checksum is followed by the part's next
 // replica; a corrupt one is counted, logged and reported to the master, which drops it (and the
 // object with its last replica). The key fails only when no replica gave good bytes: with
 // DATA_CORRUPTED when every replica was read and was corrupt, else TRANSFER_FAILED (a replica
@@ -82,8 +82,9 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_from_peers,
-                 [this](std::span<const uint32_t> keys, std::span<const Status> results) {
-                   OnMoved(keys, results);
+                 [this](std::span<const uint32_t> keys, std::span<const Status> results,
+                        std::span<const transfer::ReceivedChecksum> received) {
+                   OnMoved(keys, results, received);
                  });
 }
 
@@ -246,7 +247,8 @@ void ReadBatch::DeliverPeerRead(const PartRead& read) {
   if (!moved.ok()) FailKey(read.key, moved);
 }
 
-void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results) {
+void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> results,
+                        std::span<const transfer::ReceivedChecksum> received) {
   std::vector<PartRead> reads = std::move(reads_);
   std::vector<Replica> tried = std::move(tried_);
   remote_ = RemoteMoves();
@@ -259,7 +261,11 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
     Status last = results[i];
     if (!last.ok()) read.failed_seen = true;
     if (last.ok()) {
-      const uint32_t crc = read.checksummed ? Crc32c(read.dst, read.length) : 0;
+      // Taken by the transport before the bytes reached the buffer (TCP) where it could: the
+      // client can write its buffer too, and must not get a good replica blamed by doing so.
+      const uint32_t crc = !read.checksummed   ? 0
+                           : received[i].taken ? received[i].crc
+                                               : Crc32c(read.dst, read.length);
       if (Verified(read, tried[i], crc)) {
         DeliverPeerRead(read);
         continue;
@@ -276,8 +282,9 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_from_peers,
-                 [this](std::span<const uint32_t> keys, std::span<const Status> results) {
-                   OnMoved(keys, results);
+                 [this](std::span<const uint32_t> keys, std::span<const Status> results,
+                        std::span<const transfer::ReceivedChecksum> received) {
+                   OnMoved(keys, results, received);
                  });
 }
 

@@ -98,9 +98,8 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   }
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
-                 [this](std::span<const uint32_t> keys, std::span<const Status> results) {
-                   OnMoved(keys, results);
-                 });
+                 [this](std::span<const uint32_t> keys, std::span<const Status> results,
+                        std::span<const transfer::ReceivedChecksum>) { OnMoved(keys, results); });
 }
 
 bool WriteBatch::StartReserved() {
@@ -132,9 +131,8 @@ bool WriteBatch::StartReserved() {
     Finish();
   } else {
     remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
-                   [this](std::span<const uint32_t> keys, std::span<const Status> results) {
-                     OnMoved(keys, results);
-                   });
+                   [this](std::span<const uint32_t> keys, std::span<const Status> results,
+                          std::span<const transfer::ReceivedChecksum>) { OnMoved(keys, results); });
   }
   return true;
 }

@@ -1,5 +1,7 @@
 #include "pipeline_fakes.h"
 
+#include "kvagent/common/checksum.h"
+
 #include <algorithm>
 
 namespace kvagent::agent::testing {
@@ -213,6 +215,10 @@ std::vector<transfer::TransferOp> FakeDataPlane::RunOne() {
       std::memcpy(pool.data() + op.remote_offset, local, op.length);
     } else {
       std::memcpy(local, pool.data() + op.remote_offset, op.length);
+      // As the TCP transport: the CRC of the bytes as they arrived, not of `local` afterwards.
+      if (op.received != nullptr) {
+        *op.received = {Crc32c(pool.data() + op.remote_offset, op.length), true};
+      }
     }
     results.push_back(Status::Ok());
   }

@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "kvagent/common/checksum.h"
 #include "kvagent/transfer/transfer_engine.h"
 #include "test_support.h"
 
@@ -104,6 +105,41 @@ TEST_F(TcpTransferTest, ManyConcurrentOpsInOneBatchAllLandAndReportInOrder) {
         std::memcmp(ClientBuffer(back + i * kValue), server_.pool->base() + i * kValue, kValue), 0);
   }
   EXPECT_EQ(client_.engine->stats().connections_opened, 1u) << "one pooled connection per peer";
+}
+
+// A read that asks for the CRC32C of its bytes as they arrived gets it (taken from the
+// transport's own buffer, before the bytes reach `local`), whatever the size and however the
+// replies share the stream; the bytes land as without it. A write never reports one.
+TEST_F(TcpTransferTest, AReadAskingForItsChecksumGetsTheCrcOfTheBytesAsTheyArrived) {
+  const std::vector<uint64_t> sizes = {1, 100, 4096, 4096 + 13, 70000, 1 * kMiB, 5 * kMiB + 3};
+  uint64_t total = 0;
+  for (uint64_t n : sizes) total += n;
+  std::vector<uint8_t> data = Pattern(total, 99);
+  std::memcpy(server_.pool->base(), data.data(), total);
+  std::vector<TransferOp> reads;
+  std::vector<ReceivedChecksum> received(sizes.size() + 1);
+  const uint64_t back = 16 * kMiB;
+  uint64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    reads.push_back(Read(peer_, at, ClientBuffer(back + at), sizes[i]));
+    reads.back().received = &received[i];
+    at += sizes[i];
+  }
+  std::memcpy(ClientBuffer(0), data.data(), 4096);
+  reads.push_back(Write(peer_, 40 * kMiB, ClientBuffer(0), 4096));
+  reads.back().received = &received[sizes.size()];
+  auto done = client_.engine->TransferAndWait(std::move(reads));
+  ASSERT_EQ(done.size(), sizes.size() + 1);
+  at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(done[i].ok()) << done[i].ToString();
+    EXPECT_EQ(std::memcmp(ClientBuffer(back + at), data.data() + at, sizes[i]), 0) << sizes[i];
+    EXPECT_TRUE(received[i].taken) << sizes[i];
+    EXPECT_EQ(received[i].crc, Crc32c(data.data() + at, sizes[i])) << sizes[i];
+    at += sizes[i];
+  }
+  ASSERT_TRUE(done.back().ok()) << done.back().ToString();
+  EXPECT_FALSE(received.back().taken) << "a write has no received bytes";
 }
 
 TEST_F(TcpTransferTest, OutOfRangeOpIsRefusedAndTheNextOpStillWorks) {

@@ -69,6 +69,7 @@ struct PendingOp {
   uint64_t pool_incarnation = 0;  // see TransferOp
   uint64_t master_epoch = 0;
   uint64_t write_id = 0;
+  ReceivedChecksum* received = nullptr;  // see TransferOp
   std::shared_ptr<Batch> batch;
   size_t index = 0;
 

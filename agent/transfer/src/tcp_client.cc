@@ -1,5 +1,7 @@
 #include "tcp_client.h"
 
+#include "kvagent/common/checksum.h"
+
 #include <glog/logging.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -243,6 +245,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
       if (step != Step::kClosed) in_.Consume(need);
       return step;
     }
+    if (reply_.status == 0 && awaiting_.front().op.received != nullptr) return ReadChecksummed();
     uint8_t* dst =
         reply_.status == 0 ? awaiting_.front().op.local : reinterpret_cast<uint8_t*>(error_.data());
     uint64_t moved = 0;
@@ -250,6 +253,24 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     body_got_ += moved;
     if (body_got_ == body_len_) FinishHead();
     return Outcome(io);
+  }
+
+  // A read's body that asked for its CRC: always through our own buffer, copied into `local`
+  // with the CRC taken from the buffer on the way (TransferOp::received), so that what the
+  // client may write into `local` meanwhile cannot change it.
+  Step ReadChecksummed() {
+    if (in_.size() == 0) {
+      IoResult io = in_.Fill(fd_.get());
+      if (io.kind != IoResult::kData || in_.size() == 0) return Outcome(io);
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(body_len_ - body_got_, in_.size()));
+    body_crc_ = CopyWithCrc32c(awaiting_.front().op.local + body_got_, in_.data(), n,
+                               CopyStores::kCached, body_crc_);
+    in_.Consume(n);
+    body_got_ += n;
+    Touch();
+    if (body_got_ == body_len_) FinishHead();
+    return Step::kProgress;
   }
 
   Step StartHello(const uint8_t* bytes) {
@@ -334,6 +355,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     }
     body_len_ = reply_.length;
     body_got_ = 0;
+    body_crc_ = 0;
     if (reply_.status != 0) error_.assign(body_len_, '\0');
     in_body_ = body_len_ > 0;
     if (!in_body_) FinishHead();
@@ -345,6 +367,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     Outgoing head = std::move(awaiting_.front());
     awaiting_.pop_front();
     if (reply_.status == 0) {
+      if (head.op.received != nullptr) *head.op.received = ReceivedChecksum{body_crc_, true};
       head.op.Finish(Status::Ok());
     } else {
       head.op.Fail(ErrorCodeFromWire(reply_.status), "peer refused: " + error_);
@@ -410,6 +433,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   bool in_body_ = false;
   uint64_t body_len_ = 0;
   uint64_t body_got_ = 0;
+  uint32_t body_crc_ = 0;  // of the body so far (ReadChecksummed)
   std::string error_;
 };
 

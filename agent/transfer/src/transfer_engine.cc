@@ -160,6 +160,7 @@ class TransferEngine::Core {
                         .pool_incarnation = op.pool_incarnation,
                         .master_epoch = op.master_epoch,
                         .write_id = op.write_id,
+                        .received = op.kind == TransferKind::kRead ? op.received : nullptr,
                         .batch = batch,
                         .index = i};
       Status verdict = Check(pending, last);

@@ -48,6 +48,12 @@ enum class TransferKind : uint8_t {
   kRead = 2,   // peer's pool at remote_offset -> local bytes
 };
 
+// The CRC32C of a read's bytes as they came off the wire (TransferOp::received).
+struct ReceivedChecksum {
+  uint32_t crc = 0;
+  bool taken = false;
+};
+
 // One range to move. The engine does not own `local`: the caller keeps [local, local + length)
 // valid (and, for a read, unread by anyone else) until the batch's callback has run.
 struct TransferOp {
@@ -61,6 +67,11 @@ struct TransferOp {
   uint64_t pool_incarnation = 0;
   uint64_t master_epoch = 0;
   uint64_t write_id = 0;
+  // A read may ask for the CRC32C of its bytes as they arrived, taken before they were written to
+  // `local` (which its client may write too): the TCP transport copies them in from its own
+  // buffer, checksumming on the way, and sets *received when the op succeeds. The RDMA transport
+  // (the NIC writes `local` itself) leaves it untouched. Must stay valid until the callback ran.
+  ReceivedChecksum* received = nullptr;
 };
 
 // Receives one Status per op, in the order of the submitted ops. OK: the bytes are in place (a
