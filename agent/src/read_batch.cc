@@ -4,12 +4,14 @@
 // master lists (those on healthy agents first). A read is good only when the bytes in the
 // client's buffer match the part's checksum (taken by the writer, kept by the master): the
 // check is folded into the copy out of this node's pool, and for bytes from a peer taken by the
-// TCP transport as they arrive (TransferOp::received; over RDMA, one pass over the buffer). A replica that fails its read or its checksum is followed by the part's next
-// replica; a corrupt one is counted, logged and reported to the master, which drops it (and the
-// object with its last replica). The key fails only when no replica gave good bytes: with
-// DATA_CORRUPTED when every replica was read and was corrupt, else TRANSFER_FAILED (a replica
-// that could not be read may still hold the value). A get never answers OK with bytes other than
-// those stored.
+// TCP transport as they arrive (TransferOp::received; over RDMA, one pass over the buffer). A
+// replica that fails its read or its checksum is followed by the part's next replica; a corrupt one
+// is counted, logged and reported to the master, which drops it (and the object with its last
+// replica). The key fails only when no replica gave good bytes: with DATA_CORRUPTED when every
+// replica was read and was corrupt, else TRANSFER_FAILED (a replica that could not be read may
+// still hold the value). A get never answers OK with bytes other than those stored. The client
+// can write its buffer too, so no replica is blamed for a CRC taken over that buffer alone
+// (Rechecked, TransferOp::received).
 //
 // A Get whose read lease expired before its bytes were all in the client's buffer fails with
 // TIMEOUT (SEMANTICS: "A Get whose lease expired during the transfer fails"): once the lease is

@@ -1,7 +1,5 @@
 #include "tcp_client.h"
 
-#include "kvagent/common/checksum.h"
-
 #include <glog/logging.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -12,6 +10,7 @@
 #include <deque>
 
 #include "input_buffer.h"
+#include "kvagent/common/checksum.h"
 #include "kvagent/common/errno_text.h"
 #include "socket.h"
 #include "tcp_wire.h"
