@@ -12,6 +12,12 @@
 //   master.put.zmq.agents{16,64}.b16    keys/s  16 / 64 simulated agents, one DEALER each, 2
 //                                               batches in flight each; .p99 us (one put's
 //                                               master part); .vs_one_agent ratio to b16 above
+//   master.put.inproc.b1.max_call       us      the longest single put (start + end, one key)
+//                                               over 2 M keys: the object table grows to 4 M
+//                                               slots on the way (.p99_call beside it); baseline
+//                                               master.baseline_map_insert.max_call, the longest
+//                                               unordered_map emplace of the same keys (its
+//                                               rehash moves every node at once)
 //   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
 //                                               the key's own bytes (replication log off: it
 //                                               is a fixed budget, not per key)
@@ -62,8 +68,10 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 void Bench(const std::string& name, double value, const char* unit) {
-  std::printf(std::string_view(unit) == "x" ? "BENCH %s %.3f %s\n" : "BENCH %s %.0f %s\n",
-              name.c_str(), value, unit);
+  const std::string_view u(unit);
+  std::printf(
+      u == "x" ? "BENCH %s %.3f %s\n" : (u == "us" ? "BENCH %s %.1f %s\n" : "BENCH %s %.0f %s\n"),
+      name.c_str(), value, unit);
   std::fflush(stdout);
 }
 
@@ -106,9 +114,11 @@ struct InProcess {
   }
 };
 
-// Puts `keys` in batches of `batch`; returns keys/s.
+// Puts `keys` in batches of `batch`; returns keys/s. With `batch_us`, appends each batch's time
+// (start + end) in microseconds.
 double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
-                    const std::vector<std::string>& sessions, size_t batch) {
+                    const std::vector<std::string>& sessions, size_t batch,
+                    std::vector<double>* batch_us = nullptr) {
   std::vector<std::string_view> kv(keys.begin(), keys.end());
   std::vector<std::string_view> sv(sessions.begin(), sessions.end());
   std::vector<uint64_t> sizes(batch, 4096);
@@ -118,6 +128,7 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
   std::vector<events::KvEvent> events;
   auto t0 = Clock::now();
   for (size_t i = 0; i + batch <= kv.size(); i += batch) {
+    const auto batch_t0 = batch_us != nullptr ? Clock::now() : Clock::time_point{};
     WriteStartRequest r;
     r.agent = p.agents[(i / batch) % p.agents.size()];
     r.keys = std::span(kv).subspan(i, batch);
@@ -132,6 +143,7 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
     end.part_counts = part_counts;
     end.checksums = checksums;
     (void)p.svc->BatchPutEnd(end, &ended);
+    if (batch_us != nullptr) batch_us->push_back(Seconds(batch_t0, Clock::now()) * 1e6);
     p.svc->TakeEvents(&events);  // what the owner hands to the publisher
   }
   return static_cast<double>(kv.size() / batch * batch) / Seconds(t0, Clock::now());
@@ -192,6 +204,34 @@ double MapInsertBaseline(const std::vector<std::string>& keys) {
   uint64_t off = 0;
   for (const auto& k : keys) m.emplace(k, Meta{4096, off += 4096, 1, 1});
   return static_cast<double>(keys.size()) / Seconds(t0, Clock::now());
+}
+
+// The longest single call while the table grows (`pause` part): one key per put, 2 M keys, the
+// longest and the 99th percentile call; the same keys' longest unordered_map emplace as the
+// baseline.
+void PauseBench() {
+  const size_t n = 2'000'000;
+  auto keys = MakeKeys(n, "pause/blk-");
+  auto sessions = MakeSessions(n);
+  double map_max_us = 0;
+  {
+    std::unordered_map<std::string, uint64_t> m;
+    for (const auto& k : keys) {
+      const auto t0 = Clock::now();
+      m.emplace(k, 4096);
+      map_max_us = std::max(map_max_us, Seconds(t0, Clock::now()) * 1e6);
+    }
+  }
+  InProcess p;
+  std::vector<double> call_us;
+  call_us.reserve(n);
+  (void)PutInProcess(p, keys, sessions, 1, &call_us);
+  const double max_us = *std::max_element(call_us.begin(), call_us.end());
+  std::nth_element(call_us.begin(), call_us.begin() + call_us.size() * 99 / 100, call_us.end());
+  Bench("master.baseline_map_insert.max_call", map_max_us, "us");
+  Bench("master.put.inproc.b1.max_call", max_us, "us");
+  Bench("master.put.inproc.b1.p99_call", call_us[call_us.size() * 99 / 100], "us");
+  Bench("master.put.inproc.b1.max_call.vs_map_insert", max_us / map_max_us, "x");
 }
 
 // What the operation log costs at b128 (in-process, 200 000 keys): no state dir (as the figures
@@ -703,8 +743,8 @@ void EventsBench() {
 
 }  // namespace
 
-// `master_bench [inproc|zmq|commit|log|replication|memory|events]...` runs only the named parts
-// (commit: the reserved-write path only, in process and through the ROUTER; for profiling)
+// `master_bench [inproc|zmq|commit|log|replication|pause|memory|events]...` runs only the named
+// parts (commit: the reserved-write path only, in process and through the ROUTER; for profiling)
 // (default: all).
 int main(int argc, char** argv) {
   // The heap the kvmaster and kvagent binaries run with (heap_pages.h); KVAGENT_HUGE_HEAP=0
@@ -787,6 +827,7 @@ int main(int argc, char** argv) {
 
   if (wanted("log")) LogBench();
   if (wanted("replication")) ReplicationBench();
+  if (wanted("pause")) PauseBench();
   if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
   if (wanted("events")) EventsBench();
   return 0;
