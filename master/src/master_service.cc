@@ -389,10 +389,11 @@ Status MasterService::BatchUpsertStart(const WriteStartRequest& request, Placeme
 
 Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commit,
                                 std::span<const uint32_t> checksums,
-                                std::span<const FailedReplica> failed, KeyResults* out) {
+                                std::span<const FailedReplica> failed, KeyResults* out,
+                                ObjectEntry* entry) {
   const std::string_view key = req.keys[i];
   const uint64_t write_id = req.write_ids.empty() ? 0 : req.write_ids[i];
-  ObjectEntry* e = store_->Find(key);
+  ObjectEntry* e = entry != nullptr ? entry : store_->Find(key);
   if (!e && write_id != 0 && commit) {
     // The write is unknown here: this master restarted before it was committed (in-flight
     // writes are not logged), or abandoned it. Nothing is stored; the writer may put again.

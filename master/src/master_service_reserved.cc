@@ -179,7 +179,7 @@ Status MasterService::CommitOne(const WriteCommitRequest& req, size_t i, KeyResu
       store_->tags().Acquire(start.session_ids.empty() ? std::string_view() : start.session_ids[i]);
   w.options = start.options;
   if (!start.blocks.empty()) w.meta = StoredBlockMeta::From(start.blocks[i]);
-  Status st = FinishOne(req.finish, i, true, ChecksumsOf(req.finish, i), FailedOf(i), out);
+  Status st = FinishOne(req.finish, i, true, ChecksumsOf(req.finish, i), FailedOf(i), out, e);
   if (!st.ok()) {
     // Not committed (checksums that do not fit its parts, no replica written): nothing of it
     // stays (a refused log record already abandoned it).

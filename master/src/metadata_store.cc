@@ -190,10 +190,16 @@ void MetadataStore::RefreshPartBytes() {
 
 void MetadataStore::RefreshCandidates() {
   live_pools_.clear();
+  live_pools_by_agent_.clear();
   for (auto& [id, s] : pools_) {
     auto a = agents_.find(s.agent);
-    if (a != agents_.end() && !a->second.suspect) live_pools_.push_back(&s);
+    if (a != agents_.end() && !a->second.suspect) {
+      live_pools_.push_back(&s);
+      live_pools_by_agent_.emplace_back(s.agent, &s);
+    }
   }
+  std::stable_sort(live_pools_by_agent_.begin(), live_pools_by_agent_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
 namespace {
@@ -356,15 +362,28 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
   const size_t mark = out->size();
   const uint64_t parts = size == 0 ? 1 : size / part_bytes_ + (size % part_bytes_ != 0);
   AgentId used[256];
+  // The writer's own live pools (usually one).
+  const auto own = std::equal_range(live_pools_by_agent_.begin(), live_pools_by_agent_.end(),
+                                    std::pair<AgentId, Pool*>(writer, nullptr),
+                                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (uint64_t p = 0; p < parts; ++p) {
     const uint64_t len = std::min(part_bytes_, size - p * part_bytes_);
     const uint64_t need = PoolAllocator::Rounded(len);
     int n_used = 0;
     for (int r = 0; r < replicas_per_part; ++r) {
       // The writer's own pool first (one local memcpy), then the pool with most free bytes,
-      // never two replicas of a part on one agent.
+      // never two replicas of a part on one agent. The first replica looks at the writer's
+      // own pools alone when one of them fits: with many agents, the scan of every pool was
+      // the master's largest cost per key (master_bench, 123 agents).
       Pool* best = nullptr;
-      for (Pool* s : live_pools_) {
+      if (n_used == 0) {
+        for (auto it = own.first; it != own.second; ++it) {
+          Pool* s = it->second;
+          if (s->allocator.largest_free() < need) continue;
+          if (!best || s->allocator.free_bytes() > best->allocator.free_bytes()) best = s;
+        }
+      }
+      for (Pool* s : best ? std::span<Pool* const>() : std::span<Pool* const>(live_pools_)) {
         if (std::find(used, used + n_used, s->agent) != used + n_used) continue;
         if (s->allocator.largest_free() < need) continue;
         if (!best) {

@@ -376,6 +376,8 @@ class MetadataStore {
   std::map<AgentId, Agent> agents_;
   std::map<PoolId, Pool> pools_;
   std::vector<Pool*> live_pools_;  // placement candidates: pools of healthy agents
+  // The same pools by agent (sorted by agent id): a writer's own pools without a scan of all.
+  std::vector<std::pair<AgentId, Pool*>> live_pools_by_agent_;
   AgentId next_agent_id_ = 1;
   PoolId next_pool_id_ = 1;
   uint64_t next_write_id_ = 1;

@@ -534,6 +534,33 @@ TEST(MasterService, ReplicasGoToDistinctAgentsWithTheWritersOwnPoolFirst) {
   EXPECT_EQ(c.Start(c.agents[0], {"k5"}, {64}, {}, five).placements.size(), 3u);
 }
 
+TEST(MasterService, AWriterWhoseOwnPoolIsFullPlacesOnThePoolWithMostFreeBytes) {
+  // Placement looks at the writer's own pool alone when it fits; when it does not, every pool
+  // is a candidate again and the one with the most free bytes takes the replica.
+  MasterOptions o;
+  o.high_watermark = 1.0;  // no eviction: the own pool really fills
+  o.low_watermark = 1.0;
+  Cluster c(o, 1, 64 << 10);
+  const AgentId small = c.agents[0];
+  const AgentId big = c.AddAgent("node-big", 1 << 20);
+  const AgentId mid = c.AddAgent("node-mid", 512 << 10);
+  auto owner = [&](const PlacementBatch& p) {
+    return c.svc->FindPool(p.placements[0].pool_id)->agent;
+  };
+  for (int i = 0; i < 4; ++i) {  // 4 x 16 KiB fill the writer's 64 KiB pool
+    auto p = c.Start(small, {"own-" + std::to_string(i)}, {16 << 10});
+    ASSERT_EQ(p.placements.size(), 1u) << i;
+    EXPECT_EQ(owner(p), small) << i;
+  }
+  auto p = c.Start(small, {"spill"}, {16 << 10});
+  ASSERT_EQ(p.placements.size(), 1u);
+  EXPECT_EQ(owner(p), big);
+  // An agent that is not the writer's never gets the first look: mid writes to its own pool.
+  auto q = c.Start(mid, {"mid-own"}, {16 << 10});
+  ASSERT_EQ(q.placements.size(), 1u);
+  EXPECT_EQ(owner(q), mid);
+}
+
 TEST(MasterService, RemoveAllClearsAndReannouncesLeasedSurvivors) {
   Cluster c;
   c.Put(c.agents[0], {"a", "b", "leased"}, 64, {"", "", "keep-me"});

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvagent/common/status.h"
@@ -30,6 +31,7 @@ namespace kvagent::master {
 
 class MetadataStore;
 struct Object;
+using ObjectEntry = std::pair<const std::string, Object>;
 
 class MasterService {
  public:
@@ -212,9 +214,10 @@ class MasterService {
   Status WriteStart(const WriteStartRequest& request, bool upsert, PlacementBatch* out);
   Status StartOne(const WriteStartRequest& request, size_t i, bool upsert, PlacementBatch* out);
   Status FinishWrites(const WriteEndRequest& request, bool commit, KeyResults* out);
+  // `entry`: the key's entry when the caller holds it (a commit just bound it), else looked up.
   Status FinishOne(const WriteEndRequest& request, size_t i, bool commit,
                    std::span<const uint32_t> checksums, std::span<const FailedReplica> failed,
-                   KeyResults* out);
+                   KeyResults* out, ObjectEntry* entry = nullptr);
   void AppendPlacements(const Object& object, PlacementBatch* out) const;
   Status PrepareFinish(const WriteEndRequest& request, size_t keys);
   std::span<const uint32_t> ChecksumsOf(const WriteEndRequest& request, size_t key) const;
