@@ -198,8 +198,11 @@ void MetadataStore::RefreshCandidates() {
       live_pools_by_agent_.emplace_back(s.agent, &s);
     }
   }
-  std::stable_sort(live_pools_by_agent_.begin(), live_pools_by_agent_.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // By agent, then by pool id as live_pools_ (ties in placement go to the lower id).
+  std::sort(live_pools_by_agent_.begin(), live_pools_by_agent_.end(),
+            [](const auto& a, const auto& b) {
+              return a.first != b.first ? a.first < b.first : a.second->id < b.second->id;
+            });
 }
 
 namespace {
