@@ -138,9 +138,11 @@ void ObjectTable::PrepareGrowth() {
   if (next_touched_bytes_ >= bytes) return;
   const size_t before = next_touched_bytes_;
   next_touched_bytes_ = std::min(bytes, before + 64);
-  if (before / page != next_touched_bytes_ / page || before == 0) {
-    auto* p = reinterpret_cast<volatile uint8_t*>(next_.get()) + before / page * page;
-    *p = 0;  // a write: the page itself, not the shared zero page
+  // The pages that start in [before, next_touched_bytes_): usually none, one every 64 calls.
+  // A write, so that the page itself comes in (a read would map the shared zero page).
+  auto* base = reinterpret_cast<volatile uint8_t*>(next_.get());
+  for (size_t at = (before + page - 1) / page * page; at < next_touched_bytes_; at += page) {
+    base[at] = 0;
   }
 }
 
