@@ -1,6 +1,7 @@
 #include "kvagent/master/master_server.h"
 
 #include <glog/logging.h>
+#include <poll.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -118,6 +119,7 @@ class MasterServer::Loop {
   }
 
   void Reply(const zmq::message_t& identity, std::span<const uint8_t> reply) {
+    unseen_ = true;  // see Run
     router_.send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore);
     router_.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(reply.data(), reply.size()), zmq::send_flags::none);
@@ -257,25 +259,42 @@ class MasterServer::Loop {
 
   void Run() {
     pthread_setname_np(pthread_self(), "kvmaster-loop");  // `top -H`, profiles
-    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
+    // The ROUTER is watched through its ZMQ_FD in a plain poll(): zmq_poll asks the socket for
+    // ZMQ_EVENTS before and after each wait, two system calls each. The fd signals when
+    // commands reach the socket, not for each request, so the socket is drained to EAGAIN
+    // (that last receive takes in the commands and clears the fd) and looked at again, without
+    // waiting, after any reply was sent: a send may take in the command that announces the next
+    // request, which would then wait for the tick.
+    const int router_fd = router_.get(zmq::sockopt::fd);
     int64_t next_tick = clock_->NowMs() + tick_ms_;
     while (!stop_.load(std::memory_order_relaxed)) {
       const int64_t now = clock_->NowMs();
       int64_t until = std::min(next_tick, now + tick_ms_);
       for (const Parked& p : parked_) until = std::min(until, p.until_ms);
-      zmq::poll(items, 1, std::chrono::milliseconds(std::max<int64_t>(0, until - now)));
-      if (items[0].revents & ZMQ_POLLIN) {
-        // Drain what is queued, but come back to Tick at least every 1024 messages, and when
-        // its time has come: 1024 batches of large requests take seconds, and a tick that late
-        // reads as a stall of the master (its live clock counts at most a tick credit per gap).
-        for (int n = 0; n < 1024; ++n) {
-          frames_.clear();
-          auto got =
-              zmq::recv_multipart(router_, std::back_inserter(frames_), zmq::recv_flags::dontwait);
-          if (!got) break;
-          HandleFrames();
-          if (n % 8 == 7 && clock_->NowMs() >= next_tick) break;
+      if (!unseen_) {
+        pollfd ready{router_fd, POLLIN, 0};
+        ::poll(&ready, 1, static_cast<int>(std::clamp<int64_t>(until - now, 0, tick_ms_)));
+      }
+      // Drain what is queued, but come back to Tick at least every 1024 messages, and when its
+      // time has come: 1024 batches of large requests take seconds, and a tick that late reads
+      // as a stall of the master (its live clock counts at most a tick credit per gap).
+      unseen_ = true;
+      int handled = 0;
+      for (; handled < 1024; ++handled) {
+        frames_.clear();
+        auto got =
+            zmq::recv_multipart(router_, std::back_inserter(frames_), zmq::recv_flags::dontwait);
+        if (!got) {
+          unseen_ = false;  // drained: the fd signals what comes next
+          break;
         }
+        HandleFrames();
+        if (handled % 8 == 7 && clock_->NowMs() >= next_tick) {
+          ++handled;
+          break;
+        }
+      }
+      if (handled > 0) {
         // One hand-off per wake-up rather than per request: fewer publisher wake-ups, same
         // order (events accumulate in the service in the order requests were handled).
         PublishEvents();
@@ -311,6 +330,7 @@ class MasterServer::Loop {
   int sync_followers_;
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
+  bool unseen_ = true;  // the ROUTER may hold requests its fd did not signal (Run)
   uint64_t bad_frames_ = 0;
   std::deque<Parked> parked_;
   std::deque<Held> held_;

@@ -305,6 +305,39 @@ TEST(MasterLink, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
   EXPECT_EQ(out.reply_id, 12u);
 }
 
+// Many calls in flight, each sent from the service thread as an earlier one is answered: every
+// reply is taken in when it arrives, none waits for its deadline. The link watches its DEALER
+// through the socket's fd, which signals commands rather than messages; a reply whose command a
+// send took in is seen only because the link drains the socket after each send (PollOnce). A
+// reply left waiting would sit there until its 3 s deadline took the link down.
+TEST(MasterLink, ManyCallsInFlightAreEachAnsweredWithoutWaitingForADeadline) {
+  ScriptedMaster master;
+  Link l(master.endpoint(), /*timeout=*/3000ms, /*heartbeat=*/600000ms);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  constexpr int kCalls = 20000;
+  constexpr int kInFlight = 32;
+  int sent = 0;
+  int answered = 0;
+  int failed = 0;
+  std::function<void()> send_one = [&] {
+    const uint64_t id = static_cast<uint64_t>(++sent);
+    l.link->Call(ExistRequest(id, "k" + std::to_string(id)),
+                 [&, id](Result<std::span<const uint8_t>> r) {
+                   ++answered;
+                   if (!r.ok() || flatbuffers::GetRoot<mfb::Reply>(r->data())->request_id() != id) {
+                     ++failed;
+                   }
+                   if (sent < kCalls) send_one();
+                 });
+  };
+  for (int i = 0; i < kInFlight; ++i) send_one();
+  ASSERT_TRUE(l.service.RunUntil([&] { return answered == kCalls; }))
+      << answered << " of " << kCalls << " answered";
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(Stat(*l.link, "timeouts"), 0u);
+  EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
+}
+
 TEST(MasterLink, ACallWhileNoMasterIsReachableFailsAtOnce) {
   std::string endpoint;
   {

@@ -18,8 +18,9 @@ namespace {
 using namespace std::chrono_literals;
 
 struct Server {
-  explicit Server(uint64_t epoch, int sync_followers = 0) {
+  explicit Server(uint64_t epoch, int sync_followers = 0, int tick_ms = 50) {
     MasterServerOptions o;
+    o.tick_ms = tick_ms;
     o.listen = "tcp://127.0.0.1:0";
     o.events = "tcp://127.0.0.1:0";
     o.events_replay = "";
@@ -48,6 +49,37 @@ std::optional<Page> PageOf(const fb::Reply* r) {
   const fb::ReplicateReply* p = r->body_as_ReplicateReply();
   if (p == nullptr) return std::nullopt;
   return Page{p->last_seq(), p->snapshot(), p->records() ? p->records()->size() : 0};
+}
+
+// Requests from several clients, many in flight, each answered as it comes: none waits for the
+// loop's next tick. The loop watches the ROUTER through the socket's fd, which signals commands
+// rather than messages: it must drain the socket to EAGAIN at each wake-up and look again after
+// a reply sent outside that drain (MasterServer::Run). With a tick of 3 s, a request left waiting
+// would make its client's 1.5 s receive time out. (Stopping the server waits for the tick.)
+TEST(MasterServerLoop, PipelinedRequestsFromSeveralClientsAreEachAnsweredWithoutWaitingForATick) {
+  Server s(3, /*sync_followers=*/0, /*tick_ms=*/3000);
+  constexpr int kClients = 4;
+  constexpr int kInFlight = 16;
+  constexpr int kPerClient = 3000;
+  std::vector<std::thread> clients;
+  std::atomic<int> answered{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      MasterClient client(s.endpoint(), /*timeout_ms=*/1500);
+      int sent = 0;
+      for (; sent < kInFlight; ++sent) client.Send(StatsMsg());
+      for (int got = 0; got < kPerClient; ++got) {
+        if (!client.Receive()) return;  // timed out: counted short below
+        answered.fetch_add(1);
+        if (sent < kPerClient) {
+          client.Send(StatsMsg());
+          ++sent;
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(answered.load(), kClients * kPerClient);
 }
 
 TEST(MasterServerHa, EveryReplyNamesTheEpochAndAMasterThatMayNotServeChangesNothing) {

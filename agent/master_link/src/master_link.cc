@@ -1,6 +1,7 @@
 // The link thread: one DEALER to kvmaster, its connection monitor, registration, heartbeats,
 // deadlines and reconnection (remote_master.h describes the behaviour).
 #include <glog/logging.h>
+#include <poll.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -123,6 +124,10 @@ class Link {
     } catch (const zmq::error_t& e) {
       return Down("cannot connect to " + endpoint_ + ": " + e.what(), now);
     }
+    dealer_fd_ = dealer_->get(zmq::sockopt::fd);
+    monitor_fd_ = monitor_->get(zmq::sockopt::fd);
+    dealer_unseen_ = true;
+    monitor_unseen_ = true;
     connected_ = false;
     handshake_done_ = false;
     ++attempt_;
@@ -138,6 +143,7 @@ class Link {
   }
 
   bool Send(const uint8_t* data, size_t size) {
+    dealer_unseen_ = true;  // see PollOnce
     try {
       if (!dealer_->send(zmq::const_buffer(nullptr, 0),
                          zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
@@ -306,27 +312,28 @@ class Link {
 
   // ---- the loop -----------------------------------------------------------------------------
 
+  // One wait of the loop. The sockets are watched through their ZMQ_FD in a plain poll():
+  // zmq_poll asks every socket for ZMQ_EVENTS before and after each wait, two system calls each
+  // (libzmq looks at the socket's command mailbox), over ten per reply with two sockets. A
+  // socket's fd signals when commands reach the socket, not for each message, so a socket is
+  // drained to EAGAIN whenever its fd signals (that last receive takes in the commands and clears
+  // the fd), and the DEALER once more after anything was sent on it: a send may take in the
+  // command that announces a reply, which would then wait for the next timeout.
   void PollOnce() {
-    zmq_pollitem_t items[3] = {};
-    items[0].fd = s_.wake.get();
-    items[0].events = ZMQ_POLLIN;
-    int n = 1;
-    if (dealer_) {
-      items[1].socket = dealer_->handle();
-      items[1].events = ZMQ_POLLIN;
-      items[2].socket = monitor_->handle();
-      items[2].events = ZMQ_POLLIN;
-      n = 3;
-    }
-    zmq_poll(items, n, PollTimeoutMs());
+    if (dealer_ && dealer_unseen_) ReceiveReplies(Clock::now());
+    if (monitor_ && monitor_unseen_) OnMonitorEvents(Clock::now());
+    const bool sockets = dealer_ != nullptr;
+    pollfd fds[3] = {{s_.wake.get(), POLLIN, 0}, {dealer_fd_, POLLIN, 0}, {monitor_fd_, POLLIN, 0}};
+    if (::poll(fds, sockets ? 3 : 1, static_cast<int>(PollTimeoutMs())) < 0) return;  // EINTR
     const auto now = Clock::now();
-    if (items[0].revents & ZMQ_POLLIN) {
+    if (fds[0].revents & POLLIN) {
       uint64_t count = 0;
       (void)!::read(s_.wake.get(), &count, sizeof(count));
       SendQueued(now);
     }
-    if (n == 3 && (items[2].revents & ZMQ_POLLIN)) OnMonitorEvents(now);
-    if (dealer_ && n == 3 && (items[1].revents & ZMQ_POLLIN)) ReceiveReplies(now);
+    // Each only while its socket is the one polled (a reply or event above may have closed it).
+    if (sockets && monitor_ && (fds[2].revents & POLLIN)) OnMonitorEvents(now);
+    if (sockets && dealer_ && (fds[1].revents & POLLIN)) ReceiveReplies(now);
   }
 
   long PollTimeoutMs() const {
@@ -377,10 +384,16 @@ class Link {
     }
   }
 
+  // Receives until EAGAIN (the socket's fd is then clear and nothing is left unseen) or 4096
+  // messages (then the next wait looks again first).
   void ReceiveReplies(Clock::time_point now) {
+    dealer_unseen_ = true;
     for (int budget = 0; budget < 4096 && dealer_; ++budget) {
       zmq::message_t delimiter;
-      if (!dealer_->recv(delimiter, zmq::recv_flags::dontwait)) return;
+      if (!dealer_->recv(delimiter, zmq::recv_flags::dontwait)) {
+        dealer_unseen_ = false;
+        return;
+      }
       if (!delimiter.more()) continue;  // not [b"", Reply]: ignore
       zmq::message_t body;
       if (!dealer_->recv(body, zmq::recv_flags::dontwait)) return;
@@ -427,7 +440,9 @@ class Link {
     s_.post([done = std::move(call.done), bytes]() { done(bytes->view); });
   }
 
+  // Receives until EAGAIN (the monitor's fd is then clear) or until an event takes the link down.
   void OnMonitorEvents(Clock::time_point now) {
+    monitor_unseen_ = false;
     while (monitor_) {
       zmq::message_t event;
       if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
@@ -588,6 +603,10 @@ class Link {
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> monitor_;
   uint64_t sockets_ = 0;
+  int dealer_fd_ = -1;  // ZMQ_FD of dealer_ and monitor_ (theirs: not closed here)
+  int monitor_fd_ = -1;
+  bool dealer_unseen_ = false;  // dealer_ may hold replies its fd did not signal (PollOnce)
+  bool monitor_unseen_ = false;
   bool connected_ = false;
   bool handshake_done_ = false;  // ZMTP handshake (with CURVE: authentication) completed
   Phase phase_ = Phase::kDown;
