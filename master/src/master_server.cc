@@ -289,10 +289,7 @@ class MasterServer::Loop {
           break;
         }
         HandleFrames();
-        if (handled % 8 == 7 && clock_->NowMs() >= next_tick) {
-          ++handled;
-          break;
-        }
+        if (handled % 8 == 7 && clock_->NowMs() >= next_tick) break;  // handled > 0 still
       }
       if (handled > 0) {
         // One hand-off per wake-up rather than per request: fewer publisher wake-ups, same
