@@ -97,7 +97,8 @@ class WriteBatch final : public Batch {
   void OnStarted(Result<std::span<const uint8_t>> reply);
   // A put whose every key has a reserved write (write_reservations.h): copies at once, then
   // one BatchPutCommit. False: none were taken, the batch starts its writes at the master.
-  bool StartReserved();
+  // `now`: when the batch started.
+  bool StartReserved(std::chrono::steady_clock::time_point now);
   void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements, const PoolTable& pools);
   void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t pool,
                      const Status& why);

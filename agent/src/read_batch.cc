@@ -37,15 +37,15 @@ void ReadBatch::Start() {
   versions_.assign(keys_.size(), 0);
   for (HeldRequest& h : requests_) h.result.lengths.assign(h.result.codes.size(), 0);
   CountCall(proto::Op::Get, keys_.size());
-  sent_at_ = std::chrono::steady_clock::now();
-  phase_.Start();
+  sent_at_ = phase_.Start();
   ctx_.master->Call(
       messages_.KeyList(ctx_.NextMasterRequestId(), mfb::Body::BatchGet, requests_, keys_),
       [this](Result<std::span<const uint8_t>> reply) { OnPlaced(reply); });
 }
 
 void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
-  phase_.Lap(ctx_.latency.of(GetPhase::kMaster));
+  // The reply's arrival: a deadline that passes while it is decoded is caught at the next check.
+  const auto now = phase_.Lap(ctx_.latency.of(GetPhase::kMaster));
   if (!reply.ok()) return FailAll(reply.status());
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/true);
   if (!placements.ok()) return FailAll(placements.status());
@@ -54,7 +54,6 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   epoch_ = p.master_epoch();
   PoolTable pools;
   pools.Load(p, ctx_);
-  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     HeldRequest& h = held(keys_[k]);
     Status st = KeyStatus(p.codes(), p.messages(), k);
@@ -291,8 +290,7 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
 }
 
 void ReadBatch::Finish() {
-  phase_.Lap(ctx_.latency.of(GetPhase::kData));
-  const auto elapsed = std::chrono::steady_clock::now() - sent_at_;
+  const auto elapsed = phase_.Lap(ctx_.latency.of(GetPhase::kData)) - sent_at_;
   if (elapsed > lease_) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count();
     for (uint32_t k = 0; k < keys_.size(); ++k) {

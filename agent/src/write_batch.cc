@@ -57,8 +57,8 @@ void WriteBatch::Start() {
   for (HeldRequest& h : requests_) h.result.replicas.assign(h.result.codes.size(), 0);
   const proto::Op op = upsert_ ? proto::Op::Upsert : proto::Op::Put;
   CountCall(op, keys_.size());
-  phase_.Start();
-  if (!upsert_ && ctx_.reservations != nullptr && StartReserved()) return;
+  const auto started = phase_.Start();
+  if (!upsert_ && ctx_.reservations != nullptr && StartReserved(started)) return;
   ctx_.master->Call(
       messages_.WriteStart(ctx_.NextMasterRequestId(), ctx_.master->identity().agent_id, upsert_,
                            requests_, keys_),
@@ -66,7 +66,8 @@ void WriteBatch::Start() {
 }
 
 void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
-  phase_.Lap(ctx_.latency.of(PutPhase::kMasterStart));
+  // The reply's arrival: a deadline that passes while it is decoded is caught at the next check.
+  const auto now = phase_.Lap(ctx_.latency.of(PutPhase::kMasterStart));
   if (!reply.ok()) return FailAll(reply.status());
   auto placements = ReadPlacements(*reply, keys_.size(), /*with_sizes=*/false);
   if (!placements.ok()) return FailAll(placements.status());
@@ -74,7 +75,6 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   epoch_ = p.master_epoch();
   PoolTable pools;
   pools.Load(p, ctx_);
-  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
     Status st = KeyStatus(p.codes(), p.messages(), k);
@@ -102,7 +102,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
                         std::span<const transfer::ReceivedChecksum>) { OnMoved(keys, results); });
 }
 
-bool WriteBatch::StartReserved() {
+bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
   std::vector<uint64_t> sizes;
   sizes.reserve(keys_.size());
   for (const KeyRef& k : keys_) {
@@ -115,7 +115,6 @@ bool WriteBatch::StartReserved() {
   reserved_ = true;
   epoch_ = ctx_.reservations->epoch();
   const PoolTable& pools = ctx_.reservations->pools();
-  const auto now = std::chrono::steady_clock::now();
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
     state_[k] = kStarted;
@@ -254,9 +253,8 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
 }
 
 void WriteBatch::Finish() {
-  phase_.Lap(ctx_.latency.of(PutPhase::kData));
+  const auto now = phase_.Lap(ctx_.latency.of(PutPhase::kData));
   peer_scratch_.clear();  // the data plane is done with every staged part
-  const auto now = std::chrono::steady_clock::now();
   std::sort(failed_.begin(), failed_.end(),
             [](const FailedWrite& a, const FailedWrite& b) { return a.key < b.key; });
   size_t next_failed = 0;
