@@ -179,28 +179,41 @@ class MasterRpc::Call {
   const uint64_t epoch_;
 };
 
+// FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside the
+// message object at any offset. Those are copied (they are small).
+std::span<const uint8_t> MasterRpc::Aligned(std::span<const uint8_t> request) {
+  if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) == 0) return request;
+  std::vector<uint64_t>& aligned = scratch_->aligned;
+  aligned.assign((request.size() + 7) / 8, 0);
+  std::memcpy(aligned.data(), request.data(), request.size());
+  return std::span(reinterpret_cast<const uint8_t*>(aligned.data()), request.size());
+}
+
 std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
-  Scratch& s = *scratch_;
-  Builder& b = s.builder;
-  b.Clear();
-  const uint64_t epoch = service_->epoch();
-  // FlatBuffers reads scalars in place and needs them aligned; ZMQ keeps small messages inside
-  // the message object at any offset. Copy those (they are small).
-  if (reinterpret_cast<uintptr_t>(request.data()) % alignof(uint64_t) != 0) {
-    s.aligned.assign((request.size() + 7) / 8, 0);
-    std::memcpy(s.aligned.data(), request.data(), request.size());
-    request = std::span(reinterpret_cast<const uint8_t*>(s.aligned.data()), request.size());
-  }
+  scratch_->builder.Clear();
+  request = Aligned(request);
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
   if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {
     service_->CountBadRequest();
-    return Finish(b, epoch, 0,
+    return Finish(scratch_->builder, service_->epoch(), 0,
                   InvalidParams("the request is not a valid master.fbs Request (" +
                                 std::to_string(request.size()) +
                                 " bytes failed verification); check the client's protocol "
                                 "version"),
                   fb::ReplyBody::NONE, 0);
   }
+  return Serve(request, /*own=*/false);
+}
+
+std::span<const uint8_t> MasterRpc::HandleOwn(std::span<const uint8_t> request) {
+  scratch_->builder.Clear();
+  return Serve(Aligned(request), /*own=*/true);
+}
+
+// A verified request (or one of our own, `own`: its shape is not checked either).
+std::span<const uint8_t> MasterRpc::Serve(std::span<const uint8_t> request, bool own) {
+  Builder& b = scratch_->builder;
+  const uint64_t epoch = service_->epoch();
   const fb::Request* req = fb::GetRequest(request.data());
   last_ = LastRequest{};
   last_.type = static_cast<uint8_t>(req->body_type());
@@ -216,7 +229,11 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
                   fb::ReplyBody::NONE, 0, /*not_serving=*/true);
   }
   Call call(*this, req->request_id());
-  if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) return call.Bad(shape);
+  if (!own) {
+    if (Status shape = CheckRequestShape(*req, request.size()); !shape.ok()) {
+      return call.Bad(shape);
+    }
+  }
   return call.Dispatch(*req);
 }
 

@@ -31,8 +31,15 @@ class MasterRpc {
   MasterRpc& operator=(const MasterRpc&) = delete;
 
   // Handles one Request buffer and returns the Reply buffer. The returned bytes stay valid
-  // until the next call.
+  // until the next call. The bytes are checked first (the FlatBuffers Verifier, then their
+  // shape: request_check.h): whatever they hold, a bad request gets an INVALID_PARAMS reply.
   std::span<const uint8_t> Handle(std::span<const uint8_t> request);
+
+  // The same for a Request this process built itself with the generated builders (the agent's
+  // embedded master): such bytes cross no trust boundary, and the checks that guard against
+  // hostile bytes are skipped (~95 ns of a ~800 ns single-key call on the development VM). Never
+  // for bytes that came from a socket, a file or shared memory.
+  std::span<const uint8_t> HandleOwn(std::span<const uint8_t> request);
 
   // The counters of the Stats reply (`kvctl stat` shows them as "master.*"): the service's,
   // then the extra ones. Same thread as Handle.
@@ -70,6 +77,9 @@ class MasterRpc {
  private:
   class Scratch;
   class Call;  // one request: a step per body type (master_rpc.cc)
+  // `request`, or an aligned copy of it in the scratch space.
+  std::span<const uint8_t> Aligned(std::span<const uint8_t> request);
+  std::span<const uint8_t> Serve(std::span<const uint8_t> request, bool own);
   MasterService* service_;
   std::unique_ptr<Scratch> scratch_;
   ExtraStats extra_stats_;
