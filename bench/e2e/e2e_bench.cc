@@ -553,10 +553,10 @@ double MasterRoundTripP50(const std::string& endpoint) {
 // the two stores without checksums: how far two identical stores differ in this run, the
 // resolution of .vs_off. 4 KiB values at 128 keys per request; 1 MiB values one per request
 // (128 MiB of puts and gets a round); 48 triples each (every order of the three stores 8 times),
-// after a warm-up round. The three stores are started afresh for every 6 triples (8 sets): a
-// store keeps the memory it got at start-up, and on this VM two identical stores moved 1 MiB
-// puts up to 1.35x apart for the whole of a run (their pools' memory behind the guest's pages
-// differs); with fresh stores no one placement decides a figure.
+// after a warm-up round. The three stores are started afresh, in a rotating order, for every 6
+// triples (8 sets): a store keeps the memory it got at start-up, and on this VM two identical
+// stores moved 1 MiB puts up to 1.35x apart for the whole of a run (the one started first was
+// more often the faster); with fresh stores no one placement decides a figure.
 void ChecksumCost(const kvagent::testing::Args& agent_flags) {
   const auto without = kvagent::testing::Concat(agent_flags, {"--checksums=false"});
   struct Rounds {
@@ -604,14 +604,15 @@ void ChecksumCost(const kvagent::testing::Args& agent_flags) {
     }
     out.Add(r[0], r[1], r[2]);
   };
-  // A set's triples of one value size on fresh copies of the stores' buffers, after a warm-up.
-  auto triples = [&](int set, Store*(&stores)[3], size_t value, int sources, size_t batch,
-                     const std::vector<std::string>& warm, const std::vector<std::string>& keys,
-                     Rounds& out) {
+  // A set's triples of one value size (`sources` and `targets` client buffers per store), after
+  // a warm-up.
+  auto triples = [&](int set, Store*(&stores)[3], size_t value, int sources, int targets,
+                     size_t batch, const std::vector<std::string>& warm,
+                     const std::vector<std::string>& keys, Rounds& out) {
     std::vector<Setup> setups;
     for (Store* s : stores) {
       setups.push_back({s, AllocateFilled(s->client(), sources, value, 1),
-                        AllocateFilled(s->client(), value == k4K ? 128 : 4, value, 0)});
+                        AllocateFilled(s->client(), targets, value, 0)});
       PutGetRounds(*s, warm, batch, 1, setups.back().sources, setups.back().targets, 1);
     }
     for (int i = 0; i < kTriplesPerSet; ++i) {
@@ -623,12 +624,15 @@ void ChecksumCost(const kvagent::testing::Args& agent_flags) {
   const auto large_keys = Keys("cs-1m-", kRoundBytes / mib);  // the pool working set of a round
   Rounds small, large;
   for (int set = 0; set < kSets; ++set) {
-    Store on(false, agent_flags);
-    Store off(false, without);
-    Store control(false, without);
-    Store* stores[3] = {&on, &off, &control};
-    triples(set, stores, k4K, 128, 128, Keys("warm-", 1024), small_keys, small);
-    triples(set, stores, mib, 8, 1, large_keys, large_keys, large);
+    // Started in a rotating order: a store started first may get other memory than the last.
+    std::optional<Store> slots[3];  // on, off, control
+    for (int j = 0; j < 3; ++j) {
+      const int which = (set + j) % 3;
+      slots[which].emplace(false, which == 0 ? agent_flags : without);
+    }
+    Store* stores[3] = {&*slots[0], &*slots[1], &*slots[2]};
+    triples(set, stores, k4K, 128, 128, 128, Keys("warm-", 1024), small_keys, small);
+    triples(set, stores, mib, 8, 4, 1, large_keys, large_keys, large);
   }
   small.Print("4k.b128", 1, "keys/s");
   large.Print("1m", static_cast<double>(mib) / 1e9, "GB/s");
