@@ -212,7 +212,27 @@ bool OptionalStr(Reader& r, std::optional<std::string_view>* v) {
   return true;
 }
 
-// One event map into `d` (reused: its vectors keep their capacity).
+// The known keys whose value ReadEvent checks, as bits: which ones held a value of another type
+// (a strict consumer rejects that only for the keys its event type reads: BlockStored all of
+// them, BlockRemoved block_hashes, medium and object_key, AllBlocksCleared none; it ignores the
+// others, as it ignores unknown keys).
+enum FieldBit : uint32_t {
+  kBlockHashesBit = 1u << 0,
+  kParentBit = 1u << 1,
+  kTokenIdsBit = 1u << 2,
+  kBlockSizeBit = 1u << 3,
+  kLoraIdBit = 1u << 4,
+  kMediumBit = 1u << 5,
+  kLoraNameBit = 1u << 6,
+  kSessionIdBit = 1u << 7,
+  kObjectKeyBit = 1u << 8,
+  kGroupIdxBit = 1u << 9,
+};
+constexpr uint32_t kRemovedReads = kBlockHashesBit | kMediumBit | kObjectKeyBit;
+
+// One event map into `d` (reused: its vectors keep their capacity). False for what strict
+// consumers reject (kv_event_decode.cc) or cannot read at all; a payload it reads, they read
+// alike (fuzz/fuzz_relay_digest.cc checks both ways).
 bool ReadEvent(Reader& r, EventDigest* d) {
   uint32_t fields;
   if (!r.MapHeader(&fields)) return false;
@@ -228,15 +248,19 @@ bool ReadEvent(Reader& r, EventDigest* d) {
   d->object_key.reset();
   d->group_idx.reset();
   std::optional<std::string_view> type;
+  uint32_t mistyped = 0;  // FieldBits
   for (uint32_t f = 0; f < fields; ++f) {
     std::string_view key;
     if (!r.Str(&key)) return false;
+    const Reader value = r;  // where the value starts, to skip it whole when it is mistyped
+    uint32_t field = 0;
     bool ok = true;
     if (key == "type") {
       std::string_view t;
       ok = r.Str(&t);
       type = t;
     } else if (key == "block_hashes") {
+      field = kBlockHashesBit;
       uint32_t n = 0;
       ok = r.ArrayHeader(&n);
       for (uint32_t i = 0; ok && i < n; ++i) {
@@ -245,12 +269,14 @@ bool ReadEvent(Reader& r, EventDigest* d) {
         d->block_hashes.push_back(h);
       }
     } else if (key == "parent_block_hash") {
+      field = kParentBit;
       if (!r.Nil()) {
         events::BlockHash h;
         ok = Hash(r, &h);
         d->parent_block_hash = h;
       }
     } else if (key == "token_ids") {
+      field = kTokenIdsBit;
       uint32_t n = 0;
       ok = r.ArrayHeader(&n);
       for (uint32_t i = 0; ok && i < n; ++i) {
@@ -261,38 +287,55 @@ bool ReadEvent(Reader& r, EventDigest* d) {
       }
       d->token_count = n;
     } else if (key == "block_size") {
+      field = kBlockSizeBit;
       uint64_t bits = 0;
       bool negative;
       ok = r.Int(&bits, &negative) && !negative && bits <= UINT32_MAX;
       d->block_size = static_cast<uint32_t>(bits);
     } else if (key == "lora_id") {
+      field = kLoraIdBit;
       ok = OptionalInt(r, &d->lora_id);
     } else if (key == "medium") {
+      field = kMediumBit;
       ok = r.Str(&d->medium);
     } else if (key == "lora_name") {
+      field = kLoraNameBit;
       ok = OptionalStr(r, &d->lora_name);
     } else if (key == "session_id") {
+      field = kSessionIdBit;
       ok = OptionalStr(r, &d->session_id);
     } else if (key == "object_key") {
+      field = kObjectKeyBit;
       ok = OptionalStr(r, &d->object_key);
     } else if (key == "group_idx") {
+      field = kGroupIdxBit;
       ok = OptionalInt(r, &d->group_idx);
     } else {
       ok = r.Skip(2);
     }
-    if (!ok) return false;
+    if (ok) continue;
+    // A known key with a value of another type: whether that matters depends on the event's
+    // type, which may come later in the map. Skip the value whole (not a value at all: the
+    // payload is unreadable) and decide below.
+    if (field == 0) return false;
+    r = value;
+    if (!r.Skip(2)) return false;
+    mistyped |= field;
   }
   d->token_hash = tokens.value();
   if (type == "BlockStored") {
     d->type = EventDigest::Type::kStored;
-  } else if (type == "BlockRemoved") {
-    d->type = EventDigest::Type::kRemoved;
-  } else if (type == "AllBlocksCleared") {
-    d->type = EventDigest::Type::kCleared;
-  } else {
-    return false;
+    return mistyped == 0;
   }
-  return true;
+  if (type == "BlockRemoved") {
+    d->type = EventDigest::Type::kRemoved;
+    return (mistyped & kRemovedReads) == 0;
+  }
+  if (type == "AllBlocksCleared") {
+    d->type = EventDigest::Type::kCleared;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace

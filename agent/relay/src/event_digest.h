@@ -50,7 +50,10 @@ class TokenHash {
 EventDigest DigestOf(const events::BlockStored& e);
 
 // Calls `each` for every event of `payload`, in order. False when the payload is not a
-// well-formed batch (nothing is promised about the events passed before).
+// well-formed batch, or when a key its event's type reads holds a value of another type (what
+// strict consumers refuse); a key the type does not read is skipped whatever it holds, as
+// consumers skip it (a block_size of any kind on a BlockRemoved). Nothing is promised about the
+// events passed before a false.
 bool ForEachEvent(std::string_view payload, const std::function<void(const EventDigest&)>& each);
 
 }  // namespace kvagent::relay
