@@ -10,6 +10,10 @@
 //                                               (ReserveWrites) and committed with one message
 //                                               (BatchPutCommit); .vs_inproc: the RPC layer's
 //                                               share (issue 14: >= 0.7)
+//   master.put.rpc.commit.b128          keys/s  the same commits as request bytes through
+//                                               MasterRpc::Handle on one thread, no transport
+//                                               (.vs_inproc: the codec's share; the ROUTER
+//                                               figure's .vs_rpc: the transport's)
 //   master.put.zmq.agents{16,64}.b16    keys/s  16 / 64 simulated agents, one DEALER each, 2
 //                                               batches in flight each; .p99 us (one put's
 //                                               master part); .vs_one_agent ratio to b16 above
@@ -40,6 +44,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -52,6 +57,7 @@
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/events/kv_event.h"
+#include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/master_service.h"
 #include "kvagent/master/standby.h"
@@ -383,7 +389,9 @@ double EchoBaseline(size_t batch) {
 }
 
 // Registers and mounts an agent through the wire (as kvagent does); returns its id.
-uint32_t JoinThroughWire(Dealer& d, const std::string& name, uint64_t pool_bytes) {
+// Registers an agent and mounts its pool through `d` (a Dealer, or RpcInProcess below).
+template <class Wire>
+uint32_t JoinThroughWire(Wire& d, const std::string& name, uint64_t pool_bytes) {
   flatbuffers::FlatBufferBuilder fbb;
   d.Send(Message(fbb, 1, fb::Body::RegisterAgent,
                  fb::CreateRegisterAgent(fbb, fbb.CreateString(name), 1).Union()));
@@ -568,14 +576,43 @@ void ReplicationBench() {
   }
 }
 
-// CommitInProcess through a real ROUTER from one DEALER: the reservations of each agent are
-// taken first (one ReserveWrites of up to 4096 per agent, 8 in flight), then every commit is
-// sent (pre-built once the ids are known, untimed), 8 in flight. keys/s over both timed phases.
-double CommitThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
-                        const std::vector<std::string>& sessions, size_t batch) {
+// The master's RPC layer without a transport: each request's bytes go through MasterRpc::Handle
+// (the FlatBuffers Verifier, the shape check, the decode, the service, the reply's encoding) on
+// this thread, and its events are taken as CommitInProcess takes them (no publisher). What the
+// RPC layer costs beside the service, apart from moving the bytes between threads and processes.
+class RpcInProcess {
+ public:
+  RpcInProcess() : svc_(std::move(MasterService::Open(BenchOptions(), &clock_).value())) {
+    rpc_ = std::make_unique<MasterRpc>(svc_.get());
+  }
+  void Send(const Bytes& m) {
+    const std::span<const uint8_t> reply = rpc_->Handle(std::span(m.data(), m.size()));
+    replies_.emplace_back(reinterpret_cast<const char*>(reply.data()), reply.size());
+    svc_->TakeEvents(&events_);
+  }
+  std::string Receive() {
+    std::string r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+
+ private:
+  ManualClock clock_;
+  std::unique_ptr<MasterService> svc_;
+  std::unique_ptr<MasterRpc> rpc_;
+  std::deque<std::string> replies_;
+  std::vector<events::KvEvent> events_;
+};
+
+// CommitInProcess through `d` (a DEALER connected to a real ROUTER, or RpcInProcess): the
+// reservations of each agent are taken first (one ReserveWrites of up to 4096 per agent, 8 in
+// flight), then every commit is sent (pre-built once the ids are known, untimed), 8 in flight.
+// keys/s over both timed phases.
+template <class Wire>
+double CommitThroughWire(Wire& d, const std::vector<std::string>& keys,
+                         const std::vector<std::string>& sessions, size_t batch) {
   const size_t per_agent = 4096 / batch * batch;
   const size_t agents = (keys.size() / batch * batch + per_agent - 1) / per_agent;
-  Dealer d(endpoint);
   std::vector<uint32_t> ids_of_agent;
   uint64_t epoch = 0;
   for (size_t a = 0; a < agents; ++a) {
@@ -649,6 +686,12 @@ double CommitThroughZmq(const std::string& endpoint, const std::vector<std::stri
     }
   });
   return static_cast<double>(done) / (reserve_s + Seconds(t1, Clock::now()));
+}
+
+double CommitThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
+                        const std::vector<std::string>& sessions, size_t batch) {
+  Dealer d(endpoint);
+  return CommitThroughWire(d, keys, sessions, batch);
 }
 
 // ---- memory and events ---------------------------------------------------------------------
@@ -777,7 +820,7 @@ int main(int argc, char** argv) {
     if (b == 128) Bench("master.put.inproc.b128.vs_map_insert", put / map_insert, "x");
     if (b == 128) inproc_b128 = put;
   }
-  double commit_inproc = 0;
+  double commit_inproc = 0, commit_rpc = 0;
   if (wanted("inproc") || wanted("zmq") || wanted("commit")) {
     auto keys = MakeKeys(1'000'000, "inproc-commit/blk-");
     // The best of two runs: the first grows the heap, and each first touch of a huge page of it
@@ -789,6 +832,14 @@ int main(int argc, char** argv) {
     std::printf("# master.put.inproc.commit.b128 runs: %.0f then best %.0f keys/s\n", first,
                 commit_inproc);
     Bench("master.put.inproc.commit.b128", commit_inproc, "keys/s");
+    // The same commits as request bytes through MasterRpc::Handle on this thread (best of two
+    // as above): the RPC layer's own share, apart from the transport.
+    for (int run = 0; run < 2; ++run) {
+      RpcInProcess wire;
+      commit_rpc = std::max(commit_rpc, CommitThroughWire(wire, keys, sessions, 128));
+    }
+    Bench("master.put.rpc.commit.b128", commit_rpc, "keys/s");
+    Bench("master.put.rpc.commit.b128.vs_inproc", commit_rpc / commit_inproc, "x");
   }
 
   if (wanted("zmq") || wanted("commit")) {
@@ -825,6 +876,8 @@ int main(int argc, char** argv) {
       const double put = CommitThroughZmq(server->endpoint(), keys, MakeSessions(keys.size()), 128);
       Bench("master.put.zmq.commit.b128", put, "keys/s");
       Bench("master.put.zmq.commit.b128.vs_inproc", put / commit_inproc, "x");
+      // The transport's share: ZMQ, its I/O threads, the loop's hand-offs, the event publisher.
+      Bench("master.put.zmq.commit.b128.vs_rpc", put / commit_rpc, "x");
     }
     // Many nodes on one master: where it scales and where it stops (issue 14).
     for (size_t n : {16, 64}) {
