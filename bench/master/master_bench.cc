@@ -23,6 +23,10 @@
 //                                               master.baseline_map_insert.max_call, the longest
 //                                               unordered_map emplace of the same keys (its
 //                                               rehash moves every node at once)
+//   master.put.inproc.replicas2.agents{16,256}.b128
+//                                       keys/s  puts with two replicas (start + end) on 16 and
+//                                               256 agents; .agents256.vs_agents16 ratio (the
+//                                               second replica's placement as the cluster grows)
 //   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
 //                                               the key's own bytes (replication log off: it
 //                                               is a fixed budget, not per key)
@@ -104,14 +108,15 @@ MasterOptions BenchOptions() {
   return o;
 }
 
-// A service with 4 agents of 1 TiB each (the allocator tracks offsets only).
+// A service with `agents` agents (4 by default) of 1 TiB each (the allocator tracks offsets
+// only).
 struct InProcess {
   ManualClock clock;
   std::unique_ptr<MasterService> svc;
   std::vector<AgentId> agents;
-  explicit InProcess(MasterOptions options = BenchOptions()) {
+  explicit InProcess(MasterOptions options = BenchOptions(), int agent_count = 4) {
     svc = std::move(MasterService::Open(options, &clock).value());
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < agent_count; ++i) {
       AgentId a = svc->RegisterAgent("bench-" + std::to_string(i), 1).value();
       std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
       (void)svc->MountPool(a, 0, uint64_t{1} << 40, eps);
@@ -125,7 +130,7 @@ struct InProcess {
 // (start + end) in microseconds.
 double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
                     const std::vector<std::string>& sessions, size_t batch,
-                    std::vector<double>* batch_us = nullptr) {
+                    std::vector<double>* batch_us = nullptr, uint8_t replicas = 1) {
   std::vector<std::string_view> kv(keys.begin(), keys.end());
   std::vector<std::string_view> sv(sessions.begin(), sessions.end());
   std::vector<uint64_t> sizes(batch, 4096);
@@ -141,6 +146,7 @@ double PutInProcess(InProcess& p, const std::vector<std::string>& keys,
     r.keys = std::span(kv).subspan(i, batch);
     r.sizes = sizes;
     r.session_ids = std::span(sv).subspan(i, batch);
+    r.options.replica_count = replicas;
     (void)p.svc->BatchPutStart(r, &placed);
     // As an agent ends them: each write by its id, each part with its checksum.
     WriteEndRequest end;
@@ -199,6 +205,28 @@ double CommitInProcess(const std::vector<std::string>& keys,
     }
   }
   return static_cast<double>(done) / Seconds(t0, Clock::now());
+}
+
+// Puts with two replicas on clusters of 16 and 256 agents (in process, b128, 200 000 keys): the
+// second replica of each key goes to the live pool with most free bytes on another agent (the
+// placement index, master/src/placement_index.h). The ratio between the two sizes shows what a
+// replica's placement costs as the cluster grows (a scan of every pool made it O(agents)).
+void ReplicasBench() {
+  const auto keys = MakeKeys(200'000, "replicas/blk-");
+  const auto sessions = MakeSessions(keys.size());
+  double rate[2] = {0, 0};
+  const int sizes[2] = {16, 256};
+  for (int round = 0; round < 2; ++round) {  // the best of two: the first grows the heap
+    for (int i = 0; i < 2; ++i) {
+      InProcess p(BenchOptions(), sizes[i]);
+      rate[i] = std::max(rate[i], PutInProcess(p, keys, sessions, 128, nullptr, 2));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    Bench("master.put.inproc.replicas2.agents" + std::to_string(sizes[i]) + ".b128", rate[i],
+          "keys/s");
+  }
+  Bench("master.put.inproc.replicas2.agents256.vs_agents16", rate[1] / rate[0], "x");
 }
 
 double MapInsertBaseline(const std::vector<std::string>& keys) {
@@ -787,9 +815,9 @@ void EventsBench() {
 
 }  // namespace
 
-// `master_bench [inproc|zmq|commit|log|replication|pause|memory|events]...` runs only the named
-// parts (commit: the reserved-write path only, in process and through the ROUTER; for profiling)
-// (default: all).
+// `master_bench [inproc|zmq|commit|log|replication|pause|replicas|memory|events]...` runs only the
+// named parts (commit: the reserved-write path only, in process and through the ROUTER; for
+// profiling) (default: all).
 int main(int argc, char** argv) {
   // The heap the kvmaster and kvagent binaries run with (heap_pages.h); KVAGENT_HUGE_HEAP=0
   // measures with 4 KiB pages.
@@ -893,6 +921,7 @@ int main(int argc, char** argv) {
   if (wanted("log")) LogBench();
   if (wanted("replication")) ReplicationBench();
   if (wanted("pause")) PauseBench();
+  if (wanted("replicas")) ReplicasBench();
   if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
   if (wanted("events")) EventsBench();
   return 0;

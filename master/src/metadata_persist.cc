@@ -315,6 +315,7 @@ void MetadataStore::FinishRestore() {
       auto it = pools_.find(rep.pool_id);
       if (it == pools_.end() || rep.part >= parts) continue;
       if (!it->second.allocator.AllocateAt(rep.offset, rep.length)) continue;
+      placement_.Touched(it->second.slot);
       part_alive[rep.part] = true;
       o.replica(kept++) = rep;
     }

@@ -192,6 +192,7 @@ void MetadataStore::RefreshCandidates() {
   live_pools_.clear();
   live_pools_by_agent_.clear();
   for (auto& [id, s] : pools_) {
+    s.slot = PlacementIndex::kNone;
     auto a = agents_.find(s.agent);
     if (a != agents_.end() && !a->second.suspect) {
       live_pools_.push_back(&s);
@@ -203,6 +204,7 @@ void MetadataStore::RefreshCandidates() {
             [](const auto& a, const auto& b) {
               return a.first != b.first ? a.first < b.first : a.second->id < b.second->id;
             });
+  placement_.Reset(live_pools_);
 }
 
 namespace {
@@ -386,20 +388,19 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
           if (!best || s->allocator.free_bytes() > best->allocator.free_bytes()) best = s;
         }
       }
-      for (Pool* s : best ? std::span<Pool* const>() : std::span<Pool* const>(live_pools_)) {
-        if (std::find(used, used + n_used, s->agent) != used + n_used) continue;
-        if (s->allocator.largest_free() < need) continue;
-        if (!best) {
-          best = s;
-          continue;
-        }
-        const bool s_own = s->agent == writer, b_own = best->agent == writer;
-        if (s_own != b_own ? s_own : s->allocator.free_bytes() > best->allocator.free_bytes()) {
-          best = s;
-        }
+      // Else, and for every further replica, the live pool with most free bytes that fits, on
+      // an agent this part does not use yet (a writer's own pool that could take the part was
+      // taken above; one that could not cannot now). The placement index finds it in
+      // O(log pools) where a scan of every pool cost O(pools) per replica.
+      if (!best) {
+        best = placement_.Best([&](const Pool& s) {
+          return std::find(used, used + n_used, s.agent) == used + n_used &&
+                 s.allocator.largest_free() >= need;
+        });
       }
       if (!best) break;
       auto off = best->allocator.Allocate(len);
+      placement_.Touched(best->slot);
       if (!off) break;
       used[n_used++] = best->agent;
       out->push_back(Placement{static_cast<uint32_t>(p), best->id, *off, len, 0, false});
@@ -407,7 +408,9 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
     if (n_used == 0) {
       for (size_t i = mark; i < out->size(); ++i) {
         const Placement& r = (*out)[i];
-        pools_.at(r.pool_id).allocator.Free(r.offset, r.length);
+        Pool& pool = pools_.at(r.pool_id);
+        pool.allocator.Free(r.offset, r.length);
+        placement_.Touched(pool.slot);
       }
       out->resize(mark);
       return false;
@@ -444,7 +447,9 @@ void MetadataStore::FreeReplicas(const Object& o) {
 
 void MetadataStore::FreeReplica(const Replica& rep) {
   auto it = pools_.find(rep.pool_id);
-  if (it != pools_.end()) it->second.allocator.Free(rep.offset, rep.length);
+  if (it == pools_.end()) return;
+  it->second.allocator.Free(rep.offset, rep.length);
+  placement_.Touched(it->second.slot);
 }
 
 void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Placement>* replicas) {

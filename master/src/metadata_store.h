@@ -33,6 +33,7 @@
 #include "kvagent/master/session_tags.h"
 #include "kvagent/master/types.h"
 #include "object_table.h"
+#include "placement_index.h"
 #include "replication_log.h"
 
 namespace kvagent::master {
@@ -142,6 +143,7 @@ struct Pool {
   uint32_t index = 0;
   std::vector<std::string> endpoints;
   PoolAllocator allocator;
+  uint32_t slot = PlacementIndex::kNone;  // in MetadataStore's placement index while live
 };
 
 // Space of an abandoned write in one agent's pool, kept until that agent has fenced the write
@@ -376,6 +378,7 @@ class MetadataStore {
   std::map<AgentId, Agent> agents_;
   std::map<PoolId, Pool> pools_;
   std::vector<Pool*> live_pools_;  // placement candidates: pools of healthy agents
+  PlacementIndex placement_;       // the same pools, best first (TryAllocate)
   // The same pools by agent (sorted by agent id): a writer's own pools without a scan of all.
   std::vector<std::pair<AgentId, Pool*>> live_pools_by_agent_;
   AgentId next_agent_id_ = 1;

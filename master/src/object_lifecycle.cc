@@ -210,7 +210,10 @@ void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t siz
     const uint64_t had = PoolAllocator::Rounded(rep.length);
     if (keep < had) {
       auto pool = pools_.find(rep.pool_id);
-      if (pool != pools_.end()) pool->second.allocator.Free(rep.offset + keep, had - keep);
+      if (pool != pools_.end()) {
+        pool->second.allocator.Free(rep.offset + keep, had - keep);
+        placement_.Touched(pool->second.slot);
+      }
     }
     rep.length = static_cast<uint32_t>(part_length);
     kept.push_back(rep);
