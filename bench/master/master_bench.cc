@@ -416,8 +416,8 @@ double EchoBaseline(size_t batch) {
   return rate;
 }
 
-// Registers and mounts an agent through the wire (as kvagent does); returns its id.
-// Registers an agent and mounts its pool through `d` (a Dealer, or RpcInProcess below).
+// Registers an agent and mounts its pool through `d` (a Dealer, or RpcInProcess below), as
+// kvagent does; returns its id.
 template <class Wire>
 uint32_t JoinThroughWire(Wire& d, const std::string& name, uint64_t pool_bytes) {
   flatbuffers::FlatBufferBuilder fbb;
