@@ -5,6 +5,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -296,6 +297,72 @@ void Events() {
   Write("fuzz_event_decode", "cleared_no_rank", Bytes(payload.begin(), payload.end()));
 }
 
+// ---- the operation log ----------------------------------------------------------------------
+
+// The records a real master logs (agents, pools, objects with two replicas of several parts,
+// session tags, block metadata, a pin, a removal), as fuzz_master_restore reads them: a 2-byte
+// little-endian length before each record, after one byte of options.
+void Restore() {
+  namespace km = kvagent::master;
+  const fs::path dir = fs::temp_directory_path() / "fuzz_make_seeds.oplog";
+  fs::remove_all(dir);
+  {
+    km::ManualClock clock;
+    km::MasterOptions options;
+    options.state_dir = dir.string();
+    auto service = std::move(km::MasterService::Open(options, &clock).value());
+    const std::vector<std::string_view> eps = {"tcp://127.0.0.1:7000"};
+    std::vector<uint32_t> agents;
+    for (const char* name : {"node-a", "node-b"}) {
+      agents.push_back(service->RegisterAgent(name, 1).value());
+      (void)service->MountPool(agents.back(), 0, 64 << 20, eps);
+    }
+    const std::vector<std::string_view> keys = {"obj-a", "obj-b", "obj-c"};
+    const std::vector<uint64_t> sizes = {100, 5 << 20, 4096};
+    const std::vector<std::string_view> sessions = {"s1", "", "s2"};
+    const kvagent::events::BlockHash hash = kvagent::events::BlockHash::Unsigned(77);
+    const std::vector<uint32_t> tokens(2, 5);
+    km::BlockMetaView meta;
+    meta.block_hashes = {&hash, 1};
+    meta.token_ids = tokens;
+    meta.block_size = 2;
+    meta.lora_name = "adapter";
+    const std::vector<km::BlockMetaView> blocks = {meta, {}, {}};
+    km::WriteStartRequest start;
+    start.agent = agents[0];
+    start.keys = keys;
+    start.sizes = sizes;
+    start.session_ids = sessions;
+    start.blocks = blocks;
+    start.options.replica_count = 2;
+    start.options.soft_pin = true;
+    km::PlacementBatch placed;
+    km::KeyResults ended;
+    (void)service->BatchPutStart(start, &placed);
+    (void)service->BatchPutEnd(agents[0], keys, &ended);
+    const std::vector<std::string_view> removed = {"obj-c"};
+    (void)service->BatchRemove(removed, false, &ended);
+    (void)service->Flush();
+  }
+  std::ifstream in(dir / "master.oplog", std::ios::binary);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Bytes seed = {0};
+  // Version 2: a 16-byte header, then [magic][length][crc][payload] frames of 4-byte fields.
+  for (size_t at = 16; at + 12 <= log.size();) {
+    uint32_t n = 0;
+    std::memcpy(&n, log.data() + at + 4, 4);
+    at += 12;
+    if (n > log.size() - at || n > 0xFFFF) break;
+    seed.push_back(static_cast<uint8_t>(n & 0xFF));
+    seed.push_back(static_cast<uint8_t>(n >> 8));
+    seed.insert(seed.end(), log.begin() + static_cast<std::ptrdiff_t>(at),
+                log.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  fs::remove_all(dir);
+  Write("fuzz_master_restore", "two_agents_three_objects", seed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -309,5 +376,6 @@ int main(int argc, char** argv) {
   Handshake();
   DataHeaders();
   Events();
+  Restore();
   return 0;
 }

@@ -6,14 +6,14 @@
 #   scripts/run-fuzz.sh BUILD_DIR SECONDS_PER_HARNESS [PARALLEL]
 #
 # PARALLEL harnesses run at once (default: the number of CPUs); each is one libFuzzer process
-# (one core), so a run takes about ceil(7 / PARALLEL) * SECONDS.
+# (one core), so a run takes about ceil(8 / PARALLEL) * SECONDS.
 set -uo pipefail
 build=${1:?build dir}
 seconds=${2:-60}
 parallel=${3:-$(nproc)}
 src=$(cd "$(dirname "$0")/.." && pwd)
 harnesses=(fuzz_agent_request fuzz_master_request fuzz_master_reply fuzz_handshake
-           fuzz_data_header fuzz_event_decode fuzz_relay_digest)
+           fuzz_data_header fuzz_event_decode fuzz_relay_digest fuzz_master_restore)
 mkdir -p "$build/fuzz-artifacts"
 rm -f "$build"/fuzz-artifacts/*.result
 
@@ -30,7 +30,10 @@ run_one() {
   local work="$build/fuzz-corpus/$h"
   mkdir -p "$work"
   local log="$build/fuzz-artifacts/$h.log"
-  "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  # One allocation of more than 64 MiB for an input of at most 64 KiB is a finding: work and
+  # memory per request are bounded by its size.
+  "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 \
+    -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$h-" \
     "$work" "$src/fuzz/corpus/$h" >"$log" 2>&1
   local rc=$?

@@ -131,7 +131,7 @@ void DeclareKvmasterFlags(FlagSet& f, KvmasterFlags& v) {
            "failover use --etcd");
   f.String("status-file", &v.standby.status_file,
            "standby: rewrite this file after each fetch (primary=, epoch=, "
-           "applied_seq=)");
+           "applied_seq=, refused_pages=)");
   v.ha.Declare(&f);
   v.auth.Declare(&f);
 }

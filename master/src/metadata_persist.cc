@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <random>
 
 #include "kvagent/common/validate.h"
@@ -162,105 +163,80 @@ void MetadataStore::LogRemoved(std::string_view key) {
   AppendRecord();
 }
 
-Status MetadataStore::ApplyRecord(std::string_view payload) {
-  RecordReader r(payload);
-  const uint8_t type = r.U8();
-  bool applied = false;
-  switch (type) {
-    case kAgentRecord:
-      applied = ApplyAgentRecord(r);
-      break;
-    case kPoolRecord:
-      applied = ApplyPoolRecord(r);
-      break;
-    case kAgentGoneRecord:
-      applied = ApplyAgentGoneRecord(r);
-      break;
-    case kObjectRecordV1:
-    case kObjectRecord:
-      return ApplyObjectRecord(r, type == kObjectRecord);
-    case kRemovedRecord:
-      applied = ApplyRemovedRecord(r);
-      break;
-    default:
-      break;
-  }
-  if (applied) return Status::Ok();
-  return Internal("malformed record of type " + std::to_string(type));
+// ---- records read back: parsed and checked first (state-free), then applied ------------------
+
+struct AgentRecord {
+  AgentId id = 0;
+  uint64_t incarnation = 0;
+  std::string_view name;
+};
+
+struct PoolRecord {
+  PoolId id = 0;
+  AgentId agent = 0;
+  uint32_t index = 0;
+  uint64_t size = 0;
+  std::vector<std::string> endpoints;
+};
+
+struct ObjectRecord {
+  std::string_view key;
+  uint64_t size = 0;
+  std::string_view session;
+  uint8_t flags = 0;
+  uint8_t replicas_per_part = 0;
+  uint64_t soft_left_ms = 0;
+  std::unique_ptr<StoredBlockMeta> meta;
+  uint64_t version = 0;
+  std::vector<Replica> replicas;
+  bool checksummed = false;
+};
+
+struct ParsedRecord {
+  uint8_t type = 0;
+  AgentRecord agent;
+  PoolRecord pool;
+  AgentId gone = 0;
+  std::string_view removed;
+  ObjectRecord object;
+};
+
+namespace {
+
+bool ReadAgent(RecordReader& r, AgentRecord* out) {
+  out->id = r.U32();
+  out->incarnation = r.U64();
+  out->name = r.Str();
+  return r.ok();
 }
 
-bool MetadataStore::ApplyAgentRecord(RecordReader& r) {
-  Agent a;
-  a.id = r.U32();
-  a.incarnation = r.U64();
-  a.name = std::string(r.Str());
-  if (!r.ok()) return false;
-  next_agent_id_ = std::max(next_agent_id_, a.id + 1);
-  agents_[a.id] = std::move(a);
-  return true;
-}
-
-bool MetadataStore::ApplyPoolRecord(RecordReader& r) {
-  const PoolId id = r.U32();
-  const AgentId agent = r.U32();
-  const uint32_t index = r.U32();
-  const uint64_t size = r.U64();
+bool ReadPool(RecordReader& r, PoolRecord* out) {
+  out->id = r.U32();
+  out->agent = r.U32();
+  out->index = r.U32();
+  out->size = r.U64();
   const uint32_t count = r.U32();
   // Each endpoint takes at least its 4-byte length: a count beyond what is left is damage.
   if (!r.ok() || count > r.remaining() / 4) return false;
-  std::vector<std::string> endpoints(count);
-  for (auto& ep : endpoints) ep = std::string(r.Str());
-  if (!r.ok()) return false;
-  auto a = agents_.find(agent);
-  if (a == agents_.end()) return true;  // agent gone: ignore
-  next_pool_id_ = std::max(next_pool_id_, id + 1);
-  auto it = pools_.find(id);
-  if (it != pools_.end()) {
-    it->second.endpoints = std::move(endpoints);
-  } else {
-    pools_.emplace(id, Pool{id, agent, index, std::move(endpoints), PoolAllocator(size)});
-    a->second.pools.push_back(id);
-  }
-  return true;
+  out->endpoints.resize(count);
+  for (auto& ep : out->endpoints) ep = std::string(r.Str());
+  return r.ok();
 }
 
-bool MetadataStore::ApplyAgentGoneRecord(RecordReader& r) {
-  const AgentId id = r.U32();
-  if (!r.ok()) return false;
-  auto a = agents_.find(id);
-  if (a != agents_.end()) {
-    for (PoolId pool_id : a->second.pools) pools_.erase(pool_id);
-    agents_.erase(a);
-  }
-  return true;
-}
-
-bool MetadataStore::ApplyRemovedRecord(RecordReader& r) {
-  const std::string_view key = r.Str();
-  if (!r.ok()) return false;
-  if (ObjectEntry* old = objects_.Find(key)) {
-    tags_.Unstored(old->second.tag, old->second.size);
-    tags_.Release(old->second.tag);
-    objects_.Erase(old);
-  }
-  return true;
-}
-
-Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
-  const std::string_view key = r.Str();
-  const uint64_t size = r.U64();
-  const std::string_view session = r.Str();
-  const uint8_t flags = r.U8();
-  const uint8_t replicas_per_part = r.U8();
-  const uint64_t soft_left = r.U64();
-  std::unique_ptr<StoredBlockMeta> meta = ReadMeta(r);
-  const uint64_t version = v2 ? r.U64() : 0;
+Status ReadObject(RecordReader& r, bool v2, ObjectRecord* out) {
+  out->key = r.Str();
+  out->size = r.U64();
+  out->session = r.Str();
+  out->flags = r.U8();
+  out->replicas_per_part = r.U8();
+  out->soft_left_ms = r.U64();
+  out->meta = ReadMeta(r);
+  out->version = v2 ? r.U64() : 0;
   const uint32_t n = r.U32();
   // Each replica takes at least 24 bytes: a count beyond what is left is damage, not a size.
   if (!r.ok() || n > r.remaining() / 24) return Internal("malformed object record");
-  std::vector<Replica> replicas(n);
-  bool checksummed = false;
-  for (Replica& rep : replicas) {
+  out->replicas.resize(n);
+  for (Replica& rep : out->replicas) {
     rep.pool_id = r.U32();
     rep.part = r.U32();
     rep.offset = r.U64();
@@ -269,35 +245,148 @@ Status MetadataStore::ApplyObjectRecord(RecordReader& r, bool v2) {
     rep.length = static_cast<uint32_t>(length);
     if (v2) {
       rep.checksum = r.U32();
-      checksummed = (r.U8() & 1) != 0;
+      out->checksummed = (r.U8() & 1) != 0;
     }
   }
-  if (!r.ok() || !IsValidUtf8(session) || !IsValidUtf8(key) || key.empty()) {
+  if (!r.ok() || !IsValidUtf8(out->session) || !IsValidUtf8(out->key) || out->key.empty()) {
     return Internal("malformed object record");
   }
+  // Parts are numbered from 0 and the replicas ordered by part (Object::parts): a part number
+  // beyond that is damage, and would otherwise size the restore's per-part state (up to 2^32).
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t part = out->replicas[i].part;
+    const uint32_t before = i == 0 ? 0 : out->replicas[i - 1].part;
+    const bool next = i > 0 && part == before + 1;
+    if (part != before && !next) {
+      return Internal("malformed object record (replica " + std::to_string(i) + " of part " +
+                      std::to_string(part) + " after part " + std::to_string(before) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads every field of a record and checks what can be checked without the state it applies to.
+Status ParseRecord(std::string_view payload, ParsedRecord* out) {
+  RecordReader r(payload);
+  out->type = r.U8();
+  bool parsed = false;
+  switch (out->type) {
+    case kAgentRecord:
+      parsed = ReadAgent(r, &out->agent);
+      break;
+    case kPoolRecord:
+      parsed = ReadPool(r, &out->pool);
+      break;
+    case kAgentGoneRecord:
+      out->gone = r.U32();
+      parsed = r.ok();
+      break;
+    case kObjectRecordV1:
+    case kObjectRecord:
+      return ReadObject(r, out->type == kObjectRecord, &out->object);
+    case kRemovedRecord:
+      out->removed = r.Str();
+      parsed = r.ok();
+      break;
+    default:
+      break;
+  }
+  if (parsed) return Status::Ok();
+  return Internal("malformed record of type " + std::to_string(out->type));
+}
+
+}  // namespace
+
+Status MetadataStore::CheckRecord(std::string_view payload) {
+  ParsedRecord record;
+  return ParseRecord(payload, &record);
+}
+
+Status MetadataStore::ApplyRecord(std::string_view payload) {
+  ParsedRecord record;
+  KVAGENT_RETURN_IF_ERROR(ParseRecord(payload, &record));
+  switch (record.type) {
+    case kAgentRecord:
+      ApplyAgent(record.agent);
+      break;
+    case kPoolRecord:
+      ApplyPool(record.pool);
+      break;
+    case kAgentGoneRecord:
+      ApplyAgentGone(record.gone);
+      break;
+    case kRemovedRecord:
+      ApplyRemoved(record.removed);
+      break;
+    default:  // the two object records (ParseRecord refuses every other type)
+      ApplyObject(record.object);
+      break;
+  }
+  return Status::Ok();
+}
+
+void MetadataStore::ApplyAgent(const AgentRecord& record) {
+  Agent a;
+  a.id = record.id;
+  a.incarnation = record.incarnation;
+  a.name = std::string(record.name);
+  next_agent_id_ = std::max(next_agent_id_, a.id + 1);
+  agents_[a.id] = std::move(a);
+}
+
+void MetadataStore::ApplyPool(PoolRecord& record) {
+  auto a = agents_.find(record.agent);
+  if (a == agents_.end()) return;  // agent gone: ignore
+  next_pool_id_ = std::max(next_pool_id_, record.id + 1);
+  auto it = pools_.find(record.id);
+  if (it != pools_.end()) {
+    it->second.endpoints = std::move(record.endpoints);
+  } else {
+    pools_.emplace(record.id, Pool{record.id, record.agent, record.index,
+                                   std::move(record.endpoints), PoolAllocator(record.size)});
+    a->second.pools.push_back(record.id);
+  }
+}
+
+void MetadataStore::ApplyAgentGone(AgentId id) {
+  auto a = agents_.find(id);
+  if (a == agents_.end()) return;
+  for (PoolId pool_id : a->second.pools) pools_.erase(pool_id);
+  agents_.erase(a);
+}
+
+void MetadataStore::ApplyRemoved(std::string_view key) {
   if (ObjectEntry* old = objects_.Find(key)) {
     tags_.Unstored(old->second.tag, old->second.size);
     tags_.Release(old->second.tag);
     objects_.Erase(old);
   }
-  Object& o = objects_.FindOrInsert(key).first->second;
-  o.size = size;
-  o.version = version;
-  o.hard_pin = flags & 1;
-  o.soft_pin = (flags & 2) != 0;
-  o.replicas_per_part = replicas_per_part;
+}
+
+void MetadataStore::ApplyObject(ObjectRecord& record) {
+  ApplyRemoved(record.key);
+  Object& o = objects_.FindOrInsert(record.key).first->second;
+  o.size = record.size;
+  o.version = record.version;
+  o.hard_pin = record.flags & 1;
+  o.soft_pin = (record.flags & 2) != 0;
+  o.replicas_per_part = record.replicas_per_part;
   if (o.soft_pin) {
+    // What the record says is left, within what the field can hold (a damaged or hostile
+    // record may say anything up to 2^64 - 1 ms).
+    constexpr uint64_t kMaxLeftMs = uint64_t{UINT32_MAX} * 1000;
+    const int64_t until_ms =
+        now() + static_cast<int64_t>(std::min(record.soft_left_ms, kMaxLeftMs));
     o.soft_pin_until_s =
-        static_cast<uint32_t>((now() + static_cast<int64_t>(soft_left) + 999) / 1000);
+        static_cast<uint32_t>(std::min<int64_t>((until_ms + 999) / 1000, UINT32_MAX));
   }
-  o.meta = std::move(meta);
-  o.checksummed = checksummed;
-  o.AssignReplicas(replicas.data(), n);
+  o.meta = std::move(record.meta);
+  o.checksummed = record.checksummed;
+  o.AssignReplicas(record.replicas.data(), static_cast<uint32_t>(record.replicas.size()));
   o.readable = true;
-  o.tag = tags_.Acquire(session);
+  o.tag = tags_.Acquire(record.session);
   tags_.Stored(o.tag, o.size);
-  next_write_id_ = std::max(next_write_id_, version + 1);
-  return Status::Ok();
+  next_write_id_ = std::max(next_write_id_, record.version + 1);
 }
 
 // Re-reserves every restored replica in its pool; replicas whose pool is gone (or that

@@ -169,8 +169,18 @@ struct Agent {
   uint64_t reserved_bytes = 0;
 };
 
+// Operation-log records as read back (metadata_persist.cc).
+struct AgentRecord;
+struct PoolRecord;
+struct ObjectRecord;
+
 class MetadataStore {
  public:
+  // Whether `payload` is an operation-log record this master can replay: every field read and
+  // checked as replay does, without the state it would apply to (a standby checks its primary's
+  // records before it keeps them). INTERNAL naming what is malformed.
+  static Status CheckRecord(std::string_view payload);
+
   MetadataStore(const MasterOptions& options, const Clock* clock);
   ~MetadataStore();
   MetadataStore(const MetadataStore&) = delete;
@@ -361,12 +371,12 @@ class MetadataStore {
   void LogRemoved(std::string_view key);
   static uint64_t RemovedRecordBytes(std::string_view key) { return 5 + key.size(); }
   Status ApplyRecord(std::string_view payload);
-  // One step per record type; false when the record is malformed (ApplyRecord names the type).
-  bool ApplyAgentRecord(RecordReader& r);
-  bool ApplyPoolRecord(RecordReader& r);
-  bool ApplyAgentGoneRecord(RecordReader& r);
-  bool ApplyRemovedRecord(RecordReader& r);
-  Status ApplyObjectRecord(RecordReader& r, bool v2);
+  // One step per record type, of a record ApplyRecord has parsed and checked.
+  void ApplyAgent(const AgentRecord& record);
+  void ApplyPool(PoolRecord& record);
+  void ApplyAgentGone(AgentId id);
+  void ApplyRemoved(std::string_view key);
+  void ApplyObject(ObjectRecord& record);
   void FailStop(const Status& st);
   void FinishRestore();
   void WriteSnapshot();

@@ -18,6 +18,7 @@
 #include "kvagent/schemas/master_generated.h"
 #include "kvagent/zmq/curve_auth.h"
 #include "kvagent/zmq/zmq_limits.h"
+#include "metadata_store.h"
 #include "replication_log.h"
 
 namespace kvagent::master {
@@ -111,6 +112,28 @@ class Standby::Follower {
       LOG_EVERY_N(WARNING, 50) << "standby: malformed records from the primary; asking again";
       return -1;
     }
+    // Only records this master could replay are kept: one it cannot would make the log refuse
+    // to start exactly when the standby is promoted. The page is refused whole (its records
+    // depend on each other), the log stays the prefix it was, and the standby asks again.
+    Status unreadable;
+    uint64_t index = 0;
+    ForEachFramedRecord(bytes, [&](std::string_view rec) {
+      if (!unreadable.ok()) return;
+      unreadable = MetadataStore::CheckRecord(rec);
+      if (unreadable.ok()) ++index;
+    });
+    if (!unreadable.ok()) {
+      ++owner_->refused_pages_;
+      LOG_EVERY_N(ERROR, 50) << "standby: record " << index << " of a "
+                             << (r->snapshot() ? "snapshot" : "page") << " from primary "
+                             << options_.primary << " is not one this kvmaster can replay ("
+                             << unreadable.message()
+                             << "); the page is not kept and the standby stays at seq "
+                             << owner_->applied_seq()
+                             << " (is the primary a newer kvmaster, or damaged?); asking again";
+      WriteStatus();
+      return -1;
+    }
     int64_t applied = 0;
     if (r->snapshot()) {
       Status st = log_->Rewrite([&](const std::function<void(std::string_view)>& append) {
@@ -152,7 +175,8 @@ class Standby::Follower {
     {
       std::ofstream out(tmp, std::ios::trunc);
       out << "primary=" << options_.primary << "\nepoch=" << epoch_
-          << "\napplied_seq=" << owner_->applied_seq() << "\n";
+          << "\napplied_seq=" << owner_->applied_seq()
+          << "\nrefused_pages=" << owner_->refused_pages() << "\n";
       if (!out) return;
     }
     std::rename(tmp.c_str(), options_.status_file.c_str());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "master_test_util.h"
+#include "record_bytes.h"
 
 namespace kvagent::master {
 namespace {
@@ -266,27 +267,41 @@ TEST_F(RecordCountTest, APoolRecordCountingMoreEndpointsThanItHoldsIsDamage) {
 }
 
 TEST_F(RecordCountTest, AnObjectRecordCountingMoreReplicasThanItHoldsIsDamage) {
-  std::string record;
-  RecordWriter w(&record);
-  w.U8(6);  // object
-  w.Str("key");
-  w.U64(64);
-  w.Str("");          // session
-  w.U8(0);            // flags
-  w.U8(1);            // replicas per part
-  w.U64(0);           // soft pin left
-  w.U8(0);            // no block metadata
-  w.U64(1);           // version
-  w.U32(0xFFFFFFFF);  // replicas; one follows
-  w.U32(3);
-  w.U32(0);
-  w.U64(0);
-  w.U64(64);
-  w.U32(0);
-  w.U8(1);
-  const Status st = OpenWith(record);
+  testing::ObjectRecordFields f;
+  f.replica_count = 0xFFFFFFFF;  // one follows
+  const Status st = OpenWith(testing::ObjectRecordBytes(f));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("malformed object record"), std::string::npos) << st.message();
+}
+
+// An object record's replicas are ordered by part from part 0 (Object::parts): a part number
+// out of that order is damage. Before, a replica of part 2^32 - 16 made the restore size its
+// per-part state by it (a 512 MiB bitmap from a 70-byte record; found by fuzz_master_restore).
+TEST_F(RecordCountTest, AnObjectRecordWithAPartOutOfOrderIsDamage) {
+  for (const uint32_t part : {1u, 0xFFFFFFF0u}) {
+    testing::ObjectRecordFields f;
+    f.part = part;
+    std::filesystem::remove(path());
+    const Status st = OpenWith(testing::ObjectRecordBytes(f));
+    ASSERT_FALSE(st.ok()) << part;
+    EXPECT_NE(
+        st.message().find("malformed object record (replica 0 of part " + std::to_string(part)),
+        std::string::npos)
+        << st.message();
+  }
+}
+
+// A soft pin's time left is a u64 in the record: any value restores (within the field that
+// holds it), without signed overflow (the sanitizer build checks; found by
+// fuzz_master_restore).
+TEST_F(RecordCountTest, AnObjectRecordWithAnyTimeLeftOnItsSoftPinRestores) {
+  for (const uint64_t left : {uint64_t{0}, uint64_t{1} << 40, ~uint64_t{0} >> 1, ~uint64_t{0}}) {
+    testing::ObjectRecordFields f;
+    f.flags = 2;  // soft pin
+    f.soft_pin_left_ms = left;
+    std::filesystem::remove(path());
+    EXPECT_TRUE(OpenWith(testing::ObjectRecordBytes(f)).ok()) << left;
+  }
 }
 
 // A snapshot holds committed state only: a write in flight (a put not ended, an upsert that

@@ -27,7 +27,7 @@ struct StandbyOptions {
   std::string primary;      // the primary's ROUTER endpoint, e.g. tcp://10.0.0.1:50051
   std::string state_dir;    // the followed operation log goes to DIR/master.oplog (required)
   std::string status_file;  // optional: rewritten after each page (primary=, epoch=,
-                            // applied_seq=)
+                            // applied_seq=, refused_pages=)
   std::string name;         // this follower's name, told to the primary (its follower count)
   // Long poll: the primary holds a request that finds nothing new up to this long and answers
   // as soon as it makes a record, so records arrive within a round trip (0: ask every `poll`).
@@ -59,6 +59,8 @@ class Standby {
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // How long since the primary last answered (since Start while it never did).
   std::chrono::milliseconds silent_for() const;
+  // Pages of records the primary sent that this kvmaster could not replay (not kept).
+  uint64_t refused_pages() const { return refused_pages_.load(std::memory_order_relaxed); }
 
  private:
   class Follower;
@@ -68,6 +70,7 @@ class Standby {
   std::atomic<uint64_t> applied_seq_{0};
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int64_t> last_answer_ms_{0};
+  std::atomic<uint64_t> refused_pages_{0};
 };
 
 }  // namespace kvagent::master

@@ -1,0 +1,162 @@
+// A standby keeps only records it could replay. A primary that sends a record this kvmaster
+// cannot replay (a newer kvmaster's record, or damage the frame's CRC does not catch) must not
+// poison the standby's log: the log would then refuse to start exactly when the standby is
+// promoted. The primary here is a real ROUTER that answers the standby's Replicate requests
+// with pages the test writes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "kvagent/master/master_service.h"
+#include "kvagent/master/oplog.h"
+#include "kvagent/master/standby.h"
+#include "kvagent/schemas/master_generated.h"
+#include "record_bytes.h"
+
+namespace kvagent::master {
+namespace {
+
+namespace fb = kvagent::master_proto;
+using namespace std::chrono_literals;
+
+// An object record whose one replica is of part `part` (only part 0 can come first).
+std::string ObjectRecord(const std::string& key, uint32_t part) {
+  testing::ObjectRecordFields f;
+  f.key = key;
+  f.session = "session";
+  f.part = part;
+  return testing::ObjectRecordBytes(f);
+}
+
+std::string Framed(const std::vector<std::string>& records) {
+  std::string out;
+  for (const std::string& r : records) {
+    const uint32_t n = static_cast<uint32_t>(r.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);  // little-endian on every target we build
+    out += r;
+  }
+  return out;
+}
+
+// A primary that answers every Replicate with the current page: a snapshot of `records`.
+class ScriptedPrimary {
+ public:
+  ScriptedPrimary() : router_(context_, zmq::socket_type::router) {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::rcvtimeo, 20);
+    router_.bind("tcp://127.0.0.1:0");
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ScriptedPrimary() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  void Serve(std::vector<std::string> records, uint64_t last_seq) {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_ = Framed(records);
+    last_seq_ = last_seq;
+    answered_ = 0;
+  }
+  uint64_t answered() const { return answered_.load(); }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(router_, std::back_inserter(frames))) continue;
+      if (frames.size() != 3) continue;
+      flatbuffers::Verifier v(static_cast<const uint8_t*>(frames[2].data()), frames[2].size());
+      if (!v.VerifyBuffer<fb::Request>(nullptr)) continue;
+      const uint64_t id = flatbuffers::GetRoot<fb::Request>(frames[2].data())->request_id();
+      flatbuffers::FlatBufferBuilder b;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        const auto body = fb::CreateReplicateReply(
+            b, 7, true, last_seq_,
+            b.CreateVector(reinterpret_cast<const uint8_t*>(records_.data()), records_.size()));
+        b.Finish(fb::CreateReply(b, id, 0, 0, fb::ReplyBody::ReplicateReply, body.Union(), 7));
+      }
+      router_.send(frames[0], zmq::send_flags::sndmore);
+      router_.send(zmq::message_t(), zmq::send_flags::sndmore);
+      router_.send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+      ++answered_;
+    }
+  }
+
+  zmq::context_t context_{1};
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::mutex mu_;
+  std::string records_;
+  uint64_t last_seq_ = 0;
+  std::atomic<uint64_t> answered_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+template <typename F>
+bool WaitUntil(F done, std::chrono::milliseconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/kvagent-standby-records.XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotionStillWorks) {
+  ScriptedPrimary primary;
+  TempDir dir;
+  // A page whose second record has a replica of part 5 before any part 0: not replayable.
+  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectRecord("bad", 5),
+                 testing::AgentRecordBytes(10, "node-b")},
+                3);
+  StandbyOptions o;
+  o.primary = primary.endpoint();
+  o.state_dir = dir.path;
+  o.wait = 0ms;
+  o.poll = 5ms;
+  auto standby = Standby::Start(o);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  // Two answers (the standby asks again 1 s after a refused page): neither is kept.
+  ASSERT_TRUE(WaitUntil([&] { return primary.answered() >= 2; }));
+  EXPECT_FALSE((*standby)->synced());
+  EXPECT_EQ((*standby)->applied_seq(), 0u);
+  EXPECT_GE((*standby)->refused_pages(), 1u);
+
+  // The primary's pages are sound again: the standby takes them.
+  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectRecord("good", 0)}, 4);
+  ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 4; }));
+  EXPECT_TRUE((*standby)->synced());
+  (*standby)->Stop();
+
+  // Promotion: the log the standby kept opens.
+  MasterOptions mo;
+  mo.state_dir = dir.path;
+  ManualClock clock;
+  auto promoted = MasterService::Open(mo, &clock);
+  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
+  EXPECT_EQ((*promoted)->Stats().agents, 1u);
+}
+
+}  // namespace
+}  // namespace kvagent::master
