@@ -381,8 +381,11 @@ Status OpLog::Flush() {
     st = Internal("cannot fdatasync " + path_ + ": " + ErrnoText(errno));
   }
   if (!st.ok()) {
-    // Leave no partial record behind.
+    // Leave no partial record behind, and nothing buffered: a caller that still wants the
+    // records appends them again (a standby fetches them again), and a buffer kept here would
+    // hold them twice, growing with every retry while the disk stays full.
     (void)::ftruncate(fd_, static_cast<off_t>(file_bytes_));
+    buffer_.clear();
     return st;
   }
   file_bytes_ += buffer_.size();

@@ -220,6 +220,79 @@ std::string FileBytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// NAME= of a standby's --status-file (0 while it has none).
+uint64_t StatusValue(const std::string& file, const std::string& name) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "=", 0) == 0) return std::stoull(line.substr(name.size() + 1));
+  }
+  return 0;
+}
+
+// The N of "(N records" in kvmaster's "restored ..." line (0 when absent).
+uint64_t RestoredRecords(const std::string& log) {
+  const size_t at = log.find(" records; log sync");
+  if (at == std::string::npos) return 0;
+  const size_t open = log.rfind('(', at);
+  return open == std::string::npos ? 0 : std::stoull(log.substr(open + 1, at - open - 1));
+}
+
+// A standby whose state dir fills up falls behind and catches up by itself when space returns,
+// with every record once: each page it could not write is fetched again, so a failed write must
+// keep nothing (before, each retry added the page to what the log held for its next write).
+TEST(Durability, AStandbyWhoseStateDirFillsUpCatchesUpWhenSpaceReturnsWithEachRecordOnce) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounts a small tmpfs: needs root (CI is root)";
+  SmallDisk disk("8m");
+  ASSERT_TRUE(disk.ok());
+  KvmasterProcess primary({"--agent-ttl-ms", "60000"});
+  ASSERT_TRUE(primary.started());
+  NodeAgent agent(Concat(primary.AgentArgs(), {"--data-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(agent.started());
+  auto c = agent.Connect();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(primary.rpc(), "pools") == 1; }));
+  TempDir status_dir;  // not on the small disk: the status must stay readable
+  const std::string status = status_dir.path() + "/status";
+  const std::string state = disk.path() + "/state";
+  auto standby = KvmasterProcess::FollowerOf(
+      primary, {"--state-dir", state, "--status-file", status, "--agent-ttl-ms", "60000"});
+  const auto caught_up = [&] {
+    const uint64_t last = MasterStat(primary.rpc(), "replication_last_seq");
+    return last > 0 && StatusValue(status, "applied_seq") == last;
+  };
+  size_t acked = 0;
+  const auto put = [&](const std::string& prefix, int batches) {
+    for (int b = 0; b < batches; ++b) {
+      std::vector<std::string> keys;
+      for (int i = 0; i < 100; ++i) keys.push_back(prefix + std::to_string(b * 100 + i));
+      for (const KeyResult& r : PutBatch(*c, keys)) {
+        ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
+        ++acked;
+      }
+    }
+  };
+  put("before-", 1);
+  ASSERT_TRUE(WaitUntil(caught_up));
+
+  disk.Fill();
+  put("while-full-", 30);
+  // The standby asks again a second after each failed write: let it fail several times.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  EXPECT_FALSE(caught_up());
+  const uint64_t behind_at = StatusValue(status, "applied_seq");
+
+  disk.Free();
+  ASSERT_TRUE(WaitUntil(caught_up, std::chrono::seconds(30)));
+  EXPECT_GT(StatusValue(status, "applied_seq"), behind_at);
+  standby->Kill();
+
+  // The standby's log holds each record once: the agent, its pool and one per object.
+  const StartResult restored = StartMaster(state);
+  EXPECT_EQ(restored.keys, acked) << restored.log;
+  EXPECT_EQ(RestoredRecords(restored.log), acked + 2) << restored.log;
+}
+
 TEST(Durability, ADamagedLogStopsTheStartNamingTheFileAndOffsetUnlessTruncationIsAsked) {
   TempDir state;
   {

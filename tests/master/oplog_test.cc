@@ -2,6 +2,7 @@
 #include "kvagent/master/oplog.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -222,6 +223,81 @@ TEST_F(OpLogTest, TheLogIsCompactedAtStartSoItTracksLiveStateNotHistory) {
   EXPECT_LT(std::filesystem::file_size(path()), before / 4);
   EXPECT_EQ(c.svc->SessionOf("kept"), "s");
   EXPECT_EQ(c.svc->SessionOf("churn"), std::nullopt);
+}
+
+// A write that fails for want of space drops what it held (the file as before, nothing left
+// buffered): a standby whose state dir is full fetches the same records again each retry, and
+// a kept buffer held them once per retry (memory growing while the disk stays full, then every
+// copy written when space came back). A first write that failed kept the file's header in the
+// buffer, and the next write put a second header in the middle of the log.
+class FullDiskOpLogTest : public ::testing::Test {
+ protected:
+  FullDiskOpLogTest() {
+    char tmpl[] = "/tmp/kvmaster-oplog-disk-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    mounted_ = geteuid() == 0 && mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=512k") == 0;
+  }
+  ~FullDiskOpLogTest() override {
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+    std::filesystem::remove_all(dir_);
+  }
+  void Fill() {
+    std::ofstream out(dir_ + "/filler", std::ios::binary | std::ios::app);
+    const std::string chunk(4096, '\0');
+    while (out.write(chunk.data(), chunk.size()) && out.flush()) {
+    }
+  }
+  void Free() { std::filesystem::remove(dir_ + "/filler"); }
+  std::vector<std::string> ReadAll() {
+    auto log = OpLog::Open(dir_);
+    EXPECT_TRUE(log.ok()) << log.status().ToString();
+    std::vector<std::string> out;
+    if (!log.ok()) return out;
+    auto n = log.value()->Replay([&](std::string_view p) {
+      out.emplace_back(p);
+      return Status::Ok();
+    });
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return out;
+  }
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+TEST_F(FullDiskOpLogTest, AFailedWriteKeepsNothingBufferedSoARetryWritesEachRecordOnce) {
+  if (!mounted_) GTEST_SKIP() << "mounts a small tmpfs: needs root (CI is root)";
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    log->Append("kept");
+    ASSERT_TRUE(log->Flush().ok());
+    Fill();
+    const std::string page(64 << 10, 'p');
+    for (int retry = 0; retry < 3; ++retry) {  // the same page, fetched again after each failure
+      log->Append(page);
+      EXPECT_FALSE(log->Flush().ok());
+    }
+    Free();
+    log->Append(page);
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  const std::vector<std::string> records = ReadAll();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0], "kept");
+  EXPECT_EQ(records[1].size(), size_t{64} << 10);
+}
+
+TEST_F(FullDiskOpLogTest, AFailedFirstWriteLeavesALogThatOpens) {
+  if (!mounted_) GTEST_SKIP() << "mounts a small tmpfs: needs root (CI is root)";
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    Fill();
+    log->Append(std::string(64 << 10, 'a'));
+    EXPECT_FALSE(log->Flush().ok());
+    Free();
+    log->Append("b");
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  EXPECT_EQ(ReadAll(), std::vector<std::string>{"b"});
 }
 
 // Records whose counts promise more entries than the record holds: the master refuses to start

@@ -105,7 +105,8 @@ class OpLog {
   // Buffers one record (within what Reserve granted); Flush() writes the buffer to the file.
   void Append(std::string_view payload);
   // Writes the buffered records; with LogSync::kFsync also fdatasync. An error leaves the file
-  // as it was before the call (a partial write is cut off again).
+  // as it was before the call (a partial write is cut off again) and drops the buffered
+  // records: none of them is in the log, and a caller that still wants them appends them again.
   Status Flush();
 
   // True after replaying a version-1 file: it must be rewritten (Rewrite) before Append.
