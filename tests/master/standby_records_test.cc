@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -75,9 +76,13 @@ class ScriptedPrimary {
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(router_, std::back_inserter(frames))) continue;
       if (frames.size() != 3) continue;
-      flatbuffers::Verifier v(static_cast<const uint8_t*>(frames[2].data()), frames[2].size());
+      // FlatBuffers wants its buffer aligned; a ZMQ message's bytes need not be.
+      std::vector<uint64_t> aligned((frames[2].size() + 7) / 8 + 1);
+      auto* request = reinterpret_cast<uint8_t*>(aligned.data());
+      std::memcpy(request, frames[2].data(), frames[2].size());
+      flatbuffers::Verifier v(request, frames[2].size());
       if (!v.VerifyBuffer<fb::Request>(nullptr)) continue;
-      const uint64_t id = flatbuffers::GetRoot<fb::Request>(frames[2].data())->request_id();
+      const uint64_t id = flatbuffers::GetRoot<fb::Request>(request)->request_id();
       flatbuffers::FlatBufferBuilder b;
       {
         std::lock_guard<std::mutex> lock(mu_);
