@@ -403,8 +403,7 @@ void MetadataStore::FinishRestore() {
       const Replica rep = o.replica(i);
       auto it = pools_.find(rep.pool_id);
       if (it == pools_.end() || rep.part >= parts) continue;
-      if (!it->second.allocator.AllocateAt(rep.offset, rep.length)) continue;
-      placement_.Touched(it->second.slot);
+      if (!AllocateAtIn(it->second, rep.offset, rep.length)) continue;
       part_alive[rep.part] = true;
       o.replica(kept++) = rep;
     }

@@ -399,8 +399,7 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
         });
       }
       if (!best) break;
-      auto off = best->allocator.Allocate(len);
-      placement_.Touched(best->slot);
+      auto off = AllocateIn(*best, len);
       if (!off) break;
       used[n_used++] = best->agent;
       out->push_back(Placement{static_cast<uint32_t>(p), best->id, *off, len, 0, false});
@@ -408,9 +407,7 @@ bool MetadataStore::TryAllocate(AgentId writer, uint64_t size, uint8_t replicas_
     if (n_used == 0) {
       for (size_t i = mark; i < out->size(); ++i) {
         const Placement& r = (*out)[i];
-        Pool& pool = pools_.at(r.pool_id);
-        pool.allocator.Free(r.offset, r.length);
-        placement_.Touched(pool.slot);
+        FreeIn(pools_.at(r.pool_id), r.offset, r.length);
       }
       out->resize(mark);
       return false;
@@ -447,9 +444,24 @@ void MetadataStore::FreeReplicas(const Object& o) {
 
 void MetadataStore::FreeReplica(const Replica& rep) {
   auto it = pools_.find(rep.pool_id);
-  if (it == pools_.end()) return;
-  it->second.allocator.Free(rep.offset, rep.length);
-  placement_.Touched(it->second.slot);
+  if (it != pools_.end()) FreeIn(it->second, rep.offset, rep.length);
+}
+
+std::optional<uint64_t> MetadataStore::AllocateIn(Pool& pool, uint64_t length) {
+  auto offset = pool.allocator.Allocate(length);
+  if (offset) placement_.Touched(pool.slot);
+  return offset;
+}
+
+bool MetadataStore::AllocateAtIn(Pool& pool, uint64_t offset, uint64_t length) {
+  if (!pool.allocator.AllocateAt(offset, length)) return false;
+  placement_.Touched(pool.slot);
+  return true;
+}
+
+void MetadataStore::FreeIn(Pool& pool, uint64_t offset, uint64_t length) {
+  pool.allocator.Free(offset, length);
+  placement_.Touched(pool.slot);
 }
 
 void MetadataStore::SetReplicas(Object& o, uint64_t size, const std::vector<Placement>* replicas) {

@@ -347,6 +347,11 @@ class MetadataStore {
   void EmitRemoved(const ObjectEntry& e);
   void FreeReplicas(const Object& o);
   void FreeReplica(const Replica& r);
+  // Every change to a pool's free space goes through these three: they keep the placement
+  // index current (it orders the live pools by free bytes).
+  std::optional<uint64_t> AllocateIn(Pool& pool, uint64_t length);
+  bool AllocateAtIn(Pool& pool, uint64_t offset, uint64_t length);
+  void FreeIn(Pool& pool, uint64_t offset, uint64_t length);
   // Keeps `replicas` of write `write_id` until their pools' agents fenced the write.
   void Fence(uint64_t write_id, std::span<const Replica> replicas);
   void SetSuspect(Agent& a, bool suspect);

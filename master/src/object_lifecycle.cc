@@ -210,10 +210,7 @@ void MetadataStore::BindReservation(ObjectEntry* r, ObjectEntry* e, uint64_t siz
     const uint64_t had = PoolAllocator::Rounded(rep.length);
     if (keep < had) {
       auto pool = pools_.find(rep.pool_id);
-      if (pool != pools_.end()) {
-        pool->second.allocator.Free(rep.offset + keep, had - keep);
-        placement_.Touched(pool->second.slot);
-      }
+      if (pool != pools_.end()) FreeIn(pool->second, rep.offset + keep, had - keep);
     }
     rep.length = static_cast<uint32_t>(part_length);
     kept.push_back(rep);
