@@ -5,7 +5,6 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,6 +14,7 @@
 #include "kvagent/events/kv_event.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/master/oplog.h"
 #include "kvagent/schemas/agent_generated.h"
 #include "kvagent/schemas/master_generated.h"
 #include "tcp_wire.h"
@@ -344,21 +344,16 @@ void Restore() {
     (void)service->BatchRemove(removed, false, &ended);
     (void)service->Flush();
   }
-  std::ifstream in(dir / "master.oplog", std::ios::binary);
-  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Bytes seed = {0};
-  // Version 2: a 16-byte header, then [magic][length][crc][payload] frames of 4-byte fields.
-  for (size_t at = 16; at + 12 <= log.size();) {
-    uint32_t n = 0;
-    std::memcpy(&n, log.data() + at + 4, 4);
-    at += 12;
-    if (n > log.size() - at || n > 0xFFFF) break;
-    seed.push_back(static_cast<uint8_t>(n & 0xFF));
-    seed.push_back(static_cast<uint8_t>(n >> 8));
-    seed.insert(seed.end(), log.begin() + static_cast<std::ptrdiff_t>(at),
-                log.begin() + static_cast<std::ptrdiff_t>(at + n));
-    at += n;
-  }
+  auto log = std::move(km::OpLog::Open(dir.string()).value());
+  (void)log->Replay([&](std::string_view record) {
+    if (record.size() > 0xFFFF) return kvagent::Status::Ok();  // the harness's lengths are 2 bytes
+    seed.push_back(static_cast<uint8_t>(record.size() & 0xFF));
+    seed.push_back(static_cast<uint8_t>(record.size() >> 8));
+    seed.insert(seed.end(), record.begin(), record.end());
+    return kvagent::Status::Ok();
+  });
+  log.reset();
   fs::remove_all(dir);
   Write("fuzz_master_restore", "two_agents_three_objects", seed);
 }

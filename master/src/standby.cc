@@ -108,20 +108,20 @@ class Standby::Follower {
       bytes = std::string_view(reinterpret_cast<const char*>(r->records()->data()),
                                r->records()->size());
     }
-    if (!ForEachFramedRecord(bytes, [](std::string_view) {})) {
-      LOG_EVERY_N(WARNING, 50) << "standby: malformed records from the primary; asking again";
-      return -1;
-    }
     // Only records this master could replay are kept: one it cannot would make the log refuse
     // to start exactly when the standby is promoted. The page is refused whole (its records
     // depend on each other), the log stays the prefix it was, and the standby asks again.
     Status unreadable;
     uint64_t index = 0;
-    ForEachFramedRecord(bytes, [&](std::string_view rec) {
+    const bool framed = ForEachFramedRecord(bytes, [&](std::string_view rec) {
       if (!unreadable.ok()) return;
       unreadable = MetadataStore::CheckRecord(rec);
       if (unreadable.ok()) ++index;
     });
+    if (!framed) {
+      LOG_EVERY_N(WARNING, 50) << "standby: malformed records from the primary; asking again";
+      return -1;
+    }
     if (!unreadable.ok()) {
       ++owner_->refused_pages_;
       LOG_EVERY_N(ERROR, 50) << "standby: record " << index << " of a "

@@ -220,16 +220,6 @@ std::string FileBytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// NAME= of a standby's --status-file (0 while it has none).
-uint64_t StatusValue(const std::string& file, const std::string& name) {
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + "=", 0) == 0) return std::stoull(line.substr(name.size() + 1));
-  }
-  return 0;
-}
-
 // The N of "(N records" in kvmaster's "restored ..." line (0 when absent).
 uint64_t RestoredRecords(const std::string& log) {
   const size_t at = log.find(" records; log sync");
@@ -259,7 +249,7 @@ TEST(Durability, AStandbyWhoseStateDirFillsUpCatchesUpWhenSpaceReturnsWithEachRe
       primary, {"--state-dir", state, "--status-file", status, "--agent-ttl-ms", "60000"});
   const auto caught_up = [&] {
     const uint64_t last = MasterStat(primary.rpc(), "replication_last_seq");
-    return last > 0 && StatusValue(status, "applied_seq") == last;
+    return last > 0 && StatusFileValue(status, "applied_seq") == last;
   };
   size_t acked = 0;
   const auto put = [&](const std::string& prefix, int batches) {
@@ -280,11 +270,11 @@ TEST(Durability, AStandbyWhoseStateDirFillsUpCatchesUpWhenSpaceReturnsWithEachRe
   // The standby asks again a second after each failed write: let it fail several times.
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));
   EXPECT_FALSE(caught_up());
-  const uint64_t behind_at = StatusValue(status, "applied_seq");
+  const uint64_t behind_at = StatusFileValue(status, "applied_seq");
 
   disk.Free();
   ASSERT_TRUE(WaitUntil(caught_up, std::chrono::seconds(30)));
-  EXPECT_GT(StatusValue(status, "applied_seq"), behind_at);
+  EXPECT_GT(StatusFileValue(status, "applied_seq"), behind_at);
   standby->Kill();
 
   // The standby's log holds each record once: the agent, its pool and one per object.

@@ -21,6 +21,7 @@
 #include "kvagent/master/standby.h"
 #include "kvagent/schemas/master_generated.h"
 #include "record_bytes.h"
+#include "replication_log.h"
 
 namespace kvagent::master {
 namespace {
@@ -29,7 +30,7 @@ namespace fb = kvagent::master_proto;
 using namespace std::chrono_literals;
 
 // An object record whose one replica is of part `part` (only part 0 can come first).
-std::string ObjectRecord(const std::string& key, uint32_t part) {
+std::string ObjectOfPart(const std::string& key, uint32_t part) {
   testing::ObjectRecordFields f;
   f.key = key;
   f.session = "session";
@@ -39,11 +40,7 @@ std::string ObjectRecord(const std::string& key, uint32_t part) {
 
 std::string Framed(const std::vector<std::string>& records) {
   std::string out;
-  for (const std::string& r : records) {
-    const uint32_t n = static_cast<uint32_t>(r.size());
-    out.append(reinterpret_cast<const char*>(&n), 4);  // little-endian on every target we build
-    out += r;
-  }
+  for (const std::string& r : records) AppendFramedRecord(r, &out);
   return out;
 }
 
@@ -132,7 +129,7 @@ TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotion
   ScriptedPrimary primary;
   TempDir dir;
   // A page whose second record has a replica of part 5 before any part 0: not replayable.
-  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectRecord("bad", 5),
+  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectOfPart("bad", 5),
                  testing::AgentRecordBytes(10, "node-b")},
                 3);
   StandbyOptions o;
@@ -149,7 +146,7 @@ TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotion
   EXPECT_GE((*standby)->refused_pages(), 1u);
 
   // The primary's pages are sound again: the standby takes them.
-  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectRecord("good", 0)}, 4);
+  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectOfPart("good", 0)}, 4);
   ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 4; }));
   EXPECT_TRUE((*standby)->synced());
   (*standby)->Stop();

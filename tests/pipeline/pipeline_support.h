@@ -136,6 +136,16 @@ class KvmasterProcess {
   std::string rpc_, events_, replay_;
 };
 
+// NAME= of a standby's --status-file (0 while the file or the line is missing).
+inline uint64_t StatusFileValue(const std::string& file, const std::string& name) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "=", 0) == 0) return std::stoull(line.substr(name.size() + 1));
+  }
+  return 0;
+}
+
 inline std::unique_ptr<Client> Connect(const AgentProcess& agent, uint64_t arena = 32 << 20,
                                        const std::string& name = "pipeline-test") {
   ClientOptions options;

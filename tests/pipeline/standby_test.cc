@@ -14,14 +14,8 @@
 namespace kvagent::testing {
 namespace {
 
-// applied_seq= of a standby's --status-file (0 while it has none).
 uint64_t AppliedSeq(const std::string& status_file) {
-  std::ifstream in(status_file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("applied_seq=", 0) == 0) return std::stoull(line.substr(12));
-  }
-  return 0;
+  return StatusFileValue(status_file, "applied_seq");
 }
 
 Reply Put(Client& c, const std::vector<std::string>& keys, const std::vector<std::string>& bytes,
