@@ -13,7 +13,8 @@ seconds=${2:-60}
 parallel=${3:-$(nproc)}
 src=$(cd "$(dirname "$0")/.." && pwd)
 harnesses=(fuzz_agent_request fuzz_master_request fuzz_master_reply fuzz_handshake
-           fuzz_data_header fuzz_event_decode fuzz_relay_digest fuzz_master_restore)
+           fuzz_data_header fuzz_event_decode fuzz_relay_digest fuzz_master_restore
+           fuzz_config)
 mkdir -p "$build/fuzz-artifacts"
 rm -f "$build"/fuzz-artifacts/*.result
 

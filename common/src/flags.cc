@@ -1,14 +1,20 @@
 #include "kvagent/common/flags.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
+#include <string>
+
+#include "kvagent/common/errno_text.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent {
 namespace {
@@ -43,6 +49,36 @@ std::string ParseInteger(std::string_view text, T* out) {
 }
 
 }  // namespace
+
+// A config file: a regular file, or a pipe (`--config <(...)`), of at most kMaxConfigBytes.
+// A directory or a device (`/dev/zero`) is refused rather than read as empty or forever.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
+Result<std::string> ReadConfigFile(const std::string& path) {
+  const std::string what = "--config: cannot read '" + path + "'";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return InvalidParams(what + ": " + ErrnoText(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return InvalidParams(what + ": " + ErrnoText(errno));
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+    return InvalidParams(what + ": not a regular file");
+  }
+  std::string text(kMaxConfigBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return InvalidParams(what + ": " + ErrnoText(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxConfigBytes) {
+    return InvalidParams("--config: '" + path + "' is larger than " +
+                         std::to_string(kMaxConfigBytes >> 20) + " MiB; is it the right file?");
+  }
+  text.resize(got);
+  return text;
+}
 
 Result<uint64_t> ParseSize(std::string_view text) {
   text = Trim(text);
@@ -309,11 +345,9 @@ Status FlagSet::Parse(int argc, char** argv, std::vector<std::string>* positiona
   if (config->count() > 0) {
     const std::string path = config->results().back();
     if (path.empty()) return InvalidParams("--config needs a value: the config file's path");
-    std::ifstream in(path);
-    if (!in) return InvalidParams("--config: cannot read '" + path + "'");
-    std::stringstream buf;
-    buf << in.rdbuf();
-    KVAGENT_RETURN_IF_ERROR(ApplyConfigText(buf.str(), path));
+    Result<std::string> text = ReadConfigFile(path);
+    if (!text.ok()) return text.status();
+    KVAGENT_RETURN_IF_ERROR(ApplyConfigText(*text, path));
     config_path_ = path;
   }
   for (size_t i = 0; i < flags_.size(); ++i) {

@@ -140,7 +140,41 @@ TEST_F(FlagSetTest, ConfigWithoutAPathIsAnError) {
   EXPECT_EQ(s.message(), "--config needs a value: the config file's path");
   EXPECT_EQ(Parse({"--config="}).message(), "--config needs a value: the config file's path");
   EXPECT_EQ(Parse({"--config", "/nonexistent.toml"}).message(),
-            "--config: cannot read '/nonexistent.toml'");
+            "--config: cannot read '/nonexistent.toml': No such file or directory");
+}
+
+// A directory would read as an empty config (every default, silently); a device such as
+// /dev/zero would be read until memory ran out. Both are refused before anything is applied.
+TEST_F(FlagSetTest, AConfigThatIsADirectoryOrADeviceIsRefused) {
+  EXPECT_EQ(Parse({"--config", "/tmp", "--spin-us", "3"}).message(),
+            "--config: cannot read '/tmp': not a regular file");
+  EXPECT_EQ(Parse({"--config", "/dev/zero"}).message(),
+            "--config: cannot read '/dev/zero': not a regular file");
+  EXPECT_EQ(opts_.spin_us, 50);
+}
+
+TEST_F(FlagSetTest, AConfigLargerThanOneMebibyteIsRefused) {
+  std::string text = "spin_us = 9\n";
+  text += std::string((1 << 20), '#') + "\n";  // one long comment: valid TOML
+  const std::string path = ConfigFile(text);
+  const Status s = Parse({"--config", path});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(s.message(), "--config: '" + path + "' is larger than 1 MiB; is it the right file?");
+  EXPECT_EQ(opts_.spin_us, 50);
+  std::remove(path.c_str());
+}
+
+// `kvagent --config <(generate-config)`: the shell passes a pipe.
+TEST_F(FlagSetTest, AConfigFromAPipeIsRead) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string text = "spin_us = 11\n";
+  ASSERT_EQ(::write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fds[1]);
+  const Status s = Parse({"--config", "/dev/fd/" + std::to_string(fds[0])});
+  ::close(fds[0]);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(opts_.spin_us, 11);
 }
 
 TEST_F(FlagSetTest, CommandLineFlagsOverrideTheConfigFile) {

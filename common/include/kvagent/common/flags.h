@@ -1,7 +1,8 @@
 // Command-line flags and config files for the binaries (kvagent, kvmaster, kvctl).
 //
 // Every option is declared once, with a help line, and can be given as `--name value`,
-// `--name=value`, or as `name = value` in a TOML config file passed with `--config FILE`.
+// `--name=value`, or as `name = value` in a TOML config file passed with `--config FILE` (a
+// regular file or a pipe, at most 1 MiB; a directory or a device is refused).
 // The command line is read with CLI11 and config files with toml++ (full TOML: strings, numbers,
 // booleans, arrays; a key inside a table `[t]` sets the option `t-key` when there is one, else
 // `key`, so a `[section]` header may simply group keys). Flags on the command line override the
