@@ -103,6 +103,19 @@ class Standby::Follower {
     }
     const fb::ReplicateReply* r = reply.body_as_ReplicateReply();
     if (r == nullptr) return -1;
+    // A page continues the history this log holds only when it comes from the same epoch: a
+    // page of another master's history (a primary restarted from other state, or a different
+    // master answering at the address) appended here would splice two histories, whose
+    // placements may overlap. A sound primary answers an epoch it does not share with a
+    // snapshot; anything else is refused and asked again.
+    if (!r->snapshot() && r->master_epoch() != epoch_) {
+      ++owner_->refused_pages_;
+      LOG_EVERY_N(ERROR, 50) << "standby: primary " << options_.primary << " sent a page of epoch "
+                             << r->master_epoch() << " to a log of epoch " << epoch_
+                             << " without a snapshot; the page is not kept; asking again";
+      WriteStatus();
+      return -1;
+    }
     std::string_view bytes;
     if (r->records()) {
       bytes = std::string_view(reinterpret_cast<const char*>(r->records()->data()),

@@ -44,7 +44,8 @@ std::string Framed(const std::vector<std::string>& records) {
   return out;
 }
 
-// A primary that answers every Replicate with the current page: a snapshot of `records`.
+// A primary that answers every Replicate with the current page: by default a snapshot of
+// `records` at epoch 7.
 class ScriptedPrimary {
  public:
   ScriptedPrimary() : router_(context_, zmq::socket_type::router) {
@@ -59,10 +60,13 @@ class ScriptedPrimary {
     thread_.join();
   }
   const std::string& endpoint() const { return endpoint_; }
-  void Serve(std::vector<std::string> records, uint64_t last_seq) {
+  void Serve(std::vector<std::string> records, uint64_t last_seq, bool snapshot = true,
+             uint64_t epoch = 7) {
     std::lock_guard<std::mutex> lock(mu_);
     records_ = Framed(records);
     last_seq_ = last_seq;
+    snapshot_ = snapshot;
+    epoch_ = epoch;
     answered_ = 0;
   }
   uint64_t answered() const { return answered_.load(); }
@@ -84,9 +88,9 @@ class ScriptedPrimary {
       {
         std::lock_guard<std::mutex> lock(mu_);
         const auto body = fb::CreateReplicateReply(
-            b, 7, true, last_seq_,
+            b, epoch_, snapshot_, last_seq_,
             b.CreateVector(reinterpret_cast<const uint8_t*>(records_.data()), records_.size()));
-        b.Finish(fb::CreateReply(b, id, 0, 0, fb::ReplyBody::ReplicateReply, body.Union(), 7));
+        b.Finish(fb::CreateReply(b, id, 0, 0, fb::ReplyBody::ReplicateReply, body.Union(), epoch_));
       }
       router_.send(frames[0], zmq::send_flags::sndmore);
       router_.send(zmq::message_t(), zmq::send_flags::sndmore);
@@ -101,6 +105,8 @@ class ScriptedPrimary {
   std::mutex mu_;
   std::string records_;
   uint64_t last_seq_ = 0;
+  bool snapshot_ = true;
+  uint64_t epoch_ = 7;
   std::atomic<uint64_t> answered_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -158,6 +164,41 @@ TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotion
   auto promoted = MasterService::Open(mo, &clock);
   ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
   EXPECT_EQ((*promoted)->Stats().agents, 1u);
+}
+
+// A page continues the log only within one epoch. A page of another epoch without a snapshot
+// (another master's history at the address the standby follows) is refused, not appended onto
+// this history, where its placements could overlap the ones the log holds.
+TEST(StandbyRecords, APageOfAnotherEpochWithoutASnapshotIsNotAppended) {
+  ScriptedPrimary primary;
+  TempDir dir;
+  primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectOfPart("first", 0)}, 2);
+  StandbyOptions o;
+  o.primary = primary.endpoint();
+  o.state_dir = dir.path;
+  o.wait = 0ms;
+  o.poll = 5ms;
+  auto standby = Standby::Start(o);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 2; }));
+
+  primary.Serve({testing::AgentRecordBytes(10, "node-b")}, 3, /*snapshot=*/false, /*epoch=*/8);
+  ASSERT_TRUE(WaitUntil([&] { return primary.answered() >= 2; }));
+  EXPECT_EQ((*standby)->applied_seq(), 2u);
+  EXPECT_GE((*standby)->refused_pages(), 1u);
+
+  // The new epoch's snapshot replaces the log.
+  primary.Serve({testing::AgentRecordBytes(10, "node-b"), testing::AgentRecordBytes(11, "node-c")},
+                5, /*snapshot=*/true, /*epoch=*/8);
+  ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 5; }));
+  (*standby)->Stop();
+
+  MasterOptions mo;
+  mo.state_dir = dir.path;
+  ManualClock clock;
+  auto promoted = MasterService::Open(mo, &clock);
+  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
+  EXPECT_EQ((*promoted)->Stats().agents, 2u);  // node-b and node-c; node-a's epoch is gone
 }
 
 }  // namespace
