@@ -131,6 +131,16 @@ struct TempDir {
   std::string path;
 };
 
+// A standby of `primary` that asks at once and keeps its log in `dir`.
+Result<std::unique_ptr<Standby>> StartStandby(const ScriptedPrimary& primary, const TempDir& dir) {
+  StandbyOptions o;
+  o.primary = primary.endpoint();
+  o.state_dir = dir.path;
+  o.wait = 0ms;
+  o.poll = 5ms;
+  return Standby::Start(o);
+}
+
 TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotionStillWorks) {
   ScriptedPrimary primary;
   TempDir dir;
@@ -138,12 +148,7 @@ TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotion
   primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectOfPart("bad", 5),
                  testing::AgentRecordBytes(10, "node-b")},
                 3);
-  StandbyOptions o;
-  o.primary = primary.endpoint();
-  o.state_dir = dir.path;
-  o.wait = 0ms;
-  o.poll = 5ms;
-  auto standby = Standby::Start(o);
+  auto standby = StartStandby(primary, dir);
   ASSERT_TRUE(standby.ok()) << standby.status().ToString();
   // Two answers (the standby asks again 1 s after a refused page): neither is kept.
   ASSERT_TRUE(WaitUntil([&] { return primary.answered() >= 2; }));
@@ -173,12 +178,7 @@ TEST(StandbyRecords, APageOfAnotherEpochWithoutASnapshotIsNotAppended) {
   ScriptedPrimary primary;
   TempDir dir;
   primary.Serve({testing::AgentRecordBytes(9, "node-a"), ObjectOfPart("first", 0)}, 2);
-  StandbyOptions o;
-  o.primary = primary.endpoint();
-  o.state_dir = dir.path;
-  o.wait = 0ms;
-  o.poll = 5ms;
-  auto standby = Standby::Start(o);
+  auto standby = StartStandby(primary, dir);
   ASSERT_TRUE(standby.ok()) << standby.status().ToString();
   ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 2; }));
 
