@@ -30,7 +30,7 @@ build: deps configure
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600 -LE soak
 
-# Long fault runs (kvmaster HA: many faults in a row under load); KVAGENT_SOAK_ROUNDS=N.
+# Long fault runs (kvmaster HA; agents), many faults in a row under load; KVAGENT_SOAK_ROUNDS=N.
 soak: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -L soak --timeout 3600
 

@@ -1,0 +1,300 @@
+// Faults on the agents in a row, under load: three agents and a kvmaster, a writer and a reader
+// on every agent (puts with two replicas, gets of keys any agent wrote, so reads cross the data
+// plane), and one fault at a time on a random agent — kill -9 and a restart on the same run dir
+// and data port, SIGSTOP past the TTL then SIGCONT, bytes flipped in its pool — or a stall of
+// kvmaster. Counted over the whole run: what was acknowledged, what came back.
+//
+// What must hold:
+// - no get ever answers OK with bytes other than the key's (during the run and at the end);
+// - an acknowledged put stays readable unless, since it started, as many distinct agents as it
+//   had replicas written lost their memory (killed) or had bytes flipped (its replicas may have
+//   been those); stalls of an agent or of kvmaster lose nothing.
+//
+// `make test` runs a few rounds; KVAGENT_SOAK_ROUNDS=N sets the number (`make soak` runs more).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "integrity_support.h"
+
+#ifndef KVAGENT_AGENT_FAULT_ROUNDS
+#define KVAGENT_AGENT_FAULT_ROUNDS 6
+#endif
+
+namespace kvagent::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kAgents = 3;
+// Few enough bytes that the pools (3 x 48 MiB) stay far below their eviction watermark: a key
+// may only go because of the faults.
+constexpr int kKeysPerWriter = 500;
+constexpr size_t kSizes[] = {4096, 8192, 16384, 20000 + 7};
+
+int Rounds() {
+  const char* v = std::getenv("KVAGENT_SOAK_ROUNDS");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : KVAGENT_AGENT_FAULT_ROUNDS;
+}
+
+struct Acked {
+  std::string key;
+  size_t size = 0;
+  uint32_t replicas = 0;
+  size_t faults_before = 0;  // destructive faults recorded when its put started
+};
+
+// What the load saw; shared by the load threads and the test.
+class Ledger {
+ public:
+  size_t DestructiveFaults() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return destructive_.size();
+  }
+  void RecordDestructive(int agent) {
+    std::lock_guard<std::mutex> lock(mu_);
+    destructive_.push_back(agent);
+  }
+  void RecordAck(Acked a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    acked_.push_back(std::move(a));
+  }
+  std::optional<Acked> Any(std::mt19937& random) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (acked_.empty()) return std::nullopt;
+    return acked_[random() % acked_.size()];
+  }
+  std::vector<Acked> All() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acked_;
+  }
+  // Whether the faults since `a`'s put started may have taken every replica it had.
+  bool MayBeLost(const Acked& a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::set<int> agents(destructive_.begin() + static_cast<long>(a.faults_before),
+                         destructive_.end());
+    return agents.size() >= std::max<uint32_t>(a.replicas, 1);
+  }
+
+  std::atomic<uint64_t> reads_right{0}, reads_wrong{0}, reads_failed{0};
+  std::atomic<uint64_t> puts_failed{0}, puts_unknown{0};
+
+ private:
+  std::mutex mu_;
+  std::vector<int> destructive_;
+  std::vector<Acked> acked_;
+};
+
+// One agent's client work: puts of its own keys (two replicas) and gets of anyone's, through a
+// client that reconnects whenever the agent went away.
+class Load {
+ public:
+  // `pace`: the time between two puts, so that the writes spread over the faults.
+  Load(int index, NodeAgent& agent, Ledger& ledger, std::chrono::milliseconds pace)
+      : index_(index), agent_(agent), ledger_(ledger), pace_(pace), thread_([this] { Run(); }) {}
+  ~Load() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t puts() const { return next_; }
+
+ private:
+  void Run() {
+    std::mt19937 random(static_cast<uint32_t>(index_) * 104729u + 1);
+    std::unique_ptr<Client> client;
+    auto next_put = std::chrono::steady_clock::now();
+    while (!stop_) {
+      if (!client) {
+        client = agent_.Connect();
+        if (!client) {
+          std::this_thread::sleep_for(50ms);
+          continue;
+        }
+      }
+      bool gone = false;
+      if (next_ < kKeysPerWriter && std::chrono::steady_clock::now() >= next_put) {
+        next_put += pace_;
+        gone = Put(*client, random);
+      }
+      if (!gone) gone = Get(*client, random);
+      if (gone) client.reset();
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+
+  // True when the agent is gone (reconnect).
+  bool Put(Client& c, std::mt19937& random) {
+    Acked a;
+    a.key = "agent" + std::to_string(index_) + "/k" + std::to_string(next_);
+    a.size = kSizes[random() % std::size(kSizes)];
+    a.faults_before = ledger_.DestructiveFaults();
+    const KeyResult r = PutValue(c, a.key, Pattern(a.key, a.size), 2);
+    if (r.code == ErrorCode::kOk) {
+      a.replicas = r.replicas;
+      ledger_.RecordAck(a);
+      ++next_;
+      return false;
+    }
+    // Not acknowledged: a new key next time (this one's outcome may be unknown, and a put never
+    // replaces a value, so it is not written again).
+    ++next_;
+    (r.code == ErrorCode::kTimeout ? ledger_.puts_unknown : ledger_.puts_failed) += 1;
+    return r.code == ErrorCode::kAgentUnavailable;
+  }
+
+  bool Get(Client& c, std::mt19937& random) {
+    const std::optional<Acked> a = ledger_.Any(random);
+    if (!a) return false;
+    const Read r = GetValue(c, a->key, 32 << 10);
+    if (r.code == ErrorCode::kOk) {
+      (r.bytes == Pattern(a->key, a->size) ? ledger_.reads_right : ledger_.reads_wrong) += 1;
+      return false;
+    }
+    ++ledger_.reads_failed;
+    return r.code == ErrorCode::kAgentUnavailable;
+  }
+
+  const int index_;
+  NodeAgent& agent_;
+  Ledger& ledger_;
+  const std::chrono::milliseconds pace_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> next_{0};
+  std::thread thread_;
+};
+
+// Flips 4 bytes at each of `n` random offsets of `agent`'s node pool (root: /proc/PID/mem).
+bool FlipPoolBytes(const NodeAgent& agent, std::mt19937& random, int n) {
+  const uint64_t pool = MappingOfSize(agent.pid(), NodeAgent::kPoolBytes);
+  if (pool == 0) return false;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t at = random() % (NodeAgent::kPoolBytes - 4);
+    std::string bytes = PeekMemory(agent.pid(), pool + at, 4);
+    if (bytes.size() != 4) return false;
+    for (char& b : bytes) b = static_cast<char>(b ^ 0x5a);
+    if (!PokeMemory(agent.pid(), pool + at, bytes.data(), 4)) return false;
+  }
+  return true;
+}
+
+TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurvives) {
+  const bool root = geteuid() == 0;  // flipping pool bytes writes another process's memory
+  const int rounds = Rounds();
+  KvmasterProcess master({"--agent-ttl-ms", "1000", "--agent-dead-ms", "6000", "--tick-ms", "20"});
+  ASSERT_TRUE(master.started());
+  std::vector<std::unique_ptr<NodeAgent>> agents;
+  for (int i = 0; i < kAgents; ++i) {
+    agents.push_back(std::make_unique<NodeAgent>(
+        Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(FreePort()),
+                                    "--heartbeat-ms", "200", "--data-peer-timeout-ms", "2000"})));
+    ASSERT_TRUE(agents.back()->started());
+  }
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == kAgents; }));
+  Ledger ledger;
+  std::vector<std::unique_ptr<Load>> load;
+  // About 2.5 s per round: the writers' keys spread over the faults.
+  const auto pace = std::chrono::milliseconds(rounds * 2500 / kKeysPerWriter);
+  for (int i = 0; i < kAgents; ++i) {
+    load.push_back(std::make_unique<Load>(i, *agents[i], ledger, pace));
+  }
+
+  std::mt19937 random(static_cast<uint32_t>(rounds) * 7919u);
+  std::map<std::string, int> faults;
+  for (int round = 0; round < rounds; ++round) {
+    std::this_thread::sleep_for(700ms);  // load between faults
+    const int victim = static_cast<int>(random() % kAgents);
+    NodeAgent& agent = *agents[victim];
+    const int kind = static_cast<int>(random() % (root ? 4 : 3));
+    std::string what;
+    if (kind == 0) {
+      what = "kill -9 and restart of an agent";
+      ledger.RecordDestructive(victim);
+      ASSERT_TRUE(agent.Restart()) << "round " << round;
+    } else if (kind == 1) {
+      what = "SIGSTOP of an agent past its TTL, then SIGCONT";
+      agent.Signal(SIGSTOP);
+      std::this_thread::sleep_for(2000ms);
+      agent.Signal(SIGCONT);
+    } else if (kind == 2) {
+      what = "SIGSTOP of kvmaster, then SIGCONT";
+      master.Signal(SIGSTOP);
+      std::this_thread::sleep_for(1500ms);
+      master.Signal(SIGCONT);
+    } else {
+      what = "bytes flipped in an agent's pool";
+      ledger.RecordDestructive(victim);
+      ASSERT_TRUE(FlipPoolBytes(agent, random, 64)) << "round " << round;
+    }
+    ++faults[what];
+    // Every agent registered with a pool again before the next fault.
+    ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == kAgents; }, 30s))
+        << "round " << round << " (" << what << ")";
+    std::printf("agent faults, round %d: %s (agent %d)\n", round, what.c_str(), victim);
+  }
+  // The writers finish their keys with every agent up.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& l : load) {
+          if (l->puts() < kKeysPerWriter) return false;
+        }
+        return true;
+      },
+      120s));
+  load.clear();
+
+  // Every acknowledged key, read through agent 0 (most of them from peers).
+  auto client = agents[0]->Connect();
+  ASSERT_TRUE(client);
+  size_t kept = 0, wrong = 0, lost_allowed = 0, protected_keys = 0;
+  std::vector<std::string> lost_unexpected;
+  const std::vector<Acked> acked = ledger.All();
+  for (const Acked& a : acked) {
+    protected_keys += !ledger.MayBeLost(a);
+    Read r;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      r = GetValue(*client, a.key, 32 << 10);
+      if (r.code == ErrorCode::kOk || r.code == ErrorCode::kObjectNotFound ||
+          r.code == ErrorCode::kDataCorrupted) {
+        break;
+      }
+      std::this_thread::sleep_for(300ms);  // a peer still coming back
+    }
+    if (r.code == ErrorCode::kOk) {
+      (r.bytes == Pattern(a.key, a.size) ? kept : wrong) += 1;
+    } else if (ledger.MayBeLost(a)) {
+      ++lost_allowed;
+    } else {
+      lost_unexpected.push_back(a.key + " (" + std::to_string(a.replicas) + " replicas): " +
+                                std::string(ErrorCodeName(r.code)) + " " + r.message);
+    }
+  }
+  std::printf("agent faults: %d rounds:", rounds);
+  for (const auto& [what, n] : faults) std::printf(" %s x%d;", what.c_str(), n);
+  std::printf(
+      "\nagent faults: %zu puts acknowledged (%llu failed, %llu unknown), %zu of them with a "
+      "replica no fault could reach; at the end %zu read back with their bytes, %zu gone after "
+      "faults on every agent that held them, %zu lost otherwise, %zu with other bytes; during "
+      "the run %llu reads OK with their bytes, %llu failed, %llu OK with other bytes\n",
+      acked.size(), static_cast<unsigned long long>(ledger.puts_failed.load()),
+      static_cast<unsigned long long>(ledger.puts_unknown.load()), protected_keys, kept,
+      lost_allowed, lost_unexpected.size(), wrong,
+      static_cast<unsigned long long>(ledger.reads_right.load()),
+      static_cast<unsigned long long>(ledger.reads_failed.load()),
+      static_cast<unsigned long long>(ledger.reads_wrong.load()));
+  EXPECT_EQ(ledger.reads_wrong.load(), 0u) << "gets answered OK with other bytes during the run";
+  EXPECT_EQ(wrong, 0u) << "gets answered OK with other bytes at the end";
+  EXPECT_TRUE(lost_unexpected.empty())
+      << lost_unexpected.size() << " acknowledged keys lost without faults on every agent "
+      << "that could hold them, e.g. " << lost_unexpected.front();
+  EXPECT_GE(acked.size(), static_cast<size_t>(kAgents * kKeysPerWriter / 2));
+  EXPECT_GT(ledger.reads_right.load(), 0u);
+}
+
+}  // namespace
+}  // namespace kvagent::testing
