@@ -1,19 +1,21 @@
 // Faults on the agents in a row, under load: three agents and a kvmaster, a writer and a reader
 // on every agent (puts with two replicas, gets of keys any agent wrote, so reads cross the data
 // plane), and one fault at a time on a random agent — kill -9 and a restart on the same run dir
-// and data port, SIGSTOP past the TTL then SIGCONT, bytes flipped in its pool — or a stall of
-// kvmaster. Counted over the whole run: what was acknowledged, what came back.
+// and data port, SIGSTOP past the TTL then SIGCONT, bytes flipped in its pool, its data traffic
+// held by the network past the peers' timeout and then delivered (stale writes arriving late) —
+// or a stall of kvmaster. Counted over the whole run: what was acknowledged, what came back.
 //
 // What must hold:
 // - no get ever answers OK with bytes other than the key's (during the run and at the end);
 // - an acknowledged put stays readable unless, since it started, as many distinct agents as it
 //   had replicas written lost their memory (killed) or had bytes flipped (its replicas may have
-//   been those); stalls of an agent or of kvmaster lose nothing.
+//   been those); stalls of an agent or of kvmaster, and held traffic, lose nothing.
 //
 // `make test` runs a few rounds; KVAGENT_SOAK_ROUNDS=N sets the number (`make soak` runs more).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -183,16 +185,31 @@ bool FlipPoolBytes(const NodeAgent& agent, std::mt19937& random, int n) {
   return true;
 }
 
+// Data-plane ops `agent`'s pool fence refused since it started (stale writes and reads).
+uint64_t FencedOps(const NodeAgent& agent) {
+  auto c = agent.Connect();
+  if (!c) return 0;
+  const Reply st = c->Stat();
+  return CounterOf(st, "agent.data.served_fenced") + CounterOf(st, "agent.fenced_local_writes");
+}
+
 TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurvives) {
   const bool root = geteuid() == 0;  // flipping pool bytes writes another process's memory
   const int rounds = Rounds();
   KvmasterProcess master({"--agent-ttl-ms", "1000", "--agent-dead-ms", "6000", "--tick-ms", "20"});
   ASSERT_TRUE(master.started());
+  // Each agent listens on 127.0.0.1 and advertises 127.0.0.2, where a proxy in front of its
+  // data port forwards from (and can hold what peers send it).
   std::vector<std::unique_ptr<NodeAgent>> agents;
+  std::vector<std::unique_ptr<HoldProxy>> paths;
   for (int i = 0; i < kAgents; ++i) {
+    const uint16_t port = FreePort();
+    paths.push_back(std::make_unique<HoldProxy>("127.0.0.2", port, port));
+    ASSERT_TRUE(paths.back()->ok());
     agents.push_back(std::make_unique<NodeAgent>(
-        Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(FreePort()),
-                                    "--heartbeat-ms", "200", "--data-peer-timeout-ms", "2000"})));
+        Concat(master.AgentArgs(),
+               {"--data-listen", "127.0.0.1:" + std::to_string(port), "--data-advertise-host",
+                "127.0.0.2", "--heartbeat-ms", "200", "--data-peer-timeout-ms", "2000"})));
     ASSERT_TRUE(agents.back()->started());
   }
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == kAgents; }));
@@ -206,15 +223,22 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
 
   std::mt19937 random(static_cast<uint32_t>(rounds) * 7919u);
   std::map<std::string, int> faults;
+  uint64_t fenced = 0;             // stale data-plane ops the pools' fences refused
+  const int kinds = root ? 5 : 4;  // the last one (flipped bytes) needs root
+  std::vector<int> order(kinds);
+  for (int i = 0; i < kinds; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), random);
   for (int round = 0; round < rounds; ++round) {
     std::this_thread::sleep_for(700ms);  // load between faults
     const int victim = static_cast<int>(random() % kAgents);
     NodeAgent& agent = *agents[victim];
-    const int kind = static_cast<int>(random() % (root ? 4 : 3));
+    // Every kind once in a shuffled order first (so that a short run has each), then at random.
+    const int kind = round < kinds ? order[round] : static_cast<int>(random() % kinds);
     std::string what;
     if (kind == 0) {
       what = "kill -9 and restart of an agent";
       ledger.RecordDestructive(victim);
+      fenced += FencedOps(agent);  // its counters go with it
       ASSERT_TRUE(agent.Restart()) << "round " << round;
     } else if (kind == 1) {
       what = "SIGSTOP of an agent past its TTL, then SIGCONT";
@@ -226,6 +250,11 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
       master.Signal(SIGSTOP);
       std::this_thread::sleep_for(1500ms);
       master.Signal(SIGCONT);
+    } else if (kind == 3) {
+      what = "an agent's data traffic held past the peers' timeout, then delivered";
+      paths[victim]->Hold();
+      std::this_thread::sleep_for(4500ms);  // past the timeout and the fence that follows
+      paths[victim]->Release();
     } else {
       what = "bytes flipped in an agent's pool";
       ledger.RecordDestructive(victim);
@@ -247,6 +276,7 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
       },
       120s));
   load.clear();
+  for (const auto& agent : agents) fenced += FencedOps(*agent);
 
   // Every acknowledged key, read through agent 0 (most of them from peers).
   auto client = agents[0]->Connect();
@@ -280,13 +310,15 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
       "\nagent faults: %zu puts acknowledged (%llu failed, %llu unknown), %zu of them with a "
       "replica no fault could reach; at the end %zu read back with their bytes, %zu gone after "
       "faults on every agent that held them, %zu lost otherwise, %zu with other bytes; during "
-      "the run %llu reads OK with their bytes, %llu failed, %llu OK with other bytes\n",
+      "the run %llu reads OK with their bytes, %llu failed, %llu OK with other bytes; %llu "
+      "stale data-plane ops refused by a pool's fence\n",
       acked.size(), static_cast<unsigned long long>(ledger.puts_failed.load()),
       static_cast<unsigned long long>(ledger.puts_unknown.load()), protected_keys, kept,
       lost_allowed, lost_unexpected.size(), wrong,
       static_cast<unsigned long long>(ledger.reads_right.load()),
       static_cast<unsigned long long>(ledger.reads_failed.load()),
-      static_cast<unsigned long long>(ledger.reads_wrong.load()));
+      static_cast<unsigned long long>(ledger.reads_wrong.load()),
+      static_cast<unsigned long long>(fenced));
   EXPECT_EQ(ledger.reads_wrong.load(), 0u) << "gets answered OK with other bytes during the run";
   EXPECT_EQ(wrong, 0u) << "gets answered OK with other bytes at the end";
   EXPECT_TRUE(lost_unexpected.empty())

@@ -323,10 +323,14 @@ class HoldProxy {
         if (at + 1 < fds.size() && p.server >= 0 && (fds[at + 1].revents & (POLLIN | POLLHUP))) {
           const ssize_t n = read(p.server, buf, sizeof(buf));
           if (n <= 0 || p.client < 0 || write(p.client, buf, static_cast<size_t>(n)) != n) {
-            // The server or the client went: replies have nowhere to go.
+            // The server or the client went: replies have nowhere to go. A server that closed
+            // (or died) closes the client's side too, as its FIN or RST would reach the client.
             if (n <= 0) {
               close(p.server);
               p.server = -1;
+              if (p.client >= 0) close(p.client);
+              p.client = -1;
+              p.kept.clear();
             }
           }
         }
