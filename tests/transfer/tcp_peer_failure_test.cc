@@ -81,6 +81,22 @@ void SendRequest(int fd, wire::Opcode opcode, uint64_t id, uint64_t offset, uint
   ASSERT_TRUE(WriteAll(fd, bytes, sizeof(bytes)));
 }
 
+// A fake data server on `fake`: takes one connection, sends the hello, reads one request and
+// lets `answer` reply to it on the connection's fd; then closes it.
+template <typename Answer>
+std::thread AnswerOneRequest(const RawSocket& fake, Answer answer) {
+  return std::thread([&fake, answer] {
+    const int fd = accept(fake.fd, nullptr, nullptr);
+    SendHello(fd, 64 * kMiB);
+    uint8_t bytes[wire::kRequestBytes];
+    wire::Request request;
+    if (ReadExactly(fd, bytes, sizeof(bytes)) && wire::DecodeRequest(bytes, &request).ok()) {
+      answer(fd, request);
+    }
+    close(fd);
+  });
+}
+
 // Reads one reply; its body (data or error text) goes to *body.
 wire::Reply ReadReply(int fd, std::string* body) {
   uint8_t bytes[wire::kReplyBytes];
@@ -188,18 +204,11 @@ TEST(DataClientTest, PeerThatClosesMidWriteFailsTheOpWithTransferFailed) {
 TEST(DataClientTest, PeerThatClosesMidReadReplyFailsTheOpWithTransferFailed) {
   Node client = MakeNode(4 * kMiB);
   RawSocket fake = RawSocket::Listen();
-  std::thread peer([&] {
-    int fd = accept(fake.fd, nullptr, nullptr);
-    SendHello(fd, 64 * kMiB);
-    uint8_t request[wire::kRequestBytes];
-    wire::Request decoded;
-    if (ReadExactly(fd, request, sizeof(request)) && wire::DecodeRequest(request, &decoded).ok()) {
-      uint8_t reply[wire::kReplyBytes];
-      wire::EncodeReply({.status = 0, .id = decoded.id, .length = decoded.length}, reply);
-      WriteAll(fd, reply, sizeof(reply));
-      WriteAll(fd, "half", 4);  // of 1 MiB
-    }
-    close(fd);
+  std::thread peer = AnswerOneRequest(fake, [](int fd, const wire::Request& request) {
+    uint8_t reply[wire::kReplyBytes];
+    wire::EncodeReply({.status = 0, .id = request.id, .length = request.length}, reply);
+    WriteAll(fd, reply, sizeof(reply));
+    WriteAll(fd, "half", 4);  // of 1 MiB
   });
   auto results = client.engine->TransferAndWait(
       {{TransferKind::kRead, fake.endpoint(), 0, client.pool->base(), kMiB}});
@@ -207,6 +216,30 @@ TEST(DataClientTest, PeerThatClosesMidReadReplyFailsTheOpWithTransferFailed) {
   EXPECT_EQ(results[0].code(), ErrorCode::kTransferFailed) << results[0].ToString();
   EXPECT_NE(results[0].message().find("closed the connection"), std::string::npos)
       << results[0].message();
+}
+
+// A reply header with bits where the protocol has zeros is not a reply of this protocol: the
+// stream cannot be trusted, so the op fails rather than take the bytes that follow as data.
+TEST(DataClientTest, AReplyWithNonZeroReservedBytesFailsTheOp) {
+  Node client = MakeNode(4 * kMiB);
+  RawSocket fake = RawSocket::Listen();
+  std::thread peer = AnswerOneRequest(fake, [](int fd, const wire::Request& request) {
+    uint8_t reply[wire::kReplyBytes];
+    wire::EncodeReply({.status = 0, .id = request.id, .length = request.length}, reply);
+    reply[6] = 0x01;
+    WriteAll(fd, reply, sizeof(reply));
+    const std::string data(request.length, 'x');
+    WriteAll(fd, data.data(), data.size());
+    const timeval limit{5, 0};  // bounded, also when the client keeps the connection
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    char byte;
+    (void)!read(fd, &byte, 1);  // until the client closes
+  });
+  auto results = client.engine->TransferAndWait(
+      {{TransferKind::kRead, fake.endpoint(), 0, client.pool->base(), 16}});
+  peer.join();
+  EXPECT_EQ(results[0].code(), ErrorCode::kTransferFailed) << results[0].ToString();
+  EXPECT_NE(results[0].message().find("reserved"), std::string::npos) << results[0].message();
 }
 
 TEST(DataClientTest, ClosedPortFailsWithTransferFailedNamingThePeer) {

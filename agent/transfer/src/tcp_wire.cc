@@ -157,6 +157,7 @@ Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request) {
 Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply) {
   if (Get32(in) != kReplyMagic) return BadMagic("reply", Get32(in));
   reply->status = Get16(in + 4);
+  if (Get16(in + 6) != 0) return InvalidParams("reply has non-zero reserved bytes");
   reply->id = Get64(in + 8);
   reply->length = Get64(in + 16);
   if (reply->status != 0 && reply->length > kMaxErrorMessage) {
