@@ -3,15 +3,18 @@
 // plane), and one fault at a time on a random agent — kill -9 and a restart on the same run dir
 // and data port, SIGSTOP past the TTL then SIGCONT, bytes flipped in its pool, its data traffic
 // held by the network past the peers' timeout and then delivered (stale writes arriving late) —
-// or a stall of kvmaster. Counted over the whole run: what was acknowledged, what came back.
+// or a stall of kvmaster, or kvmaster killed and restarted on its state dir. Counted over the whole
+// run: what was acknowledged, what came back.
 //
 // What must hold:
 // - no get ever answers OK with bytes other than the key's (during the run and at the end);
 // - an acknowledged put stays readable unless, since it started, as many distinct agents as it
 //   had replicas written lost their memory (killed) or had bytes flipped (its replicas may have
-//   been those); stalls of an agent or of kvmaster, and held traffic, lose nothing.
+//   been those); stalls of an agent or of kvmaster, kvmaster's restarts and held traffic lose
+//   nothing.
 //
-// `make test` runs a few rounds; KVAGENT_SOAK_ROUNDS=N sets the number (`make soak` runs more).
+// `make test` runs a few rounds (each kind once); KVAGENT_SOAK_ROUNDS=N sets the number (`make
+// soak` runs more).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -67,6 +70,15 @@ class Ledger {
     std::lock_guard<std::mutex> lock(mu_);
     acked_.push_back(std::move(a));
   }
+  // A put that was not acknowledged, with the code it got.
+  void RecordFailure(const Acked& a, ErrorCode code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_.emplace_back(a, code);
+  }
+  std::vector<std::pair<Acked, ErrorCode>> Failures() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_;
+  }
   std::optional<Acked> Any(std::mt19937& random) {
     std::lock_guard<std::mutex> lock(mu_);
     if (acked_.empty()) return std::nullopt;
@@ -91,6 +103,7 @@ class Ledger {
   std::mutex mu_;
   std::vector<int> destructive_;
   std::vector<Acked> acked_;
+  std::vector<std::pair<Acked, ErrorCode>> failed_;
 };
 
 // One agent's client work: puts of its own keys (two replicas) and gets of anyone's, through a
@@ -147,6 +160,7 @@ class Load {
     // replaces a value, so it is not written again).
     ++next_;
     (r.code == ErrorCode::kTimeout ? ledger_.puts_unknown : ledger_.puts_failed) += 1;
+    ledger_.RecordFailure(a, r.code);
     return r.code == ErrorCode::kAgentUnavailable;
   }
 
@@ -196,7 +210,9 @@ uint64_t FencedOps(const NodeAgent& agent) {
 TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurvives) {
   const bool root = geteuid() == 0;  // flipping pool bytes writes another process's memory
   const int rounds = Rounds();
-  KvmasterProcess master({"--agent-ttl-ms", "1000", "--agent-dead-ms", "6000", "--tick-ms", "20"});
+  TempDir state;  // kvmaster's operation log: a restarted kvmaster knows every acknowledged put
+  KvmasterProcess master({"--state-dir", state.path(), "--agent-ttl-ms", "1000", "--agent-dead-ms",
+                          "6000", "--tick-ms", "20"});
   ASSERT_TRUE(master.started());
   // Each agent listens on 127.0.0.1 and advertises 127.0.0.2, where a proxy in front of its
   // data port forwards from (and can hold what peers send it).
@@ -224,7 +240,7 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
   std::mt19937 random(static_cast<uint32_t>(rounds) * 7919u);
   std::map<std::string, int> faults;
   uint64_t fenced = 0;             // stale data-plane ops the pools' fences refused
-  const int kinds = root ? 5 : 4;  // the last one (flipped bytes) needs root
+  const int kinds = root ? 6 : 5;  // the last one (flipped bytes) needs root
   std::vector<int> order(kinds);
   for (int i = 0; i < kinds; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), random);
@@ -255,6 +271,9 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
       paths[victim]->Hold();
       std::this_thread::sleep_for(4500ms);  // past the timeout and the fence that follows
       paths[victim]->Release();
+    } else if (kind == 4) {
+      what = "kill -9 of kvmaster and a restart on its state dir";
+      ASSERT_TRUE(master.Restart()) << "round " << round;
     } else {
       what = "bytes flipped in an agent's pool";
       ledger.RecordDestructive(victim);
@@ -304,6 +323,20 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
                                 std::string(ErrorCodeName(r.code)) + " " + r.message);
     }
   }
+  // A put that failed with a code that says nothing was stored left nothing behind; any other
+  // failed put (its outcome unknown: TIMEOUT, AGENT_UNAVAILABLE) reads back whole or not at all.
+  std::map<std::string, int> failure_codes;
+  size_t left_behind = 0;
+  for (const auto& [a, code] : ledger.Failures()) {
+    ++failure_codes[std::string(ErrorCodeName(code))];
+    const Read r = GetValue(*client, a.key, 32 << 10);
+    if (r.code != ErrorCode::kOk) continue;
+    if (r.bytes != Pattern(a.key, a.size)) {
+      ++wrong;
+    } else if (code == ErrorCode::kMasterUnavailable || code == ErrorCode::kTransferFailed) {
+      ++left_behind;
+    }
+  }
   std::printf("agent faults: %d rounds:", rounds);
   for (const auto& [what, n] : faults) std::printf(" %s x%d;", what.c_str(), n);
   std::printf(
@@ -319,11 +352,15 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
       static_cast<unsigned long long>(ledger.reads_failed.load()),
       static_cast<unsigned long long>(ledger.reads_wrong.load()),
       static_cast<unsigned long long>(fenced));
+  std::printf("agent faults: puts not acknowledged:");
+  for (const auto& [code, n] : failure_codes) std::printf(" %s x%d;", code.c_str(), n);
+  std::printf(" of them readable though their code said nothing was stored: %zu\n", left_behind);
   EXPECT_EQ(ledger.reads_wrong.load(), 0u) << "gets answered OK with other bytes during the run";
   EXPECT_EQ(wrong, 0u) << "gets answered OK with other bytes at the end";
   EXPECT_TRUE(lost_unexpected.empty())
       << lost_unexpected.size() << " acknowledged keys lost without faults on every agent "
       << "that could hold them, e.g. " << lost_unexpected.front();
+  EXPECT_EQ(left_behind, 0u) << "puts answered MASTER_UNAVAILABLE or TRANSFER_FAILED were stored";
   EXPECT_GE(acked.size(), static_cast<size_t>(kAgents * kKeysPerWriter / 2));
   EXPECT_GT(ledger.reads_right.load(), 0u);
 }
