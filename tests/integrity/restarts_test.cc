@@ -1,0 +1,71 @@
+// Replicas that outlive restarts around them: a value with two replicas keeps the one on the
+// agent that survives when the other agent is killed and restarted, across a kvmaster restart on
+// its state dir; and values written to a restarted agent's new pool survive the next restarts.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "integrity_support.h"
+
+namespace kvagent::testing {
+namespace {
+
+// How many of `keys` `c` reads back with their bytes (4 KiB values).
+size_t ReadBack(Client& c, const std::vector<std::string>& keys) {
+  size_t n = 0;
+  for (const auto& k : keys) {
+    const Read r = GetValue(c, k, 4096);
+    n += r.code == ErrorCode::kOk && r.bytes == Pattern(k, 4096);
+  }
+  return n;
+}
+
+TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
+  TempDir state;
+  KvmasterProcess master({"--state-dir", state.path(), "--agent-ttl-ms", "1000", "--agent-dead-ms",
+                          "6000", "--tick-ms", "20"});
+  ASSERT_TRUE(master.started());
+  const uint16_t pa = FreePort(), pb = FreePort();
+  NodeAgent a(Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(pa),
+                                          "--heartbeat-ms", "200"}));
+  NodeAgent b(Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(pb),
+                                          "--heartbeat-ms", "200"}));
+  ASSERT_TRUE(a.started() && b.started());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  auto ca = a.Connect();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    auto r = PutValue(*ca, keys.back(), Pattern(keys.back(), 4096), 2);
+    ASSERT_EQ(r.code, ErrorCode::kOk);
+    ASSERT_EQ(r.replicas, 2u);
+  }
+  ca.reset();
+  ASSERT_TRUE(a.Restart());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  auto cb = b.Connect();
+  EXPECT_EQ(ReadBack(*cb, keys), 200u);
+  ASSERT_TRUE(master.Restart());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(ReadBack(*cb, keys), 200u);
+  // Keys written after A's restart (replicas on B and on A's new pool), a master restart, then B
+  // killed: every key must read from A's new pool.
+  std::vector<std::string> later;
+  for (int i = 0; i < 200; ++i) {
+    later.push_back("later" + std::to_string(i));
+    auto r = PutValue(*cb, later.back(), Pattern(later.back(), 4096), 2);
+    ASSERT_EQ(r.code, ErrorCode::kOk);
+    ASSERT_EQ(r.replicas, 2u);
+  }
+  ASSERT_TRUE(master.Restart());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  cb.reset();
+  ASSERT_TRUE(b.Restart());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto ca2 = a.Connect();
+  EXPECT_EQ(ReadBack(*ca2, later), 200u);
+}
+
+}  // namespace
+}  // namespace kvagent::testing
