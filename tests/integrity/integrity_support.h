@@ -241,7 +241,10 @@ class HoldProxy {
  public:
   HoldProxy(const std::string& listen_host, uint16_t port, uint16_t target_port)
       : target_port_(target_port) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    // Every socket close-on-exec: the agents a test starts after this must not inherit them (a
+    // copy in a child keeps a connection open after the proxy closed it, so a peer's restart
+    // would never reach the clients of the connections it had).
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_in a{};
@@ -346,9 +349,9 @@ class HoldProxy {
   }
 
   void Accept() {
-    const int client = accept(listener_, nullptr, nullptr);
+    const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) return;
-    const int server = socket(AF_INET, SOCK_STREAM, 0);
+    const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(target_port_.load());
