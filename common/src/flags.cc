@@ -50,6 +50,8 @@ std::string ParseInteger(std::string_view text, T* out) {
 
 }  // namespace
 
+namespace {
+
 // A config file: a regular file, or a pipe (`--config <(...)`), of at most kMaxConfigBytes.
 // A directory or a device (`/dev/zero`) is refused rather than read as empty or forever.
 constexpr size_t kMaxConfigBytes = 1 << 20;
@@ -79,6 +81,8 @@ Result<std::string> ReadConfigFile(const std::string& path) {
   text.resize(got);
   return text;
 }
+
+}  // namespace
 
 Result<uint64_t> ParseSize(std::string_view text) {
   text = Trim(text);
