@@ -141,6 +141,16 @@ Result<std::unique_ptr<Standby>> StartStandby(const ScriptedPrimary& primary, co
   return Standby::Start(o);
 }
 
+// Opens a master on the log a standby kept in `dir`, as its promotion does: its agent count.
+Result<uint64_t> AgentsWhenPromoted(const TempDir& dir) {
+  MasterOptions mo;
+  mo.state_dir = dir.path;
+  ManualClock clock;
+  auto promoted = MasterService::Open(mo, &clock);
+  if (!promoted.ok()) return promoted.status();
+  return static_cast<uint64_t>((*promoted)->Stats().agents);
+}
+
 TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotionStillWorks) {
   ScriptedPrimary primary;
   TempDir dir;
@@ -163,12 +173,9 @@ TEST(StandbyRecords, APageWithARecordThisMasterCannotReplayIsNotKeptAndPromotion
   (*standby)->Stop();
 
   // Promotion: the log the standby kept opens.
-  MasterOptions mo;
-  mo.state_dir = dir.path;
-  ManualClock clock;
-  auto promoted = MasterService::Open(mo, &clock);
-  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
-  EXPECT_EQ((*promoted)->Stats().agents, 1u);
+  const auto agents = AgentsWhenPromoted(dir);
+  ASSERT_TRUE(agents.ok()) << agents.status().ToString();
+  EXPECT_EQ(*agents, 1u);
 }
 
 // A page continues the log only within one epoch. A page of another epoch without a snapshot
@@ -193,12 +200,9 @@ TEST(StandbyRecords, APageOfAnotherEpochWithoutASnapshotIsNotAppended) {
   ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 5; }));
   (*standby)->Stop();
 
-  MasterOptions mo;
-  mo.state_dir = dir.path;
-  ManualClock clock;
-  auto promoted = MasterService::Open(mo, &clock);
-  ASSERT_TRUE(promoted.ok()) << promoted.status().ToString();
-  EXPECT_EQ((*promoted)->Stats().agents, 2u);  // node-b and node-c; node-a's epoch is gone
+  const auto agents = AgentsWhenPromoted(dir);
+  ASSERT_TRUE(agents.ok()) << agents.status().ToString();
+  EXPECT_EQ(*agents, 2u);  // node-b and node-c; node-a's epoch is gone
 }
 
 }  // namespace
