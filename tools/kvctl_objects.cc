@@ -8,7 +8,6 @@
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include "kvagent/common/errno_text.h"
 #include "kvctl_agent.h"
@@ -20,10 +19,11 @@ namespace {
 constexpr CommandSpec kPut{
     "put",
     "put KEY (--value STR | --file PATH) [--session ID] [--replicas N] [--hard-pin] "
-    "[--soft-pin-ttl-ms N]",
+    "[--soft-pin-ttl-ms N] [--max-stream-bytes N]",
     "Stores one value under KEY. A key that is already stored keeps its value and its session:\n"
     "put prints \"KEY exists\" and exits 0 (the store treats a duplicate put as success; values\n"
-    "are immutable). --file - reads the value from standard input.",
+    "are immutable). --file - reads the value from standard input; standard input, pipes and\n"
+    "devices are read up to --max-stream-bytes (1 GiB, the agent's default arena cap).",
     1, 1};
 constexpr CommandSpec kGet{
     "get", "get KEY [--out PATH]",
@@ -56,12 +56,26 @@ Result<ArenaBuffer> AllocateValue(Client& client, uint64_t bytes) {
   return client.Allocate(bytes);
 }
 
-// Reads all of `in` into `out`.
-Status ReadAll(std::istream& in, const std::string& name, std::string* out) {
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
+// Reads all of `in` into `out`, refusing a stream longer than `max_bytes` (a device such as
+// /dev/zero never ends) once it has read one byte more.
+Status ReadAll(std::istream& in, const std::string& name, uint64_t max_bytes, std::string* out) {
+  constexpr size_t kChunk = 1 << 20;
+  out->clear();
+  while (in) {
+    const size_t have = out->size();
+    const uint64_t rest = max_bytes - have;  // have <= max_bytes here
+    const size_t want = rest >= kChunk ? kChunk : static_cast<size_t>(rest) + 1;
+    out->resize(have + want);
+    in.read(out->data() + have, static_cast<std::streamsize>(want));
+    out->resize(have + static_cast<size_t>(in.gcount()));
+    if (out->size() > max_bytes) {
+      out->clear();
+      return InvalidParams(name + " holds more than " + std::to_string(max_bytes) +
+                           " bytes; raise --max-stream-bytes (and the agent's "
+                           "--max-arena-bytes) for a larger value");
+    }
+  }
   if (in.bad()) return InvalidParams("cannot read " + name + ": " + ErrnoText(errno));
-  *out = std::move(bytes).str();
   return Status::Ok();
 }
 
@@ -76,11 +90,11 @@ std::optional<uint64_t> RegularFileSize(const std::string& path) {
 
 // Standard input ("-"), a pipe, a FIFO or a device: read whole, since the size is only known
 // once read.
-Status ReadStream(const std::string& path, std::string* out) {
-  if (path == "-") return ReadAll(std::cin, "standard input", out);
+Status ReadStream(const std::string& path, uint64_t max_bytes, std::string* out) {
+  if (path == "-") return ReadAll(std::cin, "standard input", max_bytes, out);
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidParams("cannot open " + path + ": " + ErrnoText(errno));
-  return ReadAll(in, path, out);
+  return ReadAll(in, path, max_bytes, out);
 }
 
 // The value of `put` in an arena buffer of `client`: `value` (--value, or a stream read
@@ -121,6 +135,7 @@ int PutCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
   std::string value, file, session;
   int64_t replicas = 1, soft_pin_ttl_ms = -1;
   bool hard_pin = false;
+  uint64_t max_stream_bytes = 1ULL << 30;
   FlagSet flags("kvctl put", std::string(kPut.summary));
   flags.String("value", &value, "the value, as given (at least 1 byte)");
   flags.String("file", &file, "read the value from this file (- for standard input)");
@@ -130,6 +145,8 @@ int PutCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
   flags.Int("soft-pin-ttl-ms", &soft_pin_ttl_ms,
             "evict the value only after unpinned ones, for this long (0: the master's default); "
             "-1: no soft pin");
+  flags.Size("max-stream-bytes", &max_stream_bytes,
+             "the most bytes read from standard input, a pipe or a device (1 GiB)");
   std::vector<std::string> positionals;
   if (auto exit = ParseCommandLine(kPut, &flags, argc, argv, &positionals, out, err)) return *exit;
   const std::string& key = positionals[0];
@@ -148,6 +165,7 @@ int PutCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
   if (soft_pin_ttl_ms < -1 || soft_pin_ttl_ms > std::numeric_limits<uint32_t>::max()) {
     return ReportUsage(err, kPut, "--soft-pin-ttl-ms must be -1 (none), 0 or a duration in ms");
   }
+  if (max_stream_bytes == 0) return ReportUsage(err, kPut, "--max-stream-bytes must be at least 1");
   const std::string what = "put " + key;
 
   // Standard input, pipes and devices are read before connecting, so that the arena asked for
@@ -155,7 +173,8 @@ int PutCommand(const GlobalOptions& global, int argc, char** argv, std::ostream&
   std::optional<std::string> streamed;
   if (has_file && !RegularFileSize(file)) {
     streamed.emplace();
-    if (Status st = ReadStream(file, &*streamed); !st.ok()) return ReportFailure(err, what, st);
+    if (Status st = ReadStream(file, max_stream_bytes, &*streamed); !st.ok())
+      return ReportFailure(err, what, st);
   }
   const uint64_t size_hint = streamed ? streamed->size() : ValueSizeHint(value, has_file, file);
   auto client = ConnectAgent(global, ArenaFor(size_hint));

@@ -112,6 +112,27 @@ TEST_F(KvctlTest, PutReadsTheValueFromStandardInputWithFileDash) {
   EXPECT_TRUE(get.out == bytes);
 }
 
+TEST_F(KvctlTest, AStreamLongerThanMaxStreamBytesIsRefusedAndStoresNothing) {
+  const std::string bytes = BinaryBytes(5000, 3);
+  CommandOutput over = Run({"put", "big", "--file", "-", "--max-stream-bytes", "4999"}, bytes);
+  EXPECT_EQ(over.exit_code, 1);
+  EXPECT_EQ(over.err,
+            "kvctl: put big: INVALID_PARAMS: standard input holds more than 4999 bytes; raise "
+            "--max-stream-bytes (and the agent's --max-arena-bytes) for a larger value\n");
+  EXPECT_EQ(Run({"get", "big"}).exit_code, 1);
+  CommandOutput exact = Run({"put", "big", "--file", "-", "--max-stream-bytes", "5000"}, bytes);
+  ASSERT_EQ(exact.exit_code, 0) << exact.err;
+  EXPECT_TRUE(Run({"get", "big"}).out == bytes);
+}
+
+TEST_F(KvctlTest, ADeviceThatNeverEndsIsReadOnlyUpToTheBound) {
+  CommandOutput zero = Run({"put", "z", "--file", "/dev/zero", "--max-stream-bytes", "3M"});
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_NE(zero.err.find("/dev/zero holds more than 3145728 bytes"), std::string::npos)
+      << zero.err;
+  EXPECT_EQ(Run({"put", "z", "--file", "/dev/zero", "--max-stream-bytes", "0"}).exit_code, 2);
+}
+
 TEST_F(KvctlTest, PutOfAnExistingKeySaysItExistsExitsZeroAndKeepsTheFirstValue) {
   ASSERT_EQ(Run({"put", "k", "--value", "first"}).exit_code, 0);
   CommandOutput again = Run({"put", "k", "--value", "second"});
@@ -325,7 +346,7 @@ TEST(Kvctl, BadUsagePrintsOneUsageLineAndExits2) {
   EXPECT_EQ(put.err,
             "kvctl put: give exactly one of --value, --file; usage: kvctl [--run-dir DIR] put KEY "
             "(--value STR | --file PATH) [--session ID] [--replicas N] [--hard-pin] "
-            "[--soft-pin-ttl-ms N]\n");
+            "[--soft-pin-ttl-ms N] [--max-stream-bytes N]\n");
 }
 
 TEST(Kvctl, SecretGenerateWritesAnOwnerOnlySecretItsFingerprintReadsBack) {
