@@ -236,15 +236,10 @@ TEST_F(TcpTransferTest, ReconnectsAfterThePeerRestartsOnTheSamePort) {
 
 TEST_F(TcpTransferTest, DestroyingTheEngineFailsOutstandingOpsAndRunsTheirCallbacks) {
   // A peer that accepts TCP but never says hello keeps the op outstanding.
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string silent = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  uint16_t port = 0;
+  const int listener = testing::ListenOnLoopback(&port);
+  ASSERT_GE(listener, 0);
+  const std::string silent = "tcp://127.0.0.1:" + std::to_string(port);
 
   std::promise<std::vector<Status>> done;
   client_.engine->Submit({Write(silent, 0, ClientBuffer(0), 10)},

@@ -2,8 +2,10 @@
 // engine pair, and a child-process guard that always kills and reaps.
 #pragma once
 
+#include <arpa/inet.h>
 #include <glog/logging.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -95,6 +97,22 @@ inline bool ReadExactly(int fd, void* dst, size_t n) {
   }
   return true;
 }
+// A listening TCP socket on 127.0.0.1 with an OS-picked port (in *port), or -1.
+inline int ListenOnLoopback(uint16_t* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 8) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 inline bool WriteAll(int fd, const void* src, size_t n) {
   const auto* in = static_cast<const uint8_t*>(src);
   while (n > 0) {

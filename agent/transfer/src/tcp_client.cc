@@ -42,6 +42,14 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   }
   Clock::time_point last_progress() const { return last_progress_; }
 
+  // Ready and idle, but its peer's hello named another pool than `op` was placed in: either the
+  // op is stale or this connection is (its peer restarted and no FIN reached us, as after a
+  // partition). Only a new connection's hello can tell which.
+  bool IdleWithAnotherPoolThan(const PendingOp& op) const {
+    return state_ == State::kReady && !has_work() && op.pool_incarnation != 0 &&
+           pool_incarnation_ != 0 && op.pool_incarnation != pool_incarnation_;
+  }
+
   // Starts the non-blocking connect.
   Status Open() {
     Result<SocketAddress> address = NumericAddress(peer_.host, peer_.port);
@@ -447,6 +455,15 @@ void TcpDataClient::Submit(std::vector<PendingOp> ops) {
 }
 
 void TcpDataClient::Start(std::vector<PendingOp> ops) {
+  // An idle connection whose peer named another pool is replaced before its first op of this
+  // batch, so that an op for a restarted peer is not failed on a connection to its last life
+  // (a busy one is left to finish or time out). Its hello then decides whether the op is stale.
+  for (const PendingOp& op : ops) {
+    auto it = peers_.find(op.peer.ToString());
+    if (it != peers_.end() && it->second->IdleWithAnotherPoolThan(op)) {
+      Drop(it->second.get(), ErrorCode::kTransferFailed, "replaced: the peer named another pool");
+    }
+  }
   DispatchToPeers(
       std::move(ops), peers_,
       [this](PendingOp& op, const std::string& key) {

@@ -6,7 +6,9 @@
 // Failure handling: a connection that fails (connect error, reset, protocol violation, peer
 // closed) fails every op queued on it with TRANSFER_FAILED and is discarded; the next op to
 // that peer opens a new one. A connection with work that moves no bytes for `peer_timeout`
-// fails its ops with TIMEOUT. An op is finished only when no byte of it can move any more, so
+// fails its ops with TIMEOUT. An op placed in another pool incarnation than the peer's hello
+// named fails unsent; an idle connection is first replaced, as its peer may be the one that
+// restarted. An op is finished only when no byte of it can move any more, so
 // the caller may reuse its memory as soon as the callback runs.
 #pragma once
 
