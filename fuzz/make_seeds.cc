@@ -258,6 +258,11 @@ void DataHeaders() {
   Bytes read(wire::kRequestBytes);
   wire::EncodeRequest(wire::Request{wire::Opcode::kRead, 10, 0, 4096, 77, 5, 0}, read.data());
   Write("fuzz_data_header", "read", read);
+  Bytes checked(wire::kRequestBytes);
+  wire::EncodeRequest(
+      wire::Request{wire::Opcode::kWrite, 12, 8192, 4096, 77, 5, 13, true, 0x12345678},
+      checked.data());
+  Write("fuzz_data_header", "write_with_crc", checked);
   Write("fuzz_data_header", "reply", reply);
   wire::Auth auth;
   auth.nonce.fill(1);

@@ -54,6 +54,9 @@ constexpr Mapping kTable[] = {
      "requests of clients that left before their answer"},
     {"agent.checksum_mismatches", "kvagent_checksum_mismatches_total", Kind::kCounter,
      "replicas read whose bytes failed their checksum"},
+    {"agent.peer_rereads", "kvagent_peer_rereads_total", Kind::kCounter,
+     "peers' bytes that failed their checksum once, so were read again before the replica was "
+     "blamed"},
     {"agent.corrupted_keys", "kvagent_corrupted_keys_total", Kind::kCounter,
      "gets answered DATA_CORRUPTED (every replica failed its checksum)"},
     {"agent.degraded_puts", "kvagent_degraded_puts_total", Kind::kCounter,
@@ -74,6 +77,10 @@ constexpr Mapping kTable[] = {
     {"agent.data.served_reads", "kvagent_transfer_served_reads_total", Kind::kElsewhere, ""},
     {"agent.data.served_rejected", "kvagent_transfer_served_rejected_total", Kind::kElsewhere, ""},
     {"agent.data.served_fenced", "kvagent_transfer_served_fenced_total", Kind::kElsewhere, ""},
+    {"agent.data.served_corrupted", "kvagent_transfer_served_corrupted_total", Kind::kElsewhere,
+     ""},
+    {"agent.data.served_dropped_connections", "kvagent_transfer_dropped_peer_connections_total",
+     Kind::kElsewhere, ""},
     {"agent.data.served_unauthenticated", "kvagent_transfer_served_unauthenticated_total",
      Kind::kElsewhere, ""},
     {"agent.data.served_shed_connections", "kvagent_transfer_shed_connections_total",
@@ -240,6 +247,9 @@ void AppendTransferMetrics(const transfer::TransferStats& s, metrics::Exposition
                "peers' requests refused (range outside the pool, or the fence)", s.served_rejected);
   out->Counter("kvagent_transfer_served_fenced_total", "peers' requests refused by the pool fence",
                s.served_fenced);
+  out->Counter("kvagent_transfer_served_corrupted_total",
+               "peers' writes refused because their bytes arrived damaged (payload CRC32C)",
+               s.served_corrupted);
   out->Counter("kvagent_transfer_served_unauthenticated_total",
                "data connections closed for no proof of cluster membership",
                s.served_unauthenticated);
@@ -247,7 +257,8 @@ void AppendTransferMetrics(const transfer::TransferStats& s, metrics::Exposition
                "data connections closed at once (too many, or no file descriptors)",
                s.served_shed_connections);
   out->Counter("kvagent_transfer_dropped_peer_connections_total",
-               "peer connections dropped for breaking the protocol", s.served_dropped_connections);
+               "peer connections dropped for breaking the protocol (a damaged request header too)",
+               s.served_dropped_connections);
 }
 
 }  // namespace kvagent::agent

@@ -159,6 +159,7 @@ class ReadBatch final : public Batch {
     bool checksummed = false;
     bool corrupt_seen = false;  // some replica's bytes failed the checksum
     bool failed_seen = false;   // some replica could not be read at all
+    bool rereading = false;     // the peer read in flight reads a replica again (read_batch.cc)
     std::vector<Replica> left;  // in the order to try them
     // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
     std::shared_ptr<ProcessMemory::ScratchRange> scratch;
@@ -179,6 +180,10 @@ class ReadBatch final : public Batch {
   // The bytes of `read` (from `replica`) are in the buffer: true when they match the checksum;
   // otherwise the replica is reported and counted.
   bool Verified(PartRead& read, const Replica& replica, uint32_t crc);
+  // The key of `read` still wants its bytes: its client is there and its lease has not expired.
+  bool Alive(const PartRead& read, std::chrono::steady_clock::time_point now);
+  // Reads `replica`, whose bytes from a peer just failed their checksum (`crc`), once more.
+  void RereadPeer(PartRead& read, Replica replica, uint32_t crc);
   void PartFailed(const PartRead& read, const Status& last);
   void FailKey(uint32_t key, const Status& why);
   void DeliverPeerRead(const PartRead& read);

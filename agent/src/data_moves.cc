@@ -74,8 +74,15 @@ PrefetchRange PoolRange(const PipelineContext& ctx, uint64_t offset, uint64_t le
 void RemoteMoves::Add(uint32_t key, uint32_t request, transfer::TransferKind kind,
                       std::string_view peer, uint64_t remote_offset, uint8_t* local,
                       uint64_t length, const OpStamp& stamp) {
-  ops_.push_back(transfer::TransferOp{kind, std::string(peer), remote_offset, local, length,
-                                      stamp.pool_incarnation, stamp.master_epoch, stamp.write_id});
+  ops_.push_back(transfer::TransferOp{.kind = kind,
+                                      .peer = std::string(peer),
+                                      .remote_offset = remote_offset,
+                                      .local = local,
+                                      .length = length,
+                                      .pool_incarnation = stamp.pool_incarnation,
+                                      .master_epoch = stamp.master_epoch,
+                                      .write_id = stamp.write_id,
+                                      .payload_crc = stamp.payload_crc});
   keys_.push_back(key);
   requests_.push_back(request);
 }

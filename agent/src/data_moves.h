@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,8 @@ struct OpStamp {
   uint64_t pool_incarnation = 0;
   uint64_t master_epoch = 0;
   uint64_t write_id = 0;  // writes only
+  // A write's CRC32C of its bytes, for the peer to check them against as they arrive.
+  std::optional<uint32_t> payload_crc = std::nullopt;
 };
 
 // Copies [src, src + length) into the node pool at `offset` (a put's local replica; streaming

@@ -64,10 +64,11 @@ struct PipelineCounters {
   Count abandoned_requests;            // requests of clients that left before completion
   Count expired_keys;                  // keys answered TIMEOUT: the caller's deadline passed
   Count checksum_mismatches;           // replicas read whose bytes failed their checksum
-  Count corrupted_keys;                // gets answered DATA_CORRUPTED (every replica failed)
-  Count degraded_puts;                 // puts stored with fewer replicas than asked
-  Count fenced_local_writes;           // local copies the pool fence refused
-  Count reserved_puts;                 // keys put with one master round trip (reserved writes)
+  Count peer_rereads;         // peers' bytes that failed their checksum once, so were read again
+  Count corrupted_keys;       // gets answered DATA_CORRUPTED (every replica failed)
+  Count degraded_puts;        // puts stored with fewer replicas than asked
+  Count fenced_local_writes;  // local copies the pool fence refused
+  Count reserved_puts;        // keys put with one master round trip (reserved writes)
 };
 
 // A request held by a batch, with the answer under construction.

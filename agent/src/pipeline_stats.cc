@@ -33,6 +33,7 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx, size_t clients) {
   out.push_back({"agent.revoked_keys", c.revoked_keys, ""});
   out.push_back({"agent.lease_expired", c.lease_expired, ""});
   out.push_back({"agent.checksum_mismatches", c.checksum_mismatches, ""});
+  out.push_back({"agent.peer_rereads", c.peer_rereads, ""});
   out.push_back({"agent.corrupted_keys", c.corrupted_keys, ""});
   out.push_back({"agent.degraded_puts", c.degraded_puts, ""});
   out.push_back({"agent.fenced_local_writes", c.fenced_local_writes, ""});
@@ -50,6 +51,8 @@ std::vector<Counter> AgentCounters(const PipelineContext& ctx, size_t clients) {
   out.push_back({"agent.data.served_reads", ts.served_reads, ""});
   out.push_back({"agent.data.served_rejected", ts.served_rejected, ""});
   out.push_back({"agent.data.served_fenced", ts.served_fenced, ""});
+  out.push_back({"agent.data.served_corrupted", ts.served_corrupted, ""});
+  out.push_back({"agent.data.served_dropped_connections", ts.served_dropped_connections, ""});
   out.push_back({"agent.data.served_unauthenticated", ts.served_unauthenticated, ""});
   out.push_back({"agent.data.served_shed_connections", ts.served_shed_connections, ""});
   out.push_back({"agent.data.ops_failed", ts.ops_failed, ""});

@@ -181,7 +181,8 @@ void ReadBatch::ReadPart(PartRead read) {
   Replica peer = std::move(read.left.front());
   read.left.erase(read.left.begin());
   remote_.Add(read.key, keys_[read.key].request, transfer::TransferKind::kRead, peer.endpoint,
-              peer.offset, read.dst, read.length, OpStamp{peer.incarnation, epoch_, 0});
+              peer.offset, read.dst, read.length,
+              OpStamp{.pool_incarnation = peer.incarnation, .master_epoch = epoch_});
   reads_.push_back(std::move(read));
   tried_.push_back(std::move(peer));
 }
@@ -267,14 +268,20 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
       const uint32_t crc = !read.checksummed   ? 0
                            : received[i].taken ? received[i].crc
                                                : Crc32c(read.dst, read.length);
+      const bool second_read = std::exchange(read.rereading, false);
+      if (!second_read && read.checksummed && crc != read.checksum && Alive(read, now)) {
+        RereadPeer(read, std::move(tried[i]), crc);
+        continue;
+      }
       if (Verified(read, tried[i], crc)) {
         DeliverPeerRead(read);
         continue;
       }
       last = Status(ErrorCode::kDataCorrupted,
-                    "the replica from " + tried[i].endpoint + " failed its checksum");
+                    "the replica from " + tried[i].endpoint + " failed its checksum twice");
     }
-    if (!read.left.empty() && !held(keys_[read.key]).gone && !held(keys_[read.key]).Expired(now)) {
+    read.rereading = false;
+    if (!read.left.empty() && Alive(read, now)) {
       ++ctx_.counters.replica_fallbacks;
       ReadPart(std::move(read));
       continue;
@@ -287,6 +294,26 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
                         std::span<const transfer::ReceivedChecksum> received) {
                    OnMoved(keys, results, received);
                  });
+}
+
+bool ReadBatch::Alive(const PartRead& read, std::chrono::steady_clock::time_point now) {
+  const HeldRequest& h = held(keys_[read.key]);
+  return !h.gone && !h.Expired(now);
+}
+
+// Bytes from a peer can be damaged on their way (a bad NIC or link) as well as in its pool, and
+// blaming the replica drops it cluster-wide (the object too, with its last replica). So the same
+// replica is read once more first; only bytes that fail their checksum twice blame it.
+void ReadBatch::RereadPeer(PartRead& read, Replica replica, uint32_t crc) {
+  ++ctx_.counters.peer_rereads;
+  LOG_EVERY_N(WARNING, 100) << "bytes of part " << read.part << " from " << replica.endpoint
+                            << " failed their checksum (CRC32C " << crc << ", stored "
+                            << read.checksum
+                            << "): reading them again before blaming that replica (damage on "
+                               "the way, or in its pool; every 100th is logged)";
+  read.rereading = true;
+  read.left.insert(read.left.begin(), std::move(replica));
+  ReadPart(std::move(read));
 }
 
 void ReadBatch::Finish() {

@@ -144,7 +144,7 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
   HeldRequest& h = held(keys_[k]);
   const ClientValue value(h.request, keys_[k].index);
   const auto end = static_cast<uint32_t>(placements.size());
-  const OpStamp base{0, epoch_, write_ids_[k]};
+  const OpStamp base{.master_epoch = epoch_, .write_id = write_ids_[k]};
   uint64_t part_offset = 0;
   uint32_t i = 0;
   while (i < end) {
@@ -203,6 +203,7 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
       }
       OpStamp stamp = base;
       stamp.pool_incarnation = pool.incarnation;
+      if (ctx_.checksums) stamp.payload_crc = parts_[part_index].checksum;
       remote_.Add(k, keys_[k].request, transfer::TransferKind::kWrite, pool.endpoint, pl.offset,
                   source.data, length, stamp);
       remote_parts_.push_back(RemoteReplica{part_index, part, pl.pool_id});

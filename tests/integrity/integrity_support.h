@@ -236,7 +236,9 @@ inline std::string PeekMemory(pid_t pid, uint64_t address, size_t n) {
 // network path that buffers them would) instead of forwarded; Release() delivers what was kept
 // and forwards again. Replies flow back unchanged. A client that goes away while held does not
 // take its kept bytes with it: they are still delivered at Release, as TCP retransmissions after
-// a partition heals would be.
+// a partition heals would be. FlipToServer(n) damages one byte in each of the next n pieces of
+// at least 1 KiB it forwards to the server (its middle byte), as a bad NIC or switch would;
+// FlipToClient(n) the same on the way back.
 class HoldProxy {
  public:
   HoldProxy(const std::string& listen_host, uint16_t port, uint16_t target_port)
@@ -270,6 +272,9 @@ class HoldProxy {
   bool ok() const { return ok_; }
   uint16_t port() const { return port_; }  // (port 0 given: the one the OS picked)
   void Hold() { held_ = true; }
+  void FlipToServer(int n) { flips_ = n; }
+  void FlipToClient(int n) { flips_back_ = n; }
+  int flipped() const { return flipped_.load(); }
   void Release() { held_ = false; }
   void Retarget(uint16_t target_port) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -325,6 +330,11 @@ class HoldProxy {
         }
         if (at + 1 < fds.size() && p.server >= 0 && (fds[at + 1].revents & (POLLIN | POLLHUP))) {
           const ssize_t n = read(p.server, buf, sizeof(buf));
+          if (n >= 1024 && flips_back_ > 0) {
+            buf[n / 2] ^= 0x20;
+            --flips_back_;
+            ++flipped_;
+          }
           if (n <= 0 || p.client < 0 || write(p.client, buf, static_cast<size_t>(n)) != n) {
             // The server or the client went: replies have nowhere to go. A server that closed
             // (or died) closes the client's side too, as its FIN or RST would reach the client.
@@ -338,6 +348,11 @@ class HoldProxy {
           }
         }
         if (!held_ && p.server >= 0 && !p.kept.empty()) {
+          if (flips_ > 0 && p.kept.size() >= 1024) {
+            p.kept[p.kept.size() / 2] ^= 0x20;
+            --flips_;
+            ++flipped_;
+          }
           const ssize_t n = write(p.server, p.kept.data(), p.kept.size());
           if (n > 0) {
             p.kept.erase(0, static_cast<size_t>(n));
@@ -372,6 +387,9 @@ class HoldProxy {
   std::atomic<bool> stop_{false};
   std::atomic<bool> held_{false};
   std::atomic<size_t> forwarded_{0};
+  std::atomic<int> flips_{0};
+  std::atomic<int> flips_back_{0};
+  std::atomic<int> flipped_{0};
   std::mutex mu_;
   std::vector<Pair> pairs_;
   std::thread thread_;

@@ -1,6 +1,7 @@
 // The pool fence: which ops a pool refuses (another pool incarnation, another master epoch, an
 // abandoned write), enforced by the data server, the client's hello check, a WRITE whose
-// payload is arriving while the fence changes, and local copies.
+// payload is arriving while the fence changes, and local copies. Also what the server refuses
+// because it arrived damaged: a WRITE whose payload fails its CRC, a header that fails its own.
 #include "kvagent/transfer/pool_fence.h"
 
 #include <arpa/inet.h>
@@ -11,9 +12,11 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "kvagent/common/checksum.h"
 #include "tcp_wire.h"
 #include "test_support.h"
 
@@ -96,8 +99,11 @@ wire::Reply ReadReply(int fd, std::string* body) {
   return reply;
 }
 
+// A WRITE header (with `crc` as its payload CRC when given); `flip`: a header byte to damage
+// after encoding, as a bad link would.
 void SendWrite(int fd, uint64_t id, uint64_t offset, uint64_t length, uint64_t pool, uint64_t epoch,
-               uint64_t write_id) {
+               uint64_t write_id, std::optional<uint32_t> crc = std::nullopt,
+               std::optional<size_t> flip = std::nullopt) {
   uint8_t bytes[wire::kRequestBytes];
   wire::EncodeRequest({.opcode = wire::Opcode::kWrite,
                        .id = id,
@@ -105,8 +111,11 @@ void SendWrite(int fd, uint64_t id, uint64_t offset, uint64_t length, uint64_t p
                        .length = length,
                        .pool_incarnation = pool,
                        .master_epoch = epoch,
-                       .write_id = write_id},
+                       .write_id = write_id,
+                       .has_payload_crc = crc.has_value(),
+                       .payload_crc = crc.value_or(0)},
                       bytes);
+  if (flip) bytes[*flip] ^= 0x04;
   ASSERT_TRUE(WriteAll(fd, bytes, sizeof(bytes)));
 }
 
@@ -199,6 +208,76 @@ TEST(FencedDataServer, AClientFailsAnOpForARestartedPeerWithoutSendingIt) {
   r = client.engine->TransferAndWait({op});
   EXPECT_TRUE(r[0].ok()) << r[0].ToString();
   EXPECT_EQ(server.pool->base()[100], 0x77);
+}
+
+// Bytes damaged on the way to the pool: a payload that does not match the CRC the writer sent
+// fails the write with DATA_CORRUPTED (the stream stays in step: the next write is stored); a
+// header with a damaged byte (here its offset: the write would land on another value) fails its
+// CRC and closes the connection before a byte of its payload is stored.
+TEST(FencedDataServer, AWriteDamagedOnTheWayIsRefusedAndADamagedHeaderClosesTheConnection) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  Node node = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &fence);
+  std::memset(node.pool->base(), 0, 3 * 4096);
+  std::vector<uint8_t> payload(4096, 0x6B);
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
+  const int fd = ConnectTo(node.engine->endpoint());
+  uint8_t hello[wire::kHelloBytes];
+  ASSERT_TRUE(ReadExactly(fd, hello, sizeof(hello)));
+  std::vector<uint8_t> damaged = payload;
+  damaged[1234] ^= 0x10;
+  SendWrite(fd, 1, 0, damaged.size(), kPool, kEpoch, 5, crc);
+  ASSERT_TRUE(WriteAll(fd, damaged.data(), damaged.size()));
+  std::string body;
+  wire::Reply r = ReadReply(fd, &body);
+  EXPECT_EQ(ErrorCodeFromWire(r.status), ErrorCode::kDataCorrupted) << body;
+  EXPECT_NE(body.find("damaged on the way"), std::string::npos) << body;
+  EXPECT_EQ(node.engine->stats().served_corrupted, 1u);
+  SendWrite(fd, 2, 4096, payload.size(), kPool, kEpoch, 6, crc);
+  ASSERT_TRUE(WriteAll(fd, payload.data(), payload.size()));
+  r = ReadReply(fd, &body);
+  EXPECT_EQ(r.status, 0u) << body;
+  EXPECT_EQ(node.pool->base()[4096 + 1234], 0x6B);
+  // The offset's low byte damaged: 8192 would become 8196.
+  SendWrite(fd, 3, 8192, payload.size(), kPool, kEpoch, 7, crc, /*flip=*/16);
+  ASSERT_TRUE(WriteAll(fd, payload.data(), payload.size()));
+  char byte = 0;
+  EXPECT_LE(recv(fd, &byte, 1, 0), 0);  // closed
+  for (uint64_t i = 8192; i < 3 * 4096; ++i) ASSERT_EQ(node.pool->base()[i], 0) << i;
+  EXPECT_EQ(node.engine->stats().served_dropped_connections, 1u);
+  EXPECT_EQ(node.engine->stats().served_writes, 1u);
+  close(fd);
+}
+
+TEST(DataWire, ARequestRoundTripsAndADamagedOrMalformedOneIsRefused) {
+  const wire::Request write{.opcode = wire::Opcode::kWrite,
+                            .id = 7,
+                            .offset = 8192,
+                            .length = 4096,
+                            .pool_incarnation = kPool,
+                            .master_epoch = kEpoch,
+                            .write_id = 9,
+                            .has_payload_crc = true,
+                            .payload_crc = 0xCAFEF00D};
+  uint8_t bytes[wire::kRequestBytes];
+  wire::EncodeRequest(write, bytes);
+  wire::Request got;
+  ASSERT_TRUE(wire::DecodeRequest(bytes, &got).ok());
+  EXPECT_TRUE(got.has_payload_crc);
+  EXPECT_EQ(got.payload_crc, 0xCAFEF00Du);
+  EXPECT_EQ(got.offset, 8192u);
+  for (size_t i = 0; i < wire::kRequestBytes; ++i) {  // any one damaged byte is caught
+    uint8_t damaged[wire::kRequestBytes];
+    std::memcpy(damaged, bytes, sizeof(damaged));
+    damaged[i] ^= 0x01;
+    EXPECT_FALSE(wire::DecodeRequest(damaged, &got).ok()) << "byte " << i;
+  }
+  // A READ cannot carry a payload CRC (even with a header CRC that matches).
+  wire::Request read = write;
+  read.opcode = wire::Opcode::kRead;
+  wire::EncodeRequest(read, bytes);
+  Status refused = wire::DecodeRequest(bytes, &got);
+  EXPECT_NE(refused.message().find("READ"), std::string::npos) << refused.ToString();
 }
 
 // Listens on 127.0.0.1 and forwards the n-th connection it accepts to the n-th target (the last

@@ -27,6 +27,7 @@ struct EngineCounters {
   std::atomic<uint64_t> served_reads{0};
   std::atomic<uint64_t> served_rejected{0};
   std::atomic<uint64_t> served_fenced{0};
+  std::atomic<uint64_t> served_corrupted{0};  // writes whose payload failed its CRC on arrival
   std::atomic<uint64_t> served_unauthenticated{0};   // connections closed: no proof of membership
   std::atomic<uint64_t> served_shed_connections{0};  // closed at once: too many, or no fds
   std::atomic<uint64_t> served_dropped_connections{0};
@@ -69,7 +70,8 @@ struct PendingOp {
   uint64_t pool_incarnation = 0;  // see TransferOp
   uint64_t master_epoch = 0;
   uint64_t write_id = 0;
-  ReceivedChecksum* received = nullptr;  // see TransferOp
+  ReceivedChecksum* received = nullptr;                // see TransferOp
+  std::optional<uint32_t> payload_crc = std::nullopt;  // see TransferOp (writes)
   std::shared_ptr<Batch> batch;
   size_t index = 0;
 

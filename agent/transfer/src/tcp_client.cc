@@ -77,7 +77,9 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
          .length = out.op.length,
          .pool_incarnation = out.op.pool_incarnation,
          .master_epoch = out.op.master_epoch,
-         .write_id = out.op.kind == TransferKind::kWrite ? out.op.write_id : 0},
+         .write_id = out.op.kind == TransferKind::kWrite ? out.op.write_id : 0,
+         .has_payload_crc = out.op.payload_crc.has_value(),
+         .payload_crc = out.op.payload_crc.value_or(0)},
         out.header);
     to_send_.push_back(std::move(out));
   }

@@ -10,11 +10,13 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string>
 
 #include "input_buffer.h"
+#include "kvagent/common/checksum.h"
 #include "kvagent/common/errno_text.h"
 #include "tcp_wire.h"
 
@@ -193,10 +195,15 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       return step;
     }
     uint64_t moved = 0;
-    IoResult io = in_.ReadPayload(fd_.get(), payload_dst_ ? payload_dst_ + payload_got_ : nullptr,
-                                  request_.length - payload_got_, &moved);
+    uint8_t* at = payload_dst_ ? payload_dst_ + payload_got_ : nullptr;
+    IoResult io = in_.ReadPayload(fd_.get(), at, request_.length - payload_got_, &moved);
+    // The CRC of what arrived, taken while it is still in the cache.
+    if (at != nullptr && request_.has_payload_crc) payload_crc_ = Crc32c(at, moved, payload_crc_);
     payload_got_ += moved;
-    if (payload_got_ == request_.length) QueueReply();
+    if (payload_got_ == request_.length) {
+      CheckPayload();
+      QueueReply();
+    }
     return Outcome(io, "peer closed in the middle of a WRITE payload", true);
   }
 
@@ -241,6 +248,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       if (!verdict_.ok()) EngineCounters::Add(server_->counters_->served_fenced);
     }
     payload_got_ = 0;
+    payload_crc_ = 0;
     if (request_.opcode == wire::Opcode::kWrite && request_.length > 0) {
       // A refused WRITE's payload is read and dropped so the stream stays in step.
       payload_dst_ = verdict_.ok() ? server_->pool_->base() + request_.offset : nullptr;
@@ -249,6 +257,21 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
       QueueReply();
     }
     return Step::kProgress;
+  }
+
+  // A WRITE that carried its payload's CRC and whose bytes arrived different failed: they were
+  // damaged on the way (the master never makes a failed replica readable).
+  void CheckPayload() {
+    if (!request_.has_payload_crc || payload_dst_ == nullptr || !verdict_.ok()) return;
+    if (payload_crc_ == request_.payload_crc) return;
+    EngineCounters::Add(server_->counters_->served_corrupted);
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "the WRITE's %llu bytes arrived with CRC32C 0x%08x, the writer sent 0x%08x: "
+                  "damaged on the way",
+                  static_cast<unsigned long long>(request_.length), payload_crc_,
+                  request_.payload_crc);
+    verdict_ = Status(ErrorCode::kDataCorrupted, text);
   }
 
   uint8_t* NewHead(size_t length) {
@@ -335,6 +358,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
   Status verdict_;                  // the request's bounds check
   uint8_t* payload_dst_ = nullptr;  // in the pool, or nullptr: discard (refused WRITE)
   uint64_t payload_got_ = 0;
+  uint32_t payload_crc_ = 0;  // of the payload so far (a WRITE with a payload CRC)
 
   // Output, in send order. deque: push_back/pop_front keep the other elements in place, so
   // chunks may point into heads_ and messages_.

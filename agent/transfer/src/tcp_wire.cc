@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kvagent/common/checksum.h"
+
 namespace kvagent::transfer::wire {
 namespace {
 
@@ -99,13 +101,16 @@ std::array<uint8_t, kProofBytes> AuthProof(const SymmetricKey& key, bool server,
 void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]) {
   Put32(out, kRequestMagic);
   out[4] = static_cast<uint8_t>(request.opcode);
-  out[5] = out[6] = out[7] = 0;
+  out[5] = request.has_payload_crc ? kRequestPayloadCrc : 0;
+  out[6] = out[7] = 0;
   Put64(out + 8, request.id);
   Put64(out + 16, request.offset);
   Put64(out + 24, request.length);
   Put64(out + 32, request.pool_incarnation);
   Put64(out + 40, request.master_epoch);
   Put64(out + 48, request.write_id);
+  Put32(out + 56, request.has_payload_crc ? request.payload_crc : 0);
+  Put32(out + 60, Crc32c(out, kRequestBytes - 4));
 }
 
 void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]) {
@@ -141,7 +146,22 @@ Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request) {
       opcode != static_cast<uint8_t>(Opcode::kRead)) {
     return InvalidParams("request has unknown opcode " + std::to_string(opcode));
   }
-  if (in[5] != 0 || in[6] != 0 || in[7] != 0) {
+  const uint32_t header_crc = Crc32c(in, kRequestBytes - 4);
+  if (Get32(in + 60) != header_crc) {
+    char text[96];
+    std::snprintf(text, sizeof(text),
+                  "request header CRC32C 0x%08x does not match its bytes (0x%08x): damaged",
+                  Get32(in + 60), header_crc);
+    return InvalidParams(text);
+  }
+  if ((in[5] & ~kRequestPayloadCrc) != 0 || in[6] != 0 || in[7] != 0) {
+    return InvalidParams("request has non-zero reserved bytes");
+  }
+  const bool has_payload_crc = (in[5] & kRequestPayloadCrc) != 0;
+  if (has_payload_crc && opcode != static_cast<uint8_t>(Opcode::kWrite)) {
+    return InvalidParams("a READ request has a payload CRC");
+  }
+  if (!has_payload_crc && Get32(in + 56) != 0) {
     return InvalidParams("request has non-zero reserved bytes");
   }
   request->opcode = static_cast<Opcode>(opcode);
@@ -151,6 +171,8 @@ Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request) {
   request->pool_incarnation = Get64(in + 32);
   request->master_epoch = Get64(in + 40);
   request->write_id = Get64(in + 48);
+  request->has_payload_crc = has_payload_crc;
+  request->payload_crc = Get32(in + 56);
   return Status::Ok();
 }
 

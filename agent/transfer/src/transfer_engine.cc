@@ -151,18 +151,20 @@ class TransferEngine::Core {
         last = ParseEndpoint(op.peer);
         last_text = op.peer;
       }
-      PendingOp pending{.kind = op.kind,
-                        .peer = last.ok() ? *last : Endpoint{},
-                        .peer_text = std::move(op.peer),
-                        .remote_offset = op.remote_offset,
-                        .local = static_cast<uint8_t*>(op.local),
-                        .length = op.length,
-                        .pool_incarnation = op.pool_incarnation,
-                        .master_epoch = op.master_epoch,
-                        .write_id = op.write_id,
-                        .received = op.kind == TransferKind::kRead ? op.received : nullptr,
-                        .batch = batch,
-                        .index = i};
+      PendingOp pending{
+          .kind = op.kind,
+          .peer = last.ok() ? *last : Endpoint{},
+          .peer_text = std::move(op.peer),
+          .remote_offset = op.remote_offset,
+          .local = static_cast<uint8_t*>(op.local),
+          .length = op.length,
+          .pool_incarnation = op.pool_incarnation,
+          .master_epoch = op.master_epoch,
+          .write_id = op.write_id,
+          .received = op.kind == TransferKind::kRead ? op.received : nullptr,
+          .payload_crc = op.kind == TransferKind::kWrite ? op.payload_crc : std::nullopt,
+          .batch = batch,
+          .index = i};
       Status verdict = Check(pending, last);
       if (!verdict.ok()) {
         refused.emplace_back(std::move(pending), std::move(verdict));
@@ -229,6 +231,7 @@ class TransferEngine::Core {
     s.served_reads = get(counters_.served_reads);
     s.served_rejected = get(counters_.served_rejected);
     s.served_fenced = get(counters_.served_fenced);
+    s.served_corrupted = get(counters_.served_corrupted);
     s.served_unauthenticated = get(counters_.served_unauthenticated);
     s.served_shed_connections = get(counters_.served_shed_connections);
     s.served_dropped_connections = get(counters_.served_dropped_connections);

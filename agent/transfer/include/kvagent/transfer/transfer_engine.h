@@ -72,6 +72,10 @@ struct TransferOp {
   // buffer, checksumming on the way, and sets *received when the op succeeds. The RDMA transport
   // (the NIC writes `local` itself) leaves it untouched. Must stay valid until the callback ran.
   ReceivedChecksum* received = nullptr;
+  // A write may give the CRC32C of its bytes: the TCP transport sends it with them, and the peer
+  // fails the write with DATA_CORRUPTED when what arrived does not match (damaged on the way).
+  // Over RDMA the NIC places the bytes itself and nothing checks them on arrival.
+  std::optional<uint32_t> payload_crc = std::nullopt;
 };
 
 // Receives one Status per op, in the order of the submitted ops. OK: the bytes are in place (a
@@ -134,6 +138,7 @@ struct TransferStats {
   uint64_t served_reads = 0;                // peers' reads answered from our pool
   uint64_t served_rejected = 0;             // peers' requests refused (range, or the fence)
   uint64_t served_fenced = 0;               // of those, refused by the fence
+  uint64_t served_corrupted = 0;            // of those, writes whose bytes failed their CRC
   uint64_t served_unauthenticated = 0;      // connections closed for no proof of membership
   uint64_t served_shed_connections = 0;     // connections closed at once (too many, no fds)
   uint64_t served_dropped_connections = 0;  // peers disconnected for sending garbage
