@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -237,8 +238,8 @@ inline std::string PeekMemory(pid_t pid, uint64_t address, size_t n) {
 // and forwards again. Replies flow back unchanged. A client that goes away while held does not
 // take its kept bytes with it: they are still delivered at Release, as TCP retransmissions after
 // a partition heals would be. FlipToServer(n) damages one byte in each of the next n pieces of
-// at least 1 KiB it forwards to the server (its middle byte), as a bad NIC or switch would;
-// FlipToClient(n) the same on the way back.
+// at least 1 KiB it forwards to the server (its middle byte), as a bad NIC or switch would, at
+// least `apart` from each other; FlipToClient(n) the same on the way back.
 class HoldProxy {
  public:
   HoldProxy(const std::string& listen_host, uint16_t port, uint16_t target_port)
@@ -272,8 +273,14 @@ class HoldProxy {
   bool ok() const { return ok_; }
   uint16_t port() const { return port_; }  // (port 0 given: the one the OS picked)
   void Hold() { held_ = true; }
-  void FlipToServer(int n) { flips_ = n; }
-  void FlipToClient(int n) { flips_back_ = n; }
+  void FlipToServer(int n, std::chrono::milliseconds apart = {}) {
+    flips_apart_ms_ = apart.count();
+    flips_ = n;
+  }
+  void FlipToClient(int n, std::chrono::milliseconds apart = {}) {
+    flips_apart_ms_ = apart.count();
+    flips_back_ = n;
+  }
   int flipped() const { return flipped_.load(); }
   void Release() { held_ = false; }
   void Retarget(uint16_t target_port) {
@@ -330,7 +337,7 @@ class HoldProxy {
         }
         if (at + 1 < fds.size() && p.server >= 0 && (fds[at + 1].revents & (POLLIN | POLLHUP))) {
           const ssize_t n = read(p.server, buf, sizeof(buf));
-          if (n >= 1024 && flips_back_ > 0) {
+          if (n >= 1024 && flips_back_ > 0 && Due(&last_flip_back_)) {
             buf[n / 2] ^= 0x20;
             --flips_back_;
             ++flipped_;
@@ -348,7 +355,7 @@ class HoldProxy {
           }
         }
         if (!held_ && p.server >= 0 && !p.kept.empty()) {
-          if (flips_ > 0 && p.kept.size() >= 1024) {
+          if (flips_ > 0 && p.kept.size() >= 1024 && Due(&last_flip_)) {
             p.kept[p.kept.size() / 2] ^= 0x20;
             --flips_;
             ++flipped_;
@@ -361,6 +368,14 @@ class HoldProxy {
         }
       }
     }
+  }
+
+  // Whether the next flip of a direction (its last one at *last) may happen now.
+  bool Due(std::chrono::steady_clock::time_point* last) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - *last < std::chrono::milliseconds(flips_apart_ms_.load())) return false;
+    *last = now;
+    return true;
   }
 
   void Accept() {
@@ -390,6 +405,8 @@ class HoldProxy {
   std::atomic<int> flips_{0};
   std::atomic<int> flips_back_{0};
   std::atomic<int> flipped_{0};
+  std::atomic<int64_t> flips_apart_ms_{0};
+  std::chrono::steady_clock::time_point last_flip_, last_flip_back_;  // the proxy thread's
   std::mutex mu_;
   std::vector<Pair> pairs_;
   std::thread thread_;
