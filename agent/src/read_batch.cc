@@ -269,16 +269,22 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
                            : received[i].taken ? received[i].crc
                                                : Crc32c(read.dst, read.length);
       const bool second_read = std::exchange(read.rereading, false);
-      if (!second_read && read.checksummed && crc != read.checksum && Alive(read, now)) {
-        RereadPeer(read, std::move(tried[i]), crc);
-        continue;
-      }
-      if (Verified(read, tried[i], crc)) {
+      if (!second_read && read.checksummed && crc != read.checksum) {
+        if (Alive(read, now)) {
+          RereadPeer(read, std::move(tried[i]), crc);
+          continue;
+        }
+        // No time left to read them again: the replica is not blamed for one mismatch.
+        read.failed_seen = true;
+        last = Status(ErrorCode::kTransferFailed,
+                      "the bytes from " + tried[i].endpoint + " failed their checksum once");
+      } else if (Verified(read, tried[i], crc)) {
         DeliverPeerRead(read);
         continue;
+      } else {
+        last = Status(ErrorCode::kDataCorrupted,
+                      "the replica from " + tried[i].endpoint + " failed its checksum twice");
       }
-      last = Status(ErrorCode::kDataCorrupted,
-                    "the replica from " + tried[i].endpoint + " failed its checksum twice");
     }
     read.rereading = false;
     if (!read.left.empty() && Alive(read, now)) {
