@@ -169,6 +169,9 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
   ASSERT_EQ(rig.data->waiting(), 1u);
   rig.data->RunOne();  // peer A: corrupt bytes
   rig.sink.RunPosted();
+  ASSERT_EQ(rig.data->waiting(), 1u) << "peer A is read again";
+  rig.data->RunOne();  // corrupt again: blamed
+  rig.sink.RunPosted();
   ASSERT_EQ(rig.data->waiting(), 1u) << "the next replica is read";
   rig.Settle();
   EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
@@ -176,6 +179,35 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
   MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
   EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 5, 0, kPoolA}}));
   EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 1u);
+}
+
+// Bytes from a peer damaged on their way (here: the peer's bytes are right again by the second
+// read): the replica is read again and answers OK; nothing is reported or counted corrupt.
+TEST(PipelineRead, APeersBytesDamagedOnceAreReadAgainAndBlameNoReplica) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("d", 900);
+  std::string damaged = value;
+  damaged[450] ^= 0x20;
+  InPeer(rig, kPeerA, 0, damaged);
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {900});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 3, .size = 900, .replicas = {At(kPoolA, 0, value)}}},
+                        {Own(), PeerA()}, true));
+  ASSERT_EQ(rig.data->waiting(), 1u);
+  rig.data->RunOne();  // the damaged bytes
+  rig.sink.RunPosted();
+  InPeer(rig, kPeerA, 0, value);
+  ASSERT_EQ(rig.data->waiting(), 1u) << "the same replica is read again";
+  rig.Settle();
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(client.Bytes(copy, 0, 900), value);
+  EXPECT_EQ(rig.master->pending(), 0u) << "a replica was reported for one damaged read";
+  EXPECT_EQ(rig.Counter("agent.peer_rereads"), 1u);
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 0u);
+  EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 0u);
 }
 
 // Every replica read and none matches: DATA_CORRUPTED, and every one of them is reported.
