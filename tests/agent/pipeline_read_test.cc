@@ -37,6 +37,12 @@ ReplicaAt At(uint32_t pool, uint64_t offset, std::string_view bytes, uint32_t pa
 void InPool(PipelineRig& rig, uint64_t offset, std::string_view bytes) {
   std::memcpy(rig.pool().base() + offset, bytes.data(), bytes.size());
 }
+// `value` with one bit of byte `at` flipped.
+std::string Flipped(std::string value, size_t at, uint8_t bit) {
+  value[at] = static_cast<char>(value[at] ^ bit);
+  return value;
+}
+
 void InPeer(PipelineRig& rig, const std::string& peer, uint64_t offset, std::string_view bytes) {
   std::memcpy(rig.data->peer(peer).data() + offset, bytes.data(), bytes.size());
 }
@@ -131,9 +137,7 @@ TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplic
   rig.data->AddPeer(kPeerA, 1 << 20);
   TestClient client(1);
   const std::string value = Pattern("x", 1000);
-  std::string flipped = value;
-  flipped[500] ^= 0x01;
-  InPool(rig, 0, flipped);
+  InPool(rig, 0, Flipped(value, 500, 0x01));
   InPeer(rig, kPeerA, 0, value);
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {1000});
   Answer(placed,
@@ -188,9 +192,7 @@ TEST(PipelineRead, APeersBytesDamagedOnceAreReadAgainAndBlameNoReplica) {
   rig.data->AddPeer(kPeerA, 1 << 20);
   TestClient client(1);
   const std::string value = Pattern("d", 900);
-  std::string damaged = value;
-  damaged[450] ^= 0x20;
-  InPeer(rig, kPeerA, 0, damaged);
+  InPeer(rig, kPeerA, 0, Flipped(value, 450, 0x20));
   auto [copy, id, placed] = SendGet(rig, client, {"k"}, {900});
   Answer(placed,
          PlacementReply(placed.id(),
