@@ -234,6 +234,52 @@ Result<std::string> ValueText(const toml::node& node) {
   return InvalidParams("expected a string, a number or a boolean");
 }
 
+// The most dots a config may have outside its strings and comments. Options are at most two
+// levels deep (`table.key`), so a real config has a few (dotted keys, floats); toml++ builds a
+// dotted key or table header of N parts by recursing N deep, and a few tens of thousands of
+// parts overflow the stack (a crash, not an error), within the 1 MiB a config may have.
+constexpr size_t kMaxConfigDots = 4096;
+
+// The line of the first dot past kMaxConfigDots outside strings and comments, as toml++ reads
+// them (basic and literal strings end at a line's end; multi-line ones at their closing
+// quotes, including up to two quotes of content before them), or 0 when there are at most
+// kMaxConfigDots.
+uint32_t LineOfTooManyDots(std::string_view text) {
+  size_t dots = 0;
+  uint32_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = text.substr(i, 3) == std::string(3, c);
+      const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
+      i += close.size();
+      for (; i < text.size(); ++i) {
+        if (text[i] == '\n') {
+          if (!multi) break;  // an unterminated string: toml++ stops there too
+          ++line;
+        } else if (c == '"' && text[i] == '\\') {
+          if (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // an escaped character
+        } else if (text.substr(i, close.size()) == close) {
+          // A multi-line string may end with up to two more quotes (its last characters): the
+          // whole run of quotes closes it.
+          size_t run = close.size();
+          while (multi && i + run < text.size() && text[i + run] == c) ++run;
+          i += run - 1;
+          break;
+        }
+      }
+      if (i < text.size() && text[i] == '\n') ++line;
+    } else if (c == '.' && ++dots > kMaxConfigDots) {
+      return line;
+    }
+  }
+  return 0;
+}
+
 // One `key = value` of a config file, with where it is.
 struct ConfigEntry {
   std::string key;     // as written (a table's keys: "table.key")
@@ -246,6 +292,12 @@ struct ConfigEntry {
 
 Status FlagSet::ApplyConfigText(std::string_view text, std::string_view origin) {
   const std::string file(origin);
+  if (const uint32_t line = LineOfTooManyDots(text); line != 0) {
+    return InvalidParams(file + ":" + std::to_string(line) + ": more than " +
+                         std::to_string(kMaxConfigDots) +
+                         " dots outside strings (dotted keys, table headers, numbers): options "
+                         "are at most two levels deep; is it the right file?");
+  }
   toml::table root;
   try {
     root = toml::parse(text, file);

@@ -164,6 +164,40 @@ TEST_F(FlagSetTest, AConfigLargerThanOneMebibyteIsRefused) {
   std::remove(path.c_str());
 }
 
+// toml++ builds a table header or dotted key of N parts by recursing N deep: 100 000 parts
+// crashed kvagent (stack overflow) before a word was said. Dots outside strings are counted first;
+// the same dots inside strings (however quoted) are text and change nothing.
+TEST_F(FlagSetTest, AConfigWithTensOfThousandsOfKeyPartsIsRefusedNotACrash) {
+  std::string header = "[a";
+  for (int i = 0; i < 100000; ++i) header += ".a";
+  header += "]\n";
+  const std::string deep = ConfigFile("spin_us = 9\n" + header);
+  Status s = Parse({"--config", deep});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(s.message(),
+            deep +
+                ":2: more than 4096 dots outside strings (dotted keys, table headers, "
+                "numbers): options are at most two levels deep; is it the right file?");
+  EXPECT_EQ(opts_.spin_us, 50);
+  std::remove(deep.c_str());
+  // A multi-line string ending in extra quotes, then dotted keys on its line: still counted.
+  std::string keys = R"(t = { s = """x"""")";
+  for (int i = 0; i < 5000; ++i) keys += ", k" + std::to_string(i) + ".a = 1";
+  const std::string inline_keys = ConfigFile(keys + " }\n");
+  s = Parse({"--config", inline_keys});
+  EXPECT_NE(s.message().find(":1: more than 4096 dots"), std::string::npos) << s.message();
+  std::remove(inline_keys.c_str());
+  // The dots of strings, comments and a float are not counted.
+  const std::string dots(20000, '.');
+  const std::string fine =
+      ConfigFile("# " + dots + "\nrun_dir = \"/tmp/" + dots + "\"\nspin_us = 12 # 1.5\n[x]\n" +
+                 "y = '''" + dots + "'''\nz = \"\"\"\n" + dots + "\n\"\"\"\n");
+  s = Parse({"--config", fine});
+  EXPECT_NE(s.message().find("unknown option 'x.y'"), std::string::npos) << s.message();
+  EXPECT_EQ(opts_.spin_us, 12);
+  std::remove(fine.c_str());
+}
+
 // `kvagent --config <(generate-config)`: the shell passes a pipe.
 TEST_F(FlagSetTest, AConfigFromAPipeIsRead) {
   int fds[2];
