@@ -346,7 +346,13 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
     ++faults[what];
     // Every agent registered with a pool again before the next fault.
     ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == kAgents; }, 30s))
-        << "round " << round << " (" << what << ")";
+        << "round " << round << " (" << what << "); agents: " << [&] {
+             std::string states;
+             for (size_t i = 0; i < agents.size(); ++i) {
+               states += (i ? ", " : "") + std::to_string(i) + " " + agents[i]->State();
+             }
+             return states;
+           }();
     std::printf("agent faults, round %d: %s (agent %d)\n", round, what.c_str(), victim);
     g_round = round + 1;
     // Where the keys acknowledged meanwhile were placed (for the report of a key lost later).

@@ -92,6 +92,8 @@ class NodeAgent {
   void Kill() { process_.Kill(); }
   void Signal(int sig) { process_.Signal(sig); }
   bool started() const { return started_; }
+  // "running", or how its process ended (a fault run's report of an agent that went away).
+  std::string State() { return process_.State(); }
   pid_t pid() const { return process_.pid(); }
   const std::string& run_dir() const { return run_dir_; }
 
@@ -197,17 +199,19 @@ inline std::vector<Placed> PlacementsOf(const std::string& master, const std::st
 
 // ---- another process's memory ------------------------------------------------------------------
 
-// The start of `pid`'s mapping that is exactly `size` bytes (a node pool of a distinctive size),
-// or 0.
+// The start of `pid`'s readable and writable mapping that is exactly `size` bytes (a node pool
+// of a distinctive size), or 0. (The reserve of a malloc arena, 64 MiB less what is in use, is
+// not readable: it can be 48 MiB too.)
 inline uint64_t MappingOfSize(pid_t pid, uint64_t size) {
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   std::string line;
   while (std::getline(maps, line)) {
     uint64_t begin = 0, end = 0;
     char dash = 0;
+    std::string permissions;
     std::istringstream in(line);
-    in >> std::hex >> begin >> dash >> end;
-    if (end - begin == size) return begin;
+    in >> std::hex >> begin >> dash >> end >> permissions;
+    if (end - begin == size && permissions.rfind("rw", 0) == 0) return begin;
   }
   return 0;
 }

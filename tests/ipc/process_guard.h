@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,18 @@ class ProcessGuard {
     status_ = status;
     pid_ = -1;
     return false;
+  }
+
+  // "running", or how the child ended ("exited with code 1", "killed by signal 9 (Killed)").
+  std::string State() {
+    if (Running()) return "running";
+    if (status_ == -1) return "never started";
+    if (WIFEXITED(status_)) return "exited with code " + std::to_string(WEXITSTATUS(status_));
+    if (WIFSIGNALED(status_)) {
+      return "killed by signal " + std::to_string(WTERMSIG(status_)) + " (" +
+             strsignal(WTERMSIG(status_)) + ")";
+    }
+    return "wait status " + std::to_string(status_);
   }
 
   // Waits for the child and returns its raw wait status (the saved one if already reaped).
