@@ -33,7 +33,10 @@ class InputBuffer {
   // Moves up to `left` bytes of a payload to `dst` (nullptr: discard them): buffered bytes
   // first, then straight from the socket when at least kDirectBytes remain and `dst` is set,
   // else through the buffer. `*moved` is what reached dst (or was discarded) in this call.
-  IoResult ReadPayload(int fd, uint8_t* dst, uint64_t left, uint64_t* moved);
+  // `crc` (with `dst`): extended by the CRC32C of those bytes, taken in the copy out of the
+  // buffer, or right after the receive while they are in cache.
+  IoResult ReadPayload(int fd, uint8_t* dst, uint64_t left, uint64_t* moved,
+                       uint32_t* crc = nullptr);
 
  private:
   std::unique_ptr<uint8_t[]> bytes_;

@@ -202,8 +202,7 @@ class TcpDataServer::Connection final : public EventLoop::Handler {
     // The CRC of what arrived, taken while it is still in the cache: at most kCrcStep at a time.
     const uint64_t want =
         std::min(request_.length - payload_got_, summing ? kCrcStep : ~uint64_t{0});
-    IoResult io = in_.ReadPayload(fd_.get(), at, want, &moved);
-    if (summing) payload_crc_ = Crc32c(at, moved, payload_crc_);
+    IoResult io = in_.ReadPayload(fd_.get(), at, want, &moved, summing ? &payload_crc_ : nullptr);
     payload_got_ += moved;
     if (payload_got_ == request_.length) {
       CheckPayload();
