@@ -19,6 +19,16 @@ size_t ReadBack(Client& c, const std::vector<std::string>& keys) {
   return n;
 }
 
+// Puts 200 keys `prefix`0.. of 4 KiB through `c`, each of which must get two replicas.
+void PutWithTwoReplicas(Client& c, const std::string& prefix, std::vector<std::string>* keys) {
+  for (int i = 0; i < 200; ++i) {
+    keys->push_back(prefix + std::to_string(i));
+    const KeyResult r = PutValue(c, keys->back(), Pattern(keys->back(), 4096), 2);
+    ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
+    ASSERT_EQ(r.replicas, 2u);
+  }
+}
+
 TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
   TempDir state;
   KvmasterProcess master({"--state-dir", state.path(), "--agent-ttl-ms", "1000", "--agent-dead-ms",
@@ -33,12 +43,7 @@ TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
   auto ca = a.Connect();
   std::vector<std::string> keys;
-  for (int i = 0; i < 200; ++i) {
-    keys.push_back("k" + std::to_string(i));
-    auto r = PutValue(*ca, keys.back(), Pattern(keys.back(), 4096), 2);
-    ASSERT_EQ(r.code, ErrorCode::kOk);
-    ASSERT_EQ(r.replicas, 2u);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutWithTwoReplicas(*ca, "k", &keys));
   ca.reset();
   ASSERT_TRUE(a.Restart());
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
@@ -51,12 +56,7 @@ TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
   // Keys written after A's restart (replicas on B and on A's new pool), a master restart, then B
   // killed: every key must read from A's new pool.
   std::vector<std::string> later;
-  for (int i = 0; i < 200; ++i) {
-    later.push_back("later" + std::to_string(i));
-    auto r = PutValue(*cb, later.back(), Pattern(later.back(), 4096), 2);
-    ASSERT_EQ(r.code, ErrorCode::kOk);
-    ASSERT_EQ(r.replicas, 2u);
-  }
+  ASSERT_NO_FATAL_FAILURE(PutWithTwoReplicas(*cb, "later", &later));
   ASSERT_TRUE(master.Restart());
   ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
   cb.reset();
