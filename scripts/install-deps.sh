@@ -15,7 +15,6 @@ packages=(
   libsystemd-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   etcd-server etcd-client
-  libcivetweb-dev
   libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
   python3-torch

@@ -1,11 +1,21 @@
-// MetricsHttpServer: serves GET /metrics (Prometheus text format 0.0.4) on one HOST:PORT, with
-// the CivetWeb embedded HTTP server (Debian's libcivetweb: the HTTP parsing is CivetWeb's).
+// MetricsHttpServer: serves GET /metrics (Prometheus text format 0.0.4) on one HOST:PORT.
 //
-// Its threads only call `render`, which must be safe on any thread: it reads counters that the
+// One thread serves every connection from an epoll loop, so a client that connects and sends
+// nothing, or sends its request a byte at a time, or never reads its answer, holds one of
+// `max_connections` slots and not the server: a scrape arriving meanwhile is answered at once.
+// When every slot is taken, a new connection closes the oldest one still sending its request
+// (a scraper sends its request in one packet and is answered in the same turn of the loop).
+// Each connection has `request_timeout` to send its request head, and again to take its answer.
+//
+// The thread only calls `render`, which must be safe on any thread: it reads counters that the
 // working threads keep (metrics.h), so a scrape never waits for, or adds work to, a request path.
-// Any other path answers 404; any other method 405.
+// GET and HEAD of /metrics (with any query) answer 200; any other path 404; any other method 405;
+// a malformed request 400; a request head over `max_request_head_bytes` 431. Every answer closes
+// the connection (`Connection: close`).
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,15 +24,22 @@
 
 namespace kvagent::metrics {
 
+struct MetricsHttpLimits {
+  size_t max_connections = 64;
+  std::chrono::milliseconds request_timeout{5000};
+  size_t max_request_head_bytes = 8192;
+};
+
 class MetricsHttpServer {
  public:
   using RenderFn = std::function<std::string()>;
 
-  // Listens on `listen` ("HOST:PORT", port 0: any free one). INVALID_PARAMS for a malformed
-  // address, INTERNAL naming the address when it cannot be bound (in use, not local).
+  // Listens on `listen` ("HOST:PORT", "[V6]:PORT"; port 0: any free one). INVALID_PARAMS for a
+  // malformed address, INTERNAL naming the address when it cannot be bound (in use, not local).
   static Result<std::unique_ptr<MetricsHttpServer>> Start(const std::string& listen,
-                                                          RenderFn render);
-  ~MetricsHttpServer();  // stops serving and joins the server's threads
+                                                          RenderFn render,
+                                                          const MetricsHttpLimits& limits = {});
+  ~MetricsHttpServer();  // stops serving, closes every connection and joins the thread
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
