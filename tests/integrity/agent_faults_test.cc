@@ -40,6 +40,7 @@
 #include <set>
 
 #include "integrity_support.h"
+#include "tcp_proxy.h"
 
 #ifndef KVAGENT_AGENT_FAULT_ROUNDS
 #define KVAGENT_AGENT_FAULT_ROUNDS 7
@@ -264,10 +265,10 @@ TEST(AgentFaults, FaultsOnAgentsInARowNeverAnswerOKWithOtherBytesNorLoseWhatSurv
   // data port forwards from (and can hold what peers send it). The last agent writes without
   // reserved writes (a WriteStart and a WriteEnd per put), the others with them (one commit).
   std::vector<std::unique_ptr<NodeAgent>> agents;
-  std::vector<std::unique_ptr<HoldProxy>> paths;
+  std::vector<std::unique_ptr<TcpProxy>> paths;
   for (int i = 0; i < kAgents; ++i) {
     const uint16_t port = FreePort();
-    paths.push_back(std::make_unique<HoldProxy>("127.0.0.2", port, port));
+    paths.push_back(std::make_unique<TcpProxy>("127.0.0.2", port, port));
     ASSERT_TRUE(paths.back()->ok());
     Args args = Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:" + std::to_string(port),
                                             "--data-advertise-host", "127.0.0.2", "--heartbeat-ms",

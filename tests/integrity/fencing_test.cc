@@ -8,6 +8,7 @@
 #include <future>
 
 #include "integrity_support.h"
+#include "tcp_proxy.h"
 
 namespace kvagent::testing {
 namespace {
@@ -29,7 +30,7 @@ TEST(Fencing, AWriteHeldByTheNetworkPastItsFailureNeverLandsOnTheNextValue) {
   std::string endpoint;
   CounterOf(cp->Stat(), "agent.data_endpoint", &endpoint);
   const uint16_t peer_port = PortOf(endpoint);
-  HoldProxy path("127.0.0.2", peer_port, peer_port);
+  TcpProxy path("127.0.0.2", peer_port, peer_port);
   ASSERT_TRUE(path.ok());
   NodeAgent writer(Concat(master.AgentArgs(),
                           {"--data-listen", "127.0.0.1:0", "--data-peer-timeout-ms", "1000"}));
@@ -83,7 +84,7 @@ TEST(Fencing, TwoMastersServingAtOnceNeverMixTheirWritersBytes) {
   auto m2 = KvmasterProcess::FollowerOf(m1, {"--state-dir", s2.path(), "--agent-ttl-ms", "60000",
                                              "--status-file", s2.path() + "/status"});
   // The shared pool reaches its master through a "virtual IP" (a proxy that can move).
-  HoldProxy master_vip("127.0.0.2", 0, PortOf(m1.rpc()));
+  TcpProxy master_vip("127.0.0.2", 0, PortOf(m1.rpc()));
   ASSERT_TRUE(master_vip.ok());
   const uint16_t vip = master_vip.port();
   auto agent_args = [](const std::string& rpc, const KvmasterProcess& events) {

@@ -1,28 +1,24 @@
 // Test support for the integrity fault tests: agents that restart on the same run dir and data
 // port, a raw RPC client of kvmaster (to see placements as an agent does), a process's memory
-// through /proc/PID/mem (to flip bytes in a node pool), a TCP proxy that holds traffic, and the
-// SDK round trips the tests repeat. Every process and thread started here is stopped when its
-// owner goes, pass or fail.
+// through /proc/PID/mem (to flip bytes in a node pool), and the SDK round trips the tests repeat
+// (tcp_proxy.h, in tests/common, stands for the network between them). Every process and thread
+// started here is stopped when its owner goes, pass or fail.
 #pragma once
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <flatbuffers/flatbuffers.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -232,188 +228,5 @@ inline std::string PeekMemory(pid_t pid, uint64_t address, size_t n) {
   close(fd);
   return ok ? out : "";
 }
-
-// ---- a TCP proxy that can hold traffic ---------------------------------------------------------
-
-// Listens on `listen_host`:`port` and forwards every connection to 127.0.0.1:`target_port`
-// (Retarget moves it, like a virtual IP moving to another host: open connections are cut).
-// While held, bytes from clients are read and kept (the client sees its sends succeed, as a
-// network path that buffers them would) instead of forwarded; Release() delivers what was kept
-// and forwards again. Replies flow back unchanged. A client that goes away while held does not
-// take its kept bytes with it: they are still delivered at Release, as TCP retransmissions after
-// a partition heals would be. FlipToServer(n) damages one byte in each of the next n pieces of
-// at least 1 KiB it forwards to the server (its middle byte), as a bad NIC or switch would, at
-// least `apart` from each other; FlipToClient(n) the same on the way back.
-class HoldProxy {
- public:
-  HoldProxy(const std::string& listen_host, uint16_t port, uint16_t target_port)
-      : target_port_(target_port) {
-    // Every socket close-on-exec: the agents a test starts after this must not inherit them (a
-    // copy in a child keeps a connection open after the proxy closed it, so a peer's restart
-    // would never reach the clients of the connections it had).
-    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    inet_pton(AF_INET, listen_host.c_str(), &a.sin_addr);
-    ok_ = bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-          listen(listener_, 16) == 0;
-    socklen_t len = sizeof(a);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~HoldProxy() {
-    stop_ = true;
-    thread_.join();
-    close(listener_);
-    for (Pair& p : pairs_) {
-      if (p.client >= 0) close(p.client);
-      if (p.server >= 0) close(p.server);
-    }
-  }
-  bool ok() const { return ok_; }
-  uint16_t port() const { return port_; }  // (port 0 given: the one the OS picked)
-  void Hold() { held_ = true; }
-  void FlipToServer(int n, std::chrono::milliseconds apart = {}) {
-    flips_apart_ms_ = apart.count();
-    flips_ = n;
-  }
-  void FlipToClient(int n, std::chrono::milliseconds apart = {}) {
-    flips_apart_ms_ = apart.count();
-    flips_back_ = n;
-  }
-  int flipped() const { return flipped_.load(); }
-  void Release() { held_ = false; }
-  void Retarget(uint16_t target_port) {
-    std::lock_guard<std::mutex> lock(mu_);
-    target_port_ = target_port;
-    for (Pair& p : pairs_) {
-      if (p.client >= 0) close(p.client);
-      if (p.server >= 0) close(p.server);
-    }
-    pairs_.clear();
-  }
-  // Bytes kept so far (all connections).
-  size_t kept() {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t n = 0;
-    for (const Pair& p : pairs_) n += p.kept.size();
-    return n;
-  }
-  // Bytes forwarded to the server so far.
-  size_t forwarded() const { return forwarded_.load(); }
-
- private:
-  struct Pair {
-    int client = -1;
-    int server = -1;
-    std::string kept;
-  };
-
-  void Run() {
-    while (!stop_) {
-      std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const Pair& p : pairs_) {
-          fds.push_back({p.client, POLLIN, 0});
-          fds.push_back({p.server, POLLIN, 0});
-        }
-      }
-      poll(fds.data(), fds.size(), 20);
-      if (fds[0].revents & POLLIN) Accept();
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < pairs_.size(); ++i) {
-        Pair& p = pairs_[i];
-        const size_t at = 1 + 2 * i;
-        char buf[65536];
-        if (at < fds.size() && p.client >= 0 && (fds[at].revents & (POLLIN | POLLHUP))) {
-          const ssize_t n = read(p.client, buf, sizeof(buf));
-          if (n <= 0) {
-            close(p.client);
-            p.client = -1;
-          } else {
-            p.kept.append(buf, static_cast<size_t>(n));
-          }
-        }
-        if (at + 1 < fds.size() && p.server >= 0 && (fds[at + 1].revents & (POLLIN | POLLHUP))) {
-          const ssize_t n = read(p.server, buf, sizeof(buf));
-          if (n >= 1024 && flips_back_ > 0 && Due(&last_flip_back_)) {
-            buf[n / 2] ^= 0x20;
-            --flips_back_;
-            ++flipped_;
-          }
-          if (n <= 0 || p.client < 0 || write(p.client, buf, static_cast<size_t>(n)) != n) {
-            // The server or the client went: replies have nowhere to go. A server that closed
-            // (or died) closes the client's side too, as its FIN or RST would reach the client.
-            if (n <= 0) {
-              close(p.server);
-              p.server = -1;
-              if (p.client >= 0) close(p.client);
-              p.client = -1;
-              p.kept.clear();
-            }
-          }
-        }
-        if (!held_ && p.server >= 0 && !p.kept.empty()) {
-          if (flips_ > 0 && p.kept.size() >= 1024 && Due(&last_flip_)) {
-            p.kept[p.kept.size() / 2] ^= 0x20;
-            --flips_;
-            ++flipped_;
-          }
-          const ssize_t n = write(p.server, p.kept.data(), p.kept.size());
-          if (n > 0) {
-            p.kept.erase(0, static_cast<size_t>(n));
-            forwarded_ += static_cast<size_t>(n);
-          }
-        }
-      }
-    }
-  }
-
-  // Whether the next flip of a direction (its last one at *last) may happen now.
-  bool Due(std::chrono::steady_clock::time_point* last) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - *last < std::chrono::milliseconds(flips_apart_ms_.load())) return false;
-    *last = now;
-    return true;
-  }
-
-  void Accept() {
-    const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) return;
-    const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(target_port_.load());
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      close(client);
-      close(server);
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    pairs_.push_back(Pair{client, server, {}});
-  }
-
-  std::atomic<uint16_t> target_port_;
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  bool ok_ = false;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> held_{false};
-  std::atomic<size_t> forwarded_{0};
-  std::atomic<int> flips_{0};
-  std::atomic<int> flips_back_{0};
-  std::atomic<int> flipped_{0};
-  std::atomic<int64_t> flips_apart_ms_{0};
-  std::chrono::steady_clock::time_point last_flip_, last_flip_back_;  // the proxy thread's
-  std::mutex mu_;
-  std::vector<Pair> pairs_;
-  std::thread thread_;
-};
 
 }  // namespace kvagent::testing

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "integrity_support.h"
+#include "tcp_proxy.h"
 
 namespace kvagent::testing {
 namespace {
@@ -30,7 +31,7 @@ class WireCorruption : public ::testing::Test {
 
   KvmasterProcess master{{"--agent-ttl-ms", "60000"}};
   const uint16_t b_port = FreePort();
-  HoldProxy path{"127.0.0.2", b_port, b_port};
+  TcpProxy path{"127.0.0.2", b_port, b_port};
   std::unique_ptr<NodeAgent> a, b;
   std::unique_ptr<Client> ca, cb;
 };

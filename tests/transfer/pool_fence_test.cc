@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "kvagent/common/checksum.h"
+#include "tcp_proxy.h"
 #include "tcp_wire.h"
 #include "test_support.h"
 
 namespace kvagent::transfer {
 namespace {
 
-using testing::ListenOnLoopback;
 using testing::MakeNode;
 using testing::Node;
 using testing::ReadExactly;
@@ -280,72 +280,6 @@ TEST(DataWire, ARequestRoundTripsAndADamagedOrMalformedOneIsRefused) {
   EXPECT_NE(refused.message().find("READ"), std::string::npos) << refused.ToString();
 }
 
-// Listens on 127.0.0.1 and forwards the n-th connection it accepts to the n-th target (the last
-// for any later one). Cut() stops forwarding on the connections open so far without closing
-// them, as a partition does: their clients never hear that the peer behind them went away.
-class SwitchingForwarder {
- public:
-  explicit SwitchingForwarder(std::vector<uint16_t> targets) : targets_(std::move(targets)) {
-    listener_ = ListenOnLoopback(&port_);
-    EXPECT_GE(listener_, 0);
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~SwitchingForwarder() {
-    stop_ = true;
-    thread_.join();
-    for (int fd : fds_) close(fd);
-    close(listener_);
-  }
-  std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
-  void Cut() { cut_before_ = accepted_.load(); }
-  int accepted() const { return accepted_.load(); }
-
- private:
-  void Run() {
-    while (!stop_) {
-      std::vector<pollfd> polled = {{listener_, POLLIN, 0}};
-      for (int fd : fds_) polled.push_back({fd, POLLIN, 0});
-      if (poll(polled.data(), polled.size(), 20) <= 0) continue;
-      if (polled[0].revents & POLLIN) Accept();
-      for (size_t i = 1; i < polled.size(); ++i) {
-        const size_t pair = (i - 1) / 2;  // fds_: client, server, client, server, ...
-        if (!(polled[i].revents & (POLLIN | POLLHUP)) || static_cast<int>(pair) < cut_before_) {
-          continue;
-        }
-        char buf[65536];
-        const ssize_t n = read(fds_[i - 1], buf, sizeof(buf));
-        const int other = fds_[(i - 1) ^ 1];
-        if (n > 0) {
-          EXPECT_TRUE(WriteAll(other, buf, static_cast<size_t>(n)));
-        }
-      }
-    }
-  }
-  void Accept() {
-    const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) return;
-    const size_t n = static_cast<size_t>(accepted_.load());
-    const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(targets_[std::min(n, targets_.size() - 1)]);
-    EXPECT_EQ(connect(server, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    fds_.push_back(client);
-    fds_.push_back(server);
-    ++accepted_;
-  }
-
-  std::vector<uint16_t> targets_;
-  int listener_ = -1;
-  uint16_t port_ = 0;
-  std::vector<int> fds_;  // touched by the forwarding thread only
-  std::atomic<bool> stop_{false};
-  std::atomic<int> accepted_{0};
-  std::atomic<int> cut_before_{0};
-  std::thread thread_;
-};
-
 // The client's pooled connection outlived its peer's restart (a partition kept the FIN away):
 // an op placed in the peer's new pool is sent on a new connection, whose hello names that
 // pool, instead of being failed on the connection to the peer's last life.
@@ -355,8 +289,10 @@ TEST(FencedDataServer, AnIdleConnectionToAPeersLastLifeIsReplacedForAnOpOfItsNew
   new_fence.SetEpoch(kEpoch);
   Node old_life = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &old_fence);
   Node new_life = MakeNode(4 * kMiB, std::chrono::seconds(10), "127.0.0.1:0", &new_fence);
-  SwitchingForwarder peer(
-      {PortOf(old_life.engine->endpoint()), PortOf(new_life.engine->endpoint())});
+  // The first connection reaches the old life, every later one the new.
+  kvagent::testing::TcpProxy peer(
+      "127.0.0.1", 0, {PortOf(old_life.engine->endpoint()), PortOf(new_life.engine->endpoint())});
+  ASSERT_TRUE(peer.ok());
   Node client = MakeNode(4 * kMiB);
   std::vector<uint8_t> src(4096, 0x31);
   ASSERT_TRUE(client.engine->RegisterMemory(src.data(), src.size()).ok());
