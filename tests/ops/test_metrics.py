@@ -7,12 +7,15 @@
 - The real Prometheus server (Debian's package) scrapes a running agent and master on loopback,
   and queries through its HTTP API return the counters' values after known puts.
 - A bad or taken --metrics-listen is refused.
+- Clients that connect and send nothing, or half a request, do not hold a scrape off.
 
 Environment: KVAGENT, KVMASTER, KVCTL, OPERATIONS_MD, PROMETHEUS (path of the prometheus binary).
 """
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import unittest
 import urllib.parse
@@ -165,6 +168,35 @@ class BadListenTest(unittest.TestCase):
                            timeout=60)
         self.assertEqual(r.returncode, 1)
         self.assertIn("cannot serve metrics on " + taken, r.stderr)
+
+
+class SlowClientsTest(unittest.TestCase):
+    """Idle and half-sent connections to a running agent's endpoint never hold a scrape off."""
+
+    def test_idle_connections_do_not_hold_off_a_scrape(self):
+        p = Processes("kvagent-metrics-slow-")
+        self.addCleanup(p.stop)
+        port = free_port()
+        run_dir, _ = p.kvagent("a", "--metrics-listen", f"127.0.0.1:{port}")
+        held = []
+        self.addCleanup(lambda: [s.close() for s in held])
+        for i in range(120):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i % 6 == 0:
+                s.sendall(b"GET /metr")  # and the rest never
+            held.append(s)
+        # Answered within http_get's 5 s bound (one worker thread per connection took 10 s for
+        # each idle connection ahead of the scrape).
+        for _ in range(3):
+            status, body = http_get(f"http://127.0.0.1:{port}/metrics")
+            self.assertEqual(status, 200)
+            self.assertEqual(parse_metrics(body)["kvagent_up"], 1)
+        # At most the endpoint's 64 connections stay open: the oldest unfinished ones were closed
+        # to make room, the later ones are still waiting (not timed out).
+        readable, _, _ = select.select(held, [], [], 0)
+        open_now = [s for s in held if s not in readable]
+        self.assertLessEqual(len(open_now), 64)
+        self.assertIn(held[-1], open_now)
 
 
 class PrometheusTest(unittest.TestCase):
