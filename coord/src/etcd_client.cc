@@ -14,20 +14,6 @@ Status BadAnswer(std::string_view call) {
                   " with an unexpected document; check that the endpoint is etcd >= 3.4");
 }
 
-// The kvs of a range answer (`kvs` absent: no key).
-Result<std::vector<EtcdKeyValue>> KeyValuesOf(const Json& answer) {
-  std::vector<EtcdKeyValue> out;
-  const auto kvs = answer.find("kvs");
-  if (kvs == answer.end()) return out;
-  if (!kvs->is_array()) return BadAnswer("range");
-  for (const Json& kv : *kvs) {
-    auto parsed = KeyValueFrom(kv);
-    if (!parsed.ok()) return parsed.status();
-    out.push_back(std::move(*parsed));
-  }
-  return out;
-}
-
 void SetRevision(const Json& answer, int64_t* revision) {
   if (revision == nullptr) return;
   const auto header = answer.find("header");
@@ -138,12 +124,7 @@ Result<EtcdClient::CreateResult> EtcdClient::CreateIfAbsent(std::string_view key
     out.create_revision = revision;
     return out;
   }
-  const auto responses = answer->find("responses");
-  if (responses == answer->end() || !responses->is_array() || responses->empty()) {
-    return BadAnswer("txn");
-  }
-  const Json& range = (*responses)[0].value("response_range", Json::object());
-  auto kvs = KeyValuesOf(range);
+  auto kvs = KeyValuesOfFirstRange(*answer);
   if (!kvs.ok()) return kvs.status();
   if (!kvs->empty()) out.existing = std::move(kvs->front());
   return out;

@@ -69,6 +69,32 @@ Result<EtcdKeyValue> KeyValueFrom(const Json& kv) {
   return out;
 }
 
+Result<std::vector<EtcdKeyValue>> KeyValuesOf(const Json& answer) {
+  std::vector<EtcdKeyValue> out;
+  const auto kvs = answer.find("kvs");
+  if (kvs == answer.end()) return out;
+  if (!kvs->is_array()) return Internal("etcd sent kvs that are not a list");
+  for (const Json& kv : *kvs) {
+    auto parsed = KeyValueFrom(kv);
+    if (!parsed.ok()) return parsed.status();
+    out.push_back(std::move(*parsed));
+  }
+  return out;
+}
+
+Result<std::vector<EtcdKeyValue>> KeyValuesOfFirstRange(const Json& txn_answer) {
+  const auto responses = txn_answer.find("responses");
+  if (responses == txn_answer.end() || !responses->is_array() || responses->empty()) {
+    return Internal("etcd answered txn without the responses it ran");
+  }
+  const Json& first = (*responses)[0];
+  if (!first.is_object()) return Internal("etcd sent a txn response that is not an object");
+  const auto range = first.find("response_range");
+  if (range == first.end()) return std::vector<EtcdKeyValue>();
+  if (!range->is_object()) return Internal("etcd sent a response_range that is not an object");
+  return KeyValuesOf(*range);
+}
+
 std::string PrefixEnd(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {

@@ -15,6 +15,7 @@
 
 #include "kvagent/common/status.h"
 #include "kvagent/coord/etcd_client.h"
+#include "kvagent/coord/etcd_watch.h"
 
 namespace kvagent::coord {
 
@@ -35,6 +36,14 @@ Result<std::string> FromBase64(std::string_view text);
 std::optional<int64_t> JsonInt(const Json& object, const char* field);
 // A key-value object of an answer (kvs[i], or an event's kv).
 Result<EtcdKeyValue> KeyValueFrom(const Json& kv);
+// The kvs of a range answer (none when `kvs` is absent).
+Result<std::vector<EtcdKeyValue>> KeyValuesOf(const Json& answer);
+// The kvs of the range a failed transaction ran instead (its first response).
+Result<std::vector<EtcdKeyValue>> KeyValuesOfFirstRange(const Json& txn_answer);
+// One line of a watch stream from `endpoint`: its events appended to `out`, *created set when it
+// confirms the watch. An error line, a canceled watch or an unexpected document is an error.
+Status ParseWatchLine(std::string_view line, const std::string& endpoint, bool* created,
+                      std::vector<EtcdEvent>* out);
 // The range_end that makes a range cover every key starting with `prefix`.
 std::string PrefixEnd(std::string_view prefix);
 // An etcd error answer ({"error": ..., "code": N}) as a Status: gRPC codes mapped to ours.

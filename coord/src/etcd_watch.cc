@@ -6,6 +6,60 @@
 #include "etcd_http.h"
 
 namespace kvagent::coord {
+namespace {
+
+// Whether `object` has `field` set to true (absent: false, proto3's default). Reading it with
+// nlohmann's value() would throw on another type: etcd's answers are untrusted bytes.
+bool IsTrue(const Json& object, const char* field) {
+  const auto it = object.find(field);
+  return it != object.end() && it->is_boolean() && it->get<bool>();
+}
+
+}  // namespace
+
+Status ParseWatchLine(std::string_view line, const std::string& endpoint, bool* created,
+                      std::vector<EtcdEvent>* out) {
+  const Json message = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (message.is_discarded() || !message.is_object()) {
+    return Internal("etcd watch at " + endpoint + " sent a line that is not JSON");
+  }
+  if (const auto e = message.find("error"); e != message.end()) {
+    return StatusFromError(*e, 200);
+  }
+  const auto result = message.find("result");
+  if (result == message.end() || !result->is_object()) {
+    return Internal("etcd watch at " + endpoint + " sent a message without a result");
+  }
+  if (IsTrue(*result, "canceled")) {
+    const int64_t compacted = JsonInt(*result, "compact_revision").value_or(0);
+    return Internal("etcd canceled the watch" +
+                    (compacted > 0
+                         ? " (revisions before " + std::to_string(compacted) + " were compacted)"
+                         : std::string()) +
+                    "; read the key again");
+  }
+  if (IsTrue(*result, "created")) *created = true;
+  const auto events = result->find("events");
+  if (events == result->end()) return Status::Ok();
+  if (!events->is_array()) return Internal("etcd watch sent events that are not a list");
+  for (const Json& e : *events) {
+    if (!e.is_object()) return Internal("etcd watch sent an event that is not an object");
+    EtcdEvent event;
+    const auto type = e.find("type");  // absent: PUT (proto3's default)
+    if (type != e.end() && !type->is_string()) {
+      return Internal("etcd watch sent an event whose type is not a name");
+    }
+    event.type = type != e.end() && type->get_ref<const std::string&>() == "DELETE"
+                     ? EtcdEvent::Type::kDelete
+                     : EtcdEvent::Type::kPut;
+    const auto kv_field = e.find("kv");
+    auto kv = KeyValueFrom(kv_field == e.end() ? Json::object() : *kv_field);
+    if (!kv.ok()) return kv.status();
+    event.kv = std::move(*kv);
+    out->push_back(std::move(event));
+  }
+  return Status::Ok();
+}
 
 class EtcdWatch::Stream {
  public:
@@ -107,40 +161,7 @@ class EtcdWatch::Stream {
   }
 
   Status Parse(std::string_view line, std::vector<EtcdEvent>* out) {
-    const Json message = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (message.is_discarded() || !message.is_object()) {
-      return Internal("etcd watch at " + endpoint_ + " sent a line that is not JSON");
-    }
-    if (const auto e = message.find("error"); e != message.end()) {
-      return StatusFromError(*e, 200);
-    }
-    const auto result = message.find("result");
-    if (result == message.end() || !result->is_object()) {
-      return Internal("etcd watch at " + endpoint_ + " sent a message without a result");
-    }
-    if (result->value("canceled", false)) {
-      const int64_t compacted = JsonInt(*result, "compact_revision").value_or(0);
-      return Internal("etcd canceled the watch" +
-                      (compacted > 0
-                           ? " (revisions before " + std::to_string(compacted) + " were compacted)"
-                           : std::string()) +
-                      "; read the key again");
-    }
-    if (result->value("created", false)) created_ = true;
-    const auto events = result->find("events");
-    if (events == result->end()) return Status::Ok();
-    if (!events->is_array()) return Internal("etcd watch sent events that are not a list");
-    for (const Json& e : *events) {
-      if (!e.is_object()) return Internal("etcd watch sent an event that is not an object");
-      EtcdEvent event;
-      event.type = e.value("type", std::string("PUT")) == "DELETE" ? EtcdEvent::Type::kDelete
-                                                                   : EtcdEvent::Type::kPut;
-      auto kv = KeyValueFrom(e.value("kv", Json::object()));
-      if (!kv.ok()) return kv.status();
-      event.kv = std::move(*kv);
-      out->push_back(std::move(event));
-    }
-    return Status::Ok();
+    return ParseWatchLine(line, endpoint_, &created_, out);
   }
 
   CURLM* multi_;
