@@ -160,6 +160,9 @@ class ReadBatch final : public Batch {
     bool corrupt_seen = false;  // some replica's bytes failed the checksum
     bool failed_seen = false;   // some replica could not be read at all
     bool rereading = false;     // the peer read in flight reads a replica again (read_batch.cc)
+    // Bytes that failed the checksum were read after the read lease may have run out: the value
+    // may have been replaced meanwhile, so they say nothing about the replica (read_batch.cc).
+    bool outlived_lease = false;
     std::vector<Replica> left;  // in the order to try them
     // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
     std::shared_ptr<ProcessMemory::ScratchRange> scratch;
@@ -178,10 +181,16 @@ class ReadBatch final : public Batch {
   uint32_t Rechecked(const PartRead& read, const Replica& local, const ClientValue& target,
                      uint32_t crc) const;
   // The bytes of `read` (from `replica`) are in the buffer: true when they match the checksum;
-  // otherwise the replica is reported and counted.
+  // otherwise the replica is reported and counted, unless they were read after the read lease
+  // may have run out (then `read.outlived_lease`, and nobody is blamed).
   bool Verified(PartRead& read, const Replica& replica, uint32_t crc);
-  // The key of `read` still wants its bytes: its client is there and its lease has not expired.
+  // The key of `read` still wants its bytes: its client is there and has not given up.
   bool Alive(const PartRead& read, std::chrono::steady_clock::time_point now);
+  // Bytes in the buffer at `now` were read under the read lease: it was granted after the
+  // BatchGet was sent, so it lasts at least until sent_at_ + lease_ on this node's clock.
+  bool UnderLease(std::chrono::steady_clock::time_point now) const {
+    return now - sent_at_ <= lease_;
+  }
   // Reads `replica`, whose bytes from a peer just failed their checksum (`crc`), once more.
   void RereadPeer(PartRead& read, Replica replica, uint32_t crc);
   void PartFailed(const PartRead& read, const Status& last);

@@ -15,10 +15,12 @@
 //
 // A Get whose read lease expired before its bytes were all in the client's buffer fails with
 // TIMEOUT (SEMANTICS: "A Get whose lease expired during the transfer fails"): once the lease is
-// gone the master may evict or remove the object and hand its range to a new writer. The lease
-// is measured from when the BatchGet was sent, which is never later than when the master
-// granted it, so the check can only err on the safe side. (The checksum catches such a mix
-// too.)
+// gone the master may evict or remove the object and hand its range to a new writer (an upsert
+// of the same size rewrites the value in place). The lease is measured from when the BatchGet
+// was sent, which is never later than when the master granted it, so the check can only err on
+// the safe side. Bytes that fail their checksum after that point are such a mix as likely as
+// damage: the key fails with TIMEOUT and no replica is blamed (blaming one would drop a good
+// replica of the new value, with its last replica the object).
 #include <glog/logging.h>
 
 #include "batch.h"
@@ -165,6 +167,7 @@ void ReadBatch::ReadPart(PartRead read) {
     }
     ctx_.counters.bytes_from_pool += read.length;
     if (Verified(read, local, Rechecked(read, local, target, *copied))) return;
+    if (read.outlived_lease) return PartFailed(read, Status());  // no replica can say more now
     last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
   }
   if (read.left.empty()) {
@@ -200,6 +203,10 @@ uint32_t ReadBatch::Rechecked(const PartRead& read, const Replica& local, const 
 
 bool ReadBatch::Verified(PartRead& read, const Replica& replica, uint32_t crc) {
   if (!read.checksummed || crc == read.checksum) return true;
+  if (!UnderLease(std::chrono::steady_clock::now())) {
+    read.outlived_lease = true;
+    return false;
+  }
   read.corrupt_seen = true;
   ++ctx_.counters.checksum_mismatches;
   const std::string key(KeyAt(requests_, keys_[read.key]));
@@ -217,6 +224,15 @@ void ReadBatch::PartFailed(const PartRead& read, const Status& last) {
   if (!copied_[k]) return;  // another part failed already
   copied_[k] = 0;
   HeldRequest& h = held(keys_[k]);
+  if (read.outlived_lease) {
+    ++ctx_.counters.lease_expired;
+    h.SetKey(keys_[k].index, ErrorCode::kTimeout,
+             "the bytes of part " + std::to_string(read.part) + " were read after the " +
+                 std::to_string(lease_.count()) +
+                 " ms read lease may have run out and do not match the value's checksum: it may "
+                 "have been replaced meanwhile (no replica is blamed); retry the get");
+    return;
+  }
   // Corrupt only when every replica was read and none matched: a replica that could not be
   // read (or was not tried) may still hold the value, so that is a failed transfer (retry).
   if (read.corrupt_seen && !read.failed_seen && read.left.empty()) {
@@ -269,6 +285,12 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
                            : received[i].taken ? received[i].crc
                                                : Crc32c(read.dst, read.length);
       const bool second_read = std::exchange(read.rereading, false);
+      if (read.checksummed && crc != read.checksum && !UnderLease(now)) {
+        // Past the lease the value may have been replaced while its bytes were on the way.
+        read.outlived_lease = true;
+        PartFailed(read, Status());
+        continue;
+      }
       if (!second_read && read.checksummed && crc != read.checksum) {
         if (Alive(read, now)) {
           RereadPeer(read, std::move(tried[i]), crc);

@@ -359,6 +359,63 @@ TEST(PipelineRead, BytesThatArriveAfterTheReadLeaseAreNotAnsweredOk) {
   EXPECT_EQ(rig.Counter("agent.lease_expired"), 1u);
 }
 
+// Bytes that arrive after the read lease and fail their checksum: an upsert of the same size may
+// have rewritten the value in place once the lease was gone (seen across a throttled link:
+// SlowLink in tests/integrity). They say nothing about the replica: TIMEOUT, nothing reported,
+// nothing counted corrupt, no second read (before, the replica was read again, blamed, reported
+// and the get answered DATA_CORRUPTED).
+TEST(PipelineRead, BytesThatFailTheirChecksumAfterTheReadLeaseBlameNoReplica) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 4096);
+  rig.data->AddPeer(kPeerB, 4096);
+  TestClient client(1);
+  const std::string before = Pattern("old", 600), after = Pattern("new", 600);
+  InPeer(rig, kPeerA, 0, after);  // replaced while the bytes were on their way
+  InPeer(rig, kPeerB, 0, before);
+  const auto sent = Clock::now();
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {600});
+  Answer(placed,
+         PlacementReply(placed.id(),
+                        {PlacedKey{.write_id = 4,
+                                   .size = 600,
+                                   .replicas = {At(kPoolA, 0, before), At(kPoolB, 0, before)}}},
+                        {Own(), PeerA(), PeerB()}, true, /*lease_ttl_ms=*/20));
+  WaitPast(sent + 50ms);
+  ASSERT_EQ(rig.data->waiting(), 1u);
+  rig.data->RunOne();
+  rig.sink.RunPosted();
+  EXPECT_EQ(rig.data->waiting(), 0u) << "no other read once the lease is gone";
+  rig.Settle();
+  const CompletionData& done = rig.sink.Of(id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kTimeout});
+  EXPECT_NE(done.messages.at(0).find("no replica is blamed"), std::string::npos)
+      << done.messages[0];
+  EXPECT_EQ(rig.master->pending(), 0u) << "a replica was reported";
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 0u);
+  EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 0u);
+  EXPECT_EQ(rig.Counter("agent.peer_rereads"), 0u);
+  EXPECT_EQ(rig.Counter("agent.lease_expired"), 1u);
+}
+
+// The same for this node's own replica when the master's answer itself came after the lease.
+TEST(PipelineRead, ALocalCopyThatFailsItsChecksumAfterTheReadLeaseBlamesNoReplica) {
+  PipelineRig rig;
+  TestClient client(1);
+  const std::string before = Pattern("old", 300);
+  InPool(rig, 0, Pattern("new", 300));
+  const auto sent = Clock::now();
+  auto [copy, id, placed] = SendGet(rig, client, {"k"}, {300});
+  WaitPast(sent + 50ms);
+  Answer(placed, PlacementReply(
+                     placed.id(),
+                     {PlacedKey{.write_id = 6, .size = 300, .replicas = {At(kOwnPool, 0, before)}}},
+                     {Own()}, true, /*lease_ttl_ms=*/20));
+  rig.Settle();
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kTimeout});
+  EXPECT_EQ(rig.master->pending(), 0u) << "a replica was reported";
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 0u);
+}
+
 TEST(PipelineRead, WithChecksumsOffCorruptBytesAreNotDetected) {
   PipelineRig rig(/*checksums=*/false);
   TestClient client(1);

@@ -91,6 +91,20 @@ class NamespacePair {
            RunQuiet({"ip", "-n", b_, "link", "set", veth_b_, "up"}) == 0;
   }
 
+  // Limits the link to `rate` each way (tc's token bucket filter, e.g. "16mbit"; this kernel has
+  // no netem): a packet waits in the queue up to `queue` (e.g. "1500ms") for its turn, and a
+  // packet past that is dropped, as on a congested link. The namespaces take the queues with
+  // them.
+  bool Slow(const std::string& rate, const std::string& queue) {
+    for (const auto& [ns, dev] : {std::pair{a_, veth_a_}, std::pair{b_, veth_b_}}) {
+      if (RunQuiet({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                    "burst", "32kb", "latency", queue}) != 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // `args` prefixed to run inside namespace `ns`.
   static std::vector<std::string> In(const std::string& ns, std::vector<std::string> args) {
     args.insert(args.begin(), {"/usr/sbin/ip", "netns", "exec", ns});

@@ -114,15 +114,24 @@ class NodeAgent {
 
 // ---- SDK round trips -------------------------------------------------------------------------
 
-inline KeyResult PutValue(Client& c, const std::string& key, const std::string& value,
-                          uint8_t replicas = 1) {
+// One key's Put (put-if-absent) or Upsert (replaces), and its outcome.
+inline KeyResult WriteValue(Client& c, bool upsert, const std::string& key,
+                            const std::string& value, uint8_t replicas) {
   std::vector<std::string> keys = {key};
   std::vector<Value> values = {Value(std::string_view(value))};
   CallOptions o;
   o.write.replica_count = replicas;
-  Reply r = c.Put(keys, values, o);
+  Reply r = upsert ? c.Upsert(keys, values, o) : c.Put(keys, values, o);
   if (r.keys.empty()) return KeyResult{r.status.code(), r.status.message()};
   return r.keys[0];
+}
+inline KeyResult PutValue(Client& c, const std::string& key, const std::string& value,
+                          uint8_t replicas = 1) {
+  return WriteValue(c, /*upsert=*/false, key, value, replicas);
+}
+inline KeyResult UpsertValue(Client& c, const std::string& key, const std::string& value,
+                             uint8_t replicas = 1) {
+  return WriteValue(c, /*upsert=*/true, key, value, replicas);
 }
 
 // The value of `key` (capacity `capacity`) and its code; the bytes only when the code is OK.
