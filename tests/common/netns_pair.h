@@ -91,10 +91,11 @@ class NamespacePair {
            RunQuiet({"ip", "-n", b_, "link", "set", veth_b_, "up"}) == 0;
   }
 
-  // Limits the link to `rate` each way (tc's token bucket filter, e.g. "16mbit"; this kernel has
+  // Limits the link to `rate` each way (tc's token bucket filter, e.g. "4mbit"; this kernel has
   // no netem): a packet waits in the queue up to `queue` (e.g. "1500ms") for its turn, and a
-  // packet past that is dropped, as on a congested link. The namespaces take the queues with
-  // them.
+  // packet past that is dropped. (TCP senders on these hosts keep most of their backlog in their
+  // own socket buffers, TCP small queues, so the shared queue stays short: the link is slow,
+  // not congested.) The namespaces take the queues with them.
   bool Slow(const std::string& rate, const std::string& queue) {
     for (const auto& [ns, dev] : {std::pair{a_, veth_a_}, std::pair{b_, veth_b_}}) {
       if (RunQuiet({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,

@@ -1,7 +1,7 @@
 // A slow link between two nodes: two agents in two network namespaces whose veth pair is limited
-// by a token bucket (tc tbf; this kernel has no netem), with packets queued up to 1.5 s, so that
-// a data-plane op can time out (no bytes moved for --data-peer-timeout-ms) while its bytes still
-// wait in the queue and arrive after it failed. Writers on both nodes upsert the same keys (one
+// to 4 Mbit/s by a token bucket (tc tbf; this kernel has no netem), so that a 192 KiB value
+// takes ~400 ms to cross: longer than a get's read lease here, and long enough for a write to be
+// taken over while its bytes are on the way. Writers on both nodes upsert the same keys (one
 // replica, or two with one across the link), readers on both read them, and kvmaster lets an
 // unfinished put be taken over after 400 ms (and keeps a get's read lease 300 ms, so that the
 // upserts are not all refused as busy). What must hold:
@@ -102,10 +102,6 @@ class Book {
     }
     return out;
   }
-  bool Stored(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return acknowledged_.count(name) != 0 || unknown_.count(name) != 0;
-  }
   std::string Summary() {
     std::lock_guard<std::mutex> lock(mu_);
     std::string s = std::to_string(acknowledged_.size()) + " upserts acknowledged, " +
@@ -130,36 +126,53 @@ class Book {
   std::vector<std::string> wrong_;
 };
 
+// kvmaster and agent 0 in namespace a, agent 1 in namespace b, the link between them throttled.
+class SlowPair {
+ public:
+  SlowPair(const Args& master_flags, const Args& agent_flags) {
+    if (!net_.ok() || !net_.Slow("4mbit", "1500ms")) return;
+    const std::string ready = dir_.path() + "/ready";
+    const std::string rpc = "tcp://" + net_.address_a() + ":50051";
+    const std::string events = "tcp://" + net_.address_a() + ":5557";
+    const std::string replay = "tcp://" + net_.address_a() + ":5558";
+    const std::string secret = dir_.path() + "/cluster-secret";
+    std::ofstream(secret) << "the slow link test's cluster secret, 32+ bytes\n";
+    chmod(secret.c_str(), 0600);
+    master_.Reset(SpawnQuiet(NamespacePair::In(
+        net_.a(),
+        Concat({KVMASTER_BINARY, "--listen", rpc, "--events", events, "--events-replay", replay,
+                "--ready-file", ready, "--tick-ms", "20", "--cluster-secret-file", secret},
+               master_flags))));
+    if (!WaitUntil([&] { return access(ready.c_str(), F_OK) == 0; })) return;
+    for (const auto& [ns, address] :
+         {std::pair{net_.a(), net_.address_a()}, std::pair{net_.b(), net_.address_b()}}) {
+      agents_.push_back(std::make_unique<NodeAgent>(
+          Concat({"--master", rpc, "--master-events", events, "--master-events-replay", replay,
+                  "--data-listen", address + ":0", "--master-ready-wait-ms", "5000",
+                  "--cluster-secret-file", secret},
+                 agent_flags),
+          NamespacePair::In(ns, {})));
+      if (!agents_.back()->started()) return;
+    }
+    ok_ = true;
+  }
+  bool ok() const { return ok_; }
+  NodeAgent& agent(int i) { return *agents_[i]; }
+
+ private:
+  NamespacePair net_;
+  TempDir dir_;
+  ProcessGuard master_;
+  std::vector<std::unique_ptr<NodeAgent>> agents_;
+  bool ok_ = false;
+};
+
 TEST(SlowLink, LateBytesOnAThrottledLinkNeverMakeAGetAnswerOKWithBytesNoWriteStored) {
   if (!CanUseNetns()) GTEST_SKIP() << "needs root and `ip netns` (CI is root)";
-  NamespacePair net;
-  ASSERT_TRUE(net.ok());
-  ASSERT_TRUE(net.Slow("4mbit", "1500ms"));
-  TempDir dir;
-  const std::string ready = dir.path() + "/ready";
-  const std::string rpc = "tcp://" + net.address_a() + ":50051";
-  const std::string events = "tcp://" + net.address_a() + ":5557";
-  const std::string replay = "tcp://" + net.address_a() + ":5558";
-  const std::string secret = dir.path() + "/cluster-secret";
-  std::ofstream(secret) << "the slow link test's cluster secret, 32+ bytes\n";
-  chmod(secret.c_str(), 0600);
-  ProcessGuard master;
-  master.Reset(SpawnQuiet(NamespacePair::In(
-      net.a(), {KVMASTER_BINARY, "--listen", rpc, "--events", events, "--events-replay", replay,
-                "--ready-file", ready, "--put-timeout-ms", "400", "--lease-ttl-ms", "300",
-                "--tick-ms", "20", "--cluster-secret-file", secret})));
-  ASSERT_TRUE(WaitUntil([&] { return access(ready.c_str(), F_OK) == 0; }));
-  auto agent_in = [&](const std::string& ns, const std::string& address) {
-    return std::make_unique<NodeAgent>(
-        Args{"--master", rpc, "--master-events", events, "--master-events-replay", replay,
-             "--data-listen", address + ":0", "--data-peer-timeout-ms", "800",
-             "--master-ready-wait-ms", "5000", "--cluster-secret-file", secret},
-        NamespacePair::In(ns, {}));
-  };
-  std::vector<std::unique_ptr<NodeAgent>> agents;
-  agents.push_back(agent_in(net.a(), net.address_a()));
-  agents.push_back(agent_in(net.b(), net.address_b()));
-  for (auto& a : agents) ASSERT_TRUE(a->started());
+  SlowPair pair({"--put-timeout-ms", "400", "--lease-ttl-ms", "300"},
+                {"--data-peer-timeout-ms", "800"});
+  ASSERT_TRUE(pair.ok());
+  std::vector<NodeAgent*> agents = {&pair.agent(0), &pair.agent(1)};
 
   Book book;
   std::atomic<bool> stop{false};
