@@ -277,9 +277,9 @@ struct MetricsHttpServer::Impl {
   static void Drain(Connection* c) {
     char discard[4096];
     const ssize_t n = recv(c->fd.get(), discard, sizeof(discard), 0);
+    if (n > 0) return;  // more to discard (a client that keeps sending is cut off at the deadline)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     Close(c);  // the client closed (or reset): nothing more to wait for
-    // (A client that keeps sending is cut off at the deadline.)
   }
 };
 
