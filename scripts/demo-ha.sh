@@ -30,10 +30,11 @@ etcd=$(command -v etcd || true)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvagent-demo-ha.XXXXXX")
 declare -A pid_of=()
 
+# True while `pid`, a background job of this shell, has not ended. (Asking ps about the pid
+# would also find a process that was given the same pid after ours ended: pids come round
+# quickly on a busy machine, and a stop would then signal a stranger.)
 alive() {
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [[ $state != Z* ]]
+  jobs -rp | grep -x "$1" >/dev/null
 }
 stop() {  # stop NAME: SIGTERM, up to 5 s, then SIGKILL; always reaped
   local pid=${pid_of[$1]:-}

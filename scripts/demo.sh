@@ -39,11 +39,11 @@ run=$tmp/run
 pids=()   # every process we started, in start order
 names=()
 
-# True while `pid` runs (a zombie child does not count: it is only waiting to be reaped).
+# True while `pid`, a background job of this shell, has not ended. (Asking ps about the pid
+# would also find a process that was given the same pid after ours ended: pids come round
+# quickly on a busy machine, and a stop would then signal a stranger.)
 alive() {
-  local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-  [[ $state != Z* ]]
+  jobs -rp | grep -x "$1" >/dev/null
 }
 
 stop() {  # stop PID NAME: SIGTERM, up to 5 s, then SIGKILL; always reaped

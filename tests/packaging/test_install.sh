@@ -8,7 +8,11 @@ build=$1
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvagent-install-XXXXXX")
 agent_pid=""
 cleanup() {
-  if [[ -n "$agent_pid" ]]; then kill -9 "$agent_pid" 2>/dev/null || true; wait "$agent_pid" 2>/dev/null || true; fi
+  # Only while it is still our job: once bash has reaped it, its pid may be another process's.
+  if [[ -n "$agent_pid" ]]; then
+    if jobs -rp | grep -x "$agent_pid" >/dev/null; then kill -9 "$agent_pid" 2>/dev/null || true; fi
+    wait "$agent_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

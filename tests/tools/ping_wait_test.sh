@@ -7,7 +7,11 @@ kvagent=$1 kvctl=$2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kvctl-ping-wait.XXXXXX")
 agent=""
 cleanup() {
-  [[ -n $agent ]] && { kill -KILL "$agent" 2>/dev/null || true; wait "$agent" 2>/dev/null || true; }
+  # Only while it is still our job: once bash has reaped it, its pid may be another process's.
+  if [[ -n $agent ]]; then
+    if jobs -rp | grep -x "$agent" >/dev/null; then kill -KILL "$agent" 2>/dev/null || true; fi
+    wait "$agent" 2>/dev/null || true
+  fi
   rm -rf "$dir"
 }
 trap cleanup EXIT
