@@ -232,7 +232,15 @@ bool HaveHardwareCrc() {
 std::vector<Path> AvailablePaths() {
   std::vector<Path> paths;
 #if defined(__x86_64__)
-  if (HaveVpclmul512()) paths.push_back(kFold512Path);
+  if (HaveVpclmul512()) {
+    if (Hybrid512IsFaster()) {
+      paths.push_back(kHybrid512Path);
+      paths.push_back(kFold512Path);
+    } else {
+      paths.push_back(kFold512Path);
+      paths.push_back(kHybrid512Path);
+    }
+  }
   if (HaveVpclmul256()) paths.push_back(kHybridPath);
   if (HavePclmul()) paths.push_back(kFoldPath);
   if (HaveHardwareCrc()) paths.push_back(Path{HwUpdate, HwCopyUpdate, "sse4.2"});

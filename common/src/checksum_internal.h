@@ -82,6 +82,10 @@ bool HaveVpclmul512();
 extern const Path kFoldPath;
 extern const Path kHybridPath;
 extern const Path kFold512Path;
+// The folds of kFold512Path beside eight crc32 chains, for values up to 64 KiB.
+extern const Path kHybrid512Path;
+// Whether kHybrid512Path computes a CRC faster than kFold512Path on this CPU (timed once).
+bool Hybrid512IsFaster();
 #endif
 
 }  // namespace kvagent::crc32c

@@ -40,13 +40,15 @@ TEST(Crc32c, KnownValues) {
 // the checksum equals the reference and the copy equals the source.
 TEST(Crc32c, FastPathsMatchTheReferenceAtEveryBoundary) {
   // Lane and block boundaries of every path: 768-byte blocks (sse4.2), 128- and 256-byte
-  // strides (the folds), 4,032- and 14,336-byte chunks (avx2+vpclmulqdq).
-  const std::vector<uint8_t> src = RandomBytes(40000 + 64, 7);
-  std::vector<uint8_t> dst(40000 + 64);
-  const size_t lengths[] = {0,     1,     7,     8,     15,    63,    64,    255,  256,
-                            767,   768,   769,   1024,  1535,  1536,  1537,  2303, 2304,
-                            4031,  4032,  4033,  4096,  4097,  4160,  8064,  8191, 8192,
-                            14335, 14336, 14337, 18368, 18369, 28672, 32768, 40000};
+  // strides (the folds), 4,032- and 14,336-byte chunks (avx2+vpclmulqdq), 4 KiB chunks up to
+  // 64 KiB (avx512+vpclmulqdq+crc32).
+  const std::vector<uint8_t> src = RandomBytes(70000 + 64, 7);
+  std::vector<uint8_t> dst(70000 + 64);
+  const size_t lengths[] = {0,     1,     7,     8,     15,    63,    64,    255,   256,
+                            767,   768,   769,   1024,  1535,  1536,  1537,  2303,  2304,
+                            4031,  4032,  4033,  4095,  4096,  4097,  4160,  8064,  8191,
+                            8192,  8193,  12543, 14335, 14336, 14337, 18368, 18369, 28672,
+                            32768, 40000, 65535, 65536, 65537, 70000};
   for (size_t n : lengths) {
     for (size_t align : {0, 1, 3, 8, 13}) {
       const uint8_t* s = src.data() + align;
@@ -100,8 +102,9 @@ TEST(Crc32c, OneFlippedBitChangesTheChecksum) {
 
 TEST(Crc32c, ReportsItsImplementation) {
   const std::string name = Crc32cImplementation();
-  EXPECT_TRUE(name == "avx512+vpclmulqdq" || name == "avx2+vpclmulqdq" || name == "sse4.2+pclmul" ||
-              name == "sse4.2" || name == "armv8-crc" || name == "table")
+  EXPECT_TRUE(name == "avx512+vpclmulqdq+crc32" || name == "avx512+vpclmulqdq" ||
+              name == "avx2+vpclmulqdq" || name == "sse4.2+pclmul" || name == "sse4.2" ||
+              name == "armv8-crc" || name == "table")
       << name;
   const std::vector<std::string> available = Crc32cImplementationsAvailable();
   ASSERT_FALSE(available.empty());

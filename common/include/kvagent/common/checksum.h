@@ -11,10 +11,12 @@
 // checksum across pieces by passing the previous result as `crc`:
 //   Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a ++ b).
 // Hardware paths, the fastest the CPU has chosen at run time: on x86-64 AVX-512 VPCLMULQDQ
-// folding, AVX2 VPCLMULQDQ folding beside three crc32 chains, PCLMULQDQ folding, or the SSE4.2
-// crc32 instruction (cpuid); on aarch64 the ARMv8 CRC32 extension (getauxval HWCAP_CRC32). A
-// table otherwise. All give the same values. The environment variable KVAGENT_CRC32C, read once,
-// names another available path (for tests and benchmarks).
+// folding, alone or (for values up to 64 KiB, where the CPU runs crc32 beside the carry-less
+// multiplier: timed once per process) beside eight crc32 chains, AVX2 VPCLMULQDQ folding beside
+// three crc32 chains, PCLMULQDQ folding, or the SSE4.2 crc32 instruction (cpuid); on aarch64 the
+// ARMv8 CRC32 extension (getauxval HWCAP_CRC32). A table otherwise. All give the same values. The
+// environment variable KVAGENT_CRC32C, read once, names another available path (for tests and
+// benchmarks).
 #pragma once
 
 #include <cstddef>
@@ -65,8 +67,8 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t nb);
 uint32_t Crc32cShifter(uint64_t nb);
 uint32_t Crc32cShift(uint32_t crc_a, uint32_t shifter);
 
-// The path this process uses (for logs and benchmarks): "avx512+vpclmulqdq",
-// "avx2+vpclmulqdq", "sse4.2+pclmul", "sse4.2", "armv8-crc" or "table".
+// The path this process uses (for logs and benchmarks): "avx512+vpclmulqdq+crc32",
+// "avx512+vpclmulqdq", "avx2+vpclmulqdq", "sse4.2+pclmul", "sse4.2", "armv8-crc" or "table".
 const char* Crc32cImplementation();
 
 // The paths this CPU can run, fastest first ("table" always, last).
