@@ -74,6 +74,34 @@ TEST(Crc32c, FastPathsMatchTheReferenceAtEveryBoundary) {
   }
 }
 
+// Random lengths, offsets, starting CRCs and look-ahead ranges (a short one too) beside the
+// boundaries above: every path's copies and checksums against the reference.
+TEST(Crc32c, RandomLengthsOffsetsAndLookAheadsMatchTheReference) {
+  const std::vector<uint8_t> src = RandomBytes(70000 + 128, 17);
+  std::vector<uint8_t> dst(70000 + 128);
+  std::mt19937 rng(23);
+  for (int i = 0; i < 200; ++i) {
+    const size_t n = i % 4 == 0 ? rng() % 70001 : 4096 * (1 + rng() % 16) + rng() % 3;
+    const size_t from = rng() % 64, to = rng() % 64;
+    const uint32_t crc = static_cast<uint32_t>(rng());
+    const CopyStores stores = rng() % 2 == 0 ? CopyStores::kCached : CopyStores::kStreaming;
+    const PrefetchRange nexts[] = {{}, {src.data(), 4096}, {src.data() + 5, 100}};
+    const PrefetchRange next = nexts[rng() % 3];
+    const uint8_t* s = src.data() + from;
+    const uint32_t want = Reference(s, n, crc);
+    ASSERT_EQ(Crc32c(s, n, crc), want) << "n=" << n << " from=" << from;
+    std::fill(dst.begin(), dst.end(), 0xCD);
+    uint8_t* d = dst.data() + to;
+    ASSERT_EQ(CopyWithCrc32c(d, s, n, stores, crc, next), want)
+        << "n=" << n << " from=" << from << " to=" << to << " next=" << next.n;
+    ASSERT_EQ(std::memcmp(d, s, n), 0) << "n=" << n;
+    ASSERT_EQ(d[n], 0xCD) << "wrote past the end, n=" << n;
+    if (to > 0) {
+      ASSERT_EQ(d[-1], 0xCD) << "wrote before the start, n=" << n;
+    }
+  }
+}
+
 TEST(Crc32c, ExtendingAndCombiningEqualOneChecksumOfTheWhole) {
   const std::vector<uint8_t> v = RandomBytes(5000, 11);
   const uint32_t whole = Crc32c(v.data(), v.size());
