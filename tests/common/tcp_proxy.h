@@ -35,6 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "write_all.h"
+
 namespace kvagent::testing {
 
 class TcpProxy {
@@ -114,16 +116,6 @@ class TcpProxy {
     if (p->client >= 0) close(p->client);
     if (p->server >= 0) close(p->server);
     p->client = p->server = -1;
-  }
-
-  static bool WriteAll(int fd, const char* data, size_t n) {
-    while (n > 0) {
-      const ssize_t put = send(fd, data, n, MSG_NOSIGNAL);
-      if (put <= 0) return false;
-      data += put;
-      n -= static_cast<size_t>(put);
-    }
-    return true;
   }
 
   void Run() {

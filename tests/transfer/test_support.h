@@ -20,6 +20,7 @@
 
 #include "kvagent/transfer/node_pool.h"
 #include "kvagent/transfer/transfer_engine.h"
+#include "write_all.h"
 
 namespace kvagent::transfer::testing {
 
@@ -113,16 +114,7 @@ inline int ListenOnLoopback(uint16_t* port) {
   return fd;
 }
 
-inline bool WriteAll(int fd, const void* src, size_t n) {
-  const auto* in = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    ssize_t put = send(fd, in, n, MSG_NOSIGNAL);
-    if (put <= 0) return false;
-    in += put;
-    n -= static_cast<size_t>(put);
-  }
-  return true;
-}
+using kvagent::testing::WriteAll;
 
 // Owns a child process: SIGKILL + waitpid on destruction, whatever the test's outcome.
 class ChildProcess {
