@@ -12,6 +12,7 @@
 #include "agent_flags.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/process_fds.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/common/version.h"
 #include "running_agent.h"
@@ -39,7 +40,10 @@ int main(int argc, char** argv) {
 
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  // One descriptor per client, peer and event subscriber: as many as the hard limit lets.
+  LOG(INFO) << "kvagent: " << kvagent::DescribeFdLimit(kvagent::RaiseFdLimit());
   const kvagent::StopSignals stop_signals;  // before any thread: they all inherit the mask
+  const kvagent::FdUseWatch fd_watch("kvagent");
   kvagent::agent::RunningAgent agent(v);
   if (!agent.Start()) return 1;
   agent.ServeUntil(stop_signals);

@@ -10,6 +10,7 @@
 
 #include "kvagent/common/format.h"
 #include "kvagent/common/heap_pages.h"
+#include "kvagent/common/process_fds.h"
 #include "kvagent/common/watchdog.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "request_pipeline.h"
@@ -125,7 +126,9 @@ bool RunningAgent::RefuseTakenRunDir() {
 bool RunningAgent::StartMetrics() {
   if (!v_.metrics_listen.empty()) {
     auto started = metrics::MetricsHttpServer::Start(v_.metrics_listen, [this] {
-      return RenderAgentMetrics(metrics_sources_.load(std::memory_order_acquire));
+      metrics::Exposition fds;
+      AppendFdMetrics(&fds);
+      return RenderAgentMetrics(metrics_sources_.load(std::memory_order_acquire)) + fds.Text();
     });
     if (!started.ok()) return Fail("metrics", started.status());
     metrics_server_ = std::move(*started);

@@ -20,6 +20,7 @@
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/metrics.h"
 #include "kvagent/common/metrics_http.h"
+#include "kvagent/common/process_fds.h"
 #include "kvagent/common/stop_signals.h"
 #include "kvagent/common/version.h"
 #include "kvagent/common/watchdog.h"
@@ -46,6 +47,7 @@ struct MetricsState {
     out.Gauge("kvmaster_standby", "1 while this kvmaster follows a primary (--follow)",
               standby.load(std::memory_order_relaxed) ? 1 : 0);
     if (s != nullptr) kvagent::master::AppendMasterMetrics(s->StatsSnapshot(), &out);
+    kvagent::AppendFdMetrics(&out);
     return out.Text();
   }
 };
@@ -111,6 +113,9 @@ void SetUpLogging(const KvmasterFlags& v, const char* argv0) {
     FLAGS_log_dir = v.log_dir;
     FLAGS_max_log_size = static_cast<uint32_t>(v.log_max_mb);  // glog starts a new file past it
     FLAGS_stop_logging_if_full_disk = true;
+    // Every line written at once: glog otherwise holds INFO lines after the first for up to 30 s,
+    // which a SIGKILL (the OOM killer) loses and `tail -f` shows late.
+    FLAGS_logbuflevel = -1;
   }
   google::InitGoogleLogging(argv0);
   if (!v.log_dir.empty() && v.log_keep_days > 0) {
@@ -187,9 +192,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   SetUpLogging(v, argv[0]);
+  // One descriptor per agent, event subscriber and replay client: as many as the hard limit lets.
+  LOG(INFO) << "kvmaster: " << kvagent::DescribeFdLimit(kvagent::RaiseFdLimit());
 
   // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
   const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);
+  const kvagent::FdUseWatch fd_watch("kvmaster");
   MetricsState metrics_state;
   std::unique_ptr<kvagent::metrics::MetricsHttpServer> metrics_server;
   if (!v.metrics_listen.empty()) {

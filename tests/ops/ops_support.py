@@ -80,10 +80,11 @@ class Processes:
             p.wait()
         self.tmp.cleanup()
 
-    def kvmaster(self, *extra):
-        """Starts kvmaster on loopback ephemeral ports; returns {rpc, events, replay, metrics?}."""
+    def kvmaster(self, *extra, prefix=()):
+        """Starts kvmaster on loopback ephemeral ports; returns {rpc, events, replay, metrics?}.
+        prefix: a command that execs it (e.g. prlimit with its limits)."""
         ready = os.path.join(self.dir, "master.ready")
-        p = self.start([os.environ["KVMASTER"], "--listen", "tcp://127.0.0.1:0", "--events",
+        p = self.start([*prefix, os.environ["KVMASTER"], "--listen", "tcp://127.0.0.1:0", "--events",
                         "tcp://127.0.0.1:0", "--events-replay", "tcp://127.0.0.1:0",
                         "--ready-file", ready, *extra], "kvmaster.log")
         wait_for(lambda: os.path.exists(ready) or p.poll() is not None, "kvmaster's ready file")
@@ -92,12 +93,12 @@ class Processes:
         with open(ready) as f:
             return dict(line.strip().split("=", 1) for line in f if "=" in line)
 
-    def kvagent(self, name, *extra, master=None, env=None, event_flags=True):
+    def kvagent(self, name, *extra, master=None, env=None, event_flags=True, prefix=()):
         """Starts kvagent (64 MiB pool) in run dir <tmp>/<name>; waits until it answers. With a
         master, passes its event endpoints as flags unless event_flags is False (the master
-        then tells them at registration)."""
+        then tells them at registration). prefix: as for kvmaster."""
         run_dir = os.path.join(self.dir, name)
-        args = [os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "64MiB"]
+        args = [*prefix, os.environ["KVAGENT"], "--run-dir", run_dir, "--pool-size", "64MiB"]
         if master:
             args += ["--master", master["rpc"]]
             if event_flags:

@@ -142,7 +142,7 @@ class DashboardTest(unittest.TestCase):
         exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
         self.assertGreater(len(exprs), 10)
         for expr in exprs:
-            for name in re.findall(r"\b(kv(?:agent|master)_\w+)", expr):
+            for name in re.findall(r"\b(kv(?:agent|master)_\w+|process_\w+)", expr):
                 family = re.sub(r"_(bucket|sum|count)$", "", name)
                 self.assertIn(family, families, f"dashboard query {expr!r}")
 

@@ -5,7 +5,9 @@
 - kvmaster tells agents where its events are (a master on other ports is followed without
   --master-events);
 - the sample configs start on a small node, and the suggested --events-tcp port is not one of
-  kvmaster's.
+  kvmaster's;
+- each daemon raises its file descriptor limit to the hard one; out of descriptors, kvmaster
+  says so once, goes on serving, and takes new agents again once descriptors are free.
 
 Environment: KVAGENT, KVMASTER, KVCTL, SAMPLE_CONFIG_DIR.
 """
@@ -15,7 +17,7 @@ import socket
 import subprocess
 import unittest
 
-from ops_support import LIMIT_S, Processes, wait_for
+from ops_support import LIMIT_S, Processes, http_get, parse_metrics, wait_for
 
 
 def run_to_exit(args, env=None):
@@ -142,3 +144,62 @@ class SampleConfigTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def soft_fd_limit(pid):
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise AssertionError("no 'Max open files' in /proc/%d/limits" % pid)
+
+
+class FdLimitTest(unittest.TestCase):
+    def setUp(self):
+        self.p = Processes("kvagent-fds-")
+        self.addCleanup(self.p.stop)
+
+    def test_soft_limit_is_raised_to_the_hard_one(self):
+        limits = ("prlimit", "--nofile=256:4096")
+        master = self.p.kvmaster("--metrics-listen", "127.0.0.1:0", prefix=limits)
+        kvmaster = self.p.procs[-1]
+        run_dir, kvagent = self.p.kvagent("a", "--metrics-listen", "127.0.0.1:0", master=master,
+                                          prefix=limits)
+        agent_metrics = self.p.stat(run_dir)["agent.metrics_endpoint"][1]
+        for proc, url, log in ((kvmaster, master["metrics"], "kvmaster.log"),
+                               (kvagent, agent_metrics, "a.log")):
+            self.assertEqual(soft_fd_limit(proc.pid), 4096, log)
+            self.assertIn("file descriptors: up to 4096 (raised from 256; hard limit 4096)",
+                          self.p.log(log))
+            m = parse_metrics(http_get(url)[1])
+            self.assertEqual(m["process_max_fds"], 4096, log)
+            self.assertGreater(m["process_open_fds"], 3, log)
+            self.assertLess(m["process_open_fds"], 4096, log)
+
+    def test_kvmaster_out_of_descriptors_says_so_and_serves_again(self):
+        master = self.p.kvmaster(prefix=("prlimit", "--nofile=64:64"))
+        kvmaster = self.p.procs[-1]
+        run_a, _ = self.p.kvagent("a", master=master)
+        host, port = master["rpc"].rsplit("/", 1)[1].rsplit(":", 1)
+        held = []
+        self.addCleanup(lambda: [s.close() for s in held])
+        for _ in range(60):  # more than are left; the rest wait in the listen backlog
+            try:
+                held.append(socket.create_connection((host, int(port)), timeout=5))
+            except OSError:
+                break
+        warning = "file descriptors in use: while none is left, new connections"
+        wait_for(lambda: warning in self.p.log("kvmaster.log"), "kvmaster's warning")
+        # The agent it already serves goes on storing.
+        r = self.p.kvctl(run_a, "put", "during", "--value", "v")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for s in held:
+            s.close()
+        wait_for(lambda: "file descriptors back to" in self.p.log("kvmaster.log"),
+                 "kvmaster's all-clear")
+        # A new agent connects and stores; the warning was given once.
+        run_b, _ = self.p.kvagent("b", master=master)
+        r = self.p.kvctl(run_b, "put", "after", "--value", "v")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIsNone(kvmaster.poll())
+        self.assertEqual(self.p.log("kvmaster.log").count(warning), 1)
