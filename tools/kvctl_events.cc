@@ -145,6 +145,22 @@ std::string CheckIpcAccess(const std::string& endpoint) {
          "start kvagent with --events-group GROUP";
 }
 
+// A note for an ipc endpoint whose socket file does not exist ("" when it does, or for tcp://):
+// the tail then waits for a publisher to appear, which a mistyped --run-dir makes look like an
+// agent with no events.
+std::string NoteMissingIpc(const EventsTailOptions& o) {
+  constexpr std::string_view kIpc = "ipc://";
+  if (o.endpoint.rfind(kIpc, 0) != 0) return "";
+  const std::string path = o.endpoint.substr(kIpc.size());
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 || errno != ENOENT) return "";
+  std::string note = "nothing listens on " + path + " yet (no such socket); waiting for it";
+  if (o.endpoint == "ipc://" + o.run_dir + "/events.sock") {
+    note += " (is kvagent running with --run-dir " + o.run_dir + "?)";
+  }
+  return note;
+}
+
 // Prints one delivery; returns how many events it printed.
 uint64_t Print(const events::EventDelivery& d, const EventsTailOptions& o, uint64_t budget,
                std::ostream& out) {
@@ -254,6 +270,9 @@ int RunEventsTail(const EventsTailOptions& options, std::ostream& out, std::ostr
       err << "kvctl events tail: " << denied << "\n";
       return 1;
     }
+  }
+  if (std::string note = NoteMissingIpc(o); !note.empty()) {
+    err << "kvctl events tail: " << note << "\n";
   }
   events::EventSubscriberOptions so;
   so.endpoint = o.endpoint;

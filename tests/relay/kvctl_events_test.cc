@@ -234,8 +234,29 @@ TEST(KvctlEventsTail, CountWithASilentEndpointExitsOneAfterTheTimeout) {
   o.timeout_ms = 150;
   const Tail t = RunTail(o);
   EXPECT_EQ(t.status, 1);
-  EXPECT_EQ(t.err, "kvctl events tail: no events from " + o.endpoint +
-                       " within 150 ms (0 of 1 printed)\n");
+  EXPECT_EQ(t.err, "kvctl events tail: nothing listens on " + dir.path() +
+                       "/nobody.sock yet (no such socket); waiting for it\n"
+                       "kvctl events tail: no events from " +
+                       o.endpoint + " within 150 ms (0 of 1 printed)\n");
+}
+
+// A mistyped --run-dir: the tail says that no agent's socket is there, and still waits for one
+// (an agent started after the tail is followed).
+TEST(KvctlEventsTail, ARunDirWithoutAnAgentIsNamedWhileTheTailWaits) {
+  TempDir dir;
+  EventsTailOptions o;
+  o.run_dir = dir.path() + "/no-agent-here";
+  o.count = 1;
+  o.timeout_ms = 150;
+  const Tail t = RunTail(o);
+  EXPECT_EQ(t.status, 1);
+  EXPECT_EQ(t.err.rfind("kvctl events tail: nothing listens on " + o.run_dir +
+                            "/events.sock yet (no such socket); waiting for it (is kvagent "
+                            "running with --run-dir " +
+                            o.run_dir + "?)\n",
+                        0),
+            0u)
+      << t.err;
 }
 
 TEST(KvctlEventsTail, BadOptionCombinationsExitTwoAndSayWhatToSet) {
