@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "kvagent/common/checksum.h"
 #include "kvagent/common/format.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/process_fds.h"
@@ -275,6 +276,9 @@ bool RunningAgent::StartServing() {
   if (!v_.checksums) {
     LOG(WARNING) << "kvagent: --checksums=false: values are stored and read without checksums; "
                     "a get cannot tell corrupt bytes (for measuring their cost only)";
+  } else {
+    // Chooses the path now (it may time two once), not on the first request.
+    LOG(INFO) << "kvagent: checksums: CRC32C on " << Crc32cImplementation();
   }
   auto pipeline = std::make_unique<RequestPipeline>(std::move(port_), pool_.get(), engine_.get(),
                                                     fence_.get(), v_.checksums);
