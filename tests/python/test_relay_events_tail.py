@@ -116,7 +116,11 @@ class EventsTail(unittest.TestCase):
             rc, lines, err = tail("--count", "1", "--timeout-ms", "300", run_dir=run_dir)
         self.assertEqual(rc, 1)
         self.assertEqual(lines, [])
-        self.assertEqual(err, f"kvctl events tail: no events from ipc://{run_dir}/events.sock "
+        # First a note that no agent's socket is there yet, then the timeout.
+        self.assertEqual(err, f"kvctl events tail: nothing listens on {run_dir}/events.sock yet "
+                              f"(no such socket); waiting for it (is kvagent running with "
+                              f"--run-dir {run_dir}?)\n"
+                              f"kvctl events tail: no events from ipc://{run_dir}/events.sock "
                               f"within 300 ms (0 of 1 printed)\n")
 
 
