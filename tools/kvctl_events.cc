@@ -124,13 +124,19 @@ std::string Resolve(EventsTailOptions* o) {
   return "";
 }
 
+// The socket file of an ipc:// endpoint; "" for any other transport.
+std::string IpcPath(const std::string& endpoint) {
+  constexpr std::string_view kIpc = "ipc://";
+  return endpoint.rfind(kIpc, 0) == 0 ? endpoint.substr(kIpc.size()) : "";
+}
+
 // "" when this process may connect to `endpoint`, else why not. ZMQ would retry an ipc
 // connect that the file's permissions refuse forever and silently: the tail then looked like
 // a publisher with no events.
+
 std::string CheckIpcAccess(const std::string& endpoint) {
-  constexpr std::string_view kIpc = "ipc://";
-  if (endpoint.rfind(kIpc, 0) != 0) return "";
-  const std::string path = endpoint.substr(kIpc.size());
+  const std::string path = IpcPath(endpoint);
+  if (path.empty()) return "";
   if (::access(path.c_str(), W_OK) == 0 || errno != EACCES) return "";
   struct stat st {};
   std::string who;
@@ -149,11 +155,9 @@ std::string CheckIpcAccess(const std::string& endpoint) {
 // the tail then waits for a publisher to appear, which a mistyped --run-dir makes look like an
 // agent with no events.
 std::string NoteMissingIpc(const EventsTailOptions& o) {
-  constexpr std::string_view kIpc = "ipc://";
-  if (o.endpoint.rfind(kIpc, 0) != 0) return "";
-  const std::string path = o.endpoint.substr(kIpc.size());
+  const std::string path = IpcPath(o.endpoint);
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 || errno != ENOENT) return "";
+  if (path.empty() || ::stat(path.c_str(), &st) == 0 || errno != ENOENT) return "";
   std::string note = "nothing listens on " + path + " yet (no such socket); waiting for it";
   if (o.endpoint == "ipc://" + o.run_dir + "/events.sock") {
     note += " (is kvagent running with --run-dir " + o.run_dir + "?)";

@@ -182,6 +182,14 @@ KVAGENT_FOLD_TARGET inline __m128i Fold(__m128i x, __m128i k) {
   return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
 }
 
+// A CRC moved forward over n bytes of zeros (the chained paths' joins): shift(c, n) =
+// crc32(0, clmul(c, x^(8n-33) mod P)), `k` being x^(8n-33) mod P.
+KVAGENT_FOLD_TARGET inline uint32_t ShiftBy(uint32_t c, uint32_t k) {
+  const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(c)),
+                                               _mm_cvtsi32_si128(static_cast<int>(k)), 0x00);
+  return static_cast<uint32_t>(Step64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
+}
+
 // Register update over n bytes (a multiple of 128, at least 128), copying when kCopy.
 template <bool kCopy, CopyStores kStores>
 KVAGENT_FOLD_TARGET uint32_t FoldRun(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n,
@@ -438,13 +446,6 @@ KVAGENT_FOLD512_TARGET const HybridConstants& Hybrids() {
   return constants;
 }
 
-// shift(c, n) = crc32(0, clmul(c, x^(8n-33) mod P)): c moved forward n bytes.
-KVAGENT_FOLD512_TARGET inline uint32_t Shift512By(uint32_t c, uint32_t k) {
-  const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(c)),
-                                               _mm_cvtsi32_si128(static_cast<int>(k)), 0x00);
-  return static_cast<uint32_t>(Step64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
-}
-
 // Register update over one 4 KiB chunk, copying it with cached stores when kCopy. With
 // `ask_ahead`, asks for the whole chunk (and its destination, for writing) first, and for the
 // first next_n (at most 4 KiB) bytes at `next` over the steps.
@@ -496,10 +497,10 @@ KVAGENT_FOLD512_TARGET uint32_t HybridChunk512(uint32_t r, uint8_t* dst, const u
       }
     }
   }
-  uint32_t out = Shift512By(Reduce512(x, k.by64, k.by128, k.by192), k.after_vector);
+  uint32_t out = ShiftBy(Reduce512(x, k.by64, k.by128, k.by192), k.after_vector);
 #pragma GCC unroll 8
   for (size_t l = 0; l + 1 < kHybridLanes; ++l) {
-    out ^= Shift512By(static_cast<uint32_t>(c[l]), k.after_lane[l]);
+    out ^= ShiftBy(static_cast<uint32_t>(c[l]), k.after_lane[l]);
   }
   return out ^ static_cast<uint32_t>(c[kHybridLanes - 1]);
 }
@@ -650,13 +651,6 @@ KVAGENT_HYBRID_TARGET inline void Store256(uint8_t* out, __m256i v) {
 
 KVAGENT_HYBRID_TARGET inline __m256i Load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// shift(c, n) for the n whose x^(8n-33) mod P is `k`.
-KVAGENT_HYBRID_TARGET inline uint32_t ShiftBy(uint32_t c, uint32_t k) {
-  const __m128i product = _mm_clmulepi64_si128(_mm_cvtsi32_si128(static_cast<int>(c)),
-                                               _mm_cvtsi32_si128(static_cast<int>(k)), 0x00);
-  return static_cast<uint32_t>(Step64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(product))));
 }
 
 // The four accumulators folded into one CRC.
