@@ -133,7 +133,6 @@ std::string IpcPath(const std::string& endpoint) {
 // "" when this process may connect to `endpoint`, else why not. ZMQ would retry an ipc
 // connect that the file's permissions refuse forever and silently: the tail then looked like
 // a publisher with no events.
-
 std::string CheckIpcAccess(const std::string& endpoint) {
   const std::string path = IpcPath(endpoint);
   if (path.empty()) return "";

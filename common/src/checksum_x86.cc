@@ -529,17 +529,12 @@ KVAGENT_FOLD512_TARGET uint32_t Hybrid512Update(uint32_t r, const uint8_t* p, si
   return Fold512Update(r, p + done, n - done);
 }
 
-// Copies run the hybrid chunks only when their source is likely in the cache: a caller that
-// streams values asks for each one's lines while it copies the one before (a get's batch: it
-// passes the next value as `next`). From memory the folds alone are faster: cached copies of
-// values of 4-64 KiB read one after another out of a 256 MiB pool ran at 12.4-14.1 GB/s with the
-// hybrid chunks, 15.7-22.8 GB/s with the folds; the 64 KiB pieces a large get is shared in among
-// threads (copy_helpers.h) made e2e_bench's get.16m 1.39x slower.
-KVAGENT_FOLD512_TARGET uint32_t Hybrid512CopyUpdate(uint32_t r, uint8_t* dst, const uint8_t* src,
-                                                    size_t n, CopyStores stores) {
-  return Fold512CopyUpdate(r, dst, src, n, stores);
-}
-
+// Copies run the hybrid chunks only when they ask ahead, that is, when their source is likely in
+// the cache: a caller that streams values asks for each one's lines while it copies the one before
+// (a get's batch: it passes the next value as `next`). From memory the folds alone are faster:
+// cached copies of values of 4-64 KiB read one after another out of a 256 MiB pool ran at 12.4-14.1
+// GB/s with the hybrid chunks, 15.7-22.8 GB/s with the folds; the 64 KiB pieces a large get is
+// shared in among threads (copy_helpers.h) made e2e_bench's get.16m 1.39x slower.
 KVAGENT_FOLD512_TARGET uint32_t Hybrid512CopyUpdateAhead(uint32_t r, uint8_t* dst,
                                                          const uint8_t* src, size_t n,
                                                          CopyStores stores, const uint8_t* next,
@@ -858,7 +853,7 @@ const Path kFoldPath{FoldUpdate, FoldCopyUpdate, "sse4.2+pclmul", FoldCopyUpdate
 const Path kHybridPath{HybridUpdate, HybridCopyUpdate, "avx2+vpclmulqdq", HybridCopyUpdateAhead};
 const Path kFold512Path{Fold512Update, Fold512CopyUpdate, "avx512+vpclmulqdq",
                         Fold512CopyUpdateAhead};
-const Path kHybrid512Path{Hybrid512Update, Hybrid512CopyUpdate, "avx512+vpclmulqdq+crc32",
+const Path kHybrid512Path{Hybrid512Update, Fold512CopyUpdate, "avx512+vpclmulqdq+crc32",
                           Hybrid512CopyUpdateAhead};
 
 }  // namespace kvagent::crc32c
