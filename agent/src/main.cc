@@ -18,7 +18,8 @@
 #include "running_agent.h"
 
 int main(int argc, char** argv) {
-  kvagent::PreferHugePageHeap(argv);
+  // The embedded master's metadata grows in the service thread's arena (heap_pages.h).
+  kvagent::PreferHugePageHeap(argv, size_t{32} << 20);
   kvagent::agent::AgentFlags v;
   kvagent::FlagSet flags("kvagent",
                          "the kvagent node agent: serves SDK clients on <run-dir>/agent.sock");

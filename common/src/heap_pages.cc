@@ -12,6 +12,7 @@ namespace kvagent {
 namespace {
 
 constexpr std::string_view kTunable = "glibc.malloc.hugetlb=1";
+constexpr std::string_view kTopPad = "glibc.malloc.top_pad=";
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kGlibcMalloc = false;
@@ -63,13 +64,17 @@ void UseOneMallocArena() {
   one_arena = mallopt(M_ARENA_MAX, 1) == 1;
 }
 
-void PreferHugePageHeap(char** argv) {
+void PreferHugePageHeap(char** argv, size_t top_pad_bytes) {
   if (!kGlibcMalloc || OptedOut() || TunableSet()) return;
   const std::string mode = ThpMode();
   if (mode != "always" && mode != "madvise") return;
   const char* old = std::getenv("GLIBC_TUNABLES");
   std::string tunables = old != nullptr && *old != '\0' ? std::string(old) + ":" : std::string();
   tunables += kTunable;
+  // An operator's own top pad wins.
+  if (top_pad_bytes > 0 && tunables.find(kTopPad) == std::string::npos) {
+    tunables += ":" + std::string(kTopPad) + std::to_string(top_pad_bytes);
+  }
   if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
   // Exec the binary by its real path, not /proc/self/exe: the kernel names the process after
   // the file exec'd (comm), and operators find kvagent and kvmaster by that name (ps, pgrep,
@@ -91,7 +96,16 @@ void PreferHugePageHeap(char** argv) {
 
 std::string HeapPagesDescription() {
   if (!kGlibcMalloc) return PagesDescription();
-  return PagesDescription() + (one_arena ? ", one malloc arena" : ", a malloc arena per thread");
+  std::string out =
+      PagesDescription() + (one_arena ? ", one malloc arena" : ", a malloc arena per thread");
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const size_t pad =
+      tunables == nullptr ? std::string_view::npos : std::string_view(tunables).find(kTopPad);
+  if (pad != std::string_view::npos) {
+    const long long bytes = std::atoll(tunables + pad + kTopPad.size());
+    out += ", heap grown and kept " + std::to_string(bytes >> 20) + " MiB at a time";
+  }
+  return out;
 }
 
 }  // namespace kvagent
