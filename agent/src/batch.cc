@@ -36,6 +36,7 @@ void Batch::ClientGone(ClientId client) {
 
 void Batch::CompleteAll() {
   for (HeldRequest& h : requests_) ctx_.Complete(h);
+  ctx_.sink->PublishCompletions();  // the callers stop waiting now, not at the end of the pass
   finished_ = true;
 }
 

@@ -28,6 +28,7 @@
 #include "master_messages.h"
 #include "pipeline_context.h"
 #include "process_memory.h"
+#include "scratch_pool.h"
 
 namespace kvagent::agent {
 
@@ -46,6 +47,8 @@ class Batch {
   // not yet ended are revoked.
   void ClientGone(ClientId client);
   bool finished() const { return finished_; }
+  // Its requests, once finished (the caller reuses their buffer).
+  std::vector<HeldRequest> TakeRequests() { return std::move(requests_); }
 
  protected:
   // Answers every request whose client is still there and marks the batch finished.
@@ -70,11 +73,6 @@ class Batch {
 };
 
 class WriteBatch final : public Batch {
- public:
-  WriteBatch(PipelineContext& ctx, MasterMessages& messages, bool upsert,
-             std::vector<HeldRequest> requests);
-  void Start() override;
-
  private:
   enum KeyState : uint8_t { kNotStarted, kStarted, kFailed };  // kFailed: started, not ended
   // One part of a started key: its checksum, how many replicas it has and how many failed.
@@ -94,6 +92,27 @@ class WriteBatch final : public Batch {
     uint32_t part;
     uint32_t pool_id;
   };
+
+ public:
+  // The containers of Recycled(), kept between batches (scratch_pool.h).
+  using Scratch = std::tuple<std::vector<KeyRef>, std::vector<ReplicaPlace>, std::vector<KeyState>,
+                             std::vector<uint64_t>, std::vector<uint32_t>, std::vector<PartWrite>,
+                             std::vector<RemoteReplica>, std::vector<FailedWrite>,
+                             std::vector<KeyRef>, std::vector<uint64_t>, std::vector<uint32_t>,
+                             std::vector<uint32_t>, std::vector<mfb::FailedReplica>,
+                             std::vector<KeyRef>, std::vector<uint64_t>, PoolTable>;
+
+  // `spares` (may be null): where its containers come from and go back to.
+  WriteBatch(PipelineContext& ctx, MasterMessages& messages, bool upsert,
+             std::vector<HeldRequest> requests, ScratchPool<Scratch>* spares = nullptr);
+  void Start() override;
+
+ private:
+  auto Recycled() {
+    return std::tie(keys_, places_, state_, write_ids_, first_part_, parts_, remote_parts_, failed_,
+                    to_end_, end_ids_, end_part_counts_, end_checksums_, end_failed_, to_revoke_,
+                    revoke_ids_, pools_);
+  }
   void OnStarted(Result<std::span<const uint8_t>> reply);
   // A put whose every key has a reserved write (write_reservations.h): copies at once, then
   // one BatchPutCommit. False: none were taken, the batch starts its writes at the master.
@@ -106,13 +125,14 @@ class WriteBatch final : public Batch {
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   bool Expire(uint32_t key, std::chrono::steady_clock::time_point now, std::string_view skipped);
   void Finish();
-  MasterPort::Clock::time_point EndRetryUntil() const;
+  MasterPort::Clock::time_point EndRetryUntil(MasterPort::Clock::time_point now) const;
   void OnFinished(bool end, Result<std::span<const uint8_t>> reply);
 
   const bool upsert_;
   bool reserved_ = false;             // its writes were reserved ahead (commit instead of End)
   uint64_t epoch_ = 0;                // the master that placed the batch
   std::vector<ReplicaPlace> places_;  // scratch: one key's placements
+  PoolTable pools_;  // scratch of OnStarted: its reply's pools (endpoints view the reply)
   std::vector<KeyState> state_;
   std::vector<uint64_t> write_ids_;   // per key
   std::vector<uint32_t> first_part_;  // per key + 1: its parts are parts_[first_part_[k] ..)
@@ -133,14 +153,23 @@ class WriteBatch final : public Batch {
   std::vector<uint64_t> revoke_ids_;
   int finishing_ = 0;  // End/Revoke calls not answered yet
   Status finish_error_;
+  ScratchLease<Scratch> recycled_;  // last: lends the members of Recycled()
 };
 
 class ReadBatch final : public Batch {
  public:
-  ReadBatch(PipelineContext& ctx, MasterMessages& messages, std::vector<HeldRequest> requests);
+  struct Replica;
+  struct PartRead;
+  // The containers of Recycled(), kept between batches (scratch_pool.h).
+  using Scratch = std::tuple<std::vector<KeyRef>, std::vector<uint64_t>, std::vector<uint8_t>,
+                             std::vector<PartRead>, std::vector<Replica>,
+                             std::vector<BadReplicaReport>, PoolTable>;
+
+  // `spares` (may be null): where its containers come from and go back to.
+  ReadBatch(PipelineContext& ctx, MasterMessages& messages, std::vector<HeldRequest> requests,
+            ScratchPool<Scratch>* spares = nullptr);
   void Start() override;
 
- private:
   // A replica of a part, as a reader may try it.
   struct Replica {
     std::string endpoint;  // empty: this node's pool
@@ -167,6 +196,9 @@ class ReadBatch final : public Batch {
     // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
     std::shared_ptr<ProcessMemory::ScratchRange> scratch;
   };
+
+ private:
+  auto Recycled() { return std::tie(keys_, versions_, copied_, reads_, tried_, bad_, pools_); }
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
                const PoolTable& pools);
@@ -210,6 +242,8 @@ class ReadBatch final : public Batch {
   std::vector<PartRead> reads_;  // parallel to remote_'s ops, in the order they were added
   std::vector<Replica> tried_;   // parallel to reads_: the replica each op reads
   std::vector<BadReplicaReport> bad_;
+  PoolTable pools_;  // scratch of OnPlaced: its reply's pools (endpoints view the reply)
+  ScratchLease<Scratch> recycled_;  // last: lends the members of Recycled()
 };
 
 // Exist or Remove (all requests with the same `force`).

@@ -65,9 +65,12 @@ std::span<const uint8_t> EncodeCompletion(flatbuffers::FlatBufferBuilder& fbb, u
   fbb.Clear();
   const bool each = key_messages == KeyMessages::kEach;
   const auto message = fbb.CreateString(each ? data.status.message() : FailureSummary(data));
-  std::vector<uint16_t> codes(data.codes.size());
-  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint16_t>(data.codes[i]);
-  const auto codes_vec = fbb.CreateVector(codes);
+  // Written in place: no vector of its own per completion.
+  uint16_t* codes = nullptr;
+  const auto codes_vec = fbb.CreateUninitializedVector(data.codes.size(), &codes);
+  for (size_t i = 0; i < data.codes.size(); ++i) {
+    flatbuffers::WriteScalar(codes + i, static_cast<uint16_t>(data.codes[i]));
+  }
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> messages;
   if (each && !data.messages.empty()) {
     // A large batch usually fails for one reason: each distinct message is stored once.

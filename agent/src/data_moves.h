@@ -32,7 +32,10 @@ class PoolTable {
   // One more pool (`endpoint` must outlive the table's use).
   void Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
            const PipelineContext& ctx);
-  void Clear() { entries_.clear(); }
+  // clear, capacity and swap: a table's buffer is kept between batches (scratch_pool.h).
+  void clear() { entries_.clear(); }
+  size_t capacity() const { return entries_.capacity(); }
+  void swap(PoolTable& other) noexcept { entries_.swap(other.entries_); }
   // The entry of `pool_id`; ReadPlacements guarantees every placement's pool is listed.
   const Entry& Find(uint32_t pool_id) const;
 

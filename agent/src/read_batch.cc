@@ -30,8 +30,8 @@
 namespace kvagent::agent {
 
 ReadBatch::ReadBatch(PipelineContext& ctx, MasterMessages& messages,
-                     std::vector<HeldRequest> requests)
-    : Batch(ctx, messages, std::move(requests)) {}
+                     std::vector<HeldRequest> requests, ScratchPool<Scratch>* spares)
+    : Batch(ctx, messages, std::move(requests)), recycled_(spares, Recycled()) {}
 
 void ReadBatch::Start() {
   CollectKeys();
@@ -54,7 +54,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
   const mfb::PlacementReply& p = **placements;
   lease_ = std::chrono::milliseconds(p.lease_ttl_ms());
   epoch_ = p.master_epoch();
-  PoolTable pools;
+  PoolTable& pools = pools_;
   pools.Load(p, ctx_);
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     HeldRequest& h = held(keys_[k]);

@@ -11,6 +11,9 @@ namespace {
 
 // Client frame bytes per master batch (see Group).
 constexpr size_t kMaxBatchFrameBytes = size_t{16} << 20;
+// Request buffers of finished batches kept for the queues, and the largest one kept.
+constexpr size_t kSpareQueues = 16;
+constexpr size_t kSpareQueueCapacity = 1024;
 
 bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
   const proto::WriteOptions* x = a.options();
@@ -35,18 +38,20 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
   }
 }
 
-// Splits `queue` into groups that may share a batch, each of at most kMaxBatchKeys keys and
+// Splits `queue` into `out`: groups that may share a batch, each of at most kMaxBatchKeys keys and
 // (unless one request alone is larger) kMaxBatchFrameBytes of client frames, in queue order.
 // The master message built from a group is about as large as its frames: this keeps it well
 // under kvmaster's message limit (kMaxMasterMessageBytes).
-std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldRequest>& queue) {
+void Group(proto::Op op, std::vector<HeldRequest>& queue,
+           std::vector<std::vector<HeldRequest>>* out) {
   // Whether `h` may join a group of `keys` keys and `bytes` frame bytes that `front` leads.
   auto joins = [op](size_t keys, size_t bytes, const HeldRequest& front, const HeldRequest& h) {
     return keys + h.result.codes.size() <= kMaxBatchKeys &&
            bytes + h.request.frame.size() <= kMaxBatchFrameBytes &&
            Compatible(op, front.request.request(), h.request.request());
   };
-  std::vector<std::vector<HeldRequest>> groups;
+  std::vector<std::vector<HeldRequest>>& groups = *out;
+  groups.clear();
   // The common case, the whole queue in one group: the queue becomes the group as it is.
   size_t joined = 0, all_keys = 0, all_bytes = 0;
   for (const HeldRequest& h : queue) {
@@ -57,7 +62,7 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
   }
   if (joined == queue.size()) {
     if (!queue.empty()) groups.emplace_back().swap(queue);
-    return groups;
+    return;
   }
   std::vector<size_t> keys;
   std::vector<size_t> bytes;
@@ -74,7 +79,6 @@ std::vector<std::vector<HeldRequest>> Group(proto::Op op, std::vector<HeldReques
     groups[g].push_back(std::move(h));
   }
   queue.clear();
-  return groups;
 }
 
 }  // namespace
@@ -161,7 +165,12 @@ void RequestPipeline::Handle(ClientRequest request, CompletionSink&) {
     ctx_.Complete(held);
     return;
   }
-  queue(op).push_back(std::move(held));
+  std::vector<HeldRequest>& q = queue(op);
+  if (q.capacity() == 0 && !spare_queues_.empty()) {  // it went into a batch: reuse a buffer
+    q.swap(spare_queues_.back());
+    spare_queues_.pop_back();
+  }
+  q.push_back(std::move(held));
 }
 
 void RequestPipeline::OnPassEnd() {
@@ -183,21 +192,25 @@ void RequestPipeline::OnPassEnd() {
 
 void RequestPipeline::FlushWrites(proto::Op op) {
   if (queue(op).empty()) return;
-  for (auto& group : Group(op, queue(op))) {
-    StartBatch(
-        std::make_unique<WriteBatch>(ctx_, messages_, op == proto::Op::Upsert, std::move(group)));
+  Group(op, queue(op), &groups_);
+  for (auto& group : groups_) {
+    StartBatch(std::make_unique<WriteBatch>(ctx_, messages_, op == proto::Op::Upsert,
+                                            std::move(group), &write_spares_));
   }
+  groups_.clear();
 }
 
 void RequestPipeline::FlushKeys(proto::Op op) {
   if (queue(op).empty()) return;
-  for (auto& group : Group(op, queue(op))) {
+  Group(op, queue(op), &groups_);
+  for (auto& group : groups_) {
     if (op == proto::Op::Get) {
-      StartBatch(std::make_unique<ReadBatch>(ctx_, messages_, std::move(group)));
+      StartBatch(std::make_unique<ReadBatch>(ctx_, messages_, std::move(group), &read_spares_));
     } else {
       StartBatch(std::make_unique<KeyBatch>(ctx_, messages_, op, std::move(group)));
     }
   }
+  groups_.clear();
 }
 
 void RequestPipeline::FlushSingles(proto::Op op) {
@@ -213,7 +226,16 @@ void RequestPipeline::StartBatch(std::unique_ptr<Batch> batch) {
 }
 
 void RequestPipeline::Sweep() {
-  std::erase_if(active_, [](const std::unique_ptr<Batch>& b) { return b->finished(); });
+  std::erase_if(active_, [this](const std::unique_ptr<Batch>& b) {
+    if (!b->finished()) return false;
+    // Its requests' buffer becomes a queue's again (each single-key call would allocate one).
+    std::vector<HeldRequest> requests = b->TakeRequests();
+    if (spare_queues_.size() < kSpareQueues && requests.capacity() <= kSpareQueueCapacity) {
+      requests.clear();
+      spare_queues_.push_back(std::move(requests));
+    }
+    return true;
+  });
 }
 
 void RequestPipeline::OnClientGone(ClientId client) {

@@ -93,6 +93,11 @@ class RequestPipeline final : public RequestHandler {
   std::unique_ptr<WriteReservations> reservations_;
   std::unique_ptr<CopyHelpers> copy_helpers_;
   std::array<std::vector<HeldRequest>, PipelineCounters::kOps> queued_;
+  std::vector<std::vector<HeldRequest>> groups_;        // scratch of FlushWrites/FlushKeys
+  std::vector<std::vector<HeldRequest>> spare_queues_;  // empty buffers for queued_
+  // Before active_: a batch gives its containers back when it is destroyed.
+  ScratchPool<WriteBatch::Scratch> write_spares_;
+  ScratchPool<ReadBatch::Scratch> read_spares_;
   std::vector<std::unique_ptr<Batch>> active_;
 };
 

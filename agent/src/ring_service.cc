@@ -175,6 +175,14 @@ void RingService::Run() {
 
 void RingService::FlushAll() {
   for (const auto& client : clients_) client->Flush();
+  unpublished_.clear();
+}
+
+void RingService::PublishCompletions() {
+  for (ClientId id : unpublished_) {
+    if (auto found = by_id_.find(id); found != by_id_.end()) found->second->Flush();
+  }
+  unpublished_.clear();
 }
 
 bool RingService::RunTimer(std::chrono::steady_clock::time_point now) {
@@ -274,6 +282,7 @@ void RingService::Complete(ClientId client, uint64_t request_id, const Completio
     completion = EncodeCompletion(fbb_, request_id, data, KeyMessages::kSummary);
   }
   Send(connection, request_id, completion);
+  unpublished_.push_back(client);
 }
 
 void RingService::Sleep() {

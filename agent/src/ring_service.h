@@ -55,6 +55,7 @@ class RingService final : public CompletionSink {
 
   // CompletionSink.
   void Complete(ClientId client, uint64_t request_id, const CompletionData& data) override;
+  void PublishCompletions() override;
   void Post(std::function<void()> task) override;
   size_t ClientCount() const override { return client_count(); }
 
@@ -99,6 +100,8 @@ class RingService final : public CompletionSink {
   // Service-thread state.
   std::vector<std::unique_ptr<ClientConnection>> clients_;
   std::unordered_map<ClientId, ClientConnection*> by_id_;
+  // Clients given a completion since the last publish (PublishCompletions, FlushAll).
+  std::vector<ClientId> unpublished_;
   std::atomic<size_t> client_count_{0};
   flatbuffers::FlatBufferBuilder fbb_{1024};
   std::vector<uint8_t> scratch_;

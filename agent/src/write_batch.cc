@@ -46,8 +46,8 @@ constexpr std::chrono::milliseconds kAnswerMargin{200};
 }  // namespace
 
 WriteBatch::WriteBatch(PipelineContext& ctx, MasterMessages& messages, bool upsert,
-                       std::vector<HeldRequest> requests)
-    : Batch(ctx, messages, std::move(requests)), upsert_(upsert) {}
+                       std::vector<HeldRequest> requests, ScratchPool<Scratch>* spares)
+    : Batch(ctx, messages, std::move(requests)), upsert_(upsert), recycled_(spares, Recycled()) {}
 
 void WriteBatch::Start() {
   CollectKeys();
@@ -73,7 +73,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   if (!placements.ok()) return FailAll(placements.status());
   const mfb::PlacementReply& p = **placements;
   epoch_ = p.master_epoch();
-  PoolTable pools;
+  PoolTable& pools = pools_;
   pools.Load(p, ctx_);
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
@@ -309,7 +309,7 @@ void WriteBatch::Finish() {
         messages_.WriteCommit(ctx_.NextMasterRequestId(), agent, requests_, to_end_, fields,
                               epoch_),
         [this](Result<std::span<const uint8_t>> reply) { OnFinished(true, reply); },
-        EndRetryUntil());
+        EndRetryUntil(now));
     return;
   }
   finishing_ = (to_end_.empty() ? 0 : 1) + (to_revoke_.empty() ? 0 : 1);
@@ -331,14 +331,14 @@ void WriteBatch::Finish() {
     ctx_.master->CallUntilAnswered(
         messages_.WriteFinish(ctx_.NextMasterRequestId(), agent, type, requests_, to_end_, fields),
         [this](Result<std::span<const uint8_t>> reply) { OnFinished(true, reply); },
-        EndRetryUntil());
+        EndRetryUntil(now));
   }
 }
 
 // Shortly before the latest deadline of the requests being ended, so that their callers get
-// the agent's answer rather than their own timeout; a fixed window when one of them gave none.
-MasterPort::Clock::time_point WriteBatch::EndRetryUntil() const {
-  const auto now = MasterPort::Clock::now();
+// the agent's answer rather than their own timeout; a fixed window (from `now`) when one of them
+// gave none.
+MasterPort::Clock::time_point WriteBatch::EndRetryUntil(MasterPort::Clock::time_point now) const {
   auto until = now;
   for (const KeyRef& k : to_end_) {
     const HeldRequest& h = requests_[k.request];

@@ -236,7 +236,7 @@ void WriteReservations::OnGranted(uint64_t size, uint8_t replica_count, Clock::t
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
     known_pools_[s->pool_id()] = {s->endpoints()->Get(0)->str(), s->incarnation()};
   }
-  pools_.Clear();
+  pools_.clear();
   for (const auto& [id, known] : known_pools_) {
     pools_.Add(id, known.endpoint, known.incarnation, ctx_);
   }

@@ -185,6 +185,45 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
   EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 1u);
 }
 
+// A batch's containers are kept for the next batch (scratch_pool.h): a get after one that found
+// a corrupt replica, read the next one and reported it, reads, reports and counts only its own.
+TEST(PipelineRead, AGetAfterOneThatReportedACorruptReplicaStartsClean) {
+  PipelineRig rig;
+  rig.data->AddPeer(kPeerA, 1 << 20);
+  TestClient client(1);
+  const std::string value = Pattern("x", 1000);
+  InPool(rig, 0, Flipped(value, 500, 0x01));
+  InPeer(rig, kPeerA, 0, value);
+  {
+    auto [copy, id, placed] = SendGet(rig, client, {"k"}, {1000});
+    Answer(placed,
+           PlacementReply(placed.id(),
+                          {PlacedKey{.write_id = 77,
+                                     .size = 1000,
+                                     .replicas = {At(kPoolA, 0, value), At(kOwnPool, 0, value)}}},
+                          {Own(), PeerA()}, true));
+    rig.Settle();
+    EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+    EXPECT_EQ(client.Bytes(copy, 0, 1000), value);
+    MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
+    EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnPool}}));
+  }
+  const std::string other = Pattern("o", 300);
+  InPool(rig, 8192, other);
+  auto [copy, id, placed] = SendGet(rig, client, {"other"}, {300});
+  Answer(placed,
+         PlacementReply(
+             placed.id(),
+             {PlacedKey{.write_id = 6, .size = 300, .replicas = {At(kOwnPool, 8192, other)}}},
+             {Own()}, true));
+  rig.Settle();
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(client.Bytes(copy, 0, 300), other);
+  EXPECT_EQ(rig.master->pending(), 0u) << "nothing of the first get is reported again";
+  EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 1u);
+  EXPECT_EQ(rig.Counter("agent.replica_fallbacks"), 0u);
+}
+
 // Bytes from a peer damaged on their way (here: the peer's bytes are right again by the second
 // read): the replica is read again and answers OK; nothing is reported or counted corrupt.
 TEST(PipelineRead, APeersBytesDamagedOnceAreReadAgainAndBlameNoReplica) {

@@ -242,6 +242,48 @@ TEST(PipelineWrite, APutWithOneOfTwoReplicasWrittenIsStoredAndTheEndNamesTheFail
   EXPECT_EQ(rig.Counter("agent.revoked_keys"), 0u);
 }
 
+// A batch's containers are kept for the next batch (scratch_pool.h): one that follows a batch
+// with a failed replica and a revoke starts with none of its keys, ids, checksums or failures.
+TEST(PipelineWrite, ABatchAfterOneWithAFailedReplicaAndARevokeCarriesOnlyItsOwnKeys) {
+  PipelineRig rig;
+  rig.data->Refuse(kPeer, Status(ErrorCode::kTimeout, "peer timed out"));
+  TestClient client(1);
+  auto first = SendPut(rig, client, {"a", "b"}, {"aaaa", "bb"}, {.replicas = 2});
+  Answer(first.start,
+         PlacementReply(first.start.id(),
+                        {PlacedKey{.write_id = 9, .replicas = OnePart(4, {kOwnPool, kPeerPool})},
+                         PlacedKey{.write_id = 10, .replicas = OnePart(2, {kPeerPool}, 64)}},
+                        {Own(), Peer()}, false));
+  rig.Settle();
+  MasterCall revoke = rig.master->Take(mfb::Body::BatchPutRevoke);
+  MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
+  ASSERT_NE(end.finish()->failed(), nullptr);
+  EXPECT_EQ(end.finish()->failed()->size(), 1u);
+  Answer(revoke, KeyCodesReply(revoke.id(), {ErrorCode::kOk}));
+  Answer(end, KeyCodesReply(end.id(), {ErrorCode::kOk}, {1}));
+  EXPECT_EQ(rig.sink.Of(first.id).codes,
+            (std::vector<ErrorCode>{ErrorCode::kOk, ErrorCode::kTransferFailed}));
+
+  auto second = SendPut(rig, client, {"c"}, {"ccc"});
+  Answer(second.start,
+         PlacementReply(second.start.id(),
+                        {PlacedKey{.write_id = 11, .replicas = OnePart(3, {kOwnPool}, 256)}},
+                        {Own()}, false));
+  rig.Settle();
+  MasterCall end2 = rig.master->Take(mfb::Body::BatchPutEnd);
+  EXPECT_EQ(rig.master->pending(), 0u) << "no revoke: nothing of the first batch is left";
+  EXPECT_EQ(end2.keys(), std::vector<std::string>{"c"});
+  EXPECT_EQ(Vec(end2.finish()->write_ids()), std::vector<uint64_t>{11});
+  EXPECT_EQ(Vec(end2.finish()->part_counts()), std::vector<uint32_t>{1});
+  EXPECT_EQ(Vec(end2.finish()->checksums()), std::vector<uint32_t>{Crc("ccc")});
+  EXPECT_TRUE(end2.finish()->failed() == nullptr || end2.finish()->failed()->size() == 0);
+  Answer(end2, KeyCodesReply(end2.id(), {ErrorCode::kOk}, {1}));
+  const CompletionData& done = rig.sink.Of(second.id);
+  EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kOk});
+  EXPECT_EQ(done.replicas, std::vector<uint8_t>{1});
+  EXPECT_EQ(PoolBytes(rig, 256, 3), "ccc");
+}
+
 // A value of two parts whose second part has no replica written cannot be read: revoked, even
 // though the first part was stored.
 TEST(PipelineWrite, AValueWithOnePartWithoutAnyReplicaWrittenIsRevoked) {

@@ -103,6 +103,10 @@ class CompletionSink {
   // Posts the completion of `request` to its client's completion ring (service thread only).
   // Silently dropped when the client is gone.
   virtual void Complete(ClientId client, uint64_t request_id, const CompletionData& data) = 0;
+  // Makes the completions posted since the last call visible to their clients now instead of
+  // at the end of the pass (service thread only): a finished batch's callers need not wait for
+  // the rest of the pass.
+  virtual void PublishCompletions() {}
   // Runs `task` on the service thread soon (thread-safe; wakes the service if it sleeps).
   // Tasks posted after the service stopped never run (they are destroyed with the service).
   virtual void Post(std::function<void()> task) = 0;
