@@ -163,7 +163,7 @@ class ReadBatch final : public Batch {
   // The containers of Recycled(), kept between batches (scratch_pool.h).
   using Scratch = std::tuple<std::vector<KeyRef>, std::vector<uint64_t>, std::vector<uint8_t>,
                              std::vector<PartRead>, std::vector<Replica>,
-                             std::vector<BadReplicaReport>, PoolTable>;
+                             std::vector<BadReplicaReport>, PoolTable, std::vector<Replica>>;
 
   // `spares` (may be null): where its containers come from and go back to.
   ReadBatch(PipelineContext& ctx, MasterMessages& messages, std::vector<HeldRequest> requests,
@@ -198,7 +198,9 @@ class ReadBatch final : public Batch {
   };
 
  private:
-  auto Recycled() { return std::tie(keys_, versions_, copied_, reads_, tried_, bad_, pools_); }
+  auto Recycled() {
+    return std::tie(keys_, versions_, copied_, reads_, tried_, bad_, pools_, spare_left_);
+  }
   void OnPlaced(Result<std::span<const uint8_t>> reply);
   void CopyKey(uint32_t key, uint64_t size, const mfb::PlacementReply& reply,
                const PoolTable& pools);
@@ -206,8 +208,8 @@ class ReadBatch final : public Batch {
   PrefetchRange LocalFirstPart(uint32_t key, const mfb::PlacementReply& reply,
                                const PoolTable& pools) const;
   // Reads the part from its next replica: at once from this node's pool, or queued as a peer
-  // read. When none is left the key fails.
-  void ReadPart(PartRead read);
+  // read (then `read` is moved into reads_). When none is left the key fails.
+  void ReadPart(PartRead& read);
   // The CRC of a local copy of `read` that did not match, taken again from the pool's bytes
   // (see read_batch.cc); `crc` as it was otherwise.
   uint32_t Rechecked(const PartRead& read, const Replica& local, const ClientValue& target,
@@ -243,7 +245,8 @@ class ReadBatch final : public Batch {
   std::vector<Replica> tried_;   // parallel to reads_: the replica each op reads
   std::vector<BadReplicaReport> bad_;
   PoolTable pools_;  // scratch of OnPlaced: its reply's pools (endpoints view the reply)
-  ScratchLease<Scratch> recycled_;  // last: lends the members of Recycled()
+  std::vector<Replica> spare_left_;  // scratch of CopyKey: a part's replicas to try
+  ScratchLease<Scratch> recycled_;   // last: lends the members of Recycled()
 };
 
 // Exist or Remove (all requests with the same `force`).

@@ -102,6 +102,7 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
   while (i < end && copied_[k]) {
     const mfb::Placement* first = reply.placements()->Get(i);
     PartRead read;
+    read.left.swap(spare_left_);  // an earlier part's buffer, cleared
     read.key = k;
     read.part = first->part();
     read.at = part_offset;
@@ -128,7 +129,11 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
       }
     }
     part_offset += read.length;
-    ReadPart(std::move(read));
+    ReadPart(read);
+    if (read.left.capacity() > 0) {  // read here, not handed to the data plane: keep its buffer
+      read.left.clear();
+      spare_left_.swap(read.left);
+    }
   }
   if (copied_[k] && part_offset != size) {
     copied_[k] = 0;
@@ -150,7 +155,7 @@ PrefetchRange ReadBatch::LocalFirstPart(uint32_t k, const mfb::PlacementReply& r
   return {};
 }
 
-void ReadBatch::ReadPart(PartRead read) {
+void ReadBatch::ReadPart(PartRead& read) {
   Status last = Status::Ok();  // the last replica's failure (built only when one fails)
   const HeldRequest& h = held(keys_[read.key]);
   const ClientValue target(h.request, keys_[read.key].index);  // the arena, or client memory
@@ -311,7 +316,7 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
     read.rereading = false;
     if (!read.left.empty() && Alive(read, now)) {
       ++ctx_.counters.replica_fallbacks;
-      ReadPart(std::move(read));
+      ReadPart(read);
       continue;
     }
     PartFailed(read, last);
@@ -341,7 +346,7 @@ void ReadBatch::RereadPeer(PartRead& read, Replica replica, uint32_t crc) {
                                "the way, or in its pool; every 100th is logged)";
   read.rereading = true;
   read.left.insert(read.left.begin(), std::move(replica));
-  ReadPart(std::move(read));
+  ReadPart(read);
 }
 
 void ReadBatch::Finish() {
