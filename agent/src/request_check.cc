@@ -52,16 +52,17 @@ Status CheckMemory(const proto::Request& req, size_t key_count, bool process_mem
   size_t first = 0;
   for (size_t i = 0; i < key_count; ++i) {
     const uint32_t n = counts->Get(static_cast<uoffset_t>(i));
-    const std::string what = "memory of key " + std::to_string(i);
+    auto what = [i] { return "memory of key " + std::to_string(i); };
     if (n == 0 || n > ranges - first) {
-      return InvalidParams(what + ": memory_counts[" + std::to_string(i) + "] is " +
+      return InvalidParams(what() + ": memory_counts[" + std::to_string(i) + "] is " +
                            std::to_string(n) + " with " + std::to_string(ranges - first) +
                            " ranges left; give at least one range per key");
     }
-    auto length = RangesLength(ProcessRanges(req, first, n), what);
+    auto length = RangesLength(ProcessRanges(req, first, n), std::string_view());
+    if (!length.ok()) length = RangesLength(ProcessRanges(req, first, n), what());
     KVAGENT_RETURN_IF_ERROR(length.status());
     if (values && *length == 0)
-      return InvalidParams(what + " is empty; a value is at least 1 byte");
+      return InvalidParams(what() + " is empty; a value is at least 1 byte");
     first += n;
   }
   if (first != ranges) {
@@ -85,10 +86,14 @@ Status CheckBuffers(const proto::Request& req, size_t key_count, uint64_t arena_
   }
   for (size_t i = 0; i < key_count; ++i) {
     const proto::BufferRef* b = buffers->Get(static_cast<uoffset_t>(i));
-    const std::string what = "buffers[" + std::to_string(i) + "]";
-    KVAGENT_RETURN_IF_ERROR(ValidateBufferRef(b->offset(), b->length(), arena_bytes, what));
+    auto what = [i] { return "buffers[" + std::to_string(i) + "]"; };
+    KVAGENT_RETURN_IF_ERROR(CheckNamed(
+        [&](std::string_view w) {
+          return ValidateBufferRef(b->offset(), b->length(), arena_bytes, w);
+        },
+        what));
     if (values && b->length() == 0) {
-      return InvalidParams(what + " is empty; a value is at least 1 byte");
+      return InvalidParams(what() + " is empty; a value is at least 1 byte");
     }
   }
   return Status::Ok();
@@ -107,9 +112,12 @@ Status CheckBlocks(const proto::Request& req, size_t key_count) {
     if (Count(b->block_hashes()) == 0 && Count(b->token_ids()) == 0 && b->lora_name() == nullptr) {
       continue;  // an empty entry: this key carries no block metadata
     }
-    KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(Count(b->block_hashes()), Count(b->token_ids()),
-                                              b->block_size(), View(b->lora_name()),
-                                              "blocks[" + std::to_string(i) + "]"));
+    KVAGENT_RETURN_IF_ERROR(CheckNamed(
+        [&](std::string_view w) {
+          return ValidateBlockMeta(Count(b->block_hashes()), Count(b->token_ids()), b->block_size(),
+                                   View(b->lora_name()), w);
+        },
+        [i] { return "blocks[" + std::to_string(i) + "]"; }));
   }
   return Status::Ok();
 }

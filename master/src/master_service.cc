@@ -159,9 +159,12 @@ Status MasterService::ValidateWriteStart(const WriteStartRequest& req) const {
   for (size_t i = 0; i < req.blocks.size(); ++i) {
     const BlockMetaView& b = req.blocks[i];
     if (b.empty()) continue;
-    KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(),
-                                              b.block_size, b.lora_name.value_or(""),
-                                              "blocks[" + std::to_string(i) + "]"));
+    KVAGENT_RETURN_IF_ERROR(CheckNamed(
+        [&](std::string_view w) {
+          return ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(), b.block_size,
+                                   b.lora_name.value_or(""), w);
+        },
+        [i] { return "blocks[" + std::to_string(i) + "]"; }));
   }
   if (req.options.replica_count == 0) {
     return InvalidParams("replica_count is 0; ask for at least one replica");

@@ -51,6 +51,16 @@ Status ValidateListLimit(uint32_t limit);
 Status ValidateBufferRef(uint64_t offset, uint64_t length, uint64_t arena_size,
                          std::string_view what = "buffer");
 
+// Runs `check(what)` (one of the checks above) for one entry of a batch, with the entry's name
+// (`name()`, e.g. "buffers[7]") built only when the check fails: building it for every key cost
+// more than the checks themselves.
+template <typename Check, typename Name>
+Status CheckNamed(Check check, Name name) {
+  Status st = check(std::string_view());
+  if (st.ok()) return st;
+  return check(std::string_view(name()));
+}
+
 // Optional block metadata supplied with a stored key (docs/events.md, BlockStored): at least one
 // hash; token IDs either absent or exactly block_size * hash_count; lora_name valid UTF-8.
 Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_size,
