@@ -43,12 +43,14 @@ void DecodeListAndCounters(const proto::Completion& c, Reply* reply) {
 }
 
 // Ranges of the caller's memory: no null range with bytes, no range wrapping the address space.
-Status CheckRanges(MemoryValue ranges, const std::string& what) {
+// `what()` names the value, built only when a range is bad.
+template <typename Name>
+Status CheckRanges(MemoryValue ranges, Name what) {
   for (size_t j = 0; j < ranges.size(); ++j) {
     const MemoryRange& r = ranges[j];
     const auto start = reinterpret_cast<uintptr_t>(r.data);
     if ((r.data == nullptr && r.size > 0) || start + r.size < start) {
-      return InvalidParams(what + " range " + std::to_string(j) + " (" + std::to_string(r.size) +
+      return InvalidParams(what() + " range " + std::to_string(j) + " (" + std::to_string(r.size) +
                            " bytes) has no valid address; pass memory "
                            "of this process");
     }
@@ -78,7 +80,8 @@ Status ValidateCall(const CallSpec& spec) {
           return InvalidParams("values[" + std::to_string(i) +
                                "] is empty; a value is at least 1 byte");
         }
-        KVAGENT_RETURN_IF_ERROR(CheckRanges(v.ranges(), "values[" + std::to_string(i) + "]"));
+        KVAGENT_RETURN_IF_ERROR(
+            CheckRanges(v.ranges(), [i] { return "values[" + std::to_string(i) + "]"; }));
         if (v.buffer() != nullptr && (!v.buffer()->valid() || v.length() > v.buffer()->size())) {
           return Status(ErrorCode::kBufferOutOfRange,
                         "values[" + std::to_string(i) + "] names " + std::to_string(v.length()) +
@@ -92,9 +95,12 @@ Status ValidateCall(const CallSpec& spec) {
           const BlockMetadata& b = o.blocks[i];
           // An empty entry means "no metadata for this key", as the agent reads it (agent.fbs).
           if (b.block_hashes.empty() && b.token_ids.empty() && b.lora_name.empty()) continue;
-          KVAGENT_RETURN_IF_ERROR(ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(),
-                                                    b.block_size, b.lora_name,
-                                                    "blocks[" + std::to_string(i) + "]"));
+          KVAGENT_RETURN_IF_ERROR(CheckNamed(
+              [&](std::string_view w) {
+                return ValidateBlockMeta(b.block_hashes.size(), b.token_ids.size(), b.block_size,
+                                         b.lora_name, w);
+              },
+              [i] { return "blocks[" + std::to_string(i) + "]"; }));
         }
       }
       if (o.write.replica_count == 0) {
@@ -106,9 +112,9 @@ Status ValidateCall(const CallSpec& spec) {
       if (!spec.memory_targets.empty() || spec.targets.empty()) {
         KVAGENT_RETURN_IF_ERROR(CheckParallel(spec.memory_targets.size(), n, "targets"));
         for (size_t i = 0; i < n; ++i) {
-          const std::string what = "targets[" + std::to_string(i) + "]";
+          auto what = [i] { return "targets[" + std::to_string(i) + "]"; };
           if (spec.memory_targets[i].empty()) {
-            return InvalidParams(what + " has no ranges; give at least one per key");
+            return InvalidParams(what() + " has no ranges; give at least one per key");
           }
           KVAGENT_RETURN_IF_ERROR(CheckRanges(spec.memory_targets[i], what));
         }

@@ -280,9 +280,13 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   const Clock::time_point deadline = Clock::now() + timeout;
   if (Status valid = ValidateCall(spec); !valid.ok()) return Failed(valid, n);
 
-  std::vector<proto::BufferRef> refs;
-  std::vector<proto::MemoryRange> memory;
-  std::vector<uint32_t> counts;
+  // This thread's scratch (Submit does not re-enter): a call allocates none of them.
+  thread_local std::vector<proto::BufferRef> refs;
+  thread_local std::vector<proto::MemoryRange> memory;
+  thread_local std::vector<uint32_t> counts;
+  refs.clear();
+  memory.clear();
+  counts.clear();
   std::vector<ArenaBuffer> temporaries;
   std::vector<Slot::ScatterTarget> scatters;
   if (Status located = LocateValues(spec, &refs, &memory, &counts, &temporaries, &scatters);
@@ -343,8 +347,10 @@ Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferR
   // Where key i's bytes are when they are one range of our arena (an ArenaBuffer, or memory
   // that happens to lie in the arena, e.g. a host pool allocated from it): the agent then
   // copies them from/to the arena without any copy here.
-  std::vector<proto::BufferRef> in_arena(n);
-  std::vector<uint8_t> is_in_arena(n, 0);
+  thread_local std::vector<proto::BufferRef> in_arena;  // this thread's scratch
+  thread_local std::vector<uint8_t> is_in_arena;
+  in_arena.assign(n, proto::BufferRef());
+  is_in_arena.assign(n, 0);
   size_t arena_keys = 0;
   for (size_t i = 0; i < n; ++i) {
     uint64_t offset = 0;
@@ -384,7 +390,7 @@ Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferR
     }
   }
   if (arena_keys == n) {
-    *refs = std::move(in_arena);
+    refs->assign(in_arena.begin(), in_arena.end());
     return Status::Ok();
   }
   auto ranges_of = [&](size_t i) -> MemoryValue {
