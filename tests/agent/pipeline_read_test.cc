@@ -132,10 +132,10 @@ TEST(PipelineRead, PartsFromThisPoolAndFromAPeerAssembleTheValueInOrder) {
 
 // Bytes in this node's pool that no longer match: the replica is reported and counted, and the
 // part is read from the peer instead.
-TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplica) {
-  PipelineRig rig;
+// A get of key "k" whose replica in this node's pool (at 0) is corrupt and whose copy on peer A
+// is good: answered OK with the peer's bytes, the local replica reported and counted.
+void GetPastACorruptLocalReplica(PipelineRig& rig, TestClient& client) {
   rig.data->AddPeer(kPeerA, 1 << 20);
-  TestClient client(1);
   const std::string value = Pattern("x", 1000);
   InPool(rig, 0, Flipped(value, 500, 0x01));
   InPeer(rig, kPeerA, 0, value);
@@ -153,6 +153,12 @@ TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplic
   EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnPool}}));
   EXPECT_EQ(rig.Counter("agent.checksum_mismatches"), 1u);
   EXPECT_EQ(rig.Counter("agent.corrupted_keys"), 0u);
+}
+
+TEST(PipelineRead, ACorruptLocalReplicaIsReportedAndThePartReadFromTheNextReplica) {
+  PipelineRig rig;
+  TestClient client(1);
+  GetPastACorruptLocalReplica(rig, client);
 }
 
 TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
@@ -189,25 +195,8 @@ TEST(PipelineRead, ACorruptPeerReplicaIsFollowedByTheNextPeer) {
 // a corrupt replica, read the next one and reported it, reads, reports and counts only its own.
 TEST(PipelineRead, AGetAfterOneThatReportedACorruptReplicaStartsClean) {
   PipelineRig rig;
-  rig.data->AddPeer(kPeerA, 1 << 20);
   TestClient client(1);
-  const std::string value = Pattern("x", 1000);
-  InPool(rig, 0, Flipped(value, 500, 0x01));
-  InPeer(rig, kPeerA, 0, value);
-  {
-    auto [copy, id, placed] = SendGet(rig, client, {"k"}, {1000});
-    Answer(placed,
-           PlacementReply(placed.id(),
-                          {PlacedKey{.write_id = 77,
-                                     .size = 1000,
-                                     .replicas = {At(kPoolA, 0, value), At(kOwnPool, 0, value)}}},
-                          {Own(), PeerA()}, true));
-    rig.Settle();
-    EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
-    EXPECT_EQ(client.Bytes(copy, 0, 1000), value);
-    MasterCall report = rig.master->Take(mfb::Body::ReportBadReplicas);
-    EXPECT_EQ(Reported(report), (std::vector<Bad>{{"k", 77, 0, kOwnPool}}));
-  }
+  GetPastACorruptLocalReplica(rig, client);
   const std::string other = Pattern("o", 300);
   InPool(rig, 8192, other);
   auto [copy, id, placed] = SendGet(rig, client, {"other"}, {300});
