@@ -118,7 +118,10 @@ class WriteBatch final : public Batch {
   // one BatchPutCommit. False: none were taken, the batch starts its writes at the master.
   // `now`: when the batch started.
   bool StartReserved(std::chrono::steady_clock::time_point now);
-  void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements, const PoolTable& pools);
+  // `writes`: the batch's hold on the pool fence (LocalWritesOf), released before the batch
+  // tells the master anything (Finish, or the data plane's callback).
+  void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements, const PoolTable& pools,
+               transfer::PoolFence::LocalWrites& writes);
   void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t pool,
                      const Status& why);
   void FailCopy(uint32_t key, const Status& why);

@@ -33,12 +33,14 @@ ClientValue::ClientValue(const ClientRequest& request, uint32_t index) : request
     length_ += range.length();  // checked: no overflow
 }
 
-Result<uint32_t> ClientValue::ToPool(const PipelineContext& ctx, const OpStamp& stamp, uint64_t at,
-                                     uint64_t pool_offset, uint64_t n) const {
-  if (request_.memory == nullptr) return CopyToPool(ctx, stamp, pool_offset, arena_bytes_ + at, n);
+Result<uint32_t> ClientValue::ToPool(const PipelineContext& ctx,
+                                     transfer::PoolFence::LocalWrites& writes, const OpStamp& stamp,
+                                     uint64_t at, uint64_t pool_offset, uint64_t n) const {
+  if (request_.memory == nullptr) {
+    return CopyToPool(ctx, writes, stamp, pool_offset, arena_bytes_ + at, n);
+  }
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(pool_offset, n));
-  auto hold = FenceLocalWrite(ctx, stamp);  // the fence waits for this copy
-  if (!hold.ok()) return hold.status();
+  KVAGENT_RETURN_IF_ERROR(writes.Admit(stamp.master_epoch, stamp.write_id));
   return request_.memory->Read(ranges_, at, ctx.pool->base() + pool_offset, n, ctx.checksums);
 }
 

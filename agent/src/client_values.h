@@ -32,12 +32,14 @@ class ClientValue {
   uint64_t length() const { return length_; }
 
   // Put: copies bytes [at, at + n) of the value into the node pool at `pool_offset` as part of
-  // write `stamp` (under the pool fence, as CopyToPool) and returns their CRC32C (0 when
+  // write `stamp` (admitted by `writes`, as CopyToPool) and returns their CRC32C (0 when
   // ctx.checksums is off). TRANSFER_FAILED when the fence refuses the write,
   // BUFFER_OUT_OF_RANGE when the master's range lies outside the pool; INVALID_PARAMS when the
   // client's memory cannot be read; AGENT_UNAVAILABLE when the client process is gone.
-  [[nodiscard]] Result<uint32_t> ToPool(const PipelineContext& ctx, const OpStamp& stamp,
-                                        uint64_t at, uint64_t pool_offset, uint64_t n) const;
+  [[nodiscard]] Result<uint32_t> ToPool(const PipelineContext& ctx,
+                                        transfer::PoolFence::LocalWrites& writes,
+                                        const OpStamp& stamp, uint64_t at, uint64_t pool_offset,
+                                        uint64_t n) const;
   // Put: the CRC32C of bytes [at, at + n) of the value (a part with no replica in this pool).
   [[nodiscard]] Result<uint32_t> Checksum(uint64_t at, uint64_t n) const;
   // Get: copies `n` bytes of the pool at `pool_offset` into bytes [at, at + n) of the value and

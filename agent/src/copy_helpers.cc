@@ -43,8 +43,8 @@ constexpr uint32_t NextOf(uint64_t w) { return static_cast<uint32_t>(w) & 0xFFFF
 uint32_t CopyPiece(uint8_t* dst, const uint8_t* src, size_t n, CopyStores stores, bool checksum) {
   if (n == 0) return 0;  // memcpy's pointers must be valid even for no bytes
   if (checksum) return CopyWithCrc32c(dst, src, n, stores);
-  if (stores == CopyStores::kStreaming) {
-    StreamCopy(dst, src, n);
+  if (stores != CopyStores::kCached) {
+    StreamCopy(dst, src, n, /*fence=*/stores == CopyStores::kStreaming);
   } else {
     std::memcpy(dst, src, n);
   }
@@ -143,7 +143,9 @@ uint32_t CopyHelpers::Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStore
   job_.src = src;
   job_.n = n;
   job_.chunks = static_cast<uint32_t>(chunks);
-  job_.stores = stores;
+  // Each thread fences its own chunks before it counts them done: the bytes of a shared copy are
+  // visible when Copy returns, even with kStreamingUnfenced.
+  job_.stores = stores == CopyStores::kCached ? stores : CopyStores::kStreaming;
   job_.checksum = checksum;
   if (job_.crc.size() < chunks) job_.crc.resize(chunks);  // grows to the largest value once
   done_.store(0, std::memory_order_relaxed);

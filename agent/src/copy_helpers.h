@@ -67,7 +67,9 @@ class CopyHelpers {
 
   // Copies n bytes from src to dst (no overlap) with `stores`; returns the CRC32C of the bytes
   // when `checksum` (else 0). Values of kSplitMinBytes or more are shared among the threads.
-  // `next` (may be empty) is prefetched as CopyWithCrc32c does.
+  // `next` (may be empty) is prefetched as CopyWithCrc32c does. kStreamingUnfenced: a value
+  // copied by the caller alone needs its FenceStreamingStores() (checksum.h); a shared one is
+  // fenced by every thread that copied a chunk.
   uint32_t Copy(uint8_t* dst, const uint8_t* src, size_t n, CopyStores stores, bool checksum,
                 PrefetchRange next = {});
 

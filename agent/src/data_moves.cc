@@ -43,19 +43,18 @@ const PoolTable::Entry& PoolTable::Find(uint32_t pool_id) const {
   return kNone;
 }
 
-Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
-                                                        const OpStamp& stamp) {
-  if (ctx.fence == nullptr) return transfer::PoolFence::LocalWrite();
-  return ctx.fence->BeginLocalWrite(stamp.master_epoch, stamp.write_id);
+transfer::PoolFence::LocalWrites LocalWritesOf(const PipelineContext& ctx) {
+  if (ctx.fence == nullptr) return transfer::PoolFence::LocalWrites();
+  return ctx.fence->BeginLocalWrites();
 }
 
-Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp, uint64_t offset,
-                            const uint8_t* src, uint64_t length) {
+Result<uint32_t> CopyToPool(const PipelineContext& ctx, transfer::PoolFence::LocalWrites& writes,
+                            const OpStamp& stamp, uint64_t offset, const uint8_t* src,
+                            uint64_t length) {
   KVAGENT_RETURN_IF_ERROR(ctx.pool->CheckRange(offset, length));
-  auto hold = FenceLocalWrite(ctx, stamp);  // the fence waits for this copy
-  if (!hold.ok()) return hold.status();
+  KVAGENT_RETURN_IF_ERROR(writes.Admit(stamp.master_epoch, stamp.write_id));
   // The value is read again later, most likely by another process: keep it out of our cache.
-  return ctx.copier->Copy(ctx.pool->base() + offset, src, length, CopyStores::kStreaming,
+  return ctx.copier->Copy(ctx.pool->base() + offset, src, length, CopyStores::kStreamingUnfenced,
                           ctx.checksums);
 }
 

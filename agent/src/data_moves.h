@@ -61,17 +61,21 @@ struct OpStamp {
   std::optional<uint32_t> payload_crc = std::nullopt;
 };
 
-// Copies [src, src + length) into the node pool at `offset` (a put's local replica; streaming
-// stores) as part of write `stamp.write_id` placed by master `stamp.master_epoch`, and returns
-// the bytes' CRC32C taken in the same pass (0 when ctx.checksums is off). TRANSFER_FAILED when
-// the pool fence refuses the write (abandoned, or placed by another master);
-// BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
-[[nodiscard]] Result<uint32_t> CopyToPool(const PipelineContext& ctx, const OpStamp& stamp,
-                                          uint64_t offset, const uint8_t* src, uint64_t length);
-// The pool fence's permission for a local copy of write `stamp.write_id` (CopyToPool's, for copies
-// made another way: process_memory.h); the fence waits for it until it is destroyed.
-[[nodiscard]] Result<transfer::PoolFence::LocalWrite> FenceLocalWrite(const PipelineContext& ctx,
-                                                                      const OpStamp& stamp);
+// Copies [src, src + length) into the node pool at `offset` (a put's local replica) as part of
+// write `stamp.write_id` placed by master `stamp.master_epoch`, and returns the bytes' CRC32C
+// taken in the same pass (0 when ctx.checksums is off). Streaming stores, left unfenced: the
+// caller calls FenceStreamingStores() (checksum.h) before it tells anyone, once for all its
+// copies. `writes`: the batch's hold on the pool fence (LocalWritesOf), which admits the write
+// first. TRANSFER_FAILED when the pool fence refuses the write (abandoned, or placed by another
+// master); BUFFER_OUT_OF_RANGE when the master's range lies outside the pool.
+[[nodiscard]] Result<uint32_t> CopyToPool(const PipelineContext& ctx,
+                                          transfer::PoolFence::LocalWrites& writes,
+                                          const OpStamp& stamp, uint64_t offset, const uint8_t* src,
+                                          uint64_t length);
+// A batch's hold on the pool fence for its local copies (CopyToPool's, and for copies made another
+// way: process_memory.h): the fence waits for them from the first admitted copy until the hold is
+// destroyed, so a batch releases it before it tells the master anything.
+[[nodiscard]] transfer::PoolFence::LocalWrites LocalWritesOf(const PipelineContext& ctx);
 // The reverse for a get (ordinary stores: the reader wants it in cache), with the CRC32C of what
 // was copied (0 when ctx.checksums is off). `next`: the pool range the caller copies next (from
 // NextPoolRange), asked of the CPU while this copy runs, so that its memory latency overlaps this

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "kvagent/common/checksum.h"
+
 namespace kvagent::agent {
 namespace {
 
@@ -42,7 +44,7 @@ inline void StreamLine(uint8_t* dst, const uint8_t* src) {
 
 }  // namespace
 
-void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n) {
+void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n, bool fence) {
   if (n < kStreamMinBytes) {
     std::memcpy(dst, src, n);
     return;
@@ -58,9 +60,8 @@ void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n) {
     src += 64;
     dst += 64;
   }
-#if defined(__x86_64__)
-  _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone is told
-#endif
+  // Streaming stores are weakly ordered: complete them before anyone is told.
+  if (fence) FenceStreamingStores();
   std::memcpy(dst, src, n % 64);
 }
 

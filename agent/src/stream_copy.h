@@ -15,9 +15,10 @@
 namespace kvagent::agent {
 
 // Copies `n` bytes from `src` to `dst` (no overlap). The bytes are visible to other threads and
-// processes once it returns. Per architecture: SSE2 streaming stores and a store fence on x86-64,
-// STNP (store pair, non-temporal) on aarch64, which barriers order like any store; memcpy
-// elsewhere.
-void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n);
+// processes once it returns; with `fence` false, only after the caller's FenceStreamingStores()
+// (kvagent/common/checksum.h: one fence for a batch of copies). Per architecture: SSE2 streaming
+// stores and a store fence on x86-64, STNP (store pair, non-temporal) on aarch64, which barriers
+// order like any store; memcpy elsewhere.
+void StreamCopy(uint8_t* dst, const uint8_t* src, size_t n, bool fence = true);
 
 }  // namespace kvagent::agent

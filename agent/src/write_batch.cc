@@ -75,6 +75,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
   epoch_ = p.master_epoch();
   PoolTable& pools = pools_;
   pools.Load(p, ctx_);
+  auto writes = LocalWritesOf(ctx_);
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
     Status st = KeyStatus(p.codes(), p.messages(), k);
@@ -94,8 +95,10 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
       const mfb::Placement* pl = p.placements()->Get(i);
       places_.push_back(ReplicaPlace{pl->part(), pl->pool_id(), pl->offset(), pl->length()});
     }
-    CopyKey(k, places_, pools);
+    CopyKey(k, places_, pools, writes);
   }
+  FenceStreamingStores();  // the local copies' bytes, before anyone is told
+  writes = {};             // the pool fence may move on: every local copy is done
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
                  [this](std::span<const uint32_t> keys, std::span<const Status> results,
@@ -115,6 +118,7 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
   reserved_ = true;
   epoch_ = ctx_.reservations->epoch();
   const PoolTable& pools = ctx_.reservations->pools();
+  auto writes = LocalWritesOf(ctx_);
   for (uint32_t k = 0; k < keys_.size(); ++k) {
     first_part_[k + 1] = first_part_[k];
     state_[k] = kStarted;
@@ -124,8 +128,10 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
       continue;
     }
     if (Expire(k, now, "the value was not stored")) continue;
-    CopyKey(k, taken[k].replicas, pools);
+    CopyKey(k, taken[k].replicas, pools, writes);
   }
+  FenceStreamingStores();  // the local copies' bytes, before anyone is told
+  writes = {};             // the pool fence may move on: every local copy is done
   if (remote_.empty()) {
     Finish();
   } else {
@@ -140,7 +146,7 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
 // its own memory: client_values.h). Parts are in order and each part's offset in the value is
 // the sum of the lengths of the parts before it; a part's replicas are adjacent in `placements`.
 void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
-                         const PoolTable& pools) {
+                         const PoolTable& pools, transfer::PoolFence::LocalWrites& writes) {
   HeldRequest& h = held(keys_[k]);
   const ClientValue value(h.request, keys_[k].index);
   const auto end = static_cast<uint32_t>(placements.size());
@@ -168,7 +174,7 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
       const ReplicaPlace& pl = placements[j];
       const PoolTable::Entry& pool = pools.Find(pl.pool_id);
       if (!pool.local) continue;
-      Result<uint32_t> copied = value.ToPool(ctx_, base, part_offset, pl.offset, length);
+      Result<uint32_t> copied = value.ToPool(ctx_, writes, base, part_offset, pl.offset, length);
       if (!copied.ok()) {
         if (ClientMemoryFailed(copied.status())) return FailCopy(k, copied.status());
         if (copied.status().code() == ErrorCode::kTransferFailed)

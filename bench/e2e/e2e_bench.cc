@@ -206,6 +206,7 @@ double CopyBandwidth(size_t value, int sources, bool to_pool, const CopyFn& copy
 }
 
 void MemcpyFn(uint8_t* d, const uint8_t* s, size_t n) { std::memcpy(d, s, n); }
+void StreamFn(uint8_t* d, const uint8_t* s, size_t n) { kvagent::agent::StreamCopy(d, s, n); }
 
 uint32_t crc_sink = 0;  // keeps the checksums the copies below take
 void CrcStreamFn(uint8_t* d, const uint8_t* s, size_t n) {
@@ -441,7 +442,7 @@ void LargeValues(Store& store, const std::string& p, size_t value, const std::st
   // The baselines right after, with the same buffer counts and working set.
   const double to_pool = CopyBandwidth(value, sources_count, true, MemcpyFn);
   const double from_pool = CopyBandwidth(value, 4, false, MemcpyFn);
-  const double streamed = CopyBandwidth(value, sources_count, true, kvagent::agent::StreamCopy);
+  const double streamed = CopyBandwidth(value, sources_count, true, StreamFn);
   // The copies a put and a get make with checksums on: the same loads and stores, the CRC32C
   // taken on the way (common/checksum.h).
   const double crc_to_pool = CopyBandwidth(value, sources_count, true, CrcStreamFn);

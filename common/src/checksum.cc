@@ -203,10 +203,7 @@ KVAGENT_CRC_TARGET uint32_t HwCopyUpdate(uint32_t r, uint8_t* dst, const uint8_t
   }
   const size_t blocks = n / (3 * kLane);
   if (stores == CopyStores::kStreaming) {
-    r = HwBlocks<true, CopyStores::kStreaming>(r, dst, src, blocks);
-#if defined(__x86_64__)
-    if (blocks) _mm_sfence();  // streaming stores are weakly ordered: finish them first
-#endif
+    r = HwBlocks<true, CopyStores::kStreaming>(r, dst, src, blocks);  // fenced by the caller
   } else {
     r = HwBlocks<true, CopyStores::kCached>(r, dst, src, blocks);
   }
@@ -277,19 +274,15 @@ constexpr size_t kTwoPassCopyMaxBytes = 16 * 1024;
 // checksums (e2e_bench's get.1m.vs_off), 1.02-1.11x without them (three alternating runs each on
 // an AMD Zen 5 VM).
 constexpr size_t kOwnAheadMaxBytes = 64 * 1024;
-}  // namespace
 
-uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
-  return ~crc32c::Chosen().update(~crc, static_cast<const uint8_t*>(data), n);
+// What the paths' copies are told: kCached or kStreaming (they never fence).
+CopyStores PathStores(CopyStores stores) {
+  return stores == CopyStores::kCached ? CopyStores::kCached : CopyStores::kStreaming;
 }
 
-uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc) {
-  return ~crc32c::Chosen().copy_update(~crc, static_cast<uint8_t*>(dst),
-                                       static_cast<const uint8_t*>(src), n, stores);
-}
-
-uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
-                        PrefetchRange next) {
+// CopyWithCrc32c with a `next`, its streaming stores unfenced.
+uint32_t CopyUnfenced(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
+                      PrefetchRange next) {
   // A path that asks for its own lines ahead (copy_update_ahead) copies and checksums in one
   // loop, also with nothing of the caller's to fetch next (a get of one key, the last of a
   // batch): a memcpy and then the CRC of the destination made the CRC wait for the copy's loads
@@ -312,6 +305,34 @@ uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores,
                                       static_cast<const uint8_t*>(src), n, stores);
   PrefetchStart(next);
   return ~r;
+}
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
+  return ~crc32c::Chosen().update(~crc, static_cast<const uint8_t*>(data), n);
+}
+
+void FenceStreamingStores() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+// The paths' copies know cached and streaming stores, and leave streaming ones unfenced: the
+// public functions fence them for kStreaming.
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc) {
+  const uint32_t r = ~crc32c::Chosen().copy_update(
+      ~crc, static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, PathStores(stores));
+  if (stores == CopyStores::kStreaming) FenceStreamingStores();
+  return r;
+}
+
+uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc,
+                        PrefetchRange next) {
+  const uint32_t r = CopyUnfenced(dst, src, n, PathStores(stores), crc, next);
+  if (stores == CopyStores::kStreaming) FenceStreamingStores();
+  return r;
 }
 
 void PrefetchStart(PrefetchRange range) {

@@ -104,7 +104,7 @@ using FoldCopyRun = uint32_t (*)(uint32_t r, uint8_t* dst, const uint8_t* src, s
 // The copy of every fold path: the head, up to a kAlign-aligned destination (streaming stores
 // want one), and the tail the ordinary way; whole kStep-byte steps in between by `streaming` or
 // `cached` (which may be null when `stores` is kStreaming). Streaming stores are weakly
-// ordered: they are finished (sfence) before the return.
+// ordered and left unfenced here: CopyWithCrc32c fences them for its callers that want it.
 template <size_t kAlign, size_t kStep>
 KVAGENT_CRC_TARGET uint32_t AlignedFoldCopy(uint32_t r, uint8_t* dst, const uint8_t* src, size_t n,
                                             CopyStores stores, FoldCopyRun streaming,
@@ -119,7 +119,6 @@ KVAGENT_CRC_TARGET uint32_t AlignedFoldCopy(uint32_t r, uint8_t* dst, const uint
   if (run > 0) {
     if (stores == CopyStores::kStreaming) {
       r = streaming(r, dst, src, run);
-      _mm_sfence();
     } else {
       r = cached(r, dst, src, run);
     }

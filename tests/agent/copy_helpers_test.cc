@@ -44,7 +44,8 @@ TEST(CopyHelpers, EveryByteArrivesWithTheOneThreadCrcWhateverTheSplit) {
       for (size_t src_off : {size_t{0}, size_t{3}}) {
         for (size_t dst_off : {size_t{0}, size_t{5}, size_t{40}}) {
           const std::vector<uint8_t> src = RandomBytes(n + src_off, static_cast<uint32_t>(n));
-          for (CopyStores stores : {CopyStores::kCached, CopyStores::kStreaming}) {
+          for (CopyStores stores :
+               {CopyStores::kCached, CopyStores::kStreaming, CopyStores::kStreamingUnfenced}) {
             for (bool checksum : {false, true}) {
               std::vector<uint8_t> dst(n + dst_off + 8, 0xEE);
               const uint32_t crc =

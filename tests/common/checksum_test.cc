@@ -54,10 +54,12 @@ TEST(Crc32c, FastPathsMatchTheReferenceAtEveryBoundary) {
       const uint8_t* s = src.data() + align;
       const uint32_t want = Reference(s, n);
       EXPECT_EQ(Crc32c(s, n), want) << "n=" << n << " align=" << align;
-      for (CopyStores stores : {CopyStores::kCached, CopyStores::kStreaming}) {
+      for (CopyStores stores :
+           {CopyStores::kCached, CopyStores::kStreaming, CopyStores::kStreamingUnfenced}) {
         std::fill(dst.begin(), dst.end(), 0xAB);
         uint8_t* d = dst.data() + (align * 7) % 32;
         EXPECT_EQ(CopyWithCrc32c(d, s, n, stores), want) << "n=" << n << " align=" << align;
+        FenceStreamingStores();
         EXPECT_EQ(std::memcmp(d, s, n), 0) << "n=" << n;
         EXPECT_EQ(d[n], 0xAB) << "wrote past the end, n=" << n;
         // With a next value to fetch ahead, and without one (small values then take the
@@ -84,7 +86,9 @@ TEST(Crc32c, RandomLengthsOffsetsAndLookAheadsMatchTheReference) {
     const size_t n = i % 4 == 0 ? rng() % 70001 : 4096 * (1 + rng() % 16) + rng() % 3;
     const size_t from = rng() % 64, to = rng() % 64;
     const uint32_t crc = static_cast<uint32_t>(rng());
-    const CopyStores stores = rng() % 2 == 0 ? CopyStores::kCached : CopyStores::kStreaming;
+    const CopyStores all[] = {CopyStores::kCached, CopyStores::kStreaming,
+                              CopyStores::kStreamingUnfenced};
+    const CopyStores stores = all[rng() % 3];
     const PrefetchRange nexts[] = {{}, {src.data(), 4096}, {src.data() + 5, 100}};
     const PrefetchRange next = nexts[rng() % 3];
     const uint8_t* s = src.data() + from;

@@ -56,23 +56,39 @@ TEST(PoolFence, RefusesOtherPoolsOtherMastersAndAbandonedWrites) {
   EXPECT_EQ(fence.refused(), 6u);
 }
 
-TEST(PoolFence, ApplyWaitsForALocalWriteInProgress) {
+TEST(PoolFence, ApplyWaitsForABatchOfLocalWritesInProgress) {
   PoolFence fence(kPool);
   fence.SetEpoch(kEpoch);
-  auto write = fence.BeginLocalWrite(kEpoch, 7);
-  ASSERT_TRUE(write.ok());
+  auto writes = fence.BeginLocalWrites();
+  ASSERT_TRUE(writes.Admit(kEpoch, 7).ok());
   std::atomic<bool> applied{false};
   std::thread t([&] {
-    fence.Apply(kEpoch, 0, std::vector<uint64_t>{7});
+    fence.Apply(kEpoch, 0, std::vector<uint64_t>{7, 9});
     applied = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(applied.load());  // the copy still runs
-  *write = PoolFence::LocalWrite();
+  EXPECT_FALSE(applied.load());  // the batch still copies
+  // Its next copy is judged by the fences as they were when the batch took the fence.
+  EXPECT_TRUE(writes.Admit(kEpoch, 9).ok());
+  EXPECT_FALSE(writes.Admit(kEpoch + 1, 8).ok());  // another master's write, all the same
+  writes = PoolFence::LocalWrites();
   t.join();
   EXPECT_TRUE(applied.load());
-  EXPECT_FALSE(fence.BeginLocalWrite(kEpoch, 7).ok());
-  EXPECT_FALSE(fence.BeginLocalWrite(kEpoch + 1, 8).ok());
+  auto next = fence.BeginLocalWrites();
+  EXPECT_FALSE(next.Admit(kEpoch, 7).ok());
+  EXPECT_FALSE(next.Admit(kEpoch, 9).ok());
+  EXPECT_TRUE(next.Admit(kEpoch, 8).ok());
+  EXPECT_EQ(fence.refused(), 3u);
+}
+
+TEST(PoolFence, LocalWritesHoldTheFenceOnlyFromTheirFirstCopy) {
+  PoolFence fence(kPool);
+  fence.SetEpoch(kEpoch);
+  auto writes = fence.BeginLocalWrites();            // a batch with no local replica yet
+  fence.Apply(kEpoch, 0, std::vector<uint64_t>{7});  // would wait forever if it were held
+  EXPECT_FALSE(writes.Admit(kEpoch, 7).ok());
+  PoolFence::LocalWrites unfenced;  // an agent without a fence admits every copy
+  EXPECT_TRUE(unfenced.Admit(kEpoch + 5, 7).ok());
 }
 
 uint16_t PortOf(const std::string& endpoint) {

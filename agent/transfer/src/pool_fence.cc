@@ -64,10 +64,10 @@ Status PoolFence::CheckWrite(uint64_t incarnation, uint64_t epoch, uint64_t writ
   return CheckLocked(incarnation, epoch, write_id, true);
 }
 
-Result<PoolFence::LocalWrite> PoolFence::BeginLocalWrite(uint64_t epoch, uint64_t write_id) const {
-  std::shared_lock lock(mu_);
-  KVAGENT_RETURN_IF_ERROR(CheckLocked(0, epoch, write_id, true));
-  return LocalWrite(std::move(lock));
+Status PoolFence::LocalWrites::Admit(uint64_t epoch, uint64_t write_id) {
+  if (fence_ == nullptr) return Status::Ok();
+  if (!lock_.owns_lock()) lock_.lock();
+  return fence_->CheckLocked(0, epoch, write_id, true);
 }
 
 uint64_t PoolFence::refused() const { return refused_.load(std::memory_order_relaxed); }

@@ -34,7 +34,18 @@ enum class CopyStores : uint8_t {
   kStreaming,  // non-temporal stores on x86-64 (ordinary ones elsewhere): the destination is cold
                // memory (a Put into the pool); the bytes are visible to other threads and
                // processes when the call returns
+  // As kStreaming, but the stores may still be on their way when the call returns: the caller
+  // calls FenceStreamingStores() before it tells anyone the bytes are there. A batch of copies
+  // then pays one fence instead of one per copy; each fence waits until the copy's stores have
+  // reached memory, where the next copy's loads could have overlapped them (a batch of 128 4 KiB
+  // puts: ~6 % of its time on an AMD Zen 5 VM).
+  kStreamingUnfenced,
 };
+
+// Makes the streaming stores this thread has made so far (kStreamingUnfenced) visible to other
+// threads and processes before any store that follows: sfence on x86-64; nothing elsewhere,
+// where such stores are ordered like any other.
+void FenceStreamingStores();
 
 // Copies n bytes from src to dst (no overlap) and returns Crc32c(src, n, crc), reading src once.
 uint32_t CopyWithCrc32c(void* dst, const void* src, size_t n, CopyStores stores, uint32_t crc = 0);

@@ -13,8 +13,8 @@
 //     value by now.
 // The master frees the space of an abandoned write only after this agent acknowledged the fence
 // (heartbeat), and the agent acknowledges only after Apply returned and the data plane cut off
-// any payload of a fenced write already arriving (TransferEngine::Refence). Local copies into
-// the pool hold a LocalWrite while they copy, so Apply waits for them.
+// any payload of a fenced write already arriving (TransferEngine::Refence). A batch's local
+// copies into the pool hold LocalWrites while they copy, so Apply waits for them.
 //
 // Thread-safe: the data plane checks from its thread, the pipeline copies from the service
 // thread, the master link applies fences from its thread.
@@ -53,20 +53,28 @@ class PoolFence {
   Status CheckRead(uint64_t incarnation, uint64_t epoch) const;
   Status CheckWrite(uint64_t incarnation, uint64_t epoch, uint64_t write_id) const;
 
-  // A copy into the pool by this agent itself (a put's local replica): refused like a peer's
-  // write, and while it lives, Apply and SetEpoch wait.
-  class LocalWrite {
+  // Copies into the pool by this agent itself (a put's local replicas), one batch at a time:
+  // each copy is first admitted (refused like a peer's write), and from the first admission
+  // until the LocalWrites is destroyed, Apply and SetEpoch wait. One per batch, not per copy:
+  // taking and releasing the fence are locked instructions, and a locked instruction waits for
+  // the streaming stores of the copy before it (per 4 KiB key, ~9 % of a batched put's time).
+  class LocalWrites {
    public:
-    LocalWrite() = default;
-    LocalWrite(LocalWrite&&) = default;
-    LocalWrite& operator=(LocalWrite&&) = default;
+    LocalWrites() = default;  // no fence: admits every copy
+    LocalWrites(LocalWrites&&) = default;
+    LocalWrites& operator=(LocalWrites&&) = default;
+
+    // OK, or TRANSFER_FAILED: a copy for write `write_id` of master `epoch` may not land.
+    Status Admit(uint64_t epoch, uint64_t write_id);
 
    private:
     friend class PoolFence;
-    explicit LocalWrite(std::shared_lock<std::shared_mutex> lock) : lock_(std::move(lock)) {}
+    explicit LocalWrites(const PoolFence* fence)
+        : fence_(fence), lock_(fence->mu_, std::defer_lock) {}
+    const PoolFence* fence_ = nullptr;
     std::shared_lock<std::shared_mutex> lock_;
   };
-  Result<LocalWrite> BeginLocalWrite(uint64_t epoch, uint64_t write_id) const;
+  LocalWrites BeginLocalWrites() const { return LocalWrites(this); }
 
   // Writes refused so far (for stats).
   uint64_t refused() const;
