@@ -24,7 +24,7 @@ ObjectTable::ObjectTable(size_t move_step) : move_step_(std::max<size_t>(move_st
 }
 
 ObjectTable::~ObjectTable() {
-  ForEach([](ObjectEntry& e) { delete &e; });
+  ForEach([this](ObjectEntry& e) { entries_.Delete(&e); });
 }
 
 uint64_t ObjectTable::Hash(std::string_view key) {
@@ -77,8 +77,8 @@ std::pair<ObjectEntry*, bool> ObjectTable::FindOrInsert(std::string_view key) {
   } else {
     --tombstones_;
   }
-  auto* e = new ObjectEntry(std::piecewise_construct, std::forward_as_tuple(key),
-                            std::forward_as_tuple());
+  ObjectEntry* e =
+      entries_.New(std::piecewise_construct, std::forward_as_tuple(key), std::forward_as_tuple());
   const auto bits = reinterpret_cast<uint64_t>(e);
   CHECK_EQ(bits & ~kPointerMask, 0u)
       << "heap address above 2^48: no room for ObjectTable's fingerprint";
@@ -115,7 +115,7 @@ void ObjectTable::Erase(ObjectEntry* e) {
     old_[j] = kTombstone;  // the old array's chains must stay whole until the move ends
   }
   --live_;
-  delete e;
+  entries_.Delete(e);
 }
 
 ObjectTable::SlotArray ObjectTable::AllocateSlots(size_t capacity) {

@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "entry_slabs.h"
+
 namespace kvagent::master {
 
 struct Object;
@@ -163,6 +165,7 @@ class ObjectTable {
   size_t next_capacity_ = 0;
   size_t next_touched_bytes_ = 0;
   mutable std::vector<uint64_t> hashes_;  // FindEach's scratch (the table is single-threaded)
+  EntrySlabs<ObjectEntry> entries_;       // the entries' memory; destroyed after them
 };
 
 }  // namespace kvagent::master
