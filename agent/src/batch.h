@@ -122,6 +122,7 @@ class WriteBatch final : public Batch {
   // tells the master anything (Finish, or the data plane's callback).
   void CopyKey(uint32_t key, std::span<const ReplicaPlace> placements, const PoolTable& pools,
                transfer::PoolFence::LocalWrites& writes);
+  static void EndLocalWrites(transfer::PoolFence::LocalWrites& writes);
   void ReplicaFailed(uint32_t key, uint32_t part_index, uint32_t part, uint32_t pool,
                      const Status& why);
   void FailCopy(uint32_t key, const Status& why);

@@ -97,8 +97,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
     }
     CopyKey(k, places_, pools, writes);
   }
-  FenceStreamingStores();  // the local copies' bytes, before anyone is told
-  writes = {};             // the pool fence may move on: every local copy is done
+  EndLocalWrites(writes);
   if (remote_.empty()) return Finish();
   remote_.Submit(ctx_, requests_, &ctx_.counters.bytes_to_peers,
                  [this](std::span<const uint32_t> keys, std::span<const Status> results,
@@ -130,8 +129,7 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
     if (Expire(k, now, "the value was not stored")) continue;
     CopyKey(k, taken[k].replicas, pools, writes);
   }
-  FenceStreamingStores();  // the local copies' bytes, before anyone is told
-  writes = {};             // the pool fence may move on: every local copy is done
+  EndLocalWrites(writes);
   if (remote_.empty()) {
     Finish();
   } else {
@@ -140,6 +138,13 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
                           std::span<const transfer::ReceivedChecksum>) { OnMoved(keys, results); });
   }
   return true;
+}
+
+// The batch's local copies are done: their bytes are made visible before anyone is told, and the
+// pool fence may move on.
+void WriteBatch::EndLocalWrites(transfer::PoolFence::LocalWrites& writes) {
+  FenceStreamingStores();
+  writes = {};
 }
 
 // Every replica of every part of key `k`, from where the client keeps the value (its arena or

@@ -20,6 +20,15 @@ namespace {
 // monitor thread normally wakes it at once.
 constexpr auto kSlice = std::chrono::milliseconds(100);
 
+// A thread's per-call scratch keeps the capacity of calls of up to kScratchKeep keys, and its
+// request builder up to kScratchKeepBytes; what a larger call grew is given back when it ends.
+constexpr size_t kScratchKeep = 4096;
+constexpr size_t kScratchKeepBytes = 256 * 1024;
+template <typename T>
+void TrimScratch(std::vector<T>& v) {
+  if (v.capacity() > kScratchKeep) std::vector<T>().swap(v);
+}
+
 std::string DefaultClientName() {
   std::ifstream comm("/proc/self/comm");
   std::string name;
@@ -287,6 +296,13 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   refs.clear();
   memory.clear();
   counts.clear();
+  struct Trim {
+    ~Trim() {
+      TrimScratch(refs);
+      TrimScratch(memory);
+      TrimScratch(counts);
+    }
+  } trim;
   std::vector<ArenaBuffer> temporaries;
   std::vector<Slot::ScatterTarget> scatters;
   if (Status located = LocateValues(spec, &refs, &memory, &counts, &temporaries, &scatters);
@@ -311,6 +327,7 @@ PendingCall Connection::Submit(const CallSpec& spec) {
       EncodeRequest(fbb, id, spec, ValueLocations{refs, memory, counts},
                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout), deadline);
   Status pushed = Push(id, frame, deadline);
+  if (fbb.GetSize() > kScratchKeepBytes) fbb = flatbuffers::FlatBufferBuilder(1024);
   if (!pushed.ok()) {
     ReleaseSlot(*index);
     return Failed(pushed, n);
@@ -351,6 +368,12 @@ Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferR
   thread_local std::vector<uint8_t> is_in_arena;
   in_arena.assign(n, proto::BufferRef());
   is_in_arena.assign(n, 0);
+  struct Trim {
+    ~Trim() {
+      TrimScratch(in_arena);
+      TrimScratch(is_in_arena);
+    }
+  } trim;
   size_t arena_keys = 0;
   for (size_t i = 0; i < n; ++i) {
     uint64_t offset = 0;
@@ -390,7 +413,7 @@ Status Connection::LocateValues(const CallSpec& spec, std::vector<proto::BufferR
     }
   }
   if (arena_keys == n) {
-    refs->assign(in_arena.begin(), in_arena.end());
+    refs->swap(in_arena);  // both this thread's scratch: no copy
     return Status::Ok();
   }
   auto ranges_of = [&](size_t i) -> MemoryValue {
