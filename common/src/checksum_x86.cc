@@ -448,20 +448,19 @@ KVAGENT_FOLD512_TARGET const HybridConstants& Hybrids() {
   return constants;
 }
 
-// Register update over one 4 KiB chunk, copying it with cached stores when kCopy. With
-// `ask_ahead`, asks for the whole chunk (and its destination, for writing) first, and for the
-// first next_n (at most 4 KiB) bytes at `next` over the steps.
+// Register update over one 4 KiB chunk, copying it with cached stores when kCopy, and asking for
+// the first next_n (at most 4 KiB) bytes at `next` over its steps: the 4 KiB that come after it
+// (the rest of its value, or the caller's next value). Its own lines were asked for by the chunk
+// or the copy before it. Asking for them again here, and for the destination's lines for writing
+// (PREFETCHW), cost 128 more instructions a chunk: a cached copy of 4 KiB in L1 took 96 ns with
+// them, 72 without (memcpy 31). Out of a 128 MiB pool into rotating destinations (alternating
+// runs, AMD Zen 5 VM), against memcpy: 4 KiB values 0.83-0.89x -> 0.94-0.98x, 16 KiB
+// 0.61-0.66x -> 0.92-0.93x, 64 KiB 0.59-0.66x -> 0.86-0.87x.
 template <bool kCopy>
 KVAGENT_FOLD512_TARGET uint32_t HybridChunk512(uint32_t r, uint8_t* dst, const uint8_t* src,
-                                               bool ask_ahead, const uint8_t* next, size_t next_n) {
+                                               const uint8_t* next, size_t next_n) {
   const HybridConstants& k = Hybrids();
   const uint8_t* lanes = src + kHybridVector;
-  if (ask_ahead) {
-    for (size_t at = 0; at < kHybridChunk; at += 64) {
-      Prefetch(src + at);
-      if constexpr (kCopy) PrefetchForWrite(dst + at);
-    }
-  }
   __m512i x[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) x[i] = LoadCopy512<kCopy, CopyStores::kCached>(dst, src, 64 * i);
@@ -491,11 +490,12 @@ KVAGENT_FOLD512_TARGET uint32_t HybridChunk512(uint32_t r, uint8_t* dst, const u
       }
     }
     if constexpr (kCopy) {
+      if (step % 2 == 1) {  // a whole line of each lane every other step: half the copy's uops
 #pragma GCC unroll 8
-      for (size_t l = 0; l < kHybridLanes; ++l) {
-        const size_t off = kHybridVector + l * kHybridLane + at;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + off),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + off)));
+        for (size_t l = 0; l < kHybridLanes; ++l) {
+          const size_t off = kHybridVector + l * kHybridLane + at - kHybridLaneStep;
+          _mm512_storeu_si512(dst + off, _mm512_loadu_si512(src + off));
+        }
       }
     }
   }
@@ -507,17 +507,22 @@ KVAGENT_FOLD512_TARGET uint32_t HybridChunk512(uint32_t r, uint8_t* dst, const u
   return out ^ static_cast<uint32_t>(c[kHybridLanes - 1]);
 }
 
-// Whole chunks of [src, src + n) (n at most kHybridMaxBytes); returns the bytes done. With
-// `ask_ahead`, each chunk asks for its own lines first, and the first for `next` on the way.
+// Whole chunks of [src, src + n) (n at most kHybridMaxBytes); returns the bytes done. With a
+// `next`, each chunk asks for the 4 KiB after it: the rest of the value, then `next` (the
+// caller's next value).
 template <bool kCopy>
 KVAGENT_FOLD512_TARGET size_t HybridChunks512(uint32_t& r, uint8_t* dst, const uint8_t* src,
-                                              size_t n, bool ask_ahead = false,
-                                              const uint8_t* next = nullptr, size_t next_n = 0) {
-  if (next == nullptr) next_n = 0;
+                                              size_t n, const uint8_t* next = nullptr,
+                                              size_t next_n = 0) {
   size_t done = 0;
   for (; done + kHybridChunk <= n; done += kHybridChunk) {
-    r = HybridChunk512<kCopy>(r, kCopy ? dst + done : nullptr, src + done, ask_ahead, next,
-                              done == 0 ? next_n : 0);
+    const size_t after = done + kHybridChunk;
+    const bool more = next != nullptr && after < n;  // what is left of this value comes next
+    r = HybridChunk512<kCopy>(r, kCopy ? dst + done : nullptr, src + done,
+                              more ? src + after : next,
+                              more              ? std::min(n - after, kHybridChunk)
+                              : next == nullptr ? 0
+                                                : next_n);
   }
   return done;
 }
@@ -541,8 +546,9 @@ KVAGENT_FOLD512_TARGET uint32_t Hybrid512CopyUpdateAhead(uint32_t r, uint8_t* ds
   if (stores == CopyStores::kStreaming || n > kHybridMaxBytes || n < kHybridChunk || next_n == 0) {
     return Fold512CopyUpdateAhead(r, dst, src, n, stores, next, next_n);
   }
-  const size_t done = HybridChunks512<true>(r, dst, src, n, /*ask_ahead=*/true, next, next_n);
-  return Fold512CopyUpdate(r, dst + done, src + done, n - done, stores);
+  const size_t done = HybridChunks512<true>(r, dst, src, n, next, next_n);
+  if (done == n) return r;
+  return Fold512CopyUpdateAhead(r, dst + done, src + done, n - done, stores, next, next_n);
 }
 
 #pragma GCC diagnostic pop
@@ -551,8 +557,12 @@ KVAGENT_FOLD512_TARGET uint32_t Hybrid512CopyUpdateAhead(uint32_t r, uint8_t* ds
 
 bool Hybrid512IsFaster() {
   static const bool faster = [] {
-    // Both over the same 4 KiB in L1, alternating, the best of 32 rounds of 16 each: ~0.1 ms
-    // once per process. The hybrid must win by a clear margin to be chosen.
+    // Both over the same 4 KiB in L1, alternating, the best of 256 rounds of 16 each: ~0.6 ms
+    // once per process. The hybrid must win by a margin to be chosen. With 32 rounds and a
+    // margin of 10 %, one kvagent in six on the AMD Zen 5 VM chose the folds: in some processes
+    // both run slower for the whole of the first ~0.1 ms, and in some the hybrid's lead is ~15 %
+    // instead of ~30 % (hybrid/folds of one process, 32 rounds: 0.68-0.97; 256 rounds:
+    // 0.67-0.85). The folds then made 4 KiB batched gets ~5 % slower.
     alignas(64) static uint8_t block[kHybridChunk];
     for (size_t i = 0; i < sizeof(block); ++i) block[i] = static_cast<uint8_t>(i * 131 + 7);
     using Clock = std::chrono::steady_clock;
@@ -563,12 +573,12 @@ bool Hybrid512IsFaster() {
     };
     uint32_t sink = 0;
     Clock::duration folds = Clock::duration::max(), hybrid = Clock::duration::max();
-    for (int round = 0; round < 32; ++round) {
+    for (int round = 0; round < 256; ++round) {
       folds = std::min(folds, best(Fold512Update, sink));
       hybrid = std::min(hybrid, best(Hybrid512Update, sink));
     }
     __asm__ volatile("" : : "r"(sink));
-    return hybrid.count() * 10 < folds.count() * 9;
+    return hybrid.count() * 100 < folds.count() * 95;
   }();
   return faster;
 }
