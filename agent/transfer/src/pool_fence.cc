@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include "kvagent/common/checksum.h"
+
 namespace kvagent::transfer {
 
 uint64_t PoolFence::epoch() const {
@@ -9,8 +11,16 @@ uint64_t PoolFence::epoch() const {
   return epoch_;
 }
 
-void PoolFence::SetEpoch(uint64_t epoch) {
+std::unique_lock<std::shared_mutex> PoolFence::LockForFence() {
+  fences_waiting_.fetch_add(1, std::memory_order_acq_rel);
   std::unique_lock lock(mu_);
+  fences_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+  fences_waiting_.notify_all();
+  return lock;
+}
+
+void PoolFence::SetEpoch(uint64_t epoch) {
+  auto lock = LockForFence();
   if (epoch == epoch_) return;
   epoch_ = epoch;
   watermark_ = 0;
@@ -18,7 +28,7 @@ void PoolFence::SetEpoch(uint64_t epoch) {
 }
 
 bool PoolFence::Apply(uint64_t epoch, uint64_t watermark, std::span<const uint64_t> fenced) {
-  std::unique_lock lock(mu_);
+  auto lock = LockForFence();
   if (epoch != epoch_) return false;
   if (watermark > watermark_) {
     watermark_ = watermark;
@@ -66,6 +76,16 @@ Status PoolFence::CheckWrite(uint64_t incarnation, uint64_t epoch, uint64_t writ
 
 Status PoolFence::LocalWrites::Admit(uint64_t epoch, uint64_t write_id) {
   if (fence_ == nullptr) return Status::Ok();
+  if (lock_.owns_lock() && fence_->fences_waiting_.load(std::memory_order_acquire) != 0) {
+    // A fence waits: the copies so far reach memory, then it goes first (the rwlock may let a
+    // reader in before a waiting writer, so this one waits until the fence has the lock).
+    FenceStreamingStores();
+    lock_.unlock();
+    for (uint32_t waiting;
+         (waiting = fence_->fences_waiting_.load(std::memory_order_acquire)) != 0;) {
+      fence_->fences_waiting_.wait(waiting, std::memory_order_acquire);
+    }
+  }
   if (!lock_.owns_lock()) lock_.lock();
   return fence_->CheckLocked(0, epoch, write_id, true);
 }

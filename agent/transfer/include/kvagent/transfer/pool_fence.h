@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <shared_mutex>
 #include <span>
 #include <string>
@@ -55,9 +56,13 @@ class PoolFence {
 
   // Copies into the pool by this agent itself (a put's local replicas), one batch at a time:
   // each copy is first admitted (refused like a peer's write), and from the first admission
-  // until the LocalWrites is destroyed, Apply and SetEpoch wait. One per batch, not per copy:
-  // taking and releasing the fence are locked instructions, and a locked instruction waits for
-  // the streaming stores of the copy before it (per 4 KiB key, ~9 % of a batched put's time).
+  // until the LocalWrites is destroyed, Apply and SetEpoch wait for the copy in progress. One
+  // hold per batch, not per copy: taking and releasing the fence are locked instructions, and a
+  // locked instruction waits for the streaming stores of the copy before it (per 4 KiB key, ~9 %
+  // of a batched put's time). When an Apply or SetEpoch is waiting, the next Admit makes the
+  // batch's copies so far visible (FenceStreamingStores), lets it in, and judges its copy by
+  // the new fences: a fence waits for one copy, not for a whole batch (128 MiB of 1 MiB values:
+  // ~10 ms).
   class LocalWrites {
    public:
     LocalWrites() = default;  // no fence: admits every copy
@@ -88,6 +93,10 @@ class PoolFence {
   uint64_t watermark_ = 0;
   std::unordered_set<uint64_t> fenced_;  // ids >= watermark_ that may not land
   mutable std::atomic<uint64_t> refused_{0};
+  // Apply and SetEpoch calls waiting for mu_: a batch's LocalWrites lets them in (Admit).
+  mutable std::atomic<uint32_t> fences_waiting_{0};
+  // Takes mu_ exclusively, counted in fences_waiting_ while it waits.
+  std::unique_lock<std::shared_mutex> LockForFence();
 };
 
 }  // namespace kvagent::transfer
