@@ -5,15 +5,13 @@
 #include "copy_helpers.h"
 #include "kvagent/common/validate.h"
 #include "pipeline_stats.h"
+#include "scratch_pool.h"
 
 namespace kvagent::agent {
 namespace {
 
 // Client frame bytes per master batch (see Group).
 constexpr size_t kMaxBatchFrameBytes = size_t{16} << 20;
-// Request buffers of finished batches kept for the queues, and the largest one kept.
-constexpr size_t kSpareQueues = 16;
-constexpr size_t kSpareQueueCapacity = 1024;
 
 bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
   const proto::WriteOptions* x = a.options();
@@ -228,9 +226,10 @@ void RequestPipeline::StartBatch(std::unique_ptr<Batch> batch) {
 void RequestPipeline::Sweep() {
   std::erase_if(active_, [this](const std::unique_ptr<Batch>& b) {
     if (!b->finished()) return false;
-    // Its requests' buffer becomes a queue's again (each single-key call would allocate one).
+    // Its requests' buffer becomes a queue's again (each single-key call would allocate one),
+    // kept within the limits of the batches' other spare containers (scratch_pool.h).
     std::vector<HeldRequest> requests = b->TakeRequests();
-    if (spare_queues_.size() < kSpareQueues && requests.capacity() <= kSpareQueueCapacity) {
+    if (spare_queues_.size() < kMaxSpareSets && requests.capacity() <= kMaxSpareElements) {
       requests.clear();
       spare_queues_.push_back(std::move(requests));
     }

@@ -16,6 +16,11 @@
 
 namespace kvagent::agent {
 
+// What the service thread keeps of the containers its batches drop: at most kMaxSpareSets spare
+// sets of a kind, none that grew past kMaxSpareElements elements (a batch of thousands of keys).
+inline constexpr size_t kMaxSpareSets = 16;
+inline constexpr size_t kMaxSpareElements = 1024;
+
 template <typename Scratch>
 class ScratchPool {
  public:
@@ -29,9 +34,9 @@ class ScratchPool {
   // Keeps `s` cleared for a later Take, unless enough are spare or it grew large (a batch of
   // thousands of keys): those are freed.
   void Give(std::unique_ptr<Scratch> s) {
-    if (s == nullptr || spare_.size() >= kMaxSpare) return;
+    if (s == nullptr || spare_.size() >= kMaxSpareSets) return;
     bool large = false;
-    std::apply([&large](auto&... c) { ((large |= c.capacity() > kMaxElements), ...); }, *s);
+    std::apply([&large](auto&... c) { ((large |= c.capacity() > kMaxSpareElements), ...); }, *s);
     if (large) return;
     std::apply([](auto&... c) { (c.clear(), ...); }, *s);
     spare_.push_back(std::move(s));
@@ -39,8 +44,6 @@ class ScratchPool {
   size_t spare() const { return spare_.size(); }
 
  private:
-  static constexpr size_t kMaxSpare = 16;
-  static constexpr size_t kMaxElements = 1024;
   std::vector<std::unique_ptr<Scratch>> spare_;
 };
 
