@@ -514,15 +514,14 @@ template <bool kCopy>
 KVAGENT_FOLD512_TARGET size_t HybridChunks512(uint32_t& r, uint8_t* dst, const uint8_t* src,
                                               size_t n, const uint8_t* next = nullptr,
                                               size_t next_n = 0) {
+  if (next == nullptr) next_n = 0;
   size_t done = 0;
   for (; done + kHybridChunk <= n; done += kHybridChunk) {
     const size_t after = done + kHybridChunk;
-    const bool more = next != nullptr && after < n;  // what is left of this value comes next
+    const bool more = next_n > 0 && after < n;  // what is left of this value comes next
     r = HybridChunk512<kCopy>(r, kCopy ? dst + done : nullptr, src + done,
                               more ? src + after : next,
-                              more              ? std::min(n - after, kHybridChunk)
-                              : next == nullptr ? 0
-                                                : next_n);
+                              more ? std::min(n - after, kHybridChunk) : next_n);
   }
   return done;
 }
