@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/frame_stream.h"
 #include "kvagent/events/kv_event.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
@@ -363,6 +364,26 @@ void Restore() {
   Write("fuzz_master_restore", "two_agents_three_objects", seed);
 }
 
+// ---- framed RPC streams: [read size, hello flag] then what a client sends ---------------------
+
+void FramedStreams() {
+  const Bytes request =
+      MasterRequest(mp::Body::RegisterAgent, [](flatbuffers::FlatBufferBuilder& b) {
+        return mp::CreateRegisterAgentDirect(b, "node-a", 1).Union();
+      });
+  for (const auto& [name, cut, hello] :
+       {std::tuple{"client_whole", 255, 1}, std::tuple{"client_bytewise", 0, 1},
+        std::tuple{"no_hello_pieces", 3, 0}}) {
+    Bytes seed = {static_cast<uint8_t>(cut), static_cast<uint8_t>(hello)};
+    if (hello != 0)
+      seed.insert(seed.end(), kvagent::kFrameHello.begin(), kvagent::kFrameHello.end());
+    kvagent::AppendFrame(&seed, request);
+    kvagent::AppendFrame(&seed, {});
+    kvagent::AppendFrame(&seed, request);
+    Write("fuzz_frame_stream", name, seed);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -377,5 +398,6 @@ int main(int argc, char** argv) {
   DataHeaders();
   Events();
   Restore();
+  FramedStreams();
   return 0;
 }

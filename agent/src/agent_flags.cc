@@ -64,6 +64,16 @@ Status CheckStandaloneFlags(AgentFlags& v) {
 // each endpoint allowed only where the cluster secret (or --insecure-no-auth) permits it.
 Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
   KVAGENT_RETURN_IF_ERROR(master_link::CheckMasterEndpoint(v.master));
+  if (v.master_transport != "zmq" && v.master_transport != "framed") {
+    return InvalidParams("--master-transport must be zmq or framed, not \"" + v.master_transport +
+                         "\"");
+  }
+  if (v.master_transport == "framed" && (have_secret || v.master.rfind("tcp://", 0) != 0)) {
+    return InvalidParams(
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
+        "and no --cluster-secret-file: the framed transport is neither encrypted nor "
+        "authenticated");
+  }
   // The relay's endpoints follow from --master unless given.
   auto relay = v.relay.Options(v.agent.run_dir, v.master);
   if (!relay.ok()) return relay.status();
@@ -102,6 +112,11 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
            "directory for agent.sock and events.sock (created 0755 if missing)");
   f.String("master", &v.master,
            "kvmaster's address, tcp://HOST:PORT; without it the agent runs standalone");
+  f.String(
+      "master-transport", &v.master_transport,
+      "how the agent speaks to kvmaster: zmq (its --listen; CurveZMQ with a cluster secret) or "
+      "framed (its --framed-listen: length-prefixed frames on plain TCP, no I/O thread on "
+      "either side; not with a cluster secret)");
   f.Bool("standalone", &v.standalone,
          "run the master inside the agent (default: yes when --master is not given)");
   f.String("agent-name", &v.agent_name,

@@ -190,6 +190,7 @@ bool RunningAgent::StartEmbeddedMaster() {
 bool RunningAgent::StartMasterLink() {
   master_link::RemoteMasterOptions o;
   o.endpoint = v_.master;
+  o.framed = v_.master_transport == "framed";
   o.agent_name = v_.agent_name;
   o.incarnation = incarnation_;
   o.pool_bytes = pool_->size();

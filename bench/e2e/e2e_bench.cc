@@ -38,6 +38,14 @@
 //                                                      a DEALER->ROUTER echo over loopback TCP
 //                                                      (a remote put makes two master RPCs, a
 //                                                      get one)
+//   e2e.framed.*                                       the remote store again, the agent on
+//                                                      kvmaster's framed transport (--master-
+//                                                      transport framed): the same figures,
+//                                                      master_rtt.p50 through a framed client,
+//                                                      put.lat.vs_rtt_plus_copy against it (and
+//                                                      .vs_zmq_rtt_plus_copy against the ZMQ
+//                                                      round trip), and .vs_zmq ratios to the
+//                                                      e2e.remote figures of the same run
 //   e2e.curve.*                                        the remote store again, kvmaster and
 //                                                      kvagent sharing a cluster secret (CURVE
 //                                                      on the master link and events): 4 KiB
@@ -78,6 +86,7 @@
 #include <zmq_addon.hpp>
 
 #include "kvagent/common/checksum.h"
+#include "kvagent/common/framed_connection.h"
 #include "pipeline_support.h"
 #include "stream_copy.h"
 #include "zmq_test_client.h"
@@ -221,8 +230,9 @@ void CrcCachedFn(uint8_t* d, const uint8_t* s, size_t n) {
 // A kvagent (with its kvmaster process when remote), every agent thread on the last CPU.
 class Store {
  public:
-  // `curve`: kvmaster and kvagent share a cluster secret (remote only).
-  Store(bool remote, const kvagent::testing::Args& extra, bool curve = false) {
+  // `curve`: kvmaster and kvagent share a cluster secret (remote only). `framed`: the agent
+  // speaks kvmaster's framed RPC transport (--master-transport framed; remote only).
+  Store(bool remote, const kvagent::testing::Args& extra, bool curve = false, bool framed = false) {
     // Children inherit the affinity of the thread that forks them: the agent is started from
     // here while this thread runs on the last CPU, so all its threads stay there.
     kvagent::testing::Args args = kvagent::testing::Concat({"--pool-size", "1GiB"}, extra);
@@ -236,7 +246,7 @@ class Store {
     }
     if (remote) {
       PinSelf(-1);  // kvmaster: wherever the scheduler puts it
-      master_.emplace(secret);
+      master_.emplace(secret, framed);
       if (!master_->started()) Die("kvmaster did not start");
       args = kvagent::testing::Concat(master_->AgentArgs(), args);
     }
@@ -260,6 +270,7 @@ class Store {
   }
   Client& client() { return *client_; }
   const std::string& master_rpc() const { return master_->rpc(); }
+  const std::string& master_framed_rpc() const { return master_->framed_rpc(); }
 
   // Removes everything (untimed, between rounds); gets hold read leases, hence force.
   void Clear() {
@@ -546,6 +557,22 @@ double MasterRoundTripP50(const std::string& endpoint) {
   return Percentile(us, 0.5);
 }
 
+// MasterRoundTripP50 through kvmaster's framed transport (--framed-listen).
+double FramedMasterRoundTripP50(const std::string& endpoint) {
+  auto conn = kvagent::FramedConnection::Connect(endpoint, size_t{1} << 20);
+  if (!conn.ok()) Die("framed connect: " + conn.status().ToString());
+  const auto exist = kvagent::master::testing::KeysMsg(
+      kvagent::master::testing::fb::Body::BatchExist, {"lat-1000000"});
+  std::vector<double> us;
+  for (int i = 0; i < 22000; ++i) {
+    const auto t0 = Clock::now();
+    auto reply = conn->Call(std::span(exist.data(), exist.size()), std::chrono::seconds(10));
+    if (!reply.ok()) Die("kvmaster did not answer an Exist (framed): " + reply.status().ToString());
+    if (i >= 2000) us.push_back(Seconds(Clock::now() - t0) * 1e6);
+  }
+  return Percentile(us, 0.5);
+}
+
 // What checksums cost: standalone stores side by side, one with checksums and two with
 // --checksums=false, measured in triples of back-to-back rounds in every order in turn, so that
 // drift of the shared machine hits all alike. Each figure is the median over the triples; .vs_off
@@ -671,6 +698,37 @@ void RemoteLimit(Store& store, const std::string& p) {
   }
 }
 
+// The remote store with the agent on kvmaster's framed transport: the remote figures again, the
+// framed master round trip (the limit of a put here), and ratios to the ZMQ figures printed
+// before (e2e.remote.*, when that part ran).
+void RunFramed(const kvagent::testing::Args& agent_flags) {
+  const std::string p = "e2e.framed";
+  Store store(true, agent_flags, /*curve=*/false, /*framed=*/true);
+  SmallValues(store, p);
+  LargeValues(store, p, size_t{1} << 20, "1m", 8);
+  Latency(store, p);
+  const double rtt = FramedMasterRoundTripP50(store.master_framed_rpc());
+  Bench(p + ".master_rtt.p50", rtt, "us");
+  const double copy = Copy4KiBMicros();
+  const auto put = Printed().find(p + ".put.lat.p50");
+  if (put != Printed().end()) {
+    Bench(p + ".put.lat.vs_rtt_plus_copy", put->second / (rtt + copy), "x");
+    // Against the ZMQ transport's round trip: the put's own overhead, transport apart.
+    const auto zmq_rtt = Printed().find("e2e.remote.master_rtt.p50");
+    if (zmq_rtt != Printed().end()) {
+      Bench(p + ".put.lat.vs_zmq_rtt_plus_copy", put->second / (zmq_rtt->second + copy), "x");
+    }
+  }
+  for (const char* figure :
+       {"put.4k.b1", "get.4k.b1", "put.4k.b128", "get.4k.b128", "put.1m", "get.1m",
+        "put.1m.vs_memcpy", "put.lat.p50", "get.lat.p50", "master_rtt.p50"}) {
+    const auto zmq = Printed().find(std::string("e2e.remote.") + figure);
+    const auto framed = Printed().find(p + "." + figure);
+    if (zmq == Printed().end() || framed == Printed().end() || zmq->second == 0) continue;
+    Bench(p + "." + figure + ".vs_zmq", framed->second / zmq->second, "x");
+  }
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -708,6 +766,8 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "standalone") Run(false, agent_flags);
   if (only.empty() || only == "remote") Run(true, agent_flags);
+  if (only == "framed") Run(true, agent_flags);  // the ZMQ figures to compare with
+  if (only.empty() || only == "framed") RunFramed(agent_flags);
   if (only.empty() || only == "checksums") ChecksumCost(agent_flags);
   if (only.empty() || only == "curve") {
     if (only == "curve") Run(true, agent_flags);  // the plain figures to compare with

@@ -10,6 +10,11 @@
 //                                               (ReserveWrites) and committed with one message
 //                                               (BatchPutCommit); .vs_inproc: the RPC layer's
 //                                               share (issue 14: >= 0.7)
+//   master.put.framed.commit.b128       keys/s  the same commits through the same server's framed
+//                                               transport (--framed-listen: length-prefixed
+//                                               frames on TCP, no I/O thread); it and the
+//                                               ROUTER figure take turns first, 2 rounds, best
+//                                               of each; .vs_inproc, .vs_zmq
 //   master.put.rpc.commit.b128          keys/s  the same commits as request bytes through
 //                                               MasterRpc::Handle on one thread, no transport
 //                                               (.vs_inproc: the codec's share; the ROUTER
@@ -58,6 +63,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "kvagent/common/framed_connection.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/events/kv_event.h"
@@ -716,6 +722,43 @@ double CommitThroughWire(Wire& d, const std::vector<std::string>& keys,
   return static_cast<double>(done) / (reserve_s + Seconds(t1, Clock::now()));
 }
 
+// A framed RPC client (kvmaster --framed-listen): the same calls as Dealer, several in flight.
+class FramedWire {
+ public:
+  explicit FramedWire(const std::string& endpoint)
+      : conn_(std::move(FramedConnection::Connect(endpoint, kMaxMasterReplyBytes).value())) {}
+  void Send(const Bytes& m) {
+    conn_.Send(std::span(m.data(), m.size()));
+    Pump(0);
+  }
+  // The next reply; aborts the benchmark after 30 s without one.
+  std::string Receive() {
+    while (replies_.empty()) Pump(30000);
+    std::string r = std::move(replies_.front());
+    replies_.pop_front();
+    return r;
+  }
+
+ private:
+  void Pump(int timeout_ms) {
+    pollfd p{conn_.fd(), conn_.events(), 0};
+    if (::poll(&p, 1, timeout_ms) == 0 && timeout_ms > 0) {
+      std::fprintf(stderr, "master_bench: no reply from the master (framed)\n");
+      std::exit(1);
+    }
+    const Status st = conn_.OnReady(p.revents, [&](std::span<const uint8_t> r) {
+      replies_.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "master_bench: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  static constexpr size_t kMaxMasterReplyBytes = size_t{256} << 20;
+  FramedConnection conn_;
+  std::deque<std::string> replies_;
+};
+
 double CommitThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
                         const std::vector<std::string>& sessions, size_t batch) {
   Dealer d(endpoint);
@@ -873,6 +916,7 @@ int main(int argc, char** argv) {
   if (wanted("zmq") || wanted("commit")) {
     MasterServerOptions so;
     so.listen = "tcp://127.0.0.1:0";
+    so.framed_listen = "tcp://127.0.0.1:0";
     so.events = "tcp://127.0.0.1:0";
     so.events_replay = "tcp://127.0.0.1:0";
     so.master = BenchOptions();
@@ -898,14 +942,38 @@ int main(int argc, char** argv) {
         Bench("master.put.zmq.b128.vs_inproc", put / inproc_b128, "x");
       if (b == 16) one_agent_b16 = put;
     }
-    // The path agents take (reserved writes: one round trip per put).
+    // The path agents take (reserved writes: one round trip per put), through the ROUTER and
+    // through the framed transport (--framed-listen) of the same server, which take turns
+    // first (each starts with the table the other left: the second runs with more keys).
     {
-      auto keys = MakeKeys(500'000, "zmq-commit/blk-");
-      const double put = CommitThroughZmq(server->endpoint(), keys, MakeSessions(keys.size()), 128);
-      Bench("master.put.zmq.commit.b128", put, "keys/s");
-      Bench("master.put.zmq.commit.b128.vs_inproc", put / commit_inproc, "x");
+      double zmq_put = 0, framed = 0;
+      for (int round = 0; round < 2; ++round) {
+        for (int turn = 0; turn < 2; ++turn) {
+          const bool use_framed = (round + turn) % 2 == 1;
+          auto keys = MakeKeys(250'000, ((use_framed ? "framed-commit-r" : "zmq-commit-r") +
+                                         std::to_string(round) + "/blk-")
+                                            .c_str());
+          double put = 0;
+          if (use_framed) {
+            FramedWire fw(server->framed_endpoint());
+            put = CommitThroughWire(fw, keys, MakeSessions(keys.size()), 128);
+            framed = std::max(framed, put);
+          } else {
+            put = CommitThroughZmq(server->endpoint(), keys, MakeSessions(keys.size()), 128);
+            zmq_put = std::max(zmq_put, put);
+          }
+          std::printf("# commit round %d: %s %.0f keys/s\n", round, use_framed ? "framed" : "zmq",
+                      put);
+        }
+      }
+      Bench("master.put.zmq.commit.b128", zmq_put, "keys/s");
+      Bench("master.put.zmq.commit.b128.vs_inproc", zmq_put / commit_inproc, "x");
       // The transport's share: ZMQ, its I/O threads, the loop's hand-offs, the event publisher.
-      Bench("master.put.zmq.commit.b128.vs_rpc", put / commit_rpc, "x");
+      Bench("master.put.zmq.commit.b128.vs_rpc", zmq_put / commit_rpc, "x");
+      // No I/O thread on either side (issue 14's goal 2: >= 0.7 of in-process).
+      Bench("master.put.framed.commit.b128", framed, "keys/s");
+      Bench("master.put.framed.commit.b128.vs_inproc", framed / commit_inproc, "x");
+      Bench("master.put.framed.commit.b128.vs_zmq", framed / zmq_put, "x");
     }
     // Many nodes on one master: where it scales and where it stops (issue 14).
     for (size_t n : {16, 64}) {

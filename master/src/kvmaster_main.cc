@@ -61,6 +61,7 @@ bool WriteReadyFile(const std::string& path, const kvagent::master::MasterServer
     out << "rpc=" << server.endpoint() << "\n"
         << "events=" << server.events_endpoint() << "\n"
         << "replay=" << server.replay_endpoint() << "\n";
+    if (!server.framed_endpoint().empty()) out << "framed=" << server.framed_endpoint() << "\n";
     if (!metrics_url.empty()) out << "metrics=" << metrics_url << "\n";
     if (!out) return false;
   }
@@ -140,6 +141,9 @@ int Serve(KvmasterFlags& v, const kvagent::StopSignals& stop_signals, MetricsSta
   LOG(INFO) << "kvmaster serving: requests on " << server.value()->endpoint() << ", events on "
             << server.value()->events_endpoint() << ", replay on "
             << server.value()->replay_endpoint()
+            << (server.value()->framed_endpoint().empty()
+                    ? std::string()
+                    : ", framed requests on " + server.value()->framed_endpoint())
             << (v.server.secret
                     ? ", members only (cluster secret " + v.server.secret->Fingerprint() + ")"
                     : std::string(", no authentication (no --cluster-secret-file)"))

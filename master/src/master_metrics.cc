@@ -90,6 +90,15 @@ constexpr Mapping kTable[] = {
      "replies held until followers hold their records"},
     {"sync_dropped_replies", "kvmaster_sync_dropped_replies_total", true,
      "held replies dropped, never sent (the master stopped serving, or they waited too long)"},
+    {"framed_connections", "kvmaster_framed_connections", false,
+     "framed RPC connections open now (--framed-listen)"},
+    {"framed_accepted", "kvmaster_framed_accepted_total", true, "framed RPC connections accepted"},
+    {"framed_refused", "kvmaster_framed_refused_total", true,
+     "framed RPC connections closed at once: the connection limit was reached"},
+    {"framed_bad_streams", "kvmaster_framed_bad_streams_total", true,
+     "framed RPC connections closed for a stream that is not the protocol"},
+    {"framed_slow_readers", "kvmaster_framed_slow_readers_total", true,
+     "framed RPC connections closed because their replies piled up unread"},
 };
 
 }  // namespace

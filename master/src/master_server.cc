@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "framed_rpc_server.h"
 #include "kvagent/common/format.h"
 #include "kvagent/common/watchdog.h"
 #include "kvagent/events/event_publisher.h"
@@ -43,13 +44,15 @@ class MasterServer::Loop {
  public:
   Loop(std::unique_ptr<MasterService> service, std::unique_ptr<events::EventPublisher> publisher,
        zmq::context_t context, std::unique_ptr<ZapHandler> zap, zmq::socket_t router,
-       const MasterServerOptions& options, const Clock* clock)
+       std::unique_ptr<FramedRpcServer> framed, const MasterServerOptions& options,
+       const Clock* clock)
       : service_(std::move(service)),
         publisher_(std::move(publisher)),
         rpc_(service_.get()),
         context_(std::move(context)),
         zap_(std::move(zap)),
         router_(std::move(router)),
+        framed_(std::move(framed)),
         tick_ms_(std::max(1, options.tick_ms)),
         may_serve_(options.may_serve),
         sync_followers_(std::max(0, options.sync_followers)),
@@ -70,6 +73,14 @@ class MasterServer::Loop {
       out->emplace_back("sync_followers", sync_followers_);
       out->emplace_back("sync_waiting_replies", held_.size());
       out->emplace_back("sync_dropped_replies", dropped_held_);
+      if (framed_) {
+        const FramedRpcStats f = framed_->stats();
+        out->emplace_back("framed_connections", f.connections);
+        out->emplace_back("framed_accepted", f.accepted);
+        out->emplace_back("framed_refused", f.refused);
+        out->emplace_back("framed_bad_streams", f.bad_streams);
+        out->emplace_back("framed_slow_readers", f.slow_readers);
+      }
     });
     if (may_serve_) rpc_.set_may_serve(may_serve_);
     // Agents learn where the events are from their registration reply.
@@ -94,14 +105,19 @@ class MasterServer::Loop {
   const StatsBoard& board() const { return board_; }
 
  private:
-  struct Parked {  // a Replicate waiting for a record
+  // Who asked: a ROUTER peer (its identity frame) or a framed connection (conn != 0).
+  struct Peer {
     zmq::message_t identity;
+    FramedRpcServer::ConnectionId conn = 0;
+  };
+  struct Parked {  // a Replicate waiting for a record
+    Peer peer;
     std::vector<uint8_t> request;
     uint64_t after_seq = 0;
     int64_t until_ms = 0;
   };
   struct Held {  // a reply waiting for followers (sync replication)
-    zmq::message_t identity;
+    Peer peer;
     std::vector<uint8_t> reply;
     uint64_t seq = 0;
     int64_t until_ms = 0;  // dropped past it: its caller has given up
@@ -118,7 +134,12 @@ class MasterServer::Loop {
     if (!ev.empty()) publisher_->Publish(std::move(ev));
   }
 
-  void Reply(const zmq::message_t& identity, std::span<const uint8_t> reply) {
+  void Reply(const Peer& peer, std::span<const uint8_t> reply) {
+    if (peer.conn != 0) {
+      framed_->Reply(peer.conn, reply);  // written by Flush, once per loop pass
+      return;
+    }
+    const zmq::message_t& identity = peer.identity;
     unseen_ = true;  // see Run
     router_.send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore);
     router_.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
@@ -132,30 +153,34 @@ class MasterServer::Loop {
       if (frames_.size() >= 2) {
         LOG_EVERY_N(WARNING, 100) << "malformed message of " << frames_.size()
                                   << " frame(s) on the RPC socket; expected [\"\", request]";
-        Reply(frames_[0], rpc_.Handle({}));
+        Reply(Peer{std::move(frames_[0]), 0}, rpc_.Handle({}));
       }
       return;
     }
     auto body = std::span(static_cast<const uint8_t*>(frames_[2].data()), frames_[2].size());
+    HandleRequest(Peer{std::move(frames_[0]), 0}, body);
+  }
+
+  // One request from either transport: answered now, parked (a long poll) or held (until the
+  // followers have its records).
+  void HandleRequest(Peer peer, std::span<const uint8_t> body) {
     const std::span<const uint8_t> reply = rpc_.Handle(body);
     const MasterRpc::LastRequest& last = rpc_.last();
     if (last.replicate) {
       NoteFollower(last);
       if (last.replicate_empty && last.wait_ms > 0 && parked_.size() < kMaxParked) {
         const int64_t wait = std::min<int64_t>(last.wait_ms, kMaxParkMs);
-        parked_.push_back(Parked{std::move(frames_[0]),
-                                 std::vector<uint8_t>(body.begin(), body.end()), last.after_seq,
-                                 clock_->NowMs() + wait});
+        parked_.push_back(Parked{std::move(peer), std::vector<uint8_t>(body.begin(), body.end()),
+                                 last.after_seq, clock_->NowMs() + wait});
         return;
       }
-      Reply(frames_[0], reply);
+      Reply(peer, reply);
       return;
     }
     if (sync_followers_ > 0 && !last.refused) {
       const uint64_t seq = service_->replication_last_seq();
       if (seq > AckedBy(sync_followers_)) {
-        held_.push_back(Held{std::move(frames_[0]),
-                             std::vector<uint8_t>(reply.begin(), reply.end()), seq,
+        held_.push_back(Held{std::move(peer), std::vector<uint8_t>(reply.begin(), reply.end()), seq,
                              clock_->NowMs() + kMaxHoldMs});
         if (held_.size() > kMaxHeld) {
           held_.pop_front();
@@ -164,7 +189,7 @@ class MasterServer::Loop {
         return;
       }
     }
-    Reply(frames_[0], reply);
+    Reply(peer, reply);
   }
 
   // ---- followers ------------------------------------------------------------------------------
@@ -209,7 +234,7 @@ class MasterServer::Loop {
       }
       const std::span<const uint8_t> reply = rpc_.Handle(it->request);
       NoteFollower(rpc_.last());
-      Reply(it->identity, reply);
+      Reply(it->peer, reply);
       it = parked_.erase(it);
     }
   }
@@ -229,7 +254,7 @@ class MasterServer::Loop {
     }
     const uint64_t acked = AckedBy(sync_followers_);
     while (!held_.empty() && held_.front().seq <= acked) {
-      Reply(held_.front().identity, held_.front().reply);
+      Reply(held_.front().peer, held_.front().reply);
       held_.pop_front();
     }
     const int64_t now = clock_->NowMs();
@@ -271,9 +296,16 @@ class MasterServer::Loop {
       const int64_t now = clock_->NowMs();
       int64_t until = std::min(next_tick, now + tick_ms_);
       for (const Parked& p : parked_) until = std::min(until, p.until_ms);
-      if (!unseen_) {
-        pollfd ready{router_fd, POLLIN, 0};
-        ::poll(&ready, 1, static_cast<int>(std::clamp<int64_t>(until - now, 0, tick_ms_)));
+      // No wait while the ROUTER may hold requests its fd did not signal, or framed requests
+      // are buffered beyond the last pass's budget; without framed connections, no poll at all
+      // then (a system call saved per pass).
+      const bool pending = unseen_ || (framed_ && framed_->HasBuffered());
+      if (!pending || framed_) {
+        poll_fds_.clear();
+        poll_fds_.push_back(pollfd{router_fd, POLLIN, 0});
+        if (framed_) framed_->AppendPollFds(&poll_fds_);
+        ::poll(poll_fds_.data(), poll_fds_.size(),
+               pending ? 0 : static_cast<int>(std::clamp<int64_t>(until - now, 0, tick_ms_)));
       }
       // Drain what is queued, but come back to Tick at least every 1024 messages, and when its
       // time has come: 1024 batches of large requests take seconds, and a tick that late reads
@@ -290,6 +322,14 @@ class MasterServer::Loop {
         }
         HandleFrames();
         if (handled % 8 == 7 && clock_->NowMs() >= next_tick) break;  // handled > 0 still
+      }
+      if (framed_) {
+        handled += static_cast<int>(framed_->Serve(
+            std::span(poll_fds_).subspan(1),
+            [this](FramedRpcServer::ConnectionId conn, std::span<const uint8_t> request) {
+              HandleRequest(Peer{zmq::message_t(), conn}, request);
+            },
+            1024));
       }
       if (handled > 0) {
         // One hand-off per wake-up rather than per request: fewer publisher wake-ups, same
@@ -309,6 +349,7 @@ class MasterServer::Loop {
       }
       ServeParked();
       ReleaseHeld();
+      if (framed_) framed_->Flush();  // every reply of this pass, one write per connection
       last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
       // From this loop (it wakes at least every tick): if it hangs, systemd stops hearing us.
       watchdog_.Poll(std::chrono::steady_clock::now());
@@ -322,6 +363,8 @@ class MasterServer::Loop {
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // before the context goes: checks the ROUTER's clients
   zmq::socket_t router_;
+  std::unique_ptr<FramedRpcServer> framed_;  // null: no --framed-listen
+  std::vector<pollfd> poll_fds_;
   int tick_ms_;
   std::function<bool()> may_serve_;
   int sync_followers_;
@@ -368,6 +411,20 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
                          "; pick a free address with --listen");
   }
   std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  std::unique_ptr<FramedRpcServer> framed;
+  if (!options.framed_listen.empty()) {
+    if (options.secret) {
+      return InvalidParams(
+          "--framed-listen " + options.framed_listen +
+          ": the framed RPC transport is neither encrypted nor authenticated, so it is not served "
+          "with a cluster secret; agents reach this master on --listen (CurveZMQ)");
+    }
+    FramedRpcServerOptions fo;
+    fo.listen = options.framed_listen;
+    auto f = FramedRpcServer::Listen(fo);
+    if (!f.ok()) return f.status();
+    framed = std::move(*f);
+  }
 
   events::EventPublisherOptions pub;
   pub.endpoint = options.events;
@@ -379,9 +436,10 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
 
   std::unique_ptr<MasterServer> server(new MasterServer());
   server->endpoint_ = endpoint;
-  server->loop_ =
-      std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
-                             std::move(context), std::move(zap), std::move(router), options, clock);
+  if (framed) server->framed_endpoint_ = framed->endpoint();
+  server->loop_ = std::make_unique<Loop>(std::move(service.value()), std::move(publisher.value()),
+                                         std::move(context), std::move(zap), std::move(router),
+                                         std::move(framed), options, clock);
   return server;
 }
 

@@ -283,6 +283,13 @@ TEST(AgentLifecycle, BadFlagsExitTwoBeforeTouchingAnything) {
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--standalone", "--master", "tcp://1.2.3.4:5"}),
             2);
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "udp://nowhere"}), 2);
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "tcp://127.0.0.1:5",
+                            "--master-transport", "carrier-pigeon"}),
+            2);
+  // The framed transport: a kvmaster's tcp:// endpoint, not a cluster found through etcd.
+  EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "etcd://127.0.0.1:2379/c",
+                            "--master-transport", "framed"}),
+            2);
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--pool-size", "0"}), 2);
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--heartbeat-ms", "0"}), 2);
   EXPECT_NE(access(run_dir.c_str(), F_OK), 0);  // nothing was created

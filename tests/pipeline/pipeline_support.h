@@ -34,10 +34,12 @@ inline Args Concat(Args a, const Args& b) {
   return a;
 }
 
-// A kvmaster child on 127.0.0.1 with OS-picked ports (kept across Restart).
+// A kvmaster child on 127.0.0.1 with OS-picked ports (kept across Restart). With `framed`, it
+// also serves the framed RPC transport (--framed-listen), which AgentArgs then points agents at.
 class KvmasterProcess {
  public:
-  explicit KvmasterProcess(std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  explicit KvmasterProcess(std::vector<std::string> extra = {}, bool framed = false)
+      : extra_(std::move(extra)), framed_(framed) {
     Launch("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
   }
 
@@ -70,10 +72,16 @@ class KvmasterProcess {
   const std::string& rpc() const { return rpc_; }
   const std::string& events() const { return events_; }
   const std::string& replay() const { return replay_; }
+  const std::string& framed_rpc() const { return framed_rpc_; }  // empty without `framed`
   pid_t pid() const { return process_.pid(); }
 
-  // Arguments for an agent that uses this master (and its event endpoints).
+  // Arguments for an agent that uses this master (and its event endpoints): through its framed
+  // transport when it serves one.
   std::vector<std::string> AgentArgs() const {
+    if (framed_) {
+      return {"--master",        framed_rpc_, "--master-transport",     "framed",
+              "--master-events", events_,     "--master-events-replay", replay_};
+    }
     return {"--master", rpc_, "--master-events", events_, "--master-events-replay", replay_};
   }
 
@@ -108,6 +116,10 @@ class KvmasterProcess {
     std::vector<std::string> args = {KVMASTER_BINARY, "--listen",     rpc,
                                      "--events",      events,         "--events-replay",
                                      replay,          "--ready-file", ready};
+    if (framed_) {  // on its earlier port after a restart
+      args.push_back("--framed-listen");
+      args.push_back(framed_rpc_.empty() ? "tcp://127.0.0.1:0" : framed_rpc_);
+    }
     args.insert(args.end(), extra_.begin(), extra_.end());
     process_.Reset(SpawnQuiet(std::move(args)));
   }
@@ -127,13 +139,15 @@ class KvmasterProcess {
     if (!process_.Running()) return;
     events_ = values["events"];
     replay_ = values["replay"];
+    framed_rpc_ = values["framed"];
     rpc_ = values["rpc"];
   }
 
   TempDir dir_;
   std::vector<std::string> extra_;
+  bool framed_ = false;
   ProcessGuard process_;
-  std::string rpc_, events_, replay_;
+  std::string rpc_, events_, replay_, framed_rpc_;
 };
 
 // NAME= of a standby's --status-file (0 while the file or the line is missing).

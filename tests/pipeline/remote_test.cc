@@ -48,16 +48,29 @@ bool Exists(Client& c, const std::string& key) {
   return r.ok() && r.keys.size() == 1 && r.keys[0].exists;
 }
 
-// A kvmaster, one agent of it and a client of that agent (members start in this order).
+// A kvmaster, one agent of it and a client of that agent (members start in this order); with
+// `framed`, the agent speaks the master's framed transport (--master-transport framed).
 struct OneAgentCluster {
+  explicit OneAgentCluster(bool framed = false) : master({}, framed) {}
   KvmasterProcess master;
   AgentProcess agent{RemoteAgentArgs(master)};
   std::unique_ptr<Client> client = Connect(agent);
   bool started() const { return master.started() && agent.started() && client != nullptr; }
 };
 
-TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
-  OneAgentCluster cluster;
+// The tests below run with each transport between the agent and kvmaster: ZMQ (--listen) and
+// the framed one (--framed-listen, --master-transport framed).
+class RemoteTransports : public ::testing::TestWithParam<bool> {
+ protected:
+  bool framed() const { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(Transports, RemoteTransports, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? std::string("framed") : std::string("zmq");
+                         });
+
+TEST_P(RemoteTransports, EveryOpRoundTripsThroughAKvmaster) {
+  OneAgentCluster cluster(framed());
   ASSERT_TRUE(cluster.started());
   Client* c = cluster.client.get();
   const std::string big = Pattern("big", 1 << 20);
@@ -83,13 +96,15 @@ TEST(Remote, EveryOpRoundTripsThroughAKvmaster) {
   Reply st = c->Stat();
   std::string link;
   EXPECT_EQ(CounterOf(st, "agent.master_link", &link), 1u);
-  EXPECT_NE(link.find(cluster.master.rpc()), std::string::npos) << link;
+  EXPECT_NE(link.find(framed() ? cluster.master.framed_rpc() : cluster.master.rpc()),
+            std::string::npos)
+      << link;
   EXPECT_EQ(CounterOf(st, "master.keys"), 1u);
   EXPECT_EQ(c->RemoveAll(force).removed_count, 1u);
 }
 
-TEST(Remote, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
-  KvmasterProcess master;
+TEST_P(RemoteTransports, TheAgentRelaysTheMastersEventsWithEachWritersSession) {
+  KvmasterProcess master({}, framed());
   ASSERT_TRUE(master.started());
   AgentProcess agent(RemoteAgentArgs(master));
   ASSERT_TRUE(agent.started());
@@ -154,9 +169,9 @@ TEST(Remote, AnAgentThatJoinsLaterAnnouncesStoredBlocksWithTheirWritersMetadata)
   EXPECT_EQ(e.session_id, "sess-meta");
 }
 
-TEST(Remote, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt) {
+TEST_P(RemoteTransports, KvmasterKilledWithCallsInFlightFailsThemAndTheAgentComesBackWithIt) {
   TempDir state;
-  KvmasterProcess master({"--state-dir", state.path()});
+  KvmasterProcess master({"--state-dir", state.path()}, framed());
   ASSERT_TRUE(master.started());
   AgentProcess agent(
       RemoteAgentArgs(master, {"--heartbeat-ms", "100", "--master-timeout-ms", "3000"}));
@@ -227,8 +242,8 @@ TEST(Remote, AgentExpiredByItsMasterRegistersAgainAtItsNextHeartbeat) {
   EXPECT_GE(CounterOf(st, "master.expired_agents"), 1u);
 }
 
-TEST(Remote, AgentStartedBeforeItsKvmasterServesDegradedUntilTheMasterComes) {
-  KvmasterProcess master;
+TEST_P(RemoteTransports, AgentStartedBeforeItsKvmasterServesDegradedUntilTheMasterComes) {
+  KvmasterProcess master({}, framed());
   ASSERT_TRUE(master.started());
   master.Kill();  // its address is now known and nobody listens there
   AgentProcess agent(RemoteAgentArgs(master, {"--master-ready-wait-ms", "0"}));

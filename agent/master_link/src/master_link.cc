@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "kvagent/common/framed_connection.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "kvagent/zmq/curve_auth.h"
@@ -36,6 +37,12 @@ struct ReplyBytes {
   zmq::message_t message;
   std::vector<uint64_t> aligned;
   std::span<const uint8_t> view;
+  // A framed reply: copied out of the connection's buffer, which the next read reuses.
+  explicit ReplyBytes(std::span<const uint8_t> bytes) {
+    aligned.resize((bytes.size() + 7) / 8);
+    if (!bytes.empty()) std::memcpy(aligned.data(), bytes.data(), bytes.size());
+    view = {reinterpret_cast<const uint8_t*>(aligned.data()), bytes.size()};
+  }
   explicit ReplyBytes(zmq::message_t m) : message(std::move(m)) {
     const auto* data = static_cast<const uint8_t*>(message.data());
     if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) == 0) {
@@ -101,6 +108,7 @@ class Link {
   void Connect(Clock::time_point now) {
     CloseSocket();
     if (ordered_ && !FindLeader(now)) return;
+    if (o_.framed) return ConnectFramed(now);
     dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::sndhwm, 100000);
@@ -136,13 +144,47 @@ class Link {
     Register(now);
   }
 
+  // The framed transport: one TCP connection, polled by this thread (no monitor: its failures
+  // come out of OnReady).
+  void ConnectFramed(Clock::time_point now) {
+    auto conn = FramedConnection::Connect(endpoint_, kMaxMasterReplyBytes);
+    if (!conn.ok()) return Down(conn.status().message(), now);
+    framed_ = std::make_unique<FramedConnection>(std::move(*conn));
+    ++attempt_;
+    s_.SetState(LinkState::kConnecting,
+                attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
+    Register(now);
+    FlushFramed(now);
+  }
+
+  // Writes what the framed connection has queued, and takes in what it received.
+  void FlushFramed(Clock::time_point now, short revents = 0) {
+    framed_replies_.clear();
+    const Status st = framed_->OnReady(revents, [this](std::span<const uint8_t> reply) {
+      framed_replies_.push_back(std::make_shared<ReplyBytes>(reply));
+    });
+    // Replies first (OnReply may take the link down and drop the connection).
+    for (auto& bytes : framed_replies_) {
+      if (!framed_) return;
+      OnReply(std::move(bytes), now);
+    }
+    framed_replies_.clear();
+    if (!st.ok() && framed_) Down(st.message(), now);
+  }
+
   void CloseSocket() {
     if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
     monitor_.reset();
     dealer_.reset();
+    framed_.reset();
   }
 
   bool Send(const uint8_t* data, size_t size) {
+    if (framed_) {
+      if (framed_->queued() > kMaxFramedQueue) return false;
+      framed_->Send(std::span(data, size));
+      return true;
+    }
     dealer_unseen_ = true;  // see PollOnce
     try {
       if (!dealer_->send(zmq::const_buffer(nullptr, 0),
@@ -320,6 +362,7 @@ class Link {
   // the fd), and the DEALER once more after anything was sent on it: a send may take in the
   // command that announces a reply, which would then wait for the next timeout.
   void PollOnce() {
+    if (framed_) return PollFramed();
     if (dealer_ && dealer_unseen_) ReceiveReplies(Clock::now());
     if (monitor_ && monitor_unseen_) OnMonitorEvents(Clock::now());
     const bool sockets = dealer_ != nullptr;
@@ -334,6 +377,19 @@ class Link {
     // Each only while its socket is the one polled (a reply or event above may have closed it).
     if (sockets && monitor_ && (fds[2].revents & POLLIN)) OnMonitorEvents(now);
     if (sockets && dealer_ && (fds[1].revents & POLLIN)) ReceiveReplies(now);
+  }
+
+  void PollFramed() {
+    pollfd fds[2] = {{s_.wake.get(), POLLIN, 0}, {framed_->fd(), framed_->events(), 0}};
+    if (::poll(fds, 2, static_cast<int>(PollTimeoutMs())) < 0) return;  // EINTR
+    const auto now = Clock::now();
+    if (fds[1].revents != 0) FlushFramed(now, fds[1].revents);
+    if (fds[0].revents & POLLIN) {
+      uint64_t count = 0;
+      (void)!::read(s_.wake.get(), &count, sizeof(count));
+      SendQueued(now);
+      if (framed_) FlushFramed(now);  // written now, not after the next poll
+    }
   }
 
   long PollTimeoutMs() const {
@@ -572,7 +628,8 @@ class Link {
   std::string AuthMismatch() const {
     return "kvmaster " + endpoint_ +
            " and this agent do not authenticate each other (the handshake failed): give both "
-           "the same --cluster-secret-file (or neither, on loopback)";
+           "the same --cluster-secret-file (or neither, on loopback); and --master must be "
+           "kvmaster's --listen endpoint (its --framed-listen one takes --master-transport framed)";
   }
 
   Status NotReady() const {
@@ -602,6 +659,11 @@ class Link {
   zmq::context_t context_{1};
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> monitor_;
+  // The framed transport (options.framed) instead of dealer_ and monitor_.
+  std::unique_ptr<FramedConnection> framed_;
+  std::vector<std::shared_ptr<ReplyBytes>> framed_replies_;  // scratch of FlushFramed
+  // Bytes queued on the framed connection beyond which a Send fails ("queue full").
+  static constexpr size_t kMaxFramedQueue = size_t{256} << 20;
   uint64_t sockets_ = 0;
   int dealer_fd_ = -1;  // ZMQ_FD of dealer_ and monitor_ (theirs: not closed here)
   int monitor_fd_ = -1;

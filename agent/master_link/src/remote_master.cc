@@ -106,6 +106,11 @@ Status CheckOptions(const RemoteMasterOptions& o) {
     return InvalidParams("the reconnect backoff must be positive and its maximum >= its minimum");
   }
   if (o.agent_name.empty()) return InvalidParams("--agent-name is empty");
+  if (o.framed && (o.curve || o.endpoint.rfind("tcp://", 0) != 0)) {
+    return InvalidParams(
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
+        "and no cluster secret: the framed transport is neither encrypted nor authenticated");
+  }
   return Status::Ok();
 }
 

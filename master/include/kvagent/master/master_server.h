@@ -30,7 +30,10 @@
 namespace kvagent::master {
 
 struct MasterServerOptions {
-  std::string listen = "tcp://0.0.0.0:50051";        // ROUTER for master.fbs requests
+  std::string listen = "tcp://0.0.0.0:50051";  // ROUTER for master.fbs requests
+  // The same requests as length-prefixed frames on plain TCP, served on the loop's thread
+  // (framed_rpc_server.h; docs/protocol.md "Framed RPC"); empty: none. Not with a secret.
+  std::string framed_listen;
   std::string events = "tcp://0.0.0.0:5557";         // PUB, docs/events.md
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none
   size_t replay_batches = 10000;
@@ -65,6 +68,8 @@ class MasterServer {
 
   // The endpoints actually bound (port 0 resolved).
   const std::string& endpoint() const { return endpoint_; }
+  // The framed RPC endpoint actually bound (empty: none).
+  const std::string& framed_endpoint() const { return framed_endpoint_; }
   std::string events_endpoint() const;
   std::string replay_endpoint() const;
 
@@ -80,6 +85,7 @@ class MasterServer {
   MasterServer() = default;
   std::unique_ptr<Loop> loop_;
   std::string endpoint_;
+  std::string framed_endpoint_;
 };
 
 }  // namespace kvagent::master

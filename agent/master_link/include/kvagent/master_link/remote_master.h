@@ -82,6 +82,10 @@ struct RemoteMasterOptions {
   // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
+  // Speak the framed RPC transport (kvmaster --framed-listen; docs/protocol.md "Framed RPC") to
+  // `endpoint` (tcp://HOST:PORT) instead of ZMQ: no I/O thread between the link and the socket.
+  // Neither encrypted nor authenticated: not with `curve`, nor with a cluster address.
+  bool framed = false;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).

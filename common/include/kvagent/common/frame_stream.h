@@ -1,0 +1,62 @@
+// Length-prefixed frames on a byte stream: the framed RPC transport's wire (docs/protocol.md,
+// "Framed RPC"). A connection starts with an 8-byte hello from each side (kFrameHello: the
+// protocol's name and version); then every frame is a 4-byte little-endian length followed by
+// that many bytes.
+//
+// FrameReader takes what read() returns and hands out complete frames. It never holds more than
+// one frame of at most `max_frame` bytes plus a header and what one read() may add: a peer that
+// names a longer frame gets an error before any of its bytes are kept, so memory per
+// connection is bounded by the limit, not by what the peer sends.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvagent/common/status.h"
+
+namespace kvagent {
+
+inline constexpr size_t kFrameHeaderBytes = 4;
+// "KVMF" (kvagent master frames), then the version (1) as 4 little-endian bytes.
+inline constexpr std::string_view kFrameHello{"KVMF\x01\x00\x00\x00", 8};
+
+// Appends a frame holding `payload` (at most 4 GiB - 1 bytes) to `out`.
+void AppendFrame(std::vector<uint8_t>* out, std::span<const uint8_t> payload);
+
+class FrameReader {
+ public:
+  // Frames longer than `max_frame` are an error. With `hello`, the stream must start with
+  // kFrameHello (checked before any frame).
+  FrameReader(size_t max_frame, bool hello);
+
+  // Where the next read() may put up to `n` bytes; Commit the count it read.
+  std::span<uint8_t> Space(size_t n);
+  void Commit(size_t n);
+
+  // The next complete frame (valid until the next Space or Compact), nullopt when the bytes so
+  // far end inside one, or INVALID_PARAMS naming what was wrong (a bad hello, a frame longer
+  // than the limit): the stream cannot go on.
+  Result<std::optional<std::span<const uint8_t>>> Next();
+
+  // Drops the frames Next returned (call once they are handled).
+  void Compact();
+
+  // True once the hello was read (or none was expected).
+  bool hello_done() const { return !hello_pending_; }
+
+  // Bytes held (a frame being received, and frames not yet compacted).
+  size_t buffered() const { return end_ - begin_; }
+
+ private:
+  std::vector<uint8_t> buffer_;
+  size_t begin_ = 0;  // first byte not yet returned by Next
+  size_t end_ = 0;    // end of the bytes committed
+  const size_t max_frame_;
+  bool hello_pending_;
+};
+
+}  // namespace kvagent

@@ -1,0 +1,68 @@
+// FramedConnection: the client side of a framed RPC connection (frame_stream.h; kvmaster's
+// --framed-listen, docs/protocol.md "Framed RPC"), non-blocking, for a thread that polls its fd
+// among others (the agent's master link) or waits on it alone (Call, for tools and benchmarks).
+//
+// Requests are queued by Send and written as the socket takes them; replies come out of OnReady
+// in the order they arrive. Any failure (the connect refused, the peer gone, a stream that is not
+// the protocol, a reply over max_reply bytes) is returned once as a Status, after which the
+// connection is dead: the owner drops it and connects anew.
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvagent/common/frame_stream.h"
+#include "kvagent/common/status.h"
+#include "kvagent/common/unique_fd.h"
+
+namespace kvagent {
+
+class FramedConnection {
+ public:
+  using ReplyFn = std::function<void(std::span<const uint8_t> reply)>;
+
+  // Starts connecting to tcp://HOST:PORT (INVALID_PARAMS for a malformed endpoint).
+  static Result<FramedConnection> Connect(const std::string& endpoint, size_t max_reply);
+
+  int fd() const { return fd_.get(); }
+  // What to poll for: POLLIN, and POLLOUT while connecting or while bytes wait to be written.
+  short events() const;
+  // True once the peer's hello arrived: the connection speaks the protocol.
+  bool established() const { return established_; }
+
+  // Queues one request frame.
+  void Send(std::span<const uint8_t> request);
+  // Bytes queued and not yet written.
+  size_t queued() const { return out_.size() - out_sent_; }
+  // After poll() reported `revents`: completes the connect, writes, reads, and calls `on_reply`
+  // for each complete reply (valid during the call). Not OK: the connection is dead (why).
+  Status OnReady(short revents, const ReplyFn& on_reply);
+
+  // Sends `request` and waits for one reply until `timeout` (tools and benchmarks; the
+  // connection must have no other call in flight). TIMEOUT, or the connection's failure.
+  Result<std::vector<uint8_t>> Call(std::span<const uint8_t> request,
+                                    std::chrono::milliseconds timeout);
+
+  FramedConnection(FramedConnection&&) noexcept = default;
+  FramedConnection& operator=(FramedConnection&&) noexcept = default;
+
+ private:
+  FramedConnection(UniqueFd fd, std::string endpoint, size_t max_reply);
+  Status Write();
+
+  UniqueFd fd_;
+  std::string endpoint_;
+  FrameReader in_;
+  std::vector<uint8_t> out_;
+  size_t out_sent_ = 0;
+  bool connecting_ = true;
+  bool established_ = false;
+};
+
+}  // namespace kvagent

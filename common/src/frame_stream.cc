@@ -1,0 +1,71 @@
+#include "kvagent/common/frame_stream.h"
+
+#include <cstring>
+#include <string>
+
+namespace kvagent {
+
+void AppendFrame(std::vector<uint8_t>* out, std::span<const uint8_t> payload) {
+  const auto n = static_cast<uint32_t>(payload.size());
+  const uint8_t header[kFrameHeaderBytes] = {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8),
+                                             static_cast<uint8_t>(n >> 16),
+                                             static_cast<uint8_t>(n >> 24)};
+  out->insert(out->end(), header, header + kFrameHeaderBytes);
+  out->insert(out->end(), payload.begin(), payload.end());
+}
+
+FrameReader::FrameReader(size_t max_frame, bool hello)
+    : max_frame_(max_frame), hello_pending_(hello) {}
+
+std::span<uint8_t> FrameReader::Space(size_t n) {
+  if (buffer_.size() - end_ < n) {
+    if (begin_ > 0) Compact();
+    if (buffer_.size() - end_ < n) buffer_.resize(end_ + n);
+  }
+  return std::span(buffer_.data() + end_, n);
+}
+
+void FrameReader::Commit(size_t n) { end_ += n; }
+
+Result<std::optional<std::span<const uint8_t>>> FrameReader::Next() {
+  const uint8_t* at = buffer_.data() + begin_;
+  const size_t have = end_ - begin_;
+  if (hello_pending_) {
+    const size_t seen = std::min(have, kFrameHello.size());
+    if (std::memcmp(at, kFrameHello.data(), seen) != 0) {
+      return InvalidParams(
+          "the stream does not start with the framed RPC hello (KVMF, version 1): the peer "
+          "speaks another protocol (ZMQ?) or another version");
+    }
+    if (seen < kFrameHello.size()) return std::optional<std::span<const uint8_t>>();
+    begin_ += kFrameHello.size();
+    hello_pending_ = false;
+    return Next();
+  }
+  if (have < kFrameHeaderBytes) return std::optional<std::span<const uint8_t>>();
+  const size_t n = size_t{at[0]} | size_t{at[1]} << 8 | size_t{at[2]} << 16 | size_t{at[3]} << 24;
+  if (n > max_frame_) {
+    return InvalidParams("a frame of " + std::to_string(n) + " bytes, over the limit of " +
+                         std::to_string(max_frame_));
+  }
+  if (have - kFrameHeaderBytes < n) {
+    // Room for the rest of this frame once the reader asks (Space), not before.
+    return std::optional<std::span<const uint8_t>>();
+  }
+  begin_ += kFrameHeaderBytes + n;
+  return std::optional<std::span<const uint8_t>>(std::span(at + kFrameHeaderBytes, n));
+}
+
+void FrameReader::Compact() {
+  if (begin_ == 0) return;
+  std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+  end_ -= begin_;
+  begin_ = 0;
+  // A connection that once received a large frame does not keep its buffer for ever.
+  if (buffer_.size() > (size_t{1} << 20) && end_ < buffer_.size() / 4) {
+    buffer_.resize(std::max<size_t>(end_, size_t{1} << 16));
+    buffer_.shrink_to_fit();
+  }
+}
+
+}  // namespace kvagent

@@ -1,0 +1,190 @@
+#include "framed_rpc_server.h"
+
+#include <glog/logging.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "kvagent/common/errno_text.h"
+#include "kvagent/common/tcp_socket.h"
+#include "kvagent/zmq/zmq_limits.h"
+
+namespace kvagent::master {
+namespace {
+
+constexpr size_t kReadChunk = 256 * 1024;  // what one read() may bring
+
+}  // namespace
+
+Result<std::unique_ptr<FramedRpcServer>> FramedRpcServer::Listen(
+    const FramedRpcServerOptions& options) {
+  std::unique_ptr<FramedRpcServer> s(new FramedRpcServer(options));
+  if (s->options_.max_request_bytes == 0) {
+    s->options_.max_request_bytes = static_cast<size_t>(kMaxMasterRequestBytes);
+  }
+  s->options_.max_connections = std::max<size_t>(s->options_.max_connections, 1);
+  auto fd = ListenTcp(options.listen, &s->endpoint_);
+  if (!fd.ok()) {
+    return Status(fd.status().code(),
+                  fd.status().message() + "; pick a free address with --framed-listen");
+  }
+  s->listener_ = std::move(*fd);
+  return s;
+}
+
+void FramedRpcServer::AppendPollFds(std::vector<pollfd>* fds) {
+  fds->push_back(pollfd{listener_.get(), POLLIN, 0});
+  polled_.clear();
+  for (auto& [id, c] : connections_) {
+    const bool writing = c.out_sent < c.out.size();
+    fds->push_back(pollfd{c.fd.get(), static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
+    polled_.push_back(id);
+  }
+}
+
+size_t FramedRpcServer::Serve(std::span<const pollfd> ready, const RequestFn& on_request,
+                              size_t budget) {
+  size_t handled = 0;
+  if (!ready.empty() && (ready[0].revents & POLLIN) != 0) Accept();
+  for (size_t i = 0; i < polled_.size() && i + 1 < ready.size(); ++i) {
+    auto it = connections_.find(polled_[i]);
+    if (it == connections_.end()) continue;
+    Connection& c = it->second;
+    const short ev = ready[i + 1].revents;
+    bool keep = true;
+    if ((ev & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      keep = ReadFrom(it->first, c, on_request, budget, &handled);
+    } else if (c.frames_waiting) {
+      keep = Drain(it->first, c, on_request, budget, &handled);
+    }
+    if (keep && (ev & POLLOUT) != 0) keep = WriteTo(c);
+    if (!keep) closing_.push_back(it->first);
+  }
+  // Frames left over from an earlier Serve, on connections this poll did not list as ready.
+  if (buffered_ > 0) {
+    for (auto& [id, c] : connections_) {
+      if (c.frames_waiting && handled < budget && !Drain(id, c, on_request, budget, &handled)) {
+        closing_.push_back(id);
+      }
+    }
+  }
+  for (ConnectionId id : closing_) Close(id);
+  closing_.clear();
+  return handled;
+}
+
+void FramedRpcServer::Accept() {
+  while (true) {
+    UniqueFd fd = AcceptTcp(listener_.get());
+    if (!fd.valid()) return;  // none pending (or an error the next poll shows again)
+    if (connections_.size() >= options_.max_connections) {
+      ++stats_.refused;
+      LOG_EVERY_N(WARNING, 100) << "framed RPC: " << connections_.size()
+                                << " connections already; a new one is closed";
+      continue;
+    }
+    Connection c{
+        std::move(fd), FrameReader(options_.max_request_bytes, /*hello=*/true), {}, 0, false,
+        false};
+    // Our hello goes first, before any reply.
+    c.out.assign(kFrameHello.begin(), kFrameHello.end());
+    c.hello_sent = true;
+    const ConnectionId id = next_id_++;
+    auto [it, inserted] = connections_.emplace(id, std::move(c));
+    ++stats_.accepted;
+    if (!WriteTo(it->second)) Close(id);
+  }
+}
+
+bool FramedRpcServer::ReadFrom(ConnectionId id, Connection& c, const RequestFn& on_request,
+                               size_t budget, size_t* handled) {
+  if (c.frames_waiting) {  // the frames already read go first
+    if (!Drain(id, c, on_request, budget, handled)) return false;
+    if (c.frames_waiting) return true;  // the budget ran out: read more next time
+  }
+  const std::span<uint8_t> space = c.in.Space(kReadChunk);
+  const ssize_t n = ::read(c.fd.get(), space.data(), space.size());
+  if (n == 0) return false;  // the peer closed
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  c.in.Commit(static_cast<size_t>(n));
+  c.frames_waiting = true;
+  ++buffered_;
+  return Drain(id, c, on_request, budget, handled);
+}
+
+bool FramedRpcServer::Drain(ConnectionId id, Connection& c, const RequestFn& on_request,
+                            size_t budget, size_t* handled) {
+  while (*handled < budget) {
+    auto frame = c.in.Next();
+    if (!frame.ok()) {
+      c.frames_waiting = false;  // nothing more is read from it: it is closed
+      --buffered_;
+      ++stats_.bad_streams;
+      LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection: " << frame.status().message();
+      return false;
+    }
+    if (!frame->has_value()) {  // every complete frame handled
+      c.in.Compact();
+      c.frames_waiting = false;
+      --buffered_;
+      return true;
+    }
+    ++*handled;
+    on_request(id, **frame);
+  }
+  return true;  // frames may be left: the next Serve goes on
+}
+
+void FramedRpcServer::Reply(ConnectionId conn, std::span<const uint8_t> reply) {
+  auto it = connections_.find(conn);
+  if (it == connections_.end()) return;  // gone: its caller hears nothing (as on the ROUTER)
+  Connection& c = it->second;
+  if (c.out.size() - c.out_sent + reply.size() > options_.max_queued_bytes) {
+    ++stats_.slow_readers;
+    LOG_EVERY_N(WARNING, 10) << "framed RPC: a client does not read its replies ("
+                             << c.out.size() - c.out_sent << " bytes waiting); closing it";
+    closing_.push_back(conn);
+    c.out.clear();
+    c.out_sent = 0;
+    return;
+  }
+  AppendFrame(&c.out, reply);
+}
+
+void FramedRpcServer::Flush() {
+  for (auto& [id, c] : connections_) {
+    if (c.out_sent < c.out.size() && !WriteTo(c)) closing_.push_back(id);
+  }
+  for (ConnectionId id : closing_) Close(id);
+  closing_.clear();
+}
+
+bool FramedRpcServer::WriteTo(Connection& c) {
+  while (c.out_sent < c.out.size()) {
+    const ssize_t n =
+        ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    c.out_sent += static_cast<size_t>(n);
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  if (c.out.capacity() > (size_t{1} << 20)) c.out.shrink_to_fit();
+  return true;
+}
+
+void FramedRpcServer::Close(ConnectionId id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  if (it->second.frames_waiting) --buffered_;
+  connections_.erase(it);
+}
+
+FramedRpcStats FramedRpcServer::stats() const {
+  FramedRpcStats s = stats_;
+  s.connections = connections_.size();
+  return s;
+}
+
+}  // namespace kvagent::master

@@ -1,0 +1,110 @@
+// FramedRpcServer: kvmaster's framed RPC transport (docs/protocol.md, "Framed RPC"), served on
+// the master loop's own thread. The same master.fbs requests and replies as on the ROUTER, as
+// length-prefixed frames on a plain TCP connection (common/frame_stream.h): no I/O thread between
+// the socket and the service, so a request costs the loop one read() and its reply one write()
+// (shared by every request and reply that arrive or leave together), against the ZMQ ROUTER's
+// hand-offs to and from its I/O thread.
+//
+// Not encrypted and not authenticated: kvmaster serves it only without a cluster secret, on the
+// endpoints the ROUTER may use without one (loopback, or --insecure-no-auth).
+//
+// Bounds: at most max_connections connections (more are accepted and closed at once); a request
+// frame of at most kMaxMasterRequestBytes; replies waiting for a connection that does not read
+// them at most max_queued_bytes (beyond: the connection is closed). A connection whose stream is
+// not the protocol (a bad hello, an oversized frame) is closed and counted.
+#pragma once
+
+#include <poll.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvagent/common/frame_stream.h"
+#include "kvagent/common/status.h"
+#include "kvagent/common/unique_fd.h"
+
+namespace kvagent::master {
+
+struct FramedRpcServerOptions {
+  std::string listen;  // tcp://HOST:PORT
+  size_t max_connections = 4096;
+  size_t max_request_bytes = 0;  // 0: kMaxMasterRequestBytes
+  size_t max_queued_bytes = size_t{512} << 20;
+};
+
+struct FramedRpcStats {
+  uint64_t connections = 0;  // open now
+  uint64_t accepted = 0;
+  uint64_t refused = 0;       // over max_connections
+  uint64_t bad_streams = 0;   // closed: not the protocol, or a frame over the limit
+  uint64_t slow_readers = 0;  // closed: their replies exceeded max_queued_bytes
+};
+
+class FramedRpcServer {
+ public:
+  // A connection's id, never reused while the server lives (0: none).
+  using ConnectionId = uint64_t;
+  using RequestFn = std::function<void(ConnectionId, std::span<const uint8_t> request)>;
+
+  static Result<std::unique_ptr<FramedRpcServer>> Listen(const FramedRpcServerOptions& options);
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Appends what poll() should watch: the listener and every connection (POLLOUT while replies
+  // wait). Serve takes the same entries back after the poll.
+  void AppendPollFds(std::vector<pollfd>* fds);
+
+  // After poll(): accepts, reads, and calls `on_request` for every complete request (its bytes
+  // valid during the call; Reply may be called from it); closes broken connections. `ready`: the
+  // entries AppendPollFds added, in the same order. Reads at most `budget` requests, then
+  // returns (the rest stay buffered: HasBuffered). Returns the requests handled.
+  size_t Serve(std::span<const pollfd> ready, const RequestFn& on_request, size_t budget);
+
+  // Requests already read but not yet handled (Serve returned at its budget).
+  bool HasBuffered() const { return buffered_ > 0; }
+
+  // Queues `reply` for `conn` (dropped when it has gone); Flush writes.
+  void Reply(ConnectionId conn, std::span<const uint8_t> reply);
+  // Writes what the sockets take of the queued replies.
+  void Flush();
+
+  FramedRpcStats stats() const;
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    FrameReader in;
+    std::vector<uint8_t> out;
+    size_t out_sent = 0;
+    bool hello_sent = false;
+    bool frames_waiting = false;  // complete frames may be buffered (the budget ran out)
+  };
+
+  explicit FramedRpcServer(const FramedRpcServerOptions& options) : options_(options) {}
+  void Accept();
+  // Reads what the socket has; hands out up to `budget` frames. False: the connection must go.
+  bool ReadFrom(ConnectionId id, Connection& c, const RequestFn& on_request, size_t budget,
+                size_t* handled);
+  bool Drain(ConnectionId id, Connection& c, const RequestFn& on_request, size_t budget,
+             size_t* handled);
+  bool WriteTo(Connection& c);
+  void Close(ConnectionId id);
+
+  FramedRpcServerOptions options_;
+  std::string endpoint_;
+  UniqueFd listener_;
+  std::unordered_map<ConnectionId, Connection> connections_;
+  std::vector<ConnectionId> polled_;  // the connections AppendPollFds listed, in order
+  std::vector<ConnectionId> closing_;
+  ConnectionId next_id_ = 1;
+  size_t buffered_ = 0;  // connections with frames_waiting
+  FramedRpcStats stats_;
+};
+
+}  // namespace kvagent::master
