@@ -46,6 +46,11 @@ Status FramedConnection::Write() {
   return Status::Ok();
 }
 
+Status FramedConnection::Flush() {
+  if (connecting_) return Status::Ok();
+  return Write();
+}
+
 Status FramedConnection::OnReady(short revents, const ReplyFn& on_reply) {
   if (connecting_) {
     if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return Status::Ok();

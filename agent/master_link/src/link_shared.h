@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvagent/common/framed_connection.h"
 #include "kvagent/coord/leader_watch.h"
 #include "kvagent/ipc/unix_socket.h"
 #include "kvagent/master_link/remote_master.h"
@@ -32,6 +33,9 @@ struct Outgoing {
   // CallUntilAnswered: kept across link failures until then (max(): a plain Call).
   std::chrono::steady_clock::time_point retry_until = std::chrono::steady_clock::time_point::min();
   bool retried() const { return retry_until != std::chrono::steady_clock::time_point::min(); }
+  // Already written to the framed connection by its caller (RemoteMaster::CallDirect): the
+  // link thread only keeps it (its reply and its deadline).
+  bool sent = false;
 };
 
 class RemoteMaster::Shared {
@@ -43,7 +47,7 @@ class RemoteMaster::Shared {
   // ---- queue: any thread -> link thread
   // Queues `o` and wakes the link thread (one eventfd write per burst: only when the queue was
   // empty). False once Close() ran: `o` is dropped without running its callback.
-  bool Push(Outgoing o);
+  bool Push(Outgoing o, bool wake = true);
   std::vector<Outgoing> Take();
   // After the link thread exited: refuses every later Push and returns what is still queued
   // (pushed after the thread's last Take).
@@ -55,6 +59,15 @@ class RemoteMaster::Shared {
   // Set by Bind before the first Call; read by the link thread after it took that Call from the
   // queue (the queue's mutex orders the two).
   agent::PostFn post;
+
+  // ---- the framed transport: while the link is ready on a framed connection, a Call's caller
+  // (the service thread) writes its request to the connection itself instead of handing it to
+  // the link thread (one thread wake-up less per call), and queues it without a wake-up for the
+  // link thread's books. `direct_mu` guards every use of the connection's write side by either
+  // thread; the link thread sets `direct` when it is ready and clears it before it drops the
+  // connection.
+  std::mutex direct_mu;
+  FramedConnection* direct = nullptr;  // guarded by direct_mu
 
   // ---- discovery (a cluster address): the watcher's thread sets leader_changed and wakes the
   // link thread, which reads watcher->current(). Created before the link thread, destroyed

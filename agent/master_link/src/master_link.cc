@@ -160,9 +160,13 @@ class Link {
   // Writes what the framed connection has queued, and takes in what it received.
   void FlushFramed(Clock::time_point now, short revents = 0) {
     framed_replies_.clear();
-    const Status st = framed_->OnReady(revents, [this](std::span<const uint8_t> reply) {
-      framed_replies_.push_back(std::make_shared<ReplyBytes>(reply));
-    });
+    Status st;
+    {
+      std::lock_guard<std::mutex> lock(s_.direct_mu);  // the service thread may write too
+      st = framed_->OnReady(revents, [this](std::span<const uint8_t> reply) {
+        framed_replies_.push_back(std::make_shared<ReplyBytes>(reply));
+      });
+    }
     // Replies first (OnReply may take the link down and drop the connection).
     for (auto& bytes : framed_replies_) {
       if (!framed_) return;
@@ -176,11 +180,23 @@ class Link {
     if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
     monitor_.reset();
     dealer_.reset();
-    framed_.reset();
+    if (framed_) {
+      std::lock_guard<std::mutex> lock(s_.direct_mu);
+      s_.direct = nullptr;  // no caller writes to it any more
+      framed_.reset();
+    }
+  }
+
+  // The framed connection takes callers' writes while the link is ready on it.
+  void AllowDirectCalls(bool allow) {
+    if (!framed_) return;
+    std::lock_guard<std::mutex> lock(s_.direct_mu);
+    s_.direct = allow ? framed_.get() : nullptr;
   }
 
   bool Send(const uint8_t* data, size_t size) {
     if (framed_) {
+      std::lock_guard<std::mutex> lock(s_.direct_mu);
       if (framed_->queued() > kMaxFramedQueue) return false;
       framed_->Send(std::span(data, size));
       return true;
@@ -214,6 +230,7 @@ class Link {
 
   void Register(Clock::time_point now) {
     phase_ = Phase::kRegistering;
+    AllowDirectCalls(false);  // until registered and mounted again
     fbb_.Clear();
     const auto body = mfb::CreateRegisterAgentDirect(fbb_, o_.agent_name.c_str(), o_.incarnation);
     SendOwn(Own::kRegister, mfb::Body::RegisterAgent, body.Union(), now);
@@ -271,6 +288,7 @@ class Link {
         s_.agent_id.store(agent_id_, std::memory_order_release);
         s_.pool_id.store(r->pool_id(), std::memory_order_release);
         phase_ = Phase::kReady;
+        AllowDirectCalls(true);
         backoff_ = o_.backoff_min;
         attempt_ = 0;
         next_heartbeat_ = now + o_.heartbeat;
@@ -380,16 +398,22 @@ class Link {
   }
 
   void PollFramed() {
-    pollfd fds[2] = {{s_.wake.get(), POLLIN, 0}, {framed_->fd(), framed_->events(), 0}};
+    short events = 0;
+    {
+      std::lock_guard<std::mutex> lock(s_.direct_mu);
+      events = framed_->events();
+    }
+    pollfd fds[2] = {{s_.wake.get(), POLLIN, 0}, {framed_->fd(), events, 0}};
     if (::poll(fds, 2, static_cast<int>(PollTimeoutMs())) < 0) return;  // EINTR
     const auto now = Clock::now();
-    if (fds[1].revents != 0) FlushFramed(now, fds[1].revents);
     if (fds[0].revents & POLLIN) {
       uint64_t count = 0;
       (void)!::read(s_.wake.get(), &count, sizeof(count));
-      SendQueued(now);
-      if (framed_) FlushFramed(now);  // written now, not after the next poll
     }
+    // The calls callers wrote themselves are queued without a wake-up: taken at every wake-up
+    // (and when a reply names a call not taken yet, OnReply), so that their deadlines count.
+    SendQueued(now);
+    if (framed_) FlushFramed(now, fds[1].revents);
   }
 
   long PollTimeoutMs() const {
@@ -405,6 +429,10 @@ class Link {
 
   void SendQueued(Clock::time_point now) {
     for (Outgoing& o : s_.Take()) {
+      if (o.sent) {
+        KeepSent(o, now);
+        continue;
+      }
       if (phase_ != Phase::kReady && o.retried()) {
         parked_.push_back(Call{std::move(o.done), o.on_link_thread, Own::kHeartbeat,
                                std::move(o.request), o.retry_until});
@@ -440,6 +468,30 @@ class Link {
     }
   }
 
+  // A call its caller wrote to the framed connection itself (RemoteMaster::CallDirect): kept
+  // for its reply and deadline. The link may have gone down since the write (a new connection
+  // never carries its reply): then it fails as the calls in flight did.
+  void KeepSent(Outgoing& o, Clock::time_point now) {
+    const uint64_t id = flatbuffers::GetRoot<mfb::Request>(o.request.data())->request_id();
+    if (phase_ != Phase::kReady || calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
+      ++s_.failed_in_flight;
+      Fail(o.done, o.on_link_thread,
+           Status(ErrorCode::kMasterUnavailable,
+                  "the connection to kvmaster " + endpoint_ +
+                      " went down with the request on it; the agent reconnects by itself: retry "
+                      "in a moment"));
+      return;
+    }
+    Call call;
+    call.done = std::move(o.done);
+    call.on_link_thread = o.on_link_thread;
+    calls_[id] = std::move(call);
+    // From now: deadlines_ stays in order (a call waits at most one wake-up of this thread,
+    // at most a second, before it is taken).
+    deadlines_.emplace_back(now + o_.timeout, id);
+    s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
+  }
+
   // Receives until EAGAIN (the socket's fd is then clear and nothing is left unseen) or 4096
   // messages (then the next wait looks again first).
   void ReceiveReplies(Clock::time_point now) {
@@ -471,6 +523,10 @@ class Link {
     }
     const mfb::Reply* reply = flatbuffers::GetRoot<mfb::Reply>(bytes->view.data());
     auto found = calls_.find(reply->request_id());
+    if (found == calls_.end() && framed_) {
+      SendQueued(now);  // a call its caller wrote itself, not taken from the queue yet
+      found = calls_.find(reply->request_id());
+    }
     if (found == calls_.end()) return;  // already failed by a deadline (cannot happen: new socket)
     // A master that does not serve, or (with discovery) one deposed by a newer epoch, has done
     // nothing we may act on: the call stays in flight and fails (or waits for the next master,

@@ -16,7 +16,7 @@ namespace mfb = kvagent::master_proto;
 
 // ---- Shared -------------------------------------------------------------------------------
 
-bool RemoteMaster::Shared::Push(Outgoing o) {
+bool RemoteMaster::Shared::Push(Outgoing o, bool wake) {
   bool was_empty = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -24,7 +24,7 @@ bool RemoteMaster::Shared::Push(Outgoing o) {
     was_empty = queue_.empty();
     queue_.push_back(std::move(o));
   }
-  if (was_empty) Wake();
+  if (was_empty && wake) Wake();
   return true;
 }
 
@@ -228,7 +228,25 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
                     "retry"));
     return;
   }
+  if (shared_->options.framed && CallDirect(request, done)) return;
   (void)shared_->Push(Outgoing{std::move(request), std::move(done), false});  // false: stopped
+}
+
+bool RemoteMaster::CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done) {
+  Shared& s = *shared_;
+  std::lock_guard<std::mutex> lock(s.direct_mu);
+  if (s.direct == nullptr) return false;  // the link is not ready on a connection: queue it
+  // The frame is copied into the connection first and written after the call is queued: its
+  // reply can only come after the write, and the link thread looks in the queue for a reply's
+  // call before it gives up on it (the queued request may be gone by the time of the write).
+  s.direct->Send(std::span(request.data(), request.size()));
+  Outgoing o{std::move(request), std::move(done), false};
+  o.sent = true;
+  if (!s.Push(std::move(o), /*wake=*/false)) return true;  // stopped: dropped, as Push drops
+  // A write the socket could not take whole waits in the connection for the link thread's
+  // poll, which must then watch for the socket to take it; an error surfaces there too.
+  if (!s.direct->Flush().ok() || s.direct->queued() > 0) s.Wake();
+  return true;
 }
 
 void RemoteMaster::CallUntilAnswered(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done,

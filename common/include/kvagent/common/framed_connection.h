@@ -40,6 +40,9 @@ class FramedConnection {
   void Send(std::span<const uint8_t> request);
   // Bytes queued and not yet written.
   size_t queued() const { return out_.size() - out_sent_; }
+  // Writes what the socket takes of the queued bytes now (nothing while still connecting). Not
+  // OK: the connection is dead (OnReady says so again).
+  Status Flush();
   // After poll() reported `revents`: completes the connect, writes, reads, and calls `on_reply`
   // for each complete reply (valid during the call). Not OK: the connection is dead (why).
   Status OnReady(short revents, const ReplyFn& on_reply);

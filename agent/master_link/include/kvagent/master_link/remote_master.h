@@ -146,6 +146,9 @@ class RemoteMaster final : public agent::MasterPort {
 
  private:
   explicit RemoteMaster(std::shared_ptr<Shared> shared);
+  // Call on the framed transport while the link is ready: written here, on the caller's thread
+  // (false: not now; the caller queues it for the link thread as usual).
+  bool CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done);
   std::shared_ptr<Shared> shared_;
 };
 
