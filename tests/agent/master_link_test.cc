@@ -6,6 +6,9 @@
 #include "kvagent/master_link/remote_master.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -18,7 +21,10 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "kvagent/common/frame_stream.h"
+#include "kvagent/common/tcp_socket.h"
 #include "kvagent/schemas/master_generated.h"
+#include "master_transports.h"
 
 namespace kvagent::master_link {
 namespace {
@@ -63,17 +69,19 @@ Bytes DefaultReply(const mfb::Request& r, uint64_t master_epoch, bool known) {
   return Finish(fbb);
 }
 
-// A kvmaster stand-in on tcp://127.0.0.1:<OS-picked port>. `script` may answer a request
-// itself (return bytes), withhold the answer (return an empty vector) or leave it to the
-// default (nullopt). Every request it received is kept.
+// A kvmaster stand-in on tcp://127.0.0.1:<OS-picked port>, a ZMQ ROUTER or (`framed`) the framed
+// transport (protocol.md "Framed RPC"). `script` may answer a request itself (return bytes),
+// withhold the answer (return an empty vector) or leave it to the default (nullopt). Every
+// request it received is kept.
 class ScriptedMaster {
  public:
   using Script = std::function<std::optional<Bytes>(const mfb::Request&)>;
 
-  explicit ScriptedMaster(uint64_t master_epoch = 1000) : master_epoch_(master_epoch) {
+  explicit ScriptedMaster(uint64_t master_epoch = 1000, bool framed = false)
+      : master_epoch_(master_epoch) {
     std::promise<std::string> bound;
     auto endpoint = bound.get_future();
-    thread_ = std::thread([this, &bound] { Run(&bound); });
+    thread_ = std::thread([this, &bound, framed] { framed ? RunFramed(&bound) : Run(&bound); });
     endpoint_ = endpoint.get();
   }
   ~ScriptedMaster() {
@@ -124,24 +132,96 @@ class ScriptedMaster {
         if (!more) break;
       }
       if (frames.size() != 3) continue;
-      Bytes request(frames[2].data<uint8_t>(), frames[2].data<uint8_t>() + frames[2].size());
-      flatbuffers::Verifier verifier(request.data(), request.size());
-      if (!verifier.VerifyBuffer<mfb::Request>(nullptr)) {
-        ADD_FAILURE() << "the link sent a request that fails verification";
-        continue;
-      }
-      const mfb::Request* r = flatbuffers::GetRoot<mfb::Request>(request.data());
-      std::optional<Bytes> reply;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        received_.push_back(request);
-        if (script_) reply = script_(*r);
-      }
-      if (!reply) reply = DefaultReply(*r, master_epoch_, known_.load());
-      if (reply->empty()) continue;  // withheld
+      const std::optional<Bytes> reply =
+          Answer(Bytes(frames[2].data<uint8_t>(), frames[2].data<uint8_t>() + frames[2].size()));
+      if (!reply || reply->empty()) continue;  // withheld
       router.send(frames[0], zmq::send_flags::sndmore);
       router.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
       router.send(zmq::buffer(reply->data(), reply->size()), zmq::send_flags::none);
+    }
+  }
+
+  // The reply to `request` (empty: withheld; nullopt: not a request).
+  std::optional<Bytes> Answer(const Bytes& request) {
+    flatbuffers::Verifier verifier(request.data(), request.size());
+    if (!verifier.VerifyBuffer<mfb::Request>(nullptr)) {
+      ADD_FAILURE() << "the link sent a request that fails verification";
+      return std::nullopt;
+    }
+    const mfb::Request* r = flatbuffers::GetRoot<mfb::Request>(request.data());
+    std::optional<Bytes> reply;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      received_.push_back(request);
+      if (script_) reply = script_(*r);
+    }
+    if (!reply) reply = DefaultReply(*r, master_epoch_, known_.load());
+    return reply;
+  }
+
+  // The framed transport: every connection the link makes (a new one after it dropped the
+  // last), frames answered in order.
+  void RunFramed(std::promise<std::string>* bound) {
+    std::string endpoint;
+    auto listener = ListenTcp("tcp://127.0.0.1:0", &endpoint);
+    if (!listener.ok()) {
+      ADD_FAILURE() << listener.status().ToString();
+      bound->set_value("");
+      return;
+    }
+    bound->set_value(endpoint);
+    struct Connection {
+      UniqueFd fd;
+      FrameReader in{size_t{64} << 20, /*hello=*/true};
+      Bytes out{kFrameHello.begin(), kFrameHello.end()};
+      bool closed = false;
+    };
+    std::vector<std::unique_ptr<Connection>> connections;
+    while (!stop_.load()) {
+      std::vector<pollfd> fds = {{listener->get(), POLLIN, 0}};
+      for (const auto& c : connections) {
+        const short events = static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT));
+        fds.push_back({c->fd.get(), events, 0});
+      }
+      ::poll(fds.data(), fds.size(), 20);
+      for (size_t i = 0; i < connections.size(); ++i) {
+        Connection& c = *connections[i];
+        if ((fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+          std::span<uint8_t> space = c.in.Space(65536);
+          const ssize_t n = ::read(c.fd.get(), space.data(), space.size());
+          if (n <= 0) {
+            c.closed = n == 0 || errno != EAGAIN;
+            continue;
+          }
+          c.in.Commit(static_cast<size_t>(n));
+          while (true) {
+            auto frame = c.in.Next();
+            if (!frame.ok()) {
+              ADD_FAILURE() << "the link's stream: " << frame.status().ToString();
+              c.closed = true;
+              break;
+            }
+            if (!frame->has_value()) break;
+            const std::optional<Bytes> reply = Answer(Bytes((*frame)->begin(), (*frame)->end()));
+            if (reply && !reply->empty()) AppendFrame(&c.out, *reply);
+          }
+          c.in.Compact();
+        }
+        while (!c.out.empty() && !c.closed) {
+          const ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+          if (n <= 0) break;
+          c.out.erase(c.out.begin(), c.out.begin() + n);
+        }
+      }
+      std::erase_if(connections, [](const auto& c) { return c->closed; });
+      if ((fds[0].revents & POLLIN) != 0) {
+        UniqueFd fd = AcceptTcp(listener->get());
+        if (fd.valid()) {
+          auto c = std::make_unique<Connection>();
+          c->fd = std::move(fd);
+          connections.push_back(std::move(c));
+        }
+      }
     }
   }
 
@@ -229,9 +309,10 @@ struct Link {
   std::vector<Fences> fences;
 
   explicit Link(const std::string& endpoint, std::chrono::milliseconds timeout = 5000ms,
-                std::chrono::milliseconds heartbeat = 1000ms) {
+                std::chrono::milliseconds heartbeat = 1000ms, bool framed = false) {
     RemoteMasterOptions o;
     o.endpoint = endpoint;
+    o.framed = framed;
     o.agent_name = "node-a";
     o.incarnation = 42;
     o.pool_bytes = 1 << 20;
@@ -273,9 +354,15 @@ struct Outcome {
   }
 };
 
-TEST(MasterLink, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
-  ScriptedMaster master(/*master_epoch=*/555);
-  Link l(master.endpoint());
+// The tests below run on each transport the link speaks: a ZMQ DEALER, and the framed one
+// (RemoteMasterOptions::framed), where the service thread writes its calls itself.
+using MasterLinkTransports = kvagent::testing::MasterTransports;
+INSTANTIATE_TEST_SUITE_P(Transports, MasterLinkTransports, kvagent::testing::kMasterTransports,
+                         kvagent::testing::MasterTransportName);
+
+TEST_P(MasterLinkTransports, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
+  ScriptedMaster master(555, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s)) << l.link->Describe();
   EXPECT_EQ(l.link->identity().agent_id, 7u);
   EXPECT_EQ(l.link->identity().pool_id, 9u);
@@ -294,9 +381,9 @@ TEST(MasterLink, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
   EXPECT_EQ(l.restarted.load(), 0) << "the first registration is no restart";
 }
 
-TEST(MasterLink, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
-  ScriptedMaster master;
-  Link l(master.endpoint());
+TEST_P(MasterLinkTransports, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   Outcome out;
   l.link->Call(ExistRequest(12, "k"), out.Fn());
@@ -310,9 +397,9 @@ TEST(MasterLink, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
 // through the socket's fd, which signals commands rather than messages; a reply whose command a
 // send took in is seen only because the link drains the socket after each send (PollOnce). A
 // reply left waiting would sit there until its 3 s deadline took the link down.
-TEST(MasterLink, ManyCallsInFlightAreEachAnsweredWithoutWaitingForADeadline) {
-  ScriptedMaster master;
-  Link l(master.endpoint(), /*timeout=*/3000ms, /*heartbeat=*/600000ms);
+TEST_P(MasterLinkTransports, ManyCallsInFlightAreEachAnsweredWithoutWaitingForADeadline) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 3000ms, 600000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   constexpr int kCalls = 20000;
   constexpr int kInFlight = 32;
@@ -338,13 +425,13 @@ TEST(MasterLink, ManyCallsInFlightAreEachAnsweredWithoutWaitingForADeadline) {
   EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
 }
 
-TEST(MasterLink, ACallWhileNoMasterIsReachableFailsAtOnce) {
+TEST_P(MasterLinkTransports, ACallWhileNoMasterIsReachableFailsAtOnce) {
   std::string endpoint;
   {
-    ScriptedMaster gone;
+    ScriptedMaster gone(1000, framed());
     endpoint = gone.endpoint();
   }  // nobody listens there now
-  Link l(endpoint);
+  Link l(endpoint, 5000ms, 1000ms, framed());
   Outcome out;
   l.link->Call(ExistRequest(1, "k"), out.Fn());
   EXPECT_TRUE(out.done) << "failed inside Call, not after a timeout";
@@ -354,9 +441,9 @@ TEST(MasterLink, ACallWhileNoMasterIsReachableFailsAtOnce) {
 
 // A request the master never answers takes the link down: it fails with MASTER_UNAVAILABLE,
 // and the link reconnects and registers again by itself.
-TEST(MasterLink, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
-  ScriptedMaster master;
-  Link l(master.endpoint(), /*timeout=*/300ms);
+TEST_P(MasterLinkTransports, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 300ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() == mfb::Body::BatchExist) return Bytes{};  // never answered
@@ -375,9 +462,9 @@ TEST(MasterLink, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
 
 // An End whose link drops is kept and sent again after the next registration, so a commit the
 // master made is answered rather than failed.
-TEST(MasterLink, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArrives) {
-  ScriptedMaster master;
-  Link l(master.endpoint(), /*timeout=*/300ms);
+TEST_P(MasterLinkTransports, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArrives) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 300ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   std::atomic<int> ends{0};
   master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
@@ -401,9 +488,9 @@ TEST(MasterLink, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArrives) {
 
 // An End that no master answers before its retry time fails with MASTER_UNAVAILABLE (the
 // pipeline turns that into TIMEOUT, "may be stored").
-TEST(MasterLink, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
-  ScriptedMaster master;
-  Link l(master.endpoint(), /*timeout=*/200ms);
+TEST_P(MasterLinkTransports, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 200ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() == mfb::Body::BatchPutEnd) return Bytes{};
@@ -417,9 +504,9 @@ TEST(MasterLink, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
 
 // known=false: the master dropped or forgot this agent; it registers and mounts again. A new
 // master epoch at that registration tells the relay to re-announce.
-TEST(MasterLink, AHeartbeatAnsweredUnknownRegistersAgain) {
-  ScriptedMaster master;
-  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+TEST_P(MasterLinkTransports, AHeartbeatAnsweredUnknownRegistersAgain) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetKnown(false);
   EXPECT_TRUE(WaitFor([&] { return master.Count(mfb::Body::RegisterAgent) >= 2; }));
@@ -428,9 +515,9 @@ TEST(MasterLink, AHeartbeatAnsweredUnknownRegistersAgain) {
   EXPECT_EQ(l.restarted.load(), 0);
 }
 
-TEST(MasterLink, ANewMasterEpochAtReregistrationIsReportedAsARestart) {
-  ScriptedMaster master(1000);
-  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+TEST_P(MasterLinkTransports, ANewMasterEpochAtReregistrationIsReportedAsARestart) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   std::atomic<bool> reborn{false};
   master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
@@ -448,9 +535,9 @@ TEST(MasterLink, ANewMasterEpochAtReregistrationIsReportedAsARestart) {
 }
 
 // Fences of a heartbeat reply are applied, then acknowledged in the next heartbeat.
-TEST(MasterLink, HeartbeatFencesAreAppliedAndAcknowledged) {
-  ScriptedMaster master(1000);
-  Link l(master.endpoint(), 5000ms, /*heartbeat=*/50ms);
+TEST_P(MasterLinkTransports, HeartbeatFencesAreAppliedAndAcknowledged) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() != mfb::Body::Heartbeat) return std::nullopt;
@@ -475,9 +562,9 @@ TEST(MasterLink, HeartbeatFencesAreAppliedAndAcknowledged) {
   EXPECT_EQ(l.fences.size(), 1u) << "the same fences are applied once";
 }
 
-TEST(MasterLink, ListKeysReturnsThePageFromAnotherThread) {
-  ScriptedMaster master;
-  Link l(master.endpoint());
+TEST_P(MasterLinkTransports, ListKeysReturnsThePageFromAnotherThread) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, framed());
   ASSERT_TRUE(l.link->WaitReady(20s));
   Result<KeyPage> page = Status(ErrorCode::kInternal, "not run");
   std::thread relay([&] { page = l.link->ListKeys(0, 100); });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "master_stats.h"
+#include "master_transports.h"
 #include "pipeline_support.h"
 
 namespace kvagent::testing {
@@ -60,14 +61,9 @@ struct OneAgentCluster {
 
 // The tests below run with each transport between the agent and kvmaster: ZMQ (--listen) and
 // the framed one (--framed-listen, --master-transport framed).
-class RemoteTransports : public ::testing::TestWithParam<bool> {
- protected:
-  bool framed() const { return GetParam(); }
-};
-INSTANTIATE_TEST_SUITE_P(Transports, RemoteTransports, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return i.param ? std::string("framed") : std::string("zmq");
-                         });
+using RemoteTransports = kvagent::testing::MasterTransports;
+INSTANTIATE_TEST_SUITE_P(Transports, RemoteTransports, kvagent::testing::kMasterTransports,
+                         kvagent::testing::MasterTransportName);
 
 TEST_P(RemoteTransports, EveryOpRoundTripsThroughAKvmaster) {
   OneAgentCluster cluster(framed());

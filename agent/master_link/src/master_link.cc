@@ -421,6 +421,9 @@ class Link {
     auto until = now + std::chrono::seconds(1);
     if (phase_ == Phase::kDown) until = std::min(until, retry_at_);
     if (phase_ == Phase::kReady) until = std::min(until, next_heartbeat_);
+    // Calls the service thread wrote to a framed connection itself reach this thread's books
+    // (and their deadlines) at its next wake-up, at most this much later.
+    if (framed_ && phase_ == Phase::kReady) until = std::min(until, now + kTakeSentEvery);
     if (!deadlines_.empty()) until = std::min(until, deadlines_.front().first);
     for (const Call& call : parked_) until = std::min(until, call.retry_until);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
@@ -487,7 +490,7 @@ class Link {
     call.on_link_thread = o.on_link_thread;
     calls_[id] = std::move(call);
     // From now: deadlines_ stays in order (a call waits at most one wake-up of this thread,
-    // at most a second, before it is taken).
+    // kTakeSentEvery, before it is taken).
     deadlines_.emplace_back(now + o_.timeout, id);
     s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
   }
@@ -720,6 +723,7 @@ class Link {
   std::vector<std::shared_ptr<ReplyBytes>> framed_replies_;  // scratch of FlushFramed
   // Bytes queued on the framed connection beyond which a Send fails ("queue full").
   static constexpr size_t kMaxFramedQueue = size_t{256} << 20;
+  static constexpr std::chrono::milliseconds kTakeSentEvery{50};
   uint64_t sockets_ = 0;
   int dealer_fd_ = -1;  // ZMQ_FD of dealer_ and monitor_ (theirs: not closed here)
   int monitor_fd_ = -1;
