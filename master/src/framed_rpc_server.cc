@@ -85,12 +85,9 @@ void FramedRpcServer::Accept() {
                                 << " connections already; a new one is closed";
       continue;
     }
-    Connection c{
-        std::move(fd), FrameReader(options_.max_request_bytes, /*hello=*/true), {}, 0, false,
-        false};
     // Our hello goes first, before any reply.
-    c.out.assign(kFrameHello.begin(), kFrameHello.end());
-    c.hello_sent = true;
+    Connection c{std::move(fd), FrameReader(options_.max_request_bytes, /*hello=*/true),
+                 std::vector<uint8_t>(kFrameHello.begin(), kFrameHello.end()), 0, false};
     const ConnectionId id = next_id_++;
     auto [it, inserted] = connections_.emplace(id, std::move(c));
     ++stats_.accepted;

@@ -82,7 +82,6 @@ class FramedRpcServer {
     FrameReader in;
     std::vector<uint8_t> out;
     size_t out_sent = 0;
-    bool hello_sent = false;
     bool frames_waiting = false;  // complete frames may be buffered (the budget ran out)
   };
 
