@@ -23,6 +23,11 @@ enum class LinkState : int { kConnecting, kReady, kDown };
 // pipeline's (below 2^62) and the link's own (from 2^63).
 inline constexpr uint64_t kBlockingIds = uint64_t{1} << 62;
 
+// Bytes queued on a framed connection (not yet taken by the socket) beyond which a request is
+// refused ("queue full") rather than buffered: a master that stopped reading costs the agent
+// this much at most.
+inline constexpr size_t kMaxFramedQueueBytes = size_t{256} << 20;
+
 // A request on its way to the link thread.
 struct Outgoing {
   flatbuffers::DetachedBuffer request;

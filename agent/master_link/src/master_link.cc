@@ -197,7 +197,7 @@ class Link {
   bool Send(const uint8_t* data, size_t size) {
     if (framed_) {
       std::lock_guard<std::mutex> lock(s_.direct_mu);
-      if (framed_->queued() > kMaxFramedQueue) return false;
+      if (framed_->queued() > kMaxFramedQueueBytes) return false;
       framed_->Send(std::span(data, size));
       return true;
     }
@@ -476,7 +476,11 @@ class Link {
   // never carries its reply): then it fails as the calls in flight did.
   void KeepSent(Outgoing& o, Clock::time_point now) {
     const uint64_t id = flatbuffers::GetRoot<mfb::Request>(o.request.data())->request_id();
-    if (phase_ != Phase::kReady || calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
+    if (calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
+      return Fail(o.done, o.on_link_thread,
+                  Internal("master request id " + std::to_string(id) + " is reused or reserved"));
+    }
+    if (phase_ != Phase::kReady) {
       ++s_.failed_in_flight;
       Fail(o.done, o.on_link_thread,
            Status(ErrorCode::kMasterUnavailable,
@@ -721,8 +725,6 @@ class Link {
   // The framed transport (options.framed) instead of dealer_ and monitor_.
   std::unique_ptr<FramedConnection> framed_;
   std::vector<std::shared_ptr<ReplyBytes>> framed_replies_;  // scratch of FlushFramed
-  // Bytes queued on the framed connection beyond which a Send fails ("queue full").
-  static constexpr size_t kMaxFramedQueue = size_t{256} << 20;
   static constexpr std::chrono::milliseconds kTakeSentEvery{50};
   uint64_t sockets_ = 0;
   int dealer_fd_ = -1;  // ZMQ_FD of dealer_ and monitor_ (theirs: not closed here)

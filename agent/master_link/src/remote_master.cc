@@ -235,7 +235,8 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
 bool RemoteMaster::CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done) {
   Shared& s = *shared_;
   std::lock_guard<std::mutex> lock(s.direct_mu);
-  if (s.direct == nullptr) return false;  // the link is not ready on a connection: queue it
+  // Not ready on a connection, or a master that stopped reading: the queue (and its refusal).
+  if (s.direct == nullptr || s.direct->queued() > kMaxFramedQueueBytes) return false;
   // The frame is copied into the connection first and written after the call is queued: its
   // reply can only come after the write, and the link thread looks in the queue for a reply's
   // call before it gives up on it (the queued request may be gone by the time of the write).
