@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/frame_stream.h"
 #include "kvagent/events/kv_event.h"
 #include "kvagent/master/master_rpc.h"
@@ -382,6 +383,24 @@ void FramedStreams() {
     kvagent::AppendFrame(&seed, request);
     Write("fuzz_frame_stream", name, seed);
   }
+  // fuzz_frame_cipher: a member's payloads (odd first byte: length-prefixed payloads, sealed by
+  // the harness), and a hostile peer's stream (even: a real client's hello, then a frame sealed
+  // under another key).
+  Bytes member = {1};
+  for (const Bytes& p : {request, Bytes{}, Bytes(200, 7)}) {
+    member.push_back(static_cast<uint8_t>(std::min<size_t>(p.size(), 255)));
+    member.insert(member.end(), p.begin(), p.begin() + std::min<size_t>(p.size(), 255));
+  }
+  Write("fuzz_frame_cipher", "member_payloads", member);
+  const kvagent::SymmetricKey other = kvagent::FramedRpcKey(
+      *kvagent::ClusterSecret::FromBytes("another cluster's secret, 32 bytes or more"));
+  kvagent::FramedClientHandshake client(other);
+  Bytes hostile = {0};
+  const Bytes hello = client.Hello();
+  hostile.insert(hostile.end(), hello.begin(), hello.end());
+  kvagent::FrameSealer forged(other);
+  forged.Append(&hostile, request);
+  Write("fuzz_frame_cipher", "hostile_forged_frame", hostile);
 }
 
 }  // namespace

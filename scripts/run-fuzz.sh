@@ -6,7 +6,7 @@
 #   scripts/run-fuzz.sh BUILD_DIR SECONDS_PER_HARNESS [PARALLEL]
 #
 # PARALLEL harnesses run at once (default: the number of CPUs); each is one libFuzzer process
-# (one core), so a run takes about ceil(12 / PARALLEL) * SECONDS.
+# (one core), so a run takes about ceil(13 / PARALLEL) * SECONDS.
 set -uo pipefail
 build=${1:?build dir}
 seconds=${2:-60}
@@ -14,7 +14,8 @@ parallel=${3:-$(nproc)}
 src=$(cd "$(dirname "$0")/.." && pwd)
 harnesses=(fuzz_agent_request fuzz_master_request fuzz_master_reply fuzz_handshake
            fuzz_data_header fuzz_event_decode fuzz_relay_digest fuzz_master_restore
-           fuzz_config fuzz_metrics_request fuzz_etcd_answer fuzz_frame_stream)
+           fuzz_config fuzz_metrics_request fuzz_etcd_answer fuzz_frame_stream
+           fuzz_frame_cipher)
 mkdir -p "$build/fuzz-artifacts"
 rm -f "$build"/fuzz-artifacts/*.result
 

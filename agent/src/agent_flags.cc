@@ -68,11 +68,9 @@ Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
     return InvalidParams("--master-transport must be zmq or framed, not \"" + v.master_transport +
                          "\"");
   }
-  if (v.master_transport == "framed" && (have_secret || v.master.rfind("tcp://", 0) != 0)) {
+  if (v.master_transport == "framed" && v.master.rfind("tcp://", 0) != 0) {
     return InvalidParams(
-        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
-        "and no --cluster-secret-file: the framed transport is neither encrypted nor "
-        "authenticated");
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen)");
   }
   // The relay's endpoints follow from --master unless given.
   auto relay = v.relay.Options(v.agent.run_dir, v.master);
@@ -115,8 +113,8 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
   f.String(
       "master-transport", &v.master_transport,
       "how the agent speaks to kvmaster: zmq (its --listen; CurveZMQ with a cluster secret) or "
-      "framed (its --framed-listen: length-prefixed frames on plain TCP, no I/O thread on "
-      "either side; not with a cluster secret)");
+      "framed (its --framed-listen: length-prefixed frames on TCP, no I/O thread on either "
+      "side; encrypted and authenticated with a cluster secret)");
   f.Bool("standalone", &v.standalone,
          "run the master inside the agent (default: yes when --master is not given)");
   f.String("agent-name", &v.agent_name,

@@ -10,6 +10,7 @@
 
 #include "kvagent/common/checksum.h"
 #include "kvagent/common/format.h"
+#include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/heap_pages.h"
 #include "kvagent/common/process_fds.h"
 #include "kvagent/common/watchdog.h"
@@ -218,7 +219,11 @@ bool RunningAgent::StartMasterLink() {
   o.on_leader_changed = [to_leader = relay_to_leader_](const std::string& e, const std::string& r) {
     to_leader->Leader(e, r);
   };
-  if (v_.secret) o.curve = v_.secret->CurveKeys(KeyPlane::kMasterRpc);
+  if (v_.secret && o.framed) {
+    o.framed_key = FramedRpcKey(*v_.secret);
+  } else if (v_.secret) {
+    o.curve = v_.secret->CurveKeys(KeyPlane::kMasterRpc);
+  }
   auto remote = master_link::RemoteMaster::Start(std::move(o));
   if (!remote.ok()) return Fail("master link", remote.status());
   link_ = remote->get();

@@ -46,6 +46,10 @@
 //                                                      .vs_zmq_rtt_plus_copy against the ZMQ
 //                                                      round trip), and .vs_zmq ratios to the
 //                                                      e2e.remote figures of the same run
+//   e2e.framed_secret.*                                the framed store again under a cluster
+//                                                      secret (its wire's version 2: every frame
+//                                                      encrypted): the same figures, and
+//                                                      .vs_framed ratios to e2e.framed.*
 //   e2e.curve.*                                        the remote store again, kvmaster and
 //                                                      kvagent sharing a cluster secret (CURVE
 //                                                      on the master link and events): 4 KiB
@@ -86,6 +90,8 @@
 #include <zmq_addon.hpp>
 
 #include "kvagent/common/checksum.h"
+#include "kvagent/common/cluster_secret.h"
+#include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/framed_connection.h"
 #include "pipeline_support.h"
 #include "stream_copy.h"
@@ -227,6 +233,8 @@ void CrcCachedFn(uint8_t* d, const uint8_t* s, size_t n) {
 
 // ---- the store -------------------------------------------------------------------------------
 
+constexpr const char* kBenchSecret = "e2e_bench's cluster secret, at least 32 bytes long";
+
 // A kvagent (with its kvmaster process when remote), every agent thread on the last CPU.
 class Store {
  public:
@@ -237,9 +245,10 @@ class Store {
     // here while this thread runs on the last CPU, so all its threads stay there.
     kvagent::testing::Args args = kvagent::testing::Concat({"--pool-size", "1GiB"}, extra);
     kvagent::testing::Args secret;
+    curve_ = curve;
     if (curve) {
       const std::string path = secret_dir_.path() + "/cluster-secret";
-      std::ofstream(path) << "e2e_bench's cluster secret, at least 32 bytes long\n";
+      std::ofstream(path) << kBenchSecret << "\n";
       ::chmod(path.c_str(), 0600);
       secret = {"--cluster-secret-file", path};
       args = kvagent::testing::Concat(args, secret);
@@ -271,6 +280,11 @@ class Store {
   Client& client() { return *client_; }
   const std::string& master_rpc() const { return master_->rpc(); }
   const std::string& master_framed_rpc() const { return master_->framed_rpc(); }
+  // The framed transport's key of a store with a cluster secret (`curve`), else none.
+  std::optional<kvagent::SymmetricKey> framed_key() const {
+    if (!curve_) return std::nullopt;
+    return kvagent::FramedRpcKey(*kvagent::ClusterSecret::FromBytes(kBenchSecret));
+  }
 
   // Removes everything (untimed, between rounds); gets hold read leases, hence force.
   void Clear() {
@@ -282,6 +296,7 @@ class Store {
 
  private:
   kvagent::testing::TempDir secret_dir_;
+  bool curve_ = false;
   std::optional<kvagent::testing::KvmasterProcess> master_;
   std::optional<kvagent::testing::AgentProcess> agent_;
   std::unique_ptr<Client> client_;  // last: disconnects before the agent stops
@@ -558,8 +573,9 @@ double MasterRoundTripP50(const std::string& endpoint) {
 }
 
 // MasterRoundTripP50 through kvmaster's framed transport (--framed-listen).
-double FramedMasterRoundTripP50(const std::string& endpoint) {
-  auto conn = kvagent::FramedConnection::Connect(endpoint, size_t{1} << 20);
+double FramedMasterRoundTripP50(const std::string& endpoint,
+                                const std::optional<kvagent::SymmetricKey>& key = std::nullopt) {
+  auto conn = kvagent::FramedConnection::Connect(endpoint, size_t{1} << 20, key);
   if (!conn.ok()) Die("framed connect: " + conn.status().ToString());
   const auto exist = kvagent::master::testing::KeysMsg(
       kvagent::master::testing::fb::Body::BatchExist, {"lat-1000000"});
@@ -729,6 +745,30 @@ void RunFramed(const kvagent::testing::Args& agent_flags) {
   }
 }
 
+// The framed transport under a cluster secret (version 2: X25519 handshake, ChaCha20-Poly1305
+// frames): the same figures, and what the encryption costs as ratios to the plain framed figures
+// printed before (e2e.framed.*, when that part ran).
+void RunFramedSecret(const kvagent::testing::Args& agent_flags) {
+  const std::string p = "e2e.framed_secret";
+  Store store(true, agent_flags, /*curve=*/true, /*framed=*/true);
+  SmallValues(store, p);
+  LargeValues(store, p, size_t{1} << 20, "1m", 8);
+  Latency(store, p);
+  const double rtt = FramedMasterRoundTripP50(store.master_framed_rpc(), store.framed_key());
+  Bench(p + ".master_rtt.p50", rtt, "us");
+  const double copy = Copy4KiBMicros();
+  const auto put = Printed().find(p + ".put.lat.p50");
+  if (put != Printed().end())
+    Bench(p + ".put.lat.vs_rtt_plus_copy", put->second / (rtt + copy), "x");
+  for (const char* figure : {"put.4k.b1", "get.4k.b1", "put.4k.b128", "get.4k.b128", "put.1m",
+                             "get.1m", "put.lat.p50", "get.lat.p50", "master_rtt.p50"}) {
+    const auto plain = Printed().find(std::string("e2e.framed.") + figure);
+    const auto sealed = Printed().find(p + "." + figure);
+    if (plain == Printed().end() || sealed == Printed().end() || plain->second == 0) continue;
+    Bench(p + "." + figure + ".vs_framed", sealed->second / plain->second, "x");
+  }
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -768,6 +808,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "remote") Run(true, agent_flags);
   if (only == "framed") Run(true, agent_flags);  // the ZMQ figures to compare with
   if (only.empty() || only == "framed") RunFramed(agent_flags);
+  if (only.empty() || only == "framed") RunFramedSecret(agent_flags);
   if (only.empty() || only == "checksums") ChecksumCost(agent_flags);
   if (only.empty() || only == "curve") {
     if (only == "curve") Run(true, agent_flags);  // the plain figures to compare with

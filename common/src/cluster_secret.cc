@@ -14,19 +14,6 @@
 namespace kvagent {
 namespace {
 
-// libsodium must be initialised once before use; sodium_init is thread-safe and idempotent, and
-// fails only when the kernel offers no randomness at all (then nothing here can be trusted).
-void EnsureSodium() {
-  static const bool ready = [] {
-    if (sodium_init() < 0) {
-      std::fprintf(stderr, "kvagent: libsodium failed to initialise (no kernel randomness?)\n");
-      std::abort();
-    }
-    return true;
-  }();
-  (void)ready;
-}
-
 std::string_view TrimTrailingWhitespace(std::string_view s) {
   while (!s.empty() &&
          (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) {
@@ -189,6 +176,19 @@ bool ConstantTimeEqual(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   if (a.size() != b.size()) return false;
   if (a.empty()) return true;
   return sodium_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// libsodium must be initialised once before use; sodium_init is thread-safe and idempotent, and
+// fails only when the kernel offers no randomness at all (then nothing here can be trusted).
+void EnsureSodium() {
+  static const bool ready = [] {
+    if (sodium_init() < 0) {
+      std::fprintf(stderr, "kvagent: libsodium failed to initialise (no kernel randomness?)\n");
+      std::abort();
+    }
+    return true;
+  }();
+  (void)ready;
 }
 
 void RandomBytes(std::span<uint8_t> out) {

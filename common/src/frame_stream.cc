@@ -1,5 +1,6 @@
 #include "kvagent/common/frame_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -17,6 +18,12 @@ void AppendFrame(std::vector<uint8_t>* out, std::span<const uint8_t> payload) {
 FrameReader::FrameReader(size_t max_frame, bool hello)
     : max_frame_(max_frame), hello_pending_(hello) {}
 
+FrameReader::FrameReader(size_t max_frame, uint32_t version, size_t hello_rest)
+    : max_frame_(max_frame),
+      hello_pending_(true),
+      version_(version),
+      hello_rest_bytes_(std::min(hello_rest, kMaxFrameHelloRest)) {}
+
 std::span<uint8_t> FrameReader::Space(size_t n) {
   if (buffer_.size() - end_ < n) {
     if (begin_ > 0) Compact();
@@ -27,22 +34,34 @@ std::span<uint8_t> FrameReader::Space(size_t n) {
 
 void FrameReader::Commit(size_t n) { end_ += n; }
 
-Result<std::optional<std::span<const uint8_t>>> FrameReader::Next() {
-  const uint8_t* at = buffer_.data() + begin_;
+Result<std::optional<std::span<uint8_t>>> FrameReader::Next() {
+  uint8_t* at = buffer_.data() + begin_;
   const size_t have = end_ - begin_;
   if (hello_pending_) {
     const size_t seen = std::min(have, kFrameHello.size());
-    if (std::memcmp(at, kFrameHello.data(), seen) != 0) {
+    if (std::memcmp(at, kFrameHello.data(), std::min<size_t>(seen, 4)) != 0) {
       return InvalidParams(
-          "the stream does not start with the framed RPC hello (KVMF, version 1): the peer "
-          "speaks another protocol (ZMQ?) or another version");
+          "the stream does not start with the framed RPC hello (KVMF): the peer speaks another "
+          "protocol (ZMQ?)");
     }
-    if (seen < kFrameHello.size()) return std::optional<std::span<const uint8_t>>();
-    begin_ += kFrameHello.size();
+    if (seen < kFrameHello.size()) return std::optional<std::span<uint8_t>>();
+    const uint32_t version =
+        uint32_t{at[4]} | uint32_t{at[5]} << 8 | uint32_t{at[6]} << 16 | uint32_t{at[7]} << 24;
+    if (version != version_) {
+      return InvalidParams("the peer speaks framed RPC version " + std::to_string(version) +
+                           ", this end version " + std::to_string(version_) +
+                           " (version 2 is the wire under a cluster secret, 1 the plain one: "
+                           "both ends need the same --cluster-secret-file, or neither)");
+    }
+    if (have < kFrameHello.size() + hello_rest_bytes_) {
+      return std::optional<std::span<uint8_t>>();
+    }
+    std::memcpy(hello_rest_.data(), at + kFrameHello.size(), hello_rest_bytes_);
+    begin_ += kFrameHello.size() + hello_rest_bytes_;
     hello_pending_ = false;
     return Next();
   }
-  if (have < kFrameHeaderBytes) return std::optional<std::span<const uint8_t>>();
+  if (have < kFrameHeaderBytes) return std::optional<std::span<uint8_t>>();
   const size_t n = size_t{at[0]} | size_t{at[1]} << 8 | size_t{at[2]} << 16 | size_t{at[3]} << 24;
   if (n > max_frame_) {
     return InvalidParams("a frame of " + std::to_string(n) + " bytes, over the limit of " +
@@ -50,10 +69,10 @@ Result<std::optional<std::span<const uint8_t>>> FrameReader::Next() {
   }
   if (have - kFrameHeaderBytes < n) {
     // Room for the rest of this frame once the reader asks (Space), not before.
-    return std::optional<std::span<const uint8_t>>();
+    return std::optional<std::span<uint8_t>>();
   }
   begin_ += kFrameHeaderBytes + n;
-  return std::optional<std::span<const uint8_t>>(std::span(at + kFrameHeaderBytes, n));
+  return std::optional<std::span<uint8_t>>(std::span(at + kFrameHeaderBytes, n));
 }
 
 void FrameReader::Compact() {

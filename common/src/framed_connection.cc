@@ -13,22 +13,59 @@ namespace {
 constexpr size_t kReadChunk = 256 * 1024;
 }  // namespace
 
-Result<FramedConnection> FramedConnection::Connect(const std::string& endpoint, size_t max_reply) {
+Result<FramedConnection> FramedConnection::Connect(const std::string& endpoint, size_t max_reply,
+                                                   const std::optional<SymmetricKey>& key) {
   auto fd = ConnectTcp(endpoint);
   if (!fd.ok()) return fd.status();
-  return FramedConnection(std::move(*fd), endpoint, max_reply);
+  return FramedConnection(std::move(*fd), endpoint, max_reply, key);
 }
 
-FramedConnection::FramedConnection(UniqueFd fd, std::string endpoint, size_t max_reply)
-    : fd_(std::move(fd)), endpoint_(std::move(endpoint)), in_(max_reply, /*hello=*/true) {
-  out_.assign(kFrameHello.begin(), kFrameHello.end());  // ours goes first
+FramedConnection::FramedConnection(UniqueFd fd, std::string endpoint, size_t max_reply,
+                                   const std::optional<SymmetricKey>& key)
+    : fd_(std::move(fd)),
+      endpoint_(std::move(endpoint)),
+      in_(key ? FrameReader(max_reply + kFrameTagBytes, kFramedSecureVersion,
+                            kSecureServerHelloRest)
+              : FrameReader(max_reply, /*hello=*/true)) {
+  if (key) {
+    handshake_ = std::make_unique<FramedClientHandshake>(*key);
+    out_ = handshake_->Hello();  // ours goes first
+  } else {
+    out_.assign(kFrameHello.begin(), kFrameHello.end());
+  }
 }
 
 short FramedConnection::events() const {
   return static_cast<short>(POLLIN | (connecting_ || out_sent_ < out_.size() ? POLLOUT : 0));
 }
 
-void FramedConnection::Send(std::span<const uint8_t> request) { AppendFrame(&out_, request); }
+void FramedConnection::Send(std::span<const uint8_t> request) {
+  if (sealer_) {
+    sealer_->Append(&out_, request);
+  } else if (handshake_) {
+    unsealed_.emplace_back(request.begin(), request.end());
+    unsealed_bytes_ += request.size();
+  } else {
+    AppendFrame(&out_, request);
+  }
+}
+
+Status FramedConnection::FinishHandshake() {
+  auto keys = handshake_->Finish(in_.hello_rest());
+  if (!keys.ok()) {
+    return Status(ErrorCode::kMasterUnavailable,
+                  endpoint_ + ": " + keys.status().message() +
+                      "; every member needs the same --cluster-secret-file");
+  }
+  handshake_.reset();
+  sealer_.emplace(keys->send);
+  opener_.emplace(keys->receive);
+  // The requests that waited, sealed in the order they were sent.
+  for (const auto& request : unsealed_) sealer_->Append(&out_, request);
+  unsealed_.clear();
+  unsealed_bytes_ = 0;
+  return Status::Ok();
+}
 
 Status FramedConnection::Write() {
   while (out_sent_ < out_.size()) {
@@ -83,10 +120,22 @@ Status FramedConnection::OnReady(short revents, const ReplyFn& on_reply) {
                         "endpoint?): " +
                         frame.status().message());
     }
-    established_ = in_.hello_done();
+    if (handshake_ && in_.hello_done()) KVAGENT_RETURN_IF_ERROR(FinishHandshake());
+    established_ = in_.hello_done() && !handshake_;
     if (!frame->has_value()) break;
-    on_reply(**frame);
+    if (opener_) {
+      auto plain = opener_->Open(**frame);
+      if (!plain.ok()) {
+        return Status(ErrorCode::kMasterUnavailable,
+                      endpoint_ + ": a reply did not open: " + plain.status().message());
+      }
+      on_reply(*plain);
+    } else {
+      on_reply(**frame);
+    }
   }
+  // Requests sealed when the handshake ended go now.
+  if (out_sent_ < out_.size()) KVAGENT_RETURN_IF_ERROR(Write());
   in_.Compact();
   return Status::Ok();
 }

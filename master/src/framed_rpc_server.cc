@@ -85,9 +85,18 @@ void FramedRpcServer::Accept() {
                                 << " connections already; a new one is closed";
       continue;
     }
-    // Our hello goes first, before any reply.
-    Connection c{std::move(fd), FrameReader(options_.max_request_bytes, /*hello=*/true),
-                 std::vector<uint8_t>(kFrameHello.begin(), kFrameHello.end()), 0, false};
+    // Our hello goes first, before any reply (encrypted: its prefix, the rest once the
+    // client's is in).
+    const auto prefix = FrameHelloPrefix(options_.key ? kFramedSecureVersion : kFramedPlainVersion);
+    Connection c{std::move(fd),
+                 options_.key ? FrameReader(options_.max_request_bytes + kFrameTagBytes,
+                                            kFramedSecureVersion, kSecureClientHelloRest)
+                              : FrameReader(options_.max_request_bytes, /*hello=*/true),
+                 std::vector<uint8_t>(prefix.begin(), prefix.end()),
+                 0,
+                 false,
+                 std::nullopt,
+                 std::nullopt};
     const ConnectionId id = next_id_++;
     auto [it, inserted] = connections_.emplace(id, std::move(c));
     ++stats_.accepted;
@@ -122,16 +131,49 @@ bool FramedRpcServer::Drain(ConnectionId id, Connection& c, const RequestFn& on_
       LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection: " << frame.status().message();
       return false;
     }
+    if (options_.key && !c.opener && c.in.hello_done() && !Answer(c)) {
+      c.frames_waiting = false;
+      --buffered_;
+      ++stats_.bad_streams;
+      return false;
+    }
     if (!frame->has_value()) {  // every complete frame handled
       c.in.Compact();
       c.frames_waiting = false;
       --buffered_;
       return true;
     }
+    std::span<const uint8_t> request = **frame;
+    if (c.opener) {
+      auto plain = c.opener->Open(**frame);
+      if (!plain.ok()) {
+        c.frames_waiting = false;
+        --buffered_;
+        ++stats_.unauthenticated;
+        LOG_EVERY_N(WARNING, 100)
+            << "framed RPC: closing a connection whose request did not open (does its agent "
+               "hold this kvmaster's cluster secret?): "
+            << plain.status().message();
+        return false;
+      }
+      request = *plain;
+    }
     ++*handled;
-    on_request(id, **frame);
+    on_request(id, request);
   }
   return true;  // frames may be left: the next Serve goes on
+}
+
+bool FramedRpcServer::Answer(Connection& c) {
+  auto h = AnswerFramedClient(*options_.key, c.in.hello_rest());
+  if (!h.ok()) {
+    LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection: " << h.status().message();
+    return false;
+  }
+  c.out.insert(c.out.end(), h->reply.begin(), h->reply.end());
+  c.sealer.emplace(h->keys.send);
+  c.opener.emplace(h->keys.receive);
+  return WriteTo(c);
 }
 
 void FramedRpcServer::Reply(ConnectionId conn, std::span<const uint8_t> reply) {
@@ -147,7 +189,11 @@ void FramedRpcServer::Reply(ConnectionId conn, std::span<const uint8_t> reply) {
     c.out_sent = 0;
     return;
   }
-  AppendFrame(&c.out, reply);
+  if (c.sealer) {
+    c.sealer->Append(&c.out, reply);
+  } else {
+    AppendFrame(&c.out, reply);
+  }
 }
 
 void FramedRpcServer::Flush() {

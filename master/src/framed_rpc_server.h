@@ -5,8 +5,11 @@
 // (shared by every request and reply that arrive or leave together), against the ZMQ ROUTER's
 // hand-offs to and from its I/O thread.
 //
-// Not encrypted and not authenticated: kvmaster serves it only without a cluster secret, on the
-// endpoints the ROUTER may use without one (loopback, or --insecure-no-auth).
+// With a key (the cluster secret's FramedRpcKey) every connection speaks version 2 of the wire
+// (common/frame_cipher.h): a handshake that proves both ends hold the secret, then sealed
+// frames; a connection whose frame does not open (its client holds another secret, or none) is
+// closed and counted. Without one, neither encrypted nor authenticated: kvmaster serves it then
+// only on the endpoints the ROUTER may use without a secret (loopback, or --insecure-no-auth).
 //
 // Bounds: at most max_connections connections (more are accepted and closed at once); a request
 // frame of at most kMaxMasterRequestBytes; replies waiting for a connection that does not read
@@ -19,12 +22,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "kvagent/common/cluster_secret.h"
+#include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/frame_stream.h"
 #include "kvagent/common/status.h"
 #include "kvagent/common/unique_fd.h"
@@ -36,14 +42,16 @@ struct FramedRpcServerOptions {
   size_t max_connections = 4096;
   size_t max_request_bytes = 0;  // 0: kMaxMasterRequestBytes
   size_t max_queued_bytes = size_t{512} << 20;
+  std::optional<SymmetricKey> key;  // encrypted and authenticated (version 2) when set
 };
 
 struct FramedRpcStats {
   uint64_t connections = 0;  // open now
   uint64_t accepted = 0;
-  uint64_t refused = 0;       // over max_connections
-  uint64_t bad_streams = 0;   // closed: not the protocol, or a frame over the limit
-  uint64_t slow_readers = 0;  // closed: their replies exceeded max_queued_bytes
+  uint64_t refused = 0;          // over max_connections
+  uint64_t bad_streams = 0;      // closed: not the protocol, or a frame over the limit
+  uint64_t slow_readers = 0;     // closed: their replies exceeded max_queued_bytes
+  uint64_t unauthenticated = 0;  // closed: a frame that did not open (another secret, or none)
 };
 
 class FramedRpcServer {
@@ -83,6 +91,9 @@ class FramedRpcServer {
     std::vector<uint8_t> out;
     size_t out_sent = 0;
     bool frames_waiting = false;  // complete frames may be buffered (the budget ran out)
+    // Encrypted: set once the client's hello is answered.
+    std::optional<FrameSealer> sealer;
+    std::optional<FrameOpener> opener;
   };
 
   explicit FramedRpcServer(const FramedRpcServerOptions& options) : options_(options) {}
@@ -93,6 +104,9 @@ class FramedRpcServer {
   bool Drain(ConnectionId id, Connection& c, const RequestFn& on_request, size_t budget,
              size_t* handled);
   bool WriteTo(Connection& c);
+  // Encrypted: answers the client's hello (in c.in) and keeps the session keys. False: the
+  // connection must go.
+  bool Answer(Connection& c);
   void Close(ConnectionId id);
 
   FramedRpcServerOptions options_;

@@ -43,11 +43,6 @@ Status CheckAuth(KvmasterFlags& v) {
                                 std::pair{&v.standby.primary, "--follow"}}) {
     KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(*endpoint, flag, secret->has_value()));
   }
-  if (secret->has_value() && !v.server.framed_listen.empty()) {
-    return InvalidParams(
-        "--framed-listen is neither encrypted nor authenticated, so it does not go "
-        "with --cluster-secret-file: agents reach this master on --listen");
-  }
   v.server.secret = *secret;
   if (v.server.secret) v.standby.curve = v.server.secret->CurveKeys(KeyPlane::kMasterRpc);
   return Status::Ok();
@@ -95,8 +90,8 @@ void DeclareKvmasterFlags(FlagSet& f, KvmasterFlags& v) {
   f.String("listen", &v.server.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
   f.String("framed-listen", &v.server.framed_listen,
            "tcp://HOST:PORT where the same requests are served as length-prefixed frames on plain "
-           "TCP, on the serving thread (docs/protocol.md \"Framed RPC\"; empty: none; not with "
-           "--cluster-secret-file)");
+           "TCP, on the serving thread (docs/protocol.md \"Framed RPC\"; empty: none); encrypted "
+           "and authenticated with --cluster-secret-file");
   f.String("events", &v.server.events, "ZMQ PUB endpoint of the KV events (docs/events.md)");
   f.String("events-replay", &v.server.events_replay,
            "ZMQ ROUTER endpoint answering event replay requests (empty: none)");

@@ -99,6 +99,8 @@ constexpr Mapping kTable[] = {
      "framed RPC connections closed for a stream that is not the protocol"},
     {"framed_slow_readers", "kvmaster_framed_slow_readers_total", true,
      "framed RPC connections closed because their replies piled up unread"},
+    {"framed_unauthenticated", "kvmaster_framed_unauthenticated_total", true,
+     "framed RPC connections closed because a request did not open under the cluster secret"},
 };
 
 }  // namespace

@@ -80,6 +80,7 @@ class MasterServer::Loop {
         out->emplace_back("framed_refused", f.refused);
         out->emplace_back("framed_bad_streams", f.bad_streams);
         out->emplace_back("framed_slow_readers", f.slow_readers);
+        out->emplace_back("framed_unauthenticated", f.unauthenticated);
       }
     });
     if (may_serve_) rpc_.set_may_serve(may_serve_);
@@ -413,14 +414,9 @@ Result<std::unique_ptr<MasterServer>> MasterServer::Start(MasterServerOptions op
   std::string endpoint = router.get(zmq::sockopt::last_endpoint);
   std::unique_ptr<FramedRpcServer> framed;
   if (!options.framed_listen.empty()) {
-    if (options.secret) {
-      return InvalidParams(
-          "--framed-listen " + options.framed_listen +
-          ": the framed RPC transport is neither encrypted nor authenticated, so it is not served "
-          "with a cluster secret; agents reach this master on --listen (CurveZMQ)");
-    }
     FramedRpcServerOptions fo;
     fo.listen = options.framed_listen;
+    if (options.secret) fo.key = FramedRpcKey(*options.secret);  // version 2: sealed frames
     auto f = FramedRpcServer::Listen(fo);
     if (!f.ok()) return f.status();
     framed = std::move(*f);

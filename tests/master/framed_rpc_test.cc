@@ -1,15 +1,19 @@
 // kvmaster's framed RPC transport (--framed-listen; master/src/framed_rpc_server.h) through a
 // real MasterServer: the same requests and replies as on the ROUTER, many in flight on one
-// connection; a long poll held for a framed follower; and what a stream that is not the protocol
-// gets: its connection closed and counted, the server going on serving everyone else.
+// connection; a long poll held for a framed follower; what a stream that is not the protocol
+// gets: its connection closed and counted, the server going on serving everyone else; and, with a
+// cluster secret, only members served, every frame sealed.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "kvagent/common/cluster_secret.h"
+#include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/framed_connection.h"
 #include "kvagent/common/tcp_socket.h"
 #include "kvagent/master/master_server.h"
@@ -21,8 +25,9 @@ namespace {
 using namespace std::chrono_literals;
 
 struct FramedServer {
-  explicit FramedServer(uint64_t epoch = 5) {
+  explicit FramedServer(uint64_t epoch = 5, std::optional<ClusterSecret> secret = std::nullopt) {
     MasterServerOptions o;
+    o.secret = std::move(secret);
     o.listen = "tcp://127.0.0.1:0";
     o.framed_listen = "tcp://127.0.0.1:0";
     o.events = "tcp://127.0.0.1:0";
@@ -37,8 +42,9 @@ struct FramedServer {
   std::unique_ptr<MasterServer> server;
 };
 
-FramedConnection Connect(const std::string& endpoint) {
-  auto c = FramedConnection::Connect(endpoint, size_t{64} << 20);
+FramedConnection Connect(const std::string& endpoint,
+                         const std::optional<SymmetricKey>& key = std::nullopt) {
+  auto c = FramedConnection::Connect(endpoint, size_t{64} << 20, key);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return std::move(*c);
 }
@@ -196,18 +202,107 @@ TEST(FramedRpc, AStreamThatIsNotTheProtocolIsClosedAndTheServerGoesOn) {
   EXPECT_EQ(StatValue(r, "framed_connections"), 1u);
 }
 
-TEST(FramedRpc, NotServedWithAClusterSecret) {
-  MasterServerOptions o;
-  o.listen = "tcp://127.0.0.1:0";
-  o.framed_listen = "tcp://127.0.0.1:0";
-  o.events = "tcp://127.0.0.1:0";
-  o.events_replay = "";
-  o.secret = ClusterSecret::FromBytes(std::string(64, 's')).value();
-  SteadyClock clock;
-  auto s = MasterServer::Start(o, &clock);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), ErrorCode::kInvalidParams);
-  EXPECT_NE(s.status().message().find("--framed-listen"), std::string::npos);
+const char* kOurSecret = "the cluster's own secret: 32 bytes or more, really";
+const char* kOtherSecret = "some other cluster's secret, also long enough!!";
+
+ClusterSecret SecretOf(const char* content) { return *ClusterSecret::FromBytes(content); }
+
+// Reads from a raw connection until `n` bytes are in `out` (false after 3 s or a close).
+bool ReadExactly(int fd, size_t n, std::vector<uint8_t>* out) {
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (out->size() < n && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 100);
+    if ((p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+    uint8_t buf[4096];
+    const ssize_t got = ::read(fd, buf, std::min(sizeof(buf), n - out->size()));
+    if (got <= 0) return false;
+    out->insert(out->end(), buf, buf + got);
+  }
+  return out->size() == n;
+}
+
+bool SendAll(int fd, const std::vector<uint8_t>& bytes) {
+  pollfd w{fd, POLLOUT, 0};
+  ::poll(&w, 1, 1000);
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+TEST(FramedRpc, WithAClusterSecretOnlyMembersAreServedAndEveryFrameIsSealed) {
+  FramedServer s(5, SecretOf(kOurSecret));
+  ASSERT_NE(s.server, nullptr);
+  const std::string ep = s.server->framed_endpoint();
+  const SymmetricKey ours = FramedRpcKey(SecretOf(kOurSecret));
+  std::vector<uint8_t> storage;
+  // A member is served.
+  FramedConnection member = Connect(ep, ours);
+  const fb::Reply* r = Call(member, RegisterAgentMsg("node-1", 9), &storage);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), 0);
+  EXPECT_TRUE(member.established());
+  // A plain client is told the port wants the secret; a client with another secret is told the
+  // server does not hold its secret. Neither gets an answer.
+  FramedConnection plain = Connect(ep);
+  auto p = plain.Call(std::span(StatsMsg().data(), StatsMsg().size()), 3s);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("version 2, this end version 1"), std::string::npos)
+      << p.status().message();
+  FramedConnection outsider = Connect(ep, FramedRpcKey(SecretOf(kOtherSecret)));
+  auto o = outsider.Call(std::span(StatsMsg().data(), StatsMsg().size()), 3s);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), ErrorCode::kMasterUnavailable);
+  EXPECT_NE(o.status().message().find("does not hold this cluster secret"), std::string::npos)
+      << o.status().message();
+
+  // An outsider that ignores the failed confirmation and sends a request sealed under a key of
+  // its own is closed and counted.
+  {
+    auto fd = ConnectTcp(ep);
+    ASSERT_TRUE(fd.ok());
+    FramedClientHandshake forger(FramedRpcKey(SecretOf(kOtherSecret)));
+    ASSERT_TRUE(SendAll(fd->get(), forger.Hello()));
+    std::vector<uint8_t> hello;
+    ASSERT_TRUE(ReadExactly(fd->get(), kFrameHelloPrefixBytes + kSecureServerHelloRest, &hello));
+    FrameSealer forged(FramedRpcKey(SecretOf(kOtherSecret)));
+    std::vector<uint8_t> frame;
+    const Bytes request = StatsMsg();
+    forged.Append(&frame, std::span(request.data(), request.size()));
+    ASSERT_TRUE(SendAll(fd->get(), frame));
+    std::vector<uint8_t> rest;
+    EXPECT_FALSE(ReadExactly(fd->get(), 1, &rest)) << "the server answered a forged request";
+  }
+
+  // A member's exchange on the wire: the reply's bytes are sealed (none of the counter names
+  // the reply carries is readable), and they open under the session's key.
+  auto fd = ConnectTcp(ep);
+  ASSERT_TRUE(fd.ok());
+  FramedClientHandshake handshake(ours);
+  ASSERT_TRUE(SendAll(fd->get(), handshake.Hello()));
+  std::vector<uint8_t> hello;
+  ASSERT_TRUE(ReadExactly(fd->get(), kFrameHelloPrefixBytes + kSecureServerHelloRest, &hello));
+  auto keys = handshake.Finish(std::span(hello).subspan(kFrameHelloPrefixBytes));
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  FrameSealer sealer(keys->send);
+  std::vector<uint8_t> frame;
+  const Bytes stats = StatsMsg();
+  sealer.Append(&frame, std::span(stats.data(), stats.size()));
+  ASSERT_TRUE(SendAll(fd->get(), frame));
+  std::vector<uint8_t> header;
+  ASSERT_TRUE(ReadExactly(fd->get(), kFrameHeaderBytes, &header));
+  const size_t n = size_t{header[0]} | size_t{header[1]} << 8 | size_t{header[2]} << 16 |
+                   size_t{header[3]} << 24;
+  std::vector<uint8_t> sealed;
+  ASSERT_TRUE(ReadExactly(fd->get(), n, &sealed));
+  const std::string wire(sealed.begin(), sealed.end());
+  EXPECT_EQ(wire.find("framed_unauthenticated"), std::string::npos);
+  FrameOpener opener(keys->receive);
+  auto opened = opener.Open(sealed);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const fb::Reply* reply = ParseReply(opened->data(), opened->size());
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(reply->status(), 0);
+  EXPECT_EQ(StatValue(reply, "framed_unauthenticated"), 1u);  // the forger above
+  EXPECT_GE(StatValue(reply, "framed_bad_streams"), 1u);      // the plain client
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ TEST(Kvmaster, ABadFlagExitsWithCode2) {
   EXPECT_EQ(ha_no_state.WaitExit(), 2);  // a member keeps the leader's log in --state-dir
   Kvmaster bad_etcd({"--etcd", "nohost", "--cluster", "c", "--state-dir", "/tmp"}, false);
   EXPECT_EQ(bad_etcd.WaitExit(), 2);
-  // The framed transport is plain TCP: on loopback only without a secret, never with one.
+  // Without a secret the framed transport is plain TCP: on loopback only.
   Kvmaster open_framed({"--framed-listen", "tcp://0.0.0.0:0"}, /*ephemeral_ports=*/true);
   EXPECT_EQ(open_framed.WaitExit(), 2);
   Kvmaster bad_framed({"--framed-listen", "udp://127.0.0.1:0"}, /*ephemeral_ports=*/true);

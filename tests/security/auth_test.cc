@@ -119,52 +119,104 @@ TEST(Auth, WithASecretOnlyMembersGetAnswersFromKvmaster) {
   EXPECT_GE(master::testing::StatValue(reply, "refused_connections"), 1u);
 }
 
+// A client of the agent at `run_dir`.
+std::unique_ptr<Client> ClientOf(const std::string& run_dir) {
+  ClientOptions options;
+  options.run_dir = run_dir;
+  auto c = Client::Connect(options);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// Puts `value` under `key` through the agent at `writer_dir` (retried until its link is up) and
+// reads it back through the one at `reader_dir` (the same agent, or another: then over the data
+// plane): the bytes read ("" when no get succeeded within the wait).
+std::string StoreAndReadBack(const std::string& writer_dir, const std::string& reader_dir,
+                             const std::string& key, const std::string& value) {
+  auto w = ClientOf(writer_dir);
+  auto r = ClientOf(reader_dir);
+  if (!w || !r) return "";
+  std::vector<std::string> keys = {key};
+  std::vector<Value> values = {Value(std::string_view(value))};
+  EXPECT_TRUE(WaitUntil([&] { return w->Put(keys, values).ok(); }));
+  auto buffer = r->Allocate(value.size());
+  if (!buffer.ok()) return "";
+  const ArenaBuffer* into[] = {&*buffer};
+  Reply got;
+  if (!WaitUntil([&] {
+        got = r->Get(keys, into);
+        return got.ok() && got.keys[0].code == ErrorCode::kOk;
+      })) {
+    ADD_FAILURE() << got.status.ToString() << " " << (got.keys.empty() ? "" : got.keys[0].message);
+    return "";
+  }
+  return std::string(reinterpret_cast<const char*>(buffer->data()), value.size());
+}
+
+// The agent at `run_dir` gets no call through to its master, and every call says why: the
+// cluster secret (MASTER_UNAVAILABLE naming --cluster-secret-file once the link has tried).
+void ExpectKeptOut(const std::string& run_dir) {
+  auto o = ClientOf(run_dir);
+  ASSERT_NE(o, nullptr);
+  std::vector<std::string> keys = {"outsider-key"};
+  const std::string value = "never stored";
+  std::vector<Value> values = {Value(std::string_view(value))};
+  Reply r;
+  EXPECT_TRUE(WaitUntil([&] {
+    r = o->Put(keys, values);
+    return r.status.message().find("cluster-secret-file") != std::string::npos;
+  })) << r.status.ToString();
+  EXPECT_EQ(r.status.code(), ErrorCode::kMasterUnavailable) << r.status.ToString();
+}
+
 TEST(Auth, AgentsWithTheSecretFormAClusterAndAnAgentWithAnotherIsKeptOut) {
   SecretFile secret(kOurSecret);
   KvmasterProcess master({"--cluster-secret-file", secret.path()});
   ASSERT_TRUE(master.started());
   AgentProcess member(Concat(master.AgentArgs(), {"--cluster-secret-file", secret.path()}));
   ASSERT_TRUE(member.started());
-  ClientOptions options;
-  options.run_dir = member.run_dir();
-  auto c = Client::Connect(options);
-  ASSERT_TRUE(c.ok());
-  std::vector<std::string> keys = {"member-key"};
-  const std::string value = "stored through an authenticated link";
-  std::vector<Value> values = {Value(std::string_view(value))};
-  EXPECT_TRUE(WaitUntil([&] { return (*c)->Put(keys, values).ok(); }));
-  // A second member reads it back over the data plane, which the secret authenticates too.
+  // A second member reads the value back over the data plane, which the secret authenticates
+  // too.
   AgentProcess reader(Concat(master.AgentArgs(), {"--cluster-secret-file", secret.path()}));
   ASSERT_TRUE(reader.started());
-  ClientOptions reader_options;
-  reader_options.run_dir = reader.run_dir();
-  auto rc = Client::Connect(reader_options);
-  ASSERT_TRUE(rc.ok());
-  auto buffer = (*rc)->Allocate(value.size());
-  ASSERT_TRUE(buffer.ok());
-  const ArenaBuffer* into[] = {&*buffer};
-  Reply got;
-  EXPECT_TRUE(WaitUntil([&] {
-    got = (*rc)->Get(keys, into);
-    return got.ok() && got.keys[0].code == ErrorCode::kOk;
-  })) << got.status.ToString()
-      << " " << (got.keys.empty() ? "" : got.keys[0].message);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffer->data()), value.size()), value);
+  const std::string value = "stored through an authenticated link";
+  EXPECT_EQ(StoreAndReadBack(member.run_dir(), reader.run_dir(), "member-key", value), value);
 
   SecretFile other(kOtherSecret);
   AgentProcess outsider(Concat(
       master.AgentArgs(), {"--cluster-secret-file", other.path(), "--master-ready-wait-ms", "0"}));
   ASSERT_TRUE(outsider.started());
-  options.run_dir = outsider.run_dir();
-  auto o = Client::Connect(options);
-  ASSERT_TRUE(o.ok());
-  Reply r;
-  // Once the link has tried, every call says why it cannot get through.
-  EXPECT_TRUE(WaitUntil([&] {
-    r = (*o)->Put(keys, values);
-    return r.status.message().find("cluster-secret-file") != std::string::npos;
-  })) << r.status.ToString();
-  EXPECT_EQ(r.status.code(), ErrorCode::kMasterUnavailable) << r.status.ToString();
+  ExpectKeptOut(outsider.run_dir());
+}
+
+TEST(Auth, OverTheFramedTransportMembersFormAClusterAndOthersAreKeptOut) {
+  // Was: kvmaster refused --framed-listen with a secret (the transport had no encryption), so a
+  // cluster with a secret could not use it.
+  SecretFile secret(kOurSecret);
+  KvmasterProcess master({"--cluster-secret-file", secret.path()}, /*framed=*/true);
+  ASSERT_TRUE(master.started());
+  AgentProcess member(Concat(master.AgentArgs(), {"--cluster-secret-file", secret.path()}));
+  ASSERT_TRUE(member.started());
+  const std::string value = "stored through an encrypted framed link";
+  EXPECT_EQ(StoreAndReadBack(member.run_dir(), member.run_dir(), "framed-key", value), value);
+  auto c = ClientOf(member.run_dir());
+  ASSERT_NE(c, nullptr);
+  std::string link;
+  EXPECT_EQ(CounterOf(c->Stat(), "agent.master_link", &link), 1u);
+  EXPECT_NE(link.find(master.framed_rpc()), std::string::npos) << link;
+
+  // An agent with another secret, and one with none, get nothing through; each is told why.
+  SecretFile other(kOtherSecret);
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--cluster-secret-file", other.path()},
+        std::vector<std::string>{}}) {
+    AgentProcess outsider(
+        Concat(master.AgentArgs(), Concat(extra, {"--master-ready-wait-ms", "0"})));
+    ASSERT_TRUE(outsider.started());
+    ExpectKeptOut(outsider.run_dir());
+  }
+  // The member's value is untouched.
+  EXPECT_EQ(StoreAndReadBack(member.run_dir(), member.run_dir(), "framed-key-2", value), value);
 }
 
 TEST(Auth, OnlyMembersFollowKvmastersEvents) {

@@ -147,7 +147,7 @@ class Link {
   // The framed transport: one TCP connection, polled by this thread (no monitor: its failures
   // come out of OnReady).
   void ConnectFramed(Clock::time_point now) {
-    auto conn = FramedConnection::Connect(endpoint_, kMaxMasterReplyBytes);
+    auto conn = FramedConnection::Connect(endpoint_, kMaxMasterReplyBytes, o_.framed_key);
     if (!conn.ok()) return Down(conn.status().message(), now);
     framed_ = std::make_unique<FramedConnection>(std::move(*conn));
     ++attempt_;

@@ -108,8 +108,11 @@ Status CheckOptions(const RemoteMasterOptions& o) {
   if (o.agent_name.empty()) return InvalidParams("--agent-name is empty");
   if (o.framed && (o.curve || o.endpoint.rfind("tcp://", 0) != 0)) {
     return InvalidParams(
-        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
-        "and no cluster secret: the framed transport is neither encrypted nor authenticated");
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen), "
+        "and its keys as framed_key, not CURVE keys");
+  }
+  if (o.framed_key && !o.framed) {
+    return InvalidParams("a framed transport key without --master-transport framed");
   }
   return Status::Ok();
 }

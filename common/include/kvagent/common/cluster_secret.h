@@ -95,6 +95,9 @@ bool VerifyHmacSha256(const SymmetricKey& key, std::span<const uint8_t> message,
 bool ConstantTimeEqual(std::span<const uint8_t> a, std::span<const uint8_t> b);
 // Fills `out` from the kernel's CSPRNG (challenge nonces).
 void RandomBytes(std::span<uint8_t> out);
+// Initialises libsodium once (thread-safe); aborts when the kernel offers no randomness. Every
+// function here calls it; code that calls libsodium itself calls it first.
+void EnsureSodium();
 
 // Writes a new random secret (32 random bytes, base64, newline) to `path` with mode 0600; fails
 // when the file exists (never overwrites a cluster's secret).

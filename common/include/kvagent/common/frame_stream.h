@@ -9,6 +9,7 @@
 // connection is bounded by the limit, not by what the peer sends.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,8 +22,11 @@
 namespace kvagent {
 
 inline constexpr size_t kFrameHeaderBytes = 4;
-// "KVMF" (kvagent master frames), then the version (1) as 4 little-endian bytes.
+// "KVMF" (kvagent master frames), then the version (1) as 4 little-endian bytes: the hello of
+// the plain wire. Version 2 (frame_cipher.h: under a cluster secret) adds handshake bytes.
 inline constexpr std::string_view kFrameHello{"KVMF\x01\x00\x00\x00", 8};
+// The most bytes a hello carries after its 8-byte prefix.
+inline constexpr size_t kMaxFrameHelloRest = 64;
 
 // Appends a frame holding `payload` (at most 4 GiB - 1 bytes) to `out`.
 void AppendFrame(std::vector<uint8_t>* out, std::span<const uint8_t> payload);
@@ -32,21 +36,30 @@ class FrameReader {
   // Frames longer than `max_frame` are an error. With `hello`, the stream must start with
   // kFrameHello (checked before any frame).
   FrameReader(size_t max_frame, bool hello);
+  // The stream must start with the hello of `version` ("KVMF" and the version), then
+  // `hello_rest` more bytes (at most kMaxFrameHelloRest), which hello_rest() returns. The
+  // prefix is checked as soon as its bytes arrive, before the rest.
+  FrameReader(size_t max_frame, uint32_t version, size_t hello_rest);
 
   // Where the next read() may put up to `n` bytes; Commit the count it read.
   std::span<uint8_t> Space(size_t n);
   void Commit(size_t n);
 
-  // The next complete frame (valid until the next Space or Compact), nullopt when the bytes so
-  // far end inside one, or INVALID_PARAMS naming what was wrong (a bad hello, a frame longer
-  // than the limit): the stream cannot go on.
-  Result<std::optional<std::span<const uint8_t>>> Next();
+  // The next complete frame (valid until the next Space or Compact; the caller may change its
+  // bytes in place, e.g. to decrypt them), nullopt when the bytes so far end inside one, or
+  // INVALID_PARAMS naming what was wrong (a bad hello, a frame longer than the limit): the
+  // stream cannot go on.
+  Result<std::optional<std::span<uint8_t>>> Next();
 
   // Drops the frames Next returned (call once they are handled).
   void Compact();
 
   // True once the hello was read (or none was expected).
   bool hello_done() const { return !hello_pending_; }
+  // The bytes of the hello after its prefix (empty until hello_done()).
+  std::span<const uint8_t> hello_rest() const {
+    return std::span(hello_rest_.data(), hello_pending_ ? 0 : hello_rest_bytes_);
+  }
 
   // Bytes held (a frame being received, and frames not yet compacted).
   size_t buffered() const { return end_ - begin_; }
@@ -55,8 +68,11 @@ class FrameReader {
   std::vector<uint8_t> buffer_;
   size_t begin_ = 0;  // first byte not yet returned by Next
   size_t end_ = 0;    // end of the bytes committed
-  const size_t max_frame_;
+  size_t max_frame_;
   bool hello_pending_;
+  uint32_t version_ = 1;
+  size_t hello_rest_bytes_ = 0;
+  std::array<uint8_t, kMaxFrameHelloRest> hello_rest_{};
 };
 
 }  // namespace kvagent

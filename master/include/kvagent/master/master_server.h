@@ -32,7 +32,8 @@ namespace kvagent::master {
 struct MasterServerOptions {
   std::string listen = "tcp://0.0.0.0:50051";  // ROUTER for master.fbs requests
   // The same requests as length-prefixed frames on plain TCP, served on the loop's thread
-  // (framed_rpc_server.h; docs/protocol.md "Framed RPC"); empty: none. Not with a secret.
+  // (framed_rpc_server.h; docs/protocol.md "Framed RPC"); empty: none. With a secret, every
+  // connection is encrypted and authenticated under it (version 2 of the wire).
   std::string framed_listen;
   std::string events = "tcp://0.0.0.0:5557";         // PUB, docs/events.md
   std::string events_replay = "tcp://0.0.0.0:5558";  // ROUTER replay; empty: none

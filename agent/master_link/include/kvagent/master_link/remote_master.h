@@ -84,8 +84,11 @@ struct RemoteMasterOptions {
   std::optional<CurvePlaneKeys> curve;
   // Speak the framed RPC transport (kvmaster --framed-listen; docs/protocol.md "Framed RPC") to
   // `endpoint` (tcp://HOST:PORT) instead of ZMQ: no I/O thread between the link and the socket.
-  // Neither encrypted nor authenticated: not with `curve`, nor with a cluster address.
+  // Not with `curve` (a ZMQ option), nor with a cluster address.
   bool framed = false;
+  // With `framed` in a cluster with a secret: the framed plane's key (FramedRpcKey). The link
+  // then reaches only a kvmaster that holds the same secret, and every frame is encrypted.
+  std::optional<SymmetricKey> framed_key;
 };
 
 // One page of the master's ListKeys, for callers off the service thread (the event relay).
