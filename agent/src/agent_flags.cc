@@ -68,9 +68,11 @@ Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
     return InvalidParams("--master-transport must be zmq or framed, not \"" + v.master_transport +
                          "\"");
   }
-  if (v.master_transport == "framed" && v.master.rfind("tcp://", 0) != 0) {
+  if (v.master_transport == "framed" && v.master.rfind("tcp://", 0) != 0 &&
+      !coord::IsClusterAddress(v.master)) {
     return InvalidParams(
-        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen)");
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
+        "or a cluster address (etcd://HOST:PORT/CLUSTER: the leader's framed endpoint)");
   }
   // The relay's endpoints follow from --master unless given.
   auto relay = v.relay.Options(v.agent.run_dir, v.master);

@@ -28,7 +28,9 @@ Result<Json> Object(std::string_view json, std::string_view what) {
 }  // namespace
 
 std::string LeaderRecord::Encode() const {
-  return Json{{"name", name}, {"rpc", rpc}, {"events", events}, {"replay", replay}}.dump();
+  Json j{{"name", name}, {"rpc", rpc}, {"events", events}, {"replay", replay}};
+  if (!framed.empty()) j["framed"] = framed;
+  return j.dump();
 }
 
 Result<LeaderRecord> LeaderRecord::Decode(std::string_view json) {
@@ -39,6 +41,7 @@ Result<LeaderRecord> LeaderRecord::Decode(std::string_view json) {
   r.rpc = Text(*j, "rpc");
   r.events = Text(*j, "events");
   r.replay = Text(*j, "replay");
+  r.framed = Text(*j, "framed");
   if (r.name.empty()) return Internal("the leader record in etcd names no member");
   return r;
 }

@@ -281,7 +281,7 @@ class Member {
       }
     }
     auto created = client_->CreateIfAbsent(
-        keys_.leader(), coord::LeaderRecord{o_.name, "", "", ""}.Encode(), lease_->id());
+        keys_.leader(), coord::LeaderRecord{o_.name, "", "", "", ""}.Encode(), lease_->id());
     if (!created.ok()) {
       LOG(WARNING) << "kvmaster " << o_.name
                    << ": campaign failed: " << created.status().ToString();
@@ -311,9 +311,12 @@ class Member {
       return Wait(1000ms);
     }
     MasterServer& s = **server;
-    const coord::LeaderRecord record{o_.name, Advertised(s.endpoint(), o_.advertise_host),
-                                     Advertised(s.events_endpoint(), o_.advertise_host),
-                                     Advertised(s.replay_endpoint(), o_.advertise_host)};
+    coord::LeaderRecord record{o_.name, Advertised(s.endpoint(), o_.advertise_host),
+                               Advertised(s.events_endpoint(), o_.advertise_host),
+                               Advertised(s.replay_endpoint(), o_.advertise_host), ""};
+    if (!s.framed_endpoint().empty()) {
+      record.framed = Advertised(s.framed_endpoint(), o_.advertise_host);
+    }
     auto published = client_->PutIfCreatedAt(keys_.leader(), record.Encode(), lease_->id(),
                                              static_cast<int64_t>(epoch));
     if (!published.ok() || !*published) {
@@ -403,6 +406,7 @@ class Member {
       out << "rpc=" << s.endpoint() << "\nevents=" << s.events_endpoint()
           << "\nreplay=" << s.replay_endpoint() << "\nadvertised=" << r.rpc << "\nepoch=" << epoch
           << "\n";
+      if (!r.framed.empty()) out << "framed=" << s.framed_endpoint() << "\n";
       if (!out) return;
     }
     std::rename(tmp.c_str(), o_.ready_file.c_str());

@@ -49,11 +49,17 @@ TEST(ClusterAddress, NamesAreShortAndPlain) {
 }
 
 TEST(Records, RoundTripAndRefuseWhatIsNotOne) {
-  LeaderRecord l{"m1", "tcp://10.0.0.1:50051", "tcp://10.0.0.1:5557", ""};
+  LeaderRecord l{"m1", "tcp://10.0.0.1:50051", "tcp://10.0.0.1:5557", "", ""};
   auto back = LeaderRecord::Decode(l.Encode());
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->Encode(), l.Encode());
   EXPECT_TRUE(back->serving());
+  EXPECT_EQ(l.Encode().find("framed"), std::string::npos);  // as before the field existed
+  // A leader that serves the framed transport names its endpoint too.
+  LeaderRecord f{"m1", "tcp://10.0.0.1:50051", "tcp://10.0.0.1:5557", "", "tcp://10.0.0.1:50052"};
+  auto fb = LeaderRecord::Decode(f.Encode());
+  ASSERT_TRUE(fb.ok());
+  EXPECT_EQ(fb->framed, "tcp://10.0.0.1:50052");
   EXPECT_FALSE(LeaderRecord::Decode("not json").ok());
   EXPECT_FALSE(LeaderRecord::Decode("[1,2]").ok());
   EXPECT_FALSE(LeaderRecord::Decode("{\"rpc\": 5}").ok());  // no name

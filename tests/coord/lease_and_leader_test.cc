@@ -111,13 +111,13 @@ TEST_F(EtcdLeases, AWatcherFollowsTheLeaderKeyAcrossAnEtcdRestart) {
   ASSERT_TRUE(WaitUntil([&] { return (*watcher)->etcd_reachable(); }));
   EXPECT_FALSE((*watcher)->current().has_value());
 
-  LeaderRecord starting{"m1", "", "", ""};
+  LeaderRecord starting{"m1", "", "", "", ""};
   auto created = client_->CreateIfAbsent(keys.leader(), starting.Encode(), 0);
   ASSERT_TRUE(created.ok() && created->created);
   const uint64_t epoch = static_cast<uint64_t>(created->create_revision);
   ASSERT_TRUE(WaitUntil([&] { return (*watcher)->highest_epoch() == epoch; }));
   EXPECT_FALSE((*watcher)->current().has_value());  // not serving yet
-  LeaderRecord serving{"m1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"};
+  LeaderRecord serving{"m1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3", ""};
   ASSERT_TRUE(
       *client_->PutIfCreatedAt(keys.leader(), serving.Encode(), 0, created->create_revision));
   auto leader = (*watcher)->WaitForLeader(10s);

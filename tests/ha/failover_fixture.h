@@ -47,8 +47,10 @@ class EpochSampler {
 
 class Failover : public ::testing::Test {
  protected:
-  // etcd, m1 as the leader (in `leader_ns` when given), m2 and m3 following it, two agents.
-  void StartCluster(const Args& master_extra = {}, NetnsLink* leader_ns = nullptr) {
+  // etcd, m1 as the leader (in `leader_ns` when given), m2 and m3 following it, two agents (with
+  // `agent_extra`).
+  void StartCluster(const Args& master_extra = {}, NetnsLink* leader_ns = nullptr,
+                    const Args& agent_extra = {}) {
     ASSERT_TRUE(access(kEtcdBinary, X_OK) == 0) << "etcd-server is not installed (make deps)";
     std::vector<std::string> also;
     if (leader_ns != nullptr) also.push_back(leader_ns->service());
@@ -78,7 +80,7 @@ class Failover : public ::testing::Test {
       })) << name
           << " did not follow m1" << master(name).LogTail() << master("m1").LogTail();
     }
-    const Args agent = ClusterAgentArgs(etcd_->ClusterUrl(kCluster));
+    const Args agent = Concat(ClusterAgentArgs(etcd_->ClusterUrl(kCluster)), agent_extra);
     a_ = std::make_unique<NodeAgent>(agent);
     b_ = std::make_unique<NodeAgent>(agent);
     ASSERT_TRUE(a_->started() && b_->started());

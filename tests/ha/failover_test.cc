@@ -21,6 +21,29 @@ TEST_F(Failover, AKilledLeaderIsReplacedAndEveryByteReadBackIsRight) {
   Verify("kill -9 of the leader", fault);
 }
 
+// Agents on the framed transport find it through the leader key ("framed") and follow the
+// failover as on ZMQ.
+TEST_F(Failover, AKilledLeaderIsReplacedForAgentsOnTheFramedTransport) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({"--framed-listen", "tcp://127.0.0.1:0"}, nullptr,
+                                       {"--master-transport", "framed"}));
+  const auto leader = LeaderOf(etcd_endpoint_, kCluster);
+  ASSERT_TRUE(leader && !leader->record.framed.empty());
+  std::string link;
+  EXPECT_EQ(CounterOf(ca_->Stat(), "agent.master_link", &link), 1u);
+  EXPECT_NE(link.find(leader->record.framed), std::string::npos) << link;
+  ASSERT_NO_FATAL_FAILURE(StartLoad());
+  Clock::time_point fault;
+  ASSERT_TRUE(FailOver([&] { master("m1").Kill(); }, &fault));
+  const auto next = LeaderOf(etcd_endpoint_, kCluster);
+  ASSERT_TRUE(next && next->record.name != "m1" && !next->record.framed.empty());
+  ASSERT_TRUE(WaitUntil([&] {
+    return CounterOf(ca_->Stat(), "agent.master_link", &link) == 1 &&
+           link.find(next->record.framed) != std::string::npos;
+  })) << link;
+  master("m1").Start();
+  Verify("kill -9 of the leader (framed transport)", fault);
+}
+
 TEST_F(Failover, WithSynchronousReplicationAKilledLeaderLosesNoAcknowledgedPut) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({"--sync-followers", "1"}));
   ASSERT_NO_FATAL_FAILURE(StartLoad());

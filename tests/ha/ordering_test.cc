@@ -112,7 +112,7 @@ TEST(EpochOrder, AnAgentRefusesAMasterOfAnOlderEpochThanTheLeaderKeys) {
   ScriptedMaster master;
   auto client = coord::EtcdClient::Create({{etcd.endpoint()}, 2000ms});
   ASSERT_TRUE(client.ok());
-  const coord::LeaderRecord record{"scripted", master.rpc(), master.events(), ""};
+  const coord::LeaderRecord record{"scripted", master.rpc(), master.events(), "", ""};
   auto created = (*client)->CreateIfAbsent(coord::ClusterKeys("ord").leader(), record.Encode(), 0);
   ASSERT_TRUE(created.ok() && created->created);
   const uint64_t epoch = static_cast<uint64_t>(created->create_revision);

@@ -644,7 +644,14 @@ class Link {
 
   // ---- discovery (a cluster address) ------------------------------------------------------
 
-  // Points endpoint_ at the leader etcd shows now; false (and down) when there is none.
+  // Where this link reaches `leader`: its framed endpoint on the framed transport, else its
+  // ROUTER.
+  std::string EndpointOf(const coord::LeaderRecord& leader) const {
+    return o_.framed ? leader.framed : leader.rpc;
+  }
+
+  // Points endpoint_ at the leader etcd shows now; false (and down) when there is none (or, on
+  // the framed transport, when it serves none).
   bool FindLeader(Clock::time_point now) {
     highest_epoch_ = std::max(highest_epoch_, s_.watcher->highest_epoch());
     const std::optional<coord::Leader> leader = s_.watcher->current();
@@ -656,7 +663,15 @@ class Link {
            now);
       return false;
     }
-    endpoint_ = leader->record.rpc;
+    if (o_.framed && leader->record.framed.empty()) {
+      Down("kvmaster " + leader->record.name + ", the leader of " +
+               s_.watcher->address().ToString() +
+               ", serves no framed transport (kvmaster --framed-listen): give it one, or run "
+               "this agent with --master-transport zmq",
+           now);
+      return false;
+    }
+    endpoint_ = EndpointOf(leader->record);
     leader_epoch_ = leader->epoch;
     s_.SetWhere(leader->record.name + " at " + endpoint_ + " (epoch " +
                 std::to_string(leader->epoch) + " of " + s_.watcher->address().ToString() + ")");
@@ -673,7 +688,8 @@ class Link {
   void OnLeaderChanged(Clock::time_point now) {
     highest_epoch_ = std::max(highest_epoch_, s_.watcher->highest_epoch());
     const std::optional<coord::Leader> leader = s_.watcher->current();
-    const bool same = leader && leader->epoch == leader_epoch_ && leader->record.rpc == endpoint_;
+    const bool same =
+        leader && leader->epoch == leader_epoch_ && EndpointOf(leader->record) == endpoint_;
     backoff_ = o_.backoff_min;
     retry_at_ = now;
     if (same || phase_ == Phase::kDown) return;

@@ -106,10 +106,11 @@ Status CheckOptions(const RemoteMasterOptions& o) {
     return InvalidParams("the reconnect backoff must be positive and its maximum >= its minimum");
   }
   if (o.agent_name.empty()) return InvalidParams("--agent-name is empty");
-  if (o.framed && (o.curve || o.endpoint.rfind("tcp://", 0) != 0)) {
+  if (o.framed &&
+      (o.curve || (o.endpoint.rfind("tcp://", 0) != 0 && !coord::IsClusterAddress(o.endpoint)))) {
     return InvalidParams(
-        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen), "
-        "and its keys as framed_key, not CURVE keys");
+        "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
+        "or a cluster address (etcd://...), and its keys as framed_key, not CURVE keys");
   }
   if (o.framed_key && !o.framed) {
     return InvalidParams("a framed transport key without --master-transport framed");

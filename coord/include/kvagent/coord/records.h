@@ -18,6 +18,9 @@ struct LeaderRecord {
   std::string rpc;     // its ROUTER for agents (master.fbs); empty while it is still starting
   std::string events;  // its event PUB (docs/events.md)
   std::string replay;  // its event replay ROUTER (may be empty)
+  // Its framed RPC endpoint (kvmaster --framed-listen) for agents with --master-transport
+  // framed; empty when it serves none. Written only when set.
+  std::string framed;
 
   // A leader is usable once it has published where it serves.
   bool serving() const { return !rpc.empty(); }

@@ -83,8 +83,9 @@ struct RemoteMasterOptions {
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
   // Speak the framed RPC transport (kvmaster --framed-listen; docs/protocol.md "Framed RPC") to
-  // `endpoint` (tcp://HOST:PORT) instead of ZMQ: no I/O thread between the link and the socket.
-  // Not with `curve` (a ZMQ option), nor with a cluster address.
+  // `endpoint` (tcp://HOST:PORT; with a cluster address, the framed endpoint the leader
+  // publishes) instead of ZMQ: no I/O thread between the link and the socket. Not with `curve`
+  // (a ZMQ option).
   bool framed = false;
   // With `framed` in a cluster with a secret: the framed plane's key (FramedRpcKey). The link
   // then reaches only a kvmaster that holds the same secret, and every frame is encrypted.
