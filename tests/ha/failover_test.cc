@@ -61,9 +61,14 @@ TEST_F(Failover, PutsNoFollowerFetchedAreLostOnlyInTheWindowAndReachRoutersAsBlo
   ASSERT_NO_FATAL_FAILURE(StartLoad());
   master("m2").Signal(SIGSTOP);
   master("m3").Signal(SIGSTOP);
+  // kill() returns before the signal has stopped every thread: the window starts once both are
+  // stopped, and holds 30 acknowledged puts of each client (on a fast VM, counting gets too
+  // and starting at the kill, the whole window fit in the followers' last milliseconds).
+  ASSERT_TRUE(WaitUntil(
+      [&] { return ProcessStopped(master("m2").pid()) && ProcessStopped(master("m3").pid()); }));
   const auto stopped = Clock::now();
   ASSERT_TRUE(WaitUntil([&] {
-    return load_a_->successes_after(stopped) >= 30 && load_b_->successes_after(stopped) >= 30;
+    return load_a_->puts_acked_after(stopped) >= 30 && load_b_->puts_acked_after(stopped) >= 30;
   }));
   Clock::time_point fault;
   ASSERT_TRUE(FailOver(

@@ -250,6 +250,12 @@ class Load {
   }
   int wrong_bytes() const { return wrong_.load(); }
   int gets_ok() const { return gets_ok_.load(); }
+  // Puts acknowledged after `t` whose keys are still live (not removed as the oldest).
+  int puts_acked_after(Clock::time_point t) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(std::count_if(acked_.begin(), acked_.end(),
+                                          [&](const auto& a) { return a.second.at > t; }));
+  }
   // Successful operations that started after `t`.
   int successes_after(Clock::time_point t) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -311,8 +317,10 @@ class Load {
     }
   }
 
-  // Removes the oldest of `mine` (forgotten as acknowledged once the remove is answered: OK or
-  // not found; otherwise it stays, to be checked).
+  // Removes the oldest of `mine`: forgotten as acknowledged once the remove is answered OK;
+  // when it was not found (an acknowledged put the cluster lost), it stays acknowledged for the
+  // verdict to count as lost (a fast load otherwise removed the lost puts of a failover's window
+  // before they were counted); on any other answer it stays, to be checked.
   void RemoveOldest(std::vector<std::pair<std::string, std::string>>* mine) {
     const std::string key = mine->front().first;
     std::vector<std::string> keys = {key};
@@ -322,6 +330,7 @@ class Load {
     const ErrorCode code = r.keys.empty() ? r.status.code() : r.keys[0].code;
     if (code != ErrorCode::kOk && code != ErrorCode::kObjectNotFound) return;
     mine->erase(mine->begin());
+    if (code == ErrorCode::kObjectNotFound) return;
     std::lock_guard<std::mutex> lock(mu_);
     acked_.erase(key);
   }

@@ -51,6 +51,15 @@ inline std::optional<coord::MemberRecord> MemberOf(const std::string& etcd,
   return *record;
 }
 
+// True once every thread of `pid` is stopped (SIGSTOP delivered: state T in /proc/PID/stat).
+inline bool ProcessStopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
+}
+
 // A kvmaster started as a member of an etcd cluster (kvmaster --etcd --cluster --name), with a
 // state dir of its own kept across restarts. Its log goes to <dir>/kvmaster.log.
 class HaMaster {
