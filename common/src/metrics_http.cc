@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <list>
 #include <thread>
 
 #include "http_request_head.h"
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/host_port.h"
 #include "kvagent/common/unique_fd.h"
 
 namespace kvagent::metrics {
@@ -25,16 +25,17 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-// Splits "HOST:PORT" / "[V6]:PORT"; false when malformed.
-bool SplitHostPort(const std::string& listen, std::string* host, int* port) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == listen.size()) return false;
-  *host = listen.substr(0, colon);
-  if (host->front() == '[' && host->back() != ']') return false;
-  const char* first = listen.data() + colon + 1;
-  const char* last = listen.data() + listen.size();
-  auto [ptr, ec] = std::from_chars(first, last, *port);
-  return ec == std::errc() && ptr == last && *port >= 0 && *port <= 65535;
+// HOST:PORT, "[V6]:PORT" (or V6:PORT, the port after the last colon), port 0 for any free one.
+Result<HostPort> ParseListen(const std::string& listen, const std::string& what) {
+  HostPortRules rules;
+  rules.port_zero = true;
+  rules.unbracketed_ipv6 = true;
+  auto parsed = ParseHostPort(listen, what, rules);
+  if (!parsed.ok()) {
+    return InvalidParams(parsed.status().message() +
+                         " (e.g. 127.0.0.1:9478, or 0.0.0.0:9478 for every interface)");
+  }
+  return parsed;
 }
 
 std::string Answer(int code, const char* reason, const char* content_type, size_t length,
@@ -71,14 +72,7 @@ struct Connection {
 }  // namespace
 
 Status CheckListenAddress(const std::string& listen, const std::string& flag) {
-  std::string host;
-  int port = 0;
-  if (!SplitHostPort(listen, &host, &port)) {
-    return InvalidParams(flag + ": '" + listen +
-                         "' is not HOST:PORT (e.g. 127.0.0.1:9478, or 0.0.0.0:9478 for every "
-                         "interface)");
-  }
-  return Status::Ok();
+  return ParseListen(listen, flag + ":").status();
 }
 
 struct MetricsHttpServer::Impl {
@@ -295,32 +289,21 @@ MetricsHttpServer::~MetricsHttpServer() {
 
 Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen, RenderFn render, const MetricsHttpLimits& limits) {
-  std::string host;
-  int requested_port = 0;
-  if (!SplitHostPort(listen, &host, &requested_port)) {
-    return CheckListenAddress(listen, "metrics listen address");
-  }
+  auto address = ParseListen(listen, "metrics listen address");
+  if (!address.ok()) return address.status();
   auto cannot = [&](const std::string& why) {
     return Status(ErrorCode::kInternal,
                   "cannot serve metrics on " + listen + ": " + why + "; pick a free HOST:PORT");
   };
-  const std::string name =
-      host.front() == '[' ? host.substr(1, host.size() - 2) : host;  // "[::1]" -> "::1"
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const int gai = getaddrinfo(name.c_str(), std::to_string(requested_port).c_str(), &hints, &found);
-  if (gai != 0) return cannot(gai_strerror(gai));
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, &freeaddrinfo);
+  auto addresses = ResolveHostPort(*address, /*passive=*/true);
+  if (!addresses.ok()) return cannot(addresses.status().message());
 
   auto impl = std::make_unique<Impl>();
   impl->render = std::move(render);
   impl->limits = limits;
   impl->limits.max_connections = std::max<size_t>(limits.max_connections, 1);
   impl->limits.max_request_head_bytes = std::max<size_t>(limits.max_request_head_bytes, 64);
-  const addrinfo* a = addresses.get();
+  const addrinfo* a = addresses->get();
   impl->listener = UniqueFd(socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!impl->listener.valid()) return cannot(ErrnoText(errno));
   const int on = 1;
@@ -350,7 +333,7 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   impl->thread = std::thread([raw] { raw->Run(); });
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(impl)));
   server->port_ = port;
-  server->url_ = "http://" + host + ":" + std::to_string(port) + "/metrics";
+  server->url_ = "http://" + JoinHostPort(address->host, static_cast<uint16_t>(port)) + "/metrics";
   return server;
 }
 

@@ -7,59 +7,29 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <charconv>
 #include <memory>
 
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/host_port.h"
 
 namespace kvagent {
 namespace {
 
-struct HostPort {
-  std::string host;  // without brackets; empty: every interface
-  int port = 0;
-};
-
+// tcp://HOST:PORT, HOST also * (every interface) or an IPv6 address without brackets (as ZMQ
+// reads it), port 0 for a listener.
 Result<HostPort> Parse(const std::string& endpoint) {
-  auto bad = [&] {
-    return InvalidParams("endpoint '" + endpoint +
-                         "' is not tcp://HOST:PORT (HOST: an address, [IPv6], a name or *)");
-  };
-  constexpr std::string_view kScheme = "tcp://";
-  if (endpoint.compare(0, kScheme.size(), kScheme) != 0) return bad();
-  const std::string rest = endpoint.substr(kScheme.size());
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0) return bad();
-  HostPort out;
-  out.host = rest.substr(0, colon);
-  const std::string port = rest.substr(colon + 1);
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port);
-  if (ec != std::errc() || end != port.data() + port.size() || out.port < 0 || out.port > 65535) {
-    return bad();
-  }
-  if (out.host.front() == '[') {
-    if (out.host.size() < 3 || out.host.back() != ']') return bad();
-    out.host = out.host.substr(1, out.host.size() - 2);
-  }
-  if (out.host == "*") out.host.clear();
-  return out;
+  HostPortRules rules;
+  rules.scheme = "tcp://";
+  rules.star_is_every_interface = true;
+  rules.port_zero = true;
+  rules.unbracketed_ipv6 = true;
+  return ParseHostPort(endpoint, "endpoint", rules);
 }
 
-using Addresses = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
-
-Result<Addresses> Resolve(const std::string& endpoint, const HostPort& hp, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* found = nullptr;
-  const int gai = getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(),
-                              std::to_string(hp.port).c_str(), &hints, &found);
-  if (gai != 0) {
-    return Status(ErrorCode::kInvalidParams,
-                  "cannot resolve " + endpoint + ": " + gai_strerror(gai));
-  }
-  return Addresses(found, &freeaddrinfo);
+Result<ResolvedAddresses> Resolve(const std::string& endpoint, const HostPort& hp, bool passive) {
+  auto found = ResolveHostPort(hp, passive);
+  if (!found.ok()) return InvalidParams(endpoint + ": " + found.status().message());
+  return found;
 }
 
 void NoDelay(int fd) {
@@ -89,18 +59,17 @@ Result<UniqueFd> ListenTcp(const std::string& endpoint, std::string* bound) {
   socklen_t len = sizeof(got);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &len);
   char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
+  uint16_t port = 0;
   if (got.ss_family == AF_INET6) {
     const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&got);
     inet_ntop(AF_INET6, &s6->sin6_addr, text, sizeof(text));
     port = ntohs(s6->sin6_port);
-    *bound = "tcp://[" + std::string(text) + "]:" + std::to_string(port);
   } else {
     const auto* s4 = reinterpret_cast<const sockaddr_in*>(&got);
     inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text));
     port = ntohs(s4->sin_port);
-    *bound = "tcp://" + std::string(text) + ":" + std::to_string(port);
   }
+  *bound = "tcp://" + JoinHostPort(text, port);
   return fd;
 }
 

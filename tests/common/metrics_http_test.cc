@@ -239,6 +239,25 @@ TEST(MetricsHttp, AnAddressThatCannotBeUsedIsRefusedByName) {
   }
 }
 
+TEST(MetricsHttp, ListenAddressesAreHostPortWithAnyPortFromZero) {
+  for (const char* good :
+       {"127.0.0.1:9478", "0.0.0.0:0", "localhost:65535", "[::1]:9478", "::1:9478"}) {
+    EXPECT_TRUE(CheckListenAddress(good, "--metrics-listen").ok()) << good;
+  }
+  EXPECT_EQ(CheckListenAddress("9478", "--metrics-listen").message(),
+            "--metrics-listen: '9478' is not HOST:PORT: it has no port (e.g. 127.0.0.1:9478, or "
+            "0.0.0.0:9478 for every interface)");
+  for (const char* bad : {"127.0.0.1:65536", "127.0.0.1:", ":9478", "tcp://127.0.0.1:9478",
+                          "*:9478", "127.0.0.1:9478x"}) {
+    Status refused = CheckListenAddress(bad, "--metrics-listen");
+    EXPECT_TRUE(refused.IsInvalidParams()) << bad;
+    EXPECT_EQ(refused.message().rfind(
+                  std::string("--metrics-listen: '") + bad + "' is not HOST:PORT: ", 0),
+              0u)
+        << refused.ToString();
+  }
+}
+
 TEST(HttpRequestHead, FindsTheEndOfAHeadArrivingInAnyPieces) {
   const std::string text = std::string(kScrape) + "trailing";
   const size_t whole = FindRequestHeadEnd(text, 0);

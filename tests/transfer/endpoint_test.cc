@@ -61,6 +61,23 @@ TEST(EndpointTest, ListenAddressAllowsWildcardAndPortZero) {
   EXPECT_FALSE(ParseListenAddress("0.0.0.0").ok());
 }
 
+TEST(EndpointTest, ListenAddressWithAnEmptyHostIsEveryInterface) {
+  for (const char* any : {":7100", "[]:7100"}) {
+    auto parsed = ParseListenAddress(any);
+    ASSERT_TRUE(parsed.ok()) << any << ": " << parsed.status().ToString();
+    EXPECT_TRUE(IsWildcardHost(parsed->host)) << any;
+    EXPECT_EQ(parsed->port, 7100) << any;
+  }
+  for (const char* bad :
+       {"*:7100", "::1:7100", "0.0.0.0:65536", "0.0.0.0:7100 ", "tcp://0.0.0.0:1"}) {
+    auto parsed = ParseListenAddress(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find(std::string("listen address '") + bad + "'"),
+              std::string::npos)
+        << parsed.status().ToString();
+  }
+}
+
 TEST(EndpointTest, EqualityIsOnCanonicalForm) {
   EXPECT_EQ(*ParseEndpoint("tcp://[::1]:5"), *ParseEndpoint("tcp://[0::1]:5"));
   EXPECT_FALSE(*ParseEndpoint("tcp://10.0.0.1:5") == *ParseEndpoint("rdma://10.0.0.1:5"));

@@ -55,7 +55,8 @@ class MetricsHttpServer {
   int port_ = 0;
 };
 
-// Checks a --metrics-listen value: "HOST:PORT" with a port in 0..65535 ("[::1]:PORT" for IPv6).
+// Checks a --metrics-listen value: "HOST:PORT" with a port in 0..65535 ("[::1]:PORT" for IPv6;
+// host_port.h). INVALID_PARAMS "<flag>: '<listen>' is not HOST:PORT: <the defect> (e.g. ...)".
 Status CheckListenAddress(const std::string& listen, const std::string& flag);
 
 }  // namespace kvagent::metrics

@@ -1,4 +1,5 @@
-// TCP sockets named by "tcp://HOST:PORT" (HOST: an IPv4 address, [IPv6], a name, or * for every
+// TCP sockets named by "tcp://HOST:PORT" (host_port.h; HOST: an IPv4 address, [IPv6] or IPv6
+// without brackets (the port after the last colon, as ZMQ reads it), a name, or * for every
 // interface), for transports that do their own I/O (the framed RPC, frame_stream.h). Sockets are
 // non-blocking, close-on-exec, with TCP_NODELAY.
 #pragma once
