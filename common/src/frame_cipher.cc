@@ -179,4 +179,9 @@ Result<FramedServerHandshake> AnswerFramedClient(const SymmetricKey& psk,
   return h;
 }
 
+// OutgoingBytes (frame_stream.h) seals here, so that a user of the plain wire links no cipher.
+void OutgoingBytes::AppendSealedFrame(FrameSealer& sealer, std::span<const uint8_t> payload) {
+  sealer.Append(&bytes_, payload);
+}
+
 }  // namespace kvagent

@@ -1,8 +1,13 @@
 #include "kvagent/common/frame_stream.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
+
+#include "kvagent/common/errno_text.h"
 
 namespace kvagent {
 
@@ -85,6 +90,38 @@ void FrameReader::Compact() {
     buffer_.resize(std::max<size_t>(end_, size_t{1} << 16));
     buffer_.shrink_to_fit();
   }
+}
+
+void OutgoingBytes::Append(std::string_view bytes) {
+  bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+}
+
+void OutgoingBytes::Append(std::span<const uint8_t> bytes) {
+  bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+}
+
+void OutgoingBytes::AppendFrame(std::span<const uint8_t> payload) {
+  kvagent::AppendFrame(&bytes_, payload);
+}
+
+Status OutgoingBytes::FlushTo(int fd, std::string_view peer) {
+  while (sent_ < bytes_.size()) {
+    const ssize_t n = ::send(fd, bytes_.data() + sent_, bytes_.size() - sent_, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::Ok();
+      return Internal("sending to " + std::string(peer) + " failed: " + ErrnoText(errno));
+    }
+    sent_ += static_cast<size_t>(n);
+  }
+  Clear();
+  return Status::Ok();
+}
+
+void OutgoingBytes::Clear() {
+  bytes_.clear();
+  sent_ = 0;
+  // A connection that once sent a large burst does not keep its buffer for ever.
+  if (bytes_.capacity() > (size_t{1} << 20)) bytes_.shrink_to_fit();
 }
 
 }  // namespace kvagent

@@ -29,24 +29,24 @@ FramedConnection::FramedConnection(UniqueFd fd, std::string endpoint, size_t max
               : FrameReader(max_reply, /*hello=*/true)) {
   if (key) {
     handshake_ = std::make_unique<FramedClientHandshake>(*key);
-    out_ = handshake_->Hello();  // ours goes first
+    out_.Append(handshake_->Hello());  // ours goes first
   } else {
-    out_.assign(kFrameHello.begin(), kFrameHello.end());
+    out_.Append(kFrameHello);
   }
 }
 
 short FramedConnection::events() const {
-  return static_cast<short>(POLLIN | (connecting_ || out_sent_ < out_.size() ? POLLOUT : 0));
+  return static_cast<short>(POLLIN | (connecting_ || !out_.empty() ? POLLOUT : 0));
 }
 
 void FramedConnection::Send(std::span<const uint8_t> request) {
   if (sealer_) {
-    sealer_->Append(&out_, request);
+    out_.AppendSealedFrame(*sealer_, request);
   } else if (handshake_) {
     unsealed_.emplace_back(request.begin(), request.end());
     unsealed_bytes_ += request.size();
   } else {
-    AppendFrame(&out_, request);
+    out_.AppendFrame(request);
   }
 }
 
@@ -61,25 +61,15 @@ Status FramedConnection::FinishHandshake() {
   sealer_.emplace(keys->send);
   opener_.emplace(keys->receive);
   // The requests that waited, sealed in the order they were sent.
-  for (const auto& request : unsealed_) sealer_->Append(&out_, request);
+  for (const auto& request : unsealed_) out_.AppendSealedFrame(*sealer_, request);
   unsealed_.clear();
   unsealed_bytes_ = 0;
   return Status::Ok();
 }
 
 Status FramedConnection::Write() {
-  while (out_sent_ < out_.size()) {
-    const ssize_t n =
-        ::send(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::Ok();
-      return Status(ErrorCode::kMasterUnavailable,
-                    "sending to " + endpoint_ + " failed: " + ErrnoText(errno));
-    }
-    out_sent_ += static_cast<size_t>(n);
-  }
-  out_.clear();
-  out_sent_ = 0;
+  Status sent = out_.FlushTo(fd_.get(), endpoint_);
+  if (!sent.ok()) return Status(ErrorCode::kMasterUnavailable, sent.message());
   return Status::Ok();
 }
 
@@ -100,7 +90,7 @@ Status FramedConnection::OnReady(short revents, const ReplyFn& on_reply) {
     }
     connecting_ = false;
   }
-  if ((revents & POLLOUT) != 0 || out_sent_ < out_.size()) KVAGENT_RETURN_IF_ERROR(Write());
+  if ((revents & POLLOUT) != 0 || !out_.empty()) KVAGENT_RETURN_IF_ERROR(Write());
   if ((revents & (POLLIN | POLLHUP | POLLERR)) == 0) return Status::Ok();
   const std::span<uint8_t> space = in_.Space(kReadChunk);
   const ssize_t n = ::read(fd_.get(), space.data(), space.size());
@@ -135,7 +125,7 @@ Status FramedConnection::OnReady(short revents, const ReplyFn& on_reply) {
     }
   }
   // Requests sealed when the handshake ended go now.
-  if (out_sent_ < out_.size()) KVAGENT_RETURN_IF_ERROR(Write());
+  if (!out_.empty()) KVAGENT_RETURN_IF_ERROR(Write());
   in_.Compact();
   return Status::Ok();
 }

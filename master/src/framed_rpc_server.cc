@@ -38,7 +38,7 @@ void FramedRpcServer::AppendPollFds(std::vector<pollfd>* fds) {
   fds->push_back(pollfd{listener_.get(), POLLIN, 0});
   polled_.clear();
   for (auto& [id, c] : connections_) {
-    const bool writing = c.out_sent < c.out.size();
+    const bool writing = !c.out.empty();
     fds->push_back(pollfd{c.fd.get(), static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
     polled_.push_back(id);
   }
@@ -92,11 +92,11 @@ void FramedRpcServer::Accept() {
                  options_.key ? FrameReader(options_.max_request_bytes + kFrameTagBytes,
                                             kFramedSecureVersion, kSecureClientHelloRest)
                               : FrameReader(options_.max_request_bytes, /*hello=*/true),
-                 std::vector<uint8_t>(prefix.begin(), prefix.end()),
-                 0,
+                 {},
                  false,
                  std::nullopt,
                  std::nullopt};
+    c.out.Append(prefix);
     const ConnectionId id = next_id_++;
     auto [it, inserted] = connections_.emplace(id, std::move(c));
     ++stats_.accepted;
@@ -170,7 +170,7 @@ bool FramedRpcServer::Answer(Connection& c) {
     LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection: " << h.status().message();
     return false;
   }
-  c.out.insert(c.out.end(), h->reply.begin(), h->reply.end());
+  c.out.Append(h->reply);
   c.sealer.emplace(h->keys.send);
   c.opener.emplace(h->keys.receive);
   return WriteTo(c);
@@ -180,41 +180,31 @@ void FramedRpcServer::Reply(ConnectionId conn, std::span<const uint8_t> reply) {
   auto it = connections_.find(conn);
   if (it == connections_.end()) return;  // gone: its caller hears nothing (as on the ROUTER)
   Connection& c = it->second;
-  if (c.out.size() - c.out_sent + reply.size() > options_.max_queued_bytes) {
+  if (c.out.queued() + reply.size() > options_.max_queued_bytes) {
     ++stats_.slow_readers;
-    LOG_EVERY_N(WARNING, 10) << "framed RPC: a client does not read its replies ("
-                             << c.out.size() - c.out_sent << " bytes waiting); closing it";
+    LOG_EVERY_N(WARNING, 10) << "framed RPC: a client does not read its replies (" << c.out.queued()
+                             << " bytes waiting); closing it";
     closing_.push_back(conn);
-    c.out.clear();
-    c.out_sent = 0;
+    c.out.Clear();
     return;
   }
   if (c.sealer) {
-    c.sealer->Append(&c.out, reply);
+    c.out.AppendSealedFrame(*c.sealer, reply);
   } else {
-    AppendFrame(&c.out, reply);
+    c.out.AppendFrame(reply);
   }
 }
 
 void FramedRpcServer::Flush() {
   for (auto& [id, c] : connections_) {
-    if (c.out_sent < c.out.size() && !WriteTo(c)) closing_.push_back(id);
+    if (!c.out.empty() && !WriteTo(c)) closing_.push_back(id);
   }
   for (ConnectionId id : closing_) Close(id);
   closing_.clear();
 }
 
 bool FramedRpcServer::WriteTo(Connection& c) {
-  while (c.out_sent < c.out.size()) {
-    const ssize_t n =
-        ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
-    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-    c.out_sent += static_cast<size_t>(n);
-  }
-  c.out.clear();
-  c.out_sent = 0;
-  if (c.out.capacity() > (size_t{1} << 20)) c.out.shrink_to_fit();
-  return true;
+  return c.out.FlushTo(c.fd.get(), "a framed RPC client").ok();  // a failed send closes it
 }
 
 void FramedRpcServer::Close(ConnectionId id) {

@@ -88,8 +88,7 @@ class FramedRpcServer {
   struct Connection {
     UniqueFd fd;
     FrameReader in;
-    std::vector<uint8_t> out;
-    size_t out_sent = 0;
+    OutgoingBytes out;            // our hello, then the replies
     bool frames_waiting = false;  // complete frames may be buffered (the budget ran out)
     // Encrypted: set once the client's hello is answered.
     std::optional<FrameSealer> sealer;

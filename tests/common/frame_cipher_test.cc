@@ -4,12 +4,15 @@
 #include "kvagent/common/frame_cipher.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kvagent/common/frame_stream.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent {
 namespace {
@@ -214,6 +217,28 @@ TEST(FrameCipher, TheReaderChecksTheVersionBeforeTheRestOfTheHello) {
   EXPECT_EQ(std::memcmp(reader.hello_rest().data(), hello.data() + kFrameHelloPrefixBytes,
                         kSecureClientHelloRest),
             0);
+}
+
+TEST(FrameCipher, OutgoingBytesQueueAndWriteWhatTheSealerSeals) {
+  const SymmetricKey key = SecretKey(kOurs);
+  FrameSealer direct(key);
+  FrameSealer queued_by(key);  // the same key and sequence: the same bytes
+  const std::vector<uint8_t> payload = {'r', 'e', 'p', 'l', 'y'};
+  std::vector<uint8_t> expected;
+  direct.Append(&expected, payload);
+  OutgoingBytes out;
+  out.AppendSealedFrame(queued_by, payload);
+  EXPECT_EQ(out.queued(), expected.size());
+
+  int fds[2] = {-1, -1};
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  const UniqueFd writer(fds[0]), reader(fds[1]);
+  ASSERT_TRUE(out.FlushTo(writer.get(), "peer").ok());
+  EXPECT_TRUE(out.empty());
+  std::vector<uint8_t> got(expected.size() + 1);
+  ASSERT_EQ(::read(reader.get(), got.data(), got.size()), static_cast<ssize_t>(expected.size()));
+  got.resize(expected.size());
+  EXPECT_EQ(got, expected);
 }
 
 }  // namespace

@@ -1,13 +1,21 @@
 // The framed RPC transport's wire (common/frame_stream.h): frames cut anywhere by the stream,
-// the hello, and the limit that bounds what a connection holds.
+// the hello, the limit that bounds what a connection holds, and the outgoing bytes written as a
+// non-blocking socket takes them.
 #include "kvagent/common/frame_stream.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "kvagent/common/errno_text.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent {
 namespace {
@@ -115,6 +123,80 @@ TEST(FrameStream, RandomCutsOfRandomFrames) {
     ASSERT_TRUE(frames.ok());
     EXPECT_EQ(*frames, sent);
   }
+}
+
+// A connected pair of non-blocking stream sockets: [0] is written by OutgoingBytes, [1] read.
+std::array<UniqueFd, 2> NonBlockingPair() {
+  int fds[2] = {-1, -1};
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// Everything `fd` has to read now.
+std::string ReadEverything(int fd) {
+  std::string got;
+  char chunk[64 * 1024];
+  ssize_t n;
+  while ((n = ::read(fd, chunk, sizeof(chunk))) > 0) got.append(chunk, static_cast<size_t>(n));
+  return got;
+}
+
+TEST(FrameStream, OutgoingBytesWriteTheHelloThenTheFramesInOrder) {
+  auto pair = NonBlockingPair();
+  OutgoingBytes out;
+  EXPECT_TRUE(out.empty());
+  out.Append(kFrameHello);
+  out.AppendFrame(Bytes("first"));
+  out.AppendFrame(Bytes(""));
+  out.AppendFrame(Bytes("third"));
+  EXPECT_EQ(out.queued(), kFrameHello.size() + 3 * kFrameHeaderBytes + 10);
+  ASSERT_TRUE(out.FlushTo(pair[0].get(), "peer").ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(out.queued(), 0u);
+
+  std::vector<uint8_t> expected(kFrameHello.begin(), kFrameHello.end());
+  for (const char* f : {"first", "", "third"}) AppendFrame(&expected, Bytes(f));
+  EXPECT_EQ(ReadEverything(pair[1].get()), std::string(expected.begin(), expected.end()));
+}
+
+TEST(FrameStream, OutgoingBytesKeepWhatTheSocketDoesNotTakeForTheNextFlush) {
+  auto pair = NonBlockingPair();
+  const int small = 4096;
+  setsockopt(pair[0].get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  OutgoingBytes out;
+  const std::vector<uint8_t> frame(4 << 20, 7);
+  out.AppendFrame(frame);
+  ASSERT_TRUE(out.FlushTo(pair[0].get(), "peer").ok());  // EAGAIN is not an error
+  const size_t left = out.queued();
+  EXPECT_GT(left, 0u);
+  EXPECT_LT(left, frame.size() + kFrameHeaderBytes);
+  EXPECT_FALSE(out.empty());
+
+  std::string got;
+  while (!out.empty()) {
+    got += ReadEverything(pair[1].get());
+    ASSERT_TRUE(out.FlushTo(pair[0].get(), "peer").ok());
+  }
+  got += ReadEverything(pair[1].get());
+  std::vector<uint8_t> expected;
+  AppendFrame(&expected, frame);
+  EXPECT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == std::string(expected.begin(), expected.end()));
+}
+
+TEST(FrameStream, OutgoingBytesToAClosedPeerFailWithTheReasonAndKeepTheBytes) {
+  auto pair = NonBlockingPair();
+  pair[1] = UniqueFd();  // the peer is gone: send() fails with EPIPE (and raises no SIGPIPE)
+  OutgoingBytes out;
+  out.AppendFrame(Bytes("lost"));
+  Status sent = out.FlushTo(pair[0].get(), "tcp://10.0.0.1:7000");
+  ASSERT_FALSE(sent.ok());
+  EXPECT_EQ(sent.code(), ErrorCode::kInternal);
+  EXPECT_EQ(sent.message(), "sending to tcp://10.0.0.1:7000 failed: " + ErrnoText(EPIPE));
+  EXPECT_EQ(out.queued(), kFrameHeaderBytes + 4);
+  out.Clear();
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(out.queued(), 0u);
 }
 
 }  // namespace

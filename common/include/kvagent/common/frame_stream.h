@@ -7,6 +7,9 @@
 // one frame of at most `max_frame` bytes plus a header and what one read() may add: a peer that
 // names a longer frame gets an error before any of its bytes are kept, so memory per
 // connection is bounded by the limit, not by what the peer sends.
+//
+// OutgoingBytes is the other direction: the hello and frames queued for the socket and written as
+// it takes them, for both ends (FramedConnection, kvmaster's FramedRpcServer).
 #pragma once
 
 #include <array>
@@ -20,6 +23,8 @@
 #include "kvagent/common/status.h"
 
 namespace kvagent {
+
+class FrameSealer;  // frame_cipher.h
 
 inline constexpr size_t kFrameHeaderBytes = 4;
 // "KVMF" (kvagent master frames), then the version (1) as 4 little-endian bytes: the hello of
@@ -73,6 +78,37 @@ class FrameReader {
   uint32_t version_ = 1;
   size_t hello_rest_bytes_ = 0;
   std::array<uint8_t, kMaxFrameHelloRest> hello_rest_{};
+};
+
+// Bytes queued for a non-blocking stream socket, written as the socket takes them: one side's
+// outgoing stream of a framed RPC connection (its hello, then frames). Memory is what is queued;
+// the owner bounds it (queued() before appending). Not thread-safe: one thread owns it.
+class OutgoingBytes {
+ public:
+  // Queues `bytes` as they are (a hello, a handshake's answer).
+  void Append(std::string_view bytes);
+  void Append(std::span<const uint8_t> bytes);
+  // Queues a frame holding `payload` (AppendFrame).
+  void AppendFrame(std::span<const uint8_t> payload);
+  // Queues a frame holding `payload` sealed by `sealer` (frame_cipher.h, the encrypted wire;
+  // defined in frame_cipher.cc, so that a user of the plain wire links no cipher).
+  void AppendSealedFrame(FrameSealer& sealer, std::span<const uint8_t> payload);
+
+  // Writes queued bytes to `fd` until all are written or send() would block (EAGAIN,
+  // EWOULDBLOCK) or is interrupted (EINTR): what is left stays queued for the next call. OK in
+  // those cases; INTERNAL "sending to <peer> failed: <reason>" when send() fails otherwise (the
+  // connection is broken; what was not written stays queued). Never raises SIGPIPE.
+  [[nodiscard]] Status FlushTo(int fd, std::string_view peer);
+
+  // Bytes queued and not yet written.
+  size_t queued() const { return bytes_.size() - sent_; }
+  bool empty() const { return sent_ == bytes_.size(); }
+  // Drops every queued byte (a connection given up).
+  void Clear();
+
+ private:
+  std::vector<uint8_t> bytes_;
+  size_t sent_ = 0;  // bytes_[0, sent_) are written
 };
 
 }  // namespace kvagent

@@ -48,7 +48,7 @@ class FramedConnection {
   // Queues one request frame.
   void Send(std::span<const uint8_t> request);
   // Bytes queued and not yet written (with those waiting for the handshake).
-  size_t queued() const { return out_.size() - out_sent_ + unsealed_bytes_; }
+  size_t queued() const { return out_.queued() + unsealed_bytes_; }
   // Writes what the socket takes of the queued bytes now (nothing while still connecting). Not
   // OK: the connection is dead (OnReady says so again).
   Status Flush();
@@ -74,8 +74,7 @@ class FramedConnection {
   UniqueFd fd_;
   std::string endpoint_;
   FrameReader in_;
-  std::vector<uint8_t> out_;
-  size_t out_sent_ = 0;
+  OutgoingBytes out_;  // our hello, then the requests
   bool connecting_ = true;
   bool established_ = false;
   // Encrypted: the handshake until it is done, then the two directions' keys.
