@@ -421,7 +421,16 @@ void MetadataStore::FinishRestore() {
   }
   if (!lost.empty()) LOG(WARNING) << lost.size() << " restored object(s) lost their pools";
   objects_.ForEach([&](ObjectEntry& entry) {
-    if (!entry.second.hard_pin) lru_.PushBack(&entry);
+    const Object& o = entry.second;
+    if (!o.hard_pin) lru_.PushBack(&entry);
+    // Each pool the object has a replica in counts it once (replicas are ordered by part).
+    for (uint32_t i = 0; i < o.replica_total; ++i) {
+      const PoolId pool = o.replica(i).pool_id;
+      bool seen = false;
+      for (uint32_t j = 0; j < i && !seen; ++j) seen = o.replica(j).pool_id == pool;
+      auto it = seen ? pools_.end() : pools_.find(pool);
+      if (it != pools_.end()) ++it->second.restored_objects;
+    }
   });
   // Restored agents are suspect until they register again: nothing is placed in their pools
   // before they have fenced this master's predecessor's writes (a new master epoch), and they

@@ -237,16 +237,12 @@ Result<MountResult> MetadataStore::MountPool(AgentId agent_id, uint32_t index, u
     }
     if (!ReserveLog(PoolRecordBytes(endpoints), 1)) return LogRefused();
     s.endpoints = std::move(endpoints);
-    uint64_t restored = 0;
-    objects_.ForEach([&](const ObjectEntry& entry) {
-      const Object& o = entry.second;
-      for (uint32_t r = 0; r < o.replica_total; ++r) {
-        if (o.replica(r).pool_id == pool_id) {
-          ++restored;
-          break;
-        }
-      }
-    });
+    // What this master restored into the pool from its log, reported at the first mount after
+    // it started; 0 on a later mount (a reconnect: the pool kept its objects, nothing was
+    // restored). O(1): a scan of every object here held the serving loop ~8 ms per million
+    // objects at every agent's reconnect.
+    const uint64_t restored = s.restored_objects;
+    s.restored_objects = 0;
     LogPool(s);
     return MountResult{pool_id, restored};
   }

@@ -144,6 +144,9 @@ struct Pool {
   std::vector<std::string> endpoints;
   PoolAllocator allocator;
   uint32_t slot = PlacementIndex::kNone;  // in MetadataStore's placement index while live
+  // Objects with a replica here that this master restored from its log (FinishRestore), until
+  // the pool's first mount reports them (MountResult::restored_objects) and clears the count.
+  uint64_t restored_objects = 0;
 };
 
 // Space of an abandoned write in one agent's pool, kept until that agent has fenced the write

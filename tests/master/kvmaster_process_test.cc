@@ -200,6 +200,13 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
   r = client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->body_as_MountPoolReply()->restored_objects(), 2u);
+  // A reconnect mounts it again: the objects stay, and nothing more was restored.
+  r = client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), 0);
+  EXPECT_EQ(r->body_as_MountPoolReply()->restored_objects(), 0u);
+  r = client.Call(StatsMsg(), &buf);
+  EXPECT_EQ(StatValue(r, "keys"), 2u);
   r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
   EXPECT_EQ(r->body_as_PlacementReply()->codes()->Get(0), 0);
   // A new incarnation of that agent lost its memory: its objects go.

@@ -267,6 +267,8 @@ struct HeartbeatResult {
 
 struct MountResult {
   PoolId pool_id = 0;
+  // Objects with a replica in the pool that this master restored from its log: at the pool's
+  // first mount after the master started; 0 on later mounts (the pool kept its objects).
   uint64_t restored_objects = 0;
 };
 
