@@ -2,9 +2,8 @@
 // a key's create revision, the way etcd's own election recipe does.
 #include "kvagent/coord/etcd_client.h"
 
-#include <charconv>
-
 #include "etcd_http.h"
+#include "kvagent/common/host_port.h"
 
 namespace kvagent::coord {
 namespace {
@@ -48,17 +47,9 @@ Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out) 
     std::string_view one = text.substr(start, comma - start);
     if (one.rfind("http://", 0) == 0) one.remove_prefix(7);
     while (!one.empty() && one.back() == '/') one.remove_suffix(1);
-    const size_t colon = one.rfind(':');
-    int port = 0;
-    if (colon == std::string_view::npos || colon == 0 ||
-        one.substr(0, colon).find_first_of("/ ") != std::string_view::npos) {
-      return bad(one);  // also https:// (the gateway is spoken over plain http here)
-    }
-    const std::string_view digits = one.substr(colon + 1);
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (ec != std::errc() || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
-      return bad(one);
-    }
+    // HOST:PORT with a port from 1 (also refuses https://: the gateway is spoken over plain
+    // http here).
+    if (!ParseHostPort(one, "etcd endpoint", HostPortRules{}).ok()) return bad(one);
     endpoints.emplace_back(one);
     start = comma + 1;
   }

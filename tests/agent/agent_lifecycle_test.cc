@@ -283,6 +283,10 @@ TEST(AgentLifecycle, BadFlagsExitTwoBeforeTouchingAnything) {
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--standalone", "--master", "tcp://1.2.3.4:5"}),
             2);
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "udp://nowhere"}), 2);
+  for (const char* master :
+       {"tcp://127.0.0.1:port", "tcp://:50051", "tcp://10.0.0.1:99999", "tcp://10.0.0.1:50051/x"}) {
+    EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", master}), 2) << master;
+  }
   EXPECT_EQ(RunAgentToExit({"--run-dir", run_dir, "--master", "tcp://127.0.0.1:5",
                             "--master-transport", "carrier-pigeon"}),
             2);

@@ -6,6 +6,7 @@
 #include <future>
 
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/host_port.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "link_shared.h"
@@ -85,11 +86,16 @@ std::pair<std::string, std::string> RemoteMaster::Shared::event_endpoints() cons
 
 Status CheckMasterEndpoint(std::string_view endpoint) {
   if (coord::IsClusterAddress(endpoint)) return coord::ParseClusterAddress(endpoint).status();
-  const size_t colon = endpoint.rfind(':');
-  const bool tcp = endpoint.rfind("tcp://", 0) == 0 && colon != std::string_view::npos &&
-                   colon > 6 && colon + 1 < endpoint.size();
-  const bool ipc = endpoint.rfind("ipc://", 0) == 0 && endpoint.size() > 6;
-  if (tcp || ipc) return Status::Ok();
+  if (endpoint.rfind("ipc://", 0) == 0 && endpoint.size() > 6) return Status::Ok();
+  if (endpoint.rfind("tcp://", 0) == 0) {
+    HostPortRules rules;
+    rules.scheme = "tcp://";
+    rules.unbracketed_ipv6 = true;  // as ZMQ reads it
+    auto address = ParseHostPort(endpoint, "--master", rules);
+    if (address.ok()) return Status::Ok();
+    return InvalidParams(address.status().message() +
+                         "; use tcp://HOST:PORT (e.g. tcp://10.0.0.1:50051)");
+  }
   return InvalidParams("--master \"" + std::string(endpoint) +
                        "\" is not a kvmaster address; use tcp://HOST:PORT (e.g. "
                        "tcp://10.0.0.1:50051), or etcd://HOST:PORT/CLUSTER for a cluster of "
