@@ -46,6 +46,11 @@
 //                                                      .vs_zmq_rtt_plus_copy against the ZMQ
 //                                                      round trip), and .vs_zmq ratios to the
 //                                                      e2e.remote figures of the same run
+//   e2e.framed.kvmaster_beside_agent.put.lat.*         the framed store's single-key latencies
+//                                                      with kvmaster pinned to the agent's CPU
+//                                                      (off the client's, as on a host of its
+//                                                      own), and .vs_rtt_plus_copy against the
+//                                                      framed round trip measured then
 //   e2e.framed_secret.*                                the framed store again under a cluster
 //                                                      secret (its wire's version 2: every frame
 //                                                      encrypted): the same figures, and
@@ -240,7 +245,9 @@ class Store {
  public:
   // `curve`: kvmaster and kvagent share a cluster secret (remote only). `framed`: the agent
   // speaks kvmaster's framed RPC transport (--master-transport framed; remote only).
-  Store(bool remote, const kvagent::testing::Args& extra, bool curve = false, bool framed = false) {
+  // `master_cpu`: the CPU kvmaster is pinned to (-1: wherever the scheduler puts it).
+  Store(bool remote, const kvagent::testing::Args& extra, bool curve = false, bool framed = false,
+        int master_cpu = -1) {
     // Children inherit the affinity of the thread that forks them: the agent is started from
     // here while this thread runs on the last CPU, so all its threads stay there.
     kvagent::testing::Args args = kvagent::testing::Concat({"--pool-size", "1GiB"}, extra);
@@ -254,7 +261,7 @@ class Store {
       args = kvagent::testing::Concat(args, secret);
     }
     if (remote) {
-      PinSelf(-1);  // kvmaster: wherever the scheduler puts it
+      PinSelf(master_cpu);  // kvmaster: wherever the scheduler puts it, unless told
       master_.emplace(secret, framed);
       if (!master_->started()) Die("kvmaster did not start");
       args = kvagent::testing::Concat(master_->AgentArgs(), args);
@@ -719,6 +726,19 @@ void RemoteLimit(Store& store, const std::string& p) {
 // before (e2e.remote.*, when that part ran).
 void RunFramed(const kvagent::testing::Args& agent_flags) {
   const std::string p = "e2e.framed";
+  {
+    // Issue 14's goal 1 with kvmaster off the client's CPU, as on a host of its own: pinned
+    // beside the agent (left to the scheduler, a run lands in one of two modes: kvmaster on the
+    // client's CPU waits for its spin).
+    Store pinned(true, agent_flags, /*curve=*/false, /*framed=*/true, LastCpu());
+    Latency(pinned, p + ".kvmaster_beside_agent");
+    const double rtt = FramedMasterRoundTripP50(pinned.master_framed_rpc());
+    const auto put = Printed().find(p + ".kvmaster_beside_agent.put.lat.p50");
+    if (put != Printed().end()) {
+      Bench(p + ".kvmaster_beside_agent.put.lat.vs_rtt_plus_copy",
+            put->second / (rtt + Copy4KiBMicros()), "x");
+    }
+  }
   Store store(true, agent_flags, /*curve=*/false, /*framed=*/true);
   SmallValues(store, p);
   LargeValues(store, p, size_t{1} << 20, "1m", 8);
