@@ -22,6 +22,7 @@ Environment: KVAGENT, KVMASTER, KVCTL, E2E_CLIENT (paths to the binaries).
 import select
 import socket
 import threading
+import time
 import unittest
 
 import strict_events as se
@@ -152,6 +153,22 @@ class RelayGapTestCase(StoreTestCase):
         for link in reversed(list(self.links.values())):
             link.restore()
 
+    def settled_seq(self, agent, quiet_s=0.3):
+        """The agent's last published seq once it has published nothing new for `quiet_s`: its
+        stream can describe the store (converged) while a batch is still on its way (a master
+        batch the re-announce held back), and on a fast machine that batch came out after the
+        cut had begun."""
+        state = {"seq": None, "since": time.monotonic()}
+
+        def quiet():
+            seq = se.replay(agent.replay, 0, context=self.ctx)[-1].seq
+            now = time.monotonic()
+            if seq != state["seq"]:
+                state.update(seq=seq, since=now)
+            return now - state["since"] >= quiet_s
+        wait_for(quiet, "the agent's stream to settle")
+        return state["seq"]
+
     def master_next_seq(self):
         history = se.replay(self.master.replay, 0, context=self.ctx)
         return history[-1].seq + 1 if history else 0
@@ -164,7 +181,7 @@ class RelayGapTestCase(StoreTestCase):
             self.write(self.node_a, f"before-{i}", 5, SESSIONS[i])
             sessions.update({f"before-{i}-{k}": SESSIONS[i] for k in range(5)})
         self.converged(self.node_b)
-        b_seq = se.replay(self.node_b.replay, 0, context=self.ctx)[-1].seq
+        b_seq = self.settled_seq(self.node_b)
         with se.Subscriber(self.node_b.events_ipc, context=self.ctx) as live:
             self.cut()
             master_seq = self.master_next_seq()
