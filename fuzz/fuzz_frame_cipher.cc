@@ -26,14 +26,14 @@ const kvagent::SymmetricKey& Key() {
   return key;
 }
 
-// Feeds `stream` to a server-side reader in reads of `piece` bytes; answers the hello and opens
-// every frame. Calls `on_payload` for each opened payload; returns false when the stream ended
-// the connection.
+// Feeds `stream` to a server-side reader in reads of `piece` bytes and opens every frame with
+// `opener`, or, without one, with the keys of its own answer to the stream's hello. Calls
+// `on_payload` for each opened payload; returns false when the stream ended the connection.
 template <class OnPayload>
-bool Serve(const uint8_t* stream, size_t size, size_t piece, OnPayload&& on_payload) {
+bool Serve(const uint8_t* stream, size_t size, size_t piece,
+           std::optional<kvagent::FrameOpener> opener, OnPayload&& on_payload) {
   kvagent::FrameReader reader(kLimit + kvagent::kFrameTagBytes, kvagent::kFramedSecureVersion,
                               kvagent::kSecureClientHelloRest);
-  std::optional<kvagent::FrameOpener> opener;
   size_t at = 0;
   while (at < size) {
     const size_t n = std::min(piece, size - at);
@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
   if (!member) {
     // Nothing the fuzzer makes up may open: it would be a forgery.
-    Serve(data, size, piece, [](std::span<const uint8_t>) { std::abort(); });
+    Serve(data, size, piece, std::nullopt, [](std::span<const uint8_t>) { std::abort(); });
     return 0;
   }
   // A member's stream: its hello, then its payloads sealed; the server's answer goes back to it.
@@ -91,29 +91,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The server's half of the same handshake (`answer`) reads them back.
   size_t next = 0;
-  kvagent::FrameReader reader(kLimit + kvagent::kFrameTagBytes, kvagent::kFramedSecureVersion,
-                              kvagent::kSecureClientHelloRest);
-  kvagent::FrameOpener opener(answer->keys.receive);
-  size_t at = 0;
-  while (at < stream.size()) {
-    const size_t n = std::min(piece, stream.size() - at);
-    std::span<uint8_t> space = reader.Space(n);
-    std::memcpy(space.data(), stream.data() + at, n);
-    reader.Commit(n);
-    at += n;
-    while (true) {
-      auto frame = reader.Next();
-      if (!frame.ok()) std::abort();
-      if (!frame->has_value()) break;
-      auto plain = opener.Open(**frame);
-      if (!plain.ok() || next >= sent.size()) std::abort();
-      if (plain->size() != sent[next].size() ||
-          (plain->size() > 0 && std::memcmp(plain->data(), sent[next].data(), plain->size()) != 0))
-        std::abort();
-      ++next;
-    }
-    reader.Compact();
-  }
+  const bool served = Serve(
+      stream.data(), stream.size(), piece, kvagent::FrameOpener(answer->keys.receive),
+      [&](std::span<const uint8_t> plain) {
+        if (next >= sent.size() || plain.size() != sent[next].size() ||
+            (!plain.empty() && std::memcmp(plain.data(), sent[next].data(), plain.size()) != 0)) {
+          std::abort();
+        }
+        ++next;
+      });
+  if (!served) std::abort();
   if (next != sent.size()) std::abort();
   return 0;
 }

@@ -768,8 +768,8 @@ double CommitThroughZmq(const std::string& endpoint, const std::vector<std::stri
   return CommitThroughWire(d, keys, sessions, batch);
 }
 
-// A MasterServer serving both transports on loopback, for one round of commits.
-std::unique_ptr<MasterServer> CommitServer(kvagent::master::SteadyClock* clock) {
+// A MasterServer serving both transports on loopback (OS-picked ports), bench options.
+std::unique_ptr<MasterServer> LoopbackServer(kvagent::master::SteadyClock* clock) {
   MasterServerOptions so;
   so.listen = "tcp://127.0.0.1:0";
   so.framed_listen = "tcp://127.0.0.1:0";
@@ -808,7 +808,7 @@ void CommitRounds(double commit_rpc) {
         continue;
       }
       kvagent::master::SteadyClock clock;
-      auto server = CommitServer(&clock);
+      auto server = LoopbackServer(&clock);
       if (path == 1) {
         r[1] = CommitThroughZmq(server->endpoint(), keys, sessions, 128);
       } else {
@@ -984,14 +984,8 @@ int main(int argc, char** argv) {
   }
 
   if (wanted("zmq") || wanted("commit")) {
-    MasterServerOptions so;
-    so.listen = "tcp://127.0.0.1:0";
-    so.framed_listen = "tcp://127.0.0.1:0";
-    so.events = "tcp://127.0.0.1:0";
-    so.events_replay = "tcp://127.0.0.1:0";
-    so.master = BenchOptions();
     kvagent::master::SteadyClock clock;
-    auto server = std::move(MasterServer::Start(so, &clock).value());
+    auto server = LoopbackServer(&clock);
     // Register and mount through the wire like an agent.
     Dealer d(server->endpoint());
     const uint32_t agent = JoinThroughWire(d, "bench-zmq", uint64_t{1} << 42);
