@@ -318,9 +318,11 @@ class Load {
   }
 
   // Removes the oldest of `mine`: forgotten as acknowledged once the remove is answered OK;
-  // when it was not found (an acknowledged put the cluster lost), it stays acknowledged for the
-  // verdict to count as lost (a fast load otherwise removed the lost puts of a failover's window
-  // before they were counted); on any other answer it stays, to be checked.
+  // when the first remove of it finds it gone (an acknowledged put the cluster lost), it stays
+  // acknowledged for the verdict to count as lost (a fast load otherwise removed the lost puts
+  // of a failover's window before they were counted); on any other answer it stays, to be
+  // removed again. A later remove that finds it gone may follow an earlier one that took effect
+  // unanswered (the leader killed before it replied): forgotten, as one answered OK.
   void RemoveOldest(std::vector<std::pair<std::string, std::string>>* mine) {
     const std::string key = mine->front().first;
     std::vector<std::string> keys = {key};
@@ -328,9 +330,14 @@ class Load {
     force.force = true;  // our own gets leave read leases behind
     const Reply r = client_->Remove(keys, force);
     const ErrorCode code = r.keys.empty() ? r.status.code() : r.keys[0].code;
-    if (code != ErrorCode::kOk && code != ErrorCode::kObjectNotFound) return;
+    const bool tried_before = oldest_remove_unanswered_;
+    if (code != ErrorCode::kOk && code != ErrorCode::kObjectNotFound) {
+      oldest_remove_unanswered_ = true;
+      return;
+    }
+    oldest_remove_unanswered_ = false;
     mine->erase(mine->begin());
-    if (code == ErrorCode::kObjectNotFound) return;
+    if (code == ErrorCode::kObjectNotFound && !tried_before) return;
     std::lock_guard<std::mutex> lock(mu_);
     acked_.erase(key);
   }
@@ -342,6 +349,7 @@ class Load {
   std::map<std::string, Acked> acked_;
   std::vector<Op> ops_;
   std::atomic<int> wrong_{0};
+  bool oldest_remove_unanswered_ = false;  // a remove of mine's front failed (load thread only)
   std::atomic<int> gets_ok_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
