@@ -64,9 +64,10 @@ Status CheckStandaloneFlags(AgentFlags& v) {
 // each endpoint allowed only where the cluster secret (or --insecure-no-auth) permits it.
 Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
   KVAGENT_RETURN_IF_ERROR(master_link::CheckMasterEndpoint(v.master));
-  if (v.master_transport != "zmq" && v.master_transport != "framed") {
-    return InvalidParams("--master-transport must be zmq or framed, not \"" + v.master_transport +
-                         "\"");
+  if (v.master_transport != "auto" && v.master_transport != "zmq" &&
+      v.master_transport != "framed") {
+    return InvalidParams("--master-transport must be auto, zmq or framed, not \"" +
+                         v.master_transport + "\"");
   }
   if (v.master_transport == "framed" && v.master.rfind("tcp://", 0) != 0 &&
       !coord::IsClusterAddress(v.master)) {
@@ -114,9 +115,10 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
            "kvmaster's address, tcp://HOST:PORT; without it the agent runs standalone");
   f.String(
       "master-transport", &v.master_transport,
-      "how the agent speaks to kvmaster: zmq (its --listen; CurveZMQ with a cluster secret) or "
-      "framed (its --framed-listen: length-prefixed frames on TCP, no I/O thread on either "
-      "side; encrypted and authenticated with a cluster secret)");
+      "how the agent speaks to kvmaster: auto (framed where kvmaster serves it, which it tells "
+      "the agent when it registers over ZMQ; else ZMQ), zmq (its --listen; CurveZMQ with a "
+      "cluster secret) or framed (its --framed-listen: length-prefixed frames on TCP, no I/O "
+      "thread on either side; encrypted and authenticated with a cluster secret)");
   f.Bool("standalone", &v.standalone,
          "run the master inside the agent (default: yes when --master is not given)");
   f.String("agent-name", &v.agent_name,

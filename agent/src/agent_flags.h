@@ -25,7 +25,7 @@ struct AgentFlags {
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_gids;
   std::string master;
-  std::string master_transport = "zmq";  // or "framed" (kvmaster --framed-listen)
+  std::string master_transport = "auto";  // or "zmq", or "framed" (kvmaster --framed-listen)
   bool standalone = false;
   std::string agent_name;
   bool checksums = true;

@@ -191,7 +191,9 @@ bool RunningAgent::StartEmbeddedMaster() {
 bool RunningAgent::StartMasterLink() {
   master_link::RemoteMasterOptions o;
   o.endpoint = v_.master;
-  o.framed = v_.master_transport == "framed";
+  o.transport = v_.master_transport == "framed" ? master_link::MasterTransport::kFramed
+                : v_.master_transport == "zmq"  ? master_link::MasterTransport::kZmq
+                                                : master_link::MasterTransport::kAuto;
   o.agent_name = v_.agent_name;
   o.incarnation = incarnation_;
   o.pool_bytes = pool_->size();
@@ -219,9 +221,10 @@ bool RunningAgent::StartMasterLink() {
   o.on_leader_changed = [to_leader = relay_to_leader_](const std::string& e, const std::string& r) {
     to_leader->Leader(e, r);
   };
-  if (v_.secret && o.framed) {
+  if (v_.secret && o.transport != master_link::MasterTransport::kZmq) {
     o.framed_key = FramedRpcKey(*v_.secret);
-  } else if (v_.secret) {
+  }
+  if (v_.secret && o.transport != master_link::MasterTransport::kFramed) {
     o.curve = v_.secret->CurveKeys(KeyPlane::kMasterRpc);
   }
   auto remote = master_link::RemoteMaster::Start(std::move(o));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/host_port.h"
 #include "kvagent/common/metrics_http.h"
 #include "kvagent/common/watchdog.h"
 #include "kvagent/master/master_flags.h"
@@ -30,6 +31,21 @@ Status CheckLogDir(const std::string& dir) {
                          " (kvmaster cannot create log files there)");
   }
   return Status::Ok();
+}
+
+// --framed-listen auto (the default): the framed transport on --listen's host, on a port the OS
+// picks (agents learn it when they register, and the leader key carries it); none when --listen
+// is not tcp://HOST:PORT.
+void ResolveFramedListen(KvmasterFlags& v) {
+  if (v.server.framed_listen != kFramedListenAuto) return;
+  HostPortRules rules;
+  rules.scheme = "tcp://";
+  rules.star_is_every_interface = true;
+  rules.port_zero = true;
+  rules.unbracketed_ipv6 = true;
+  auto listen = ParseHostPort(v.server.listen, "--listen", rules);
+  v.server.framed_listen =
+      listen.ok() ? "tcp://" + JoinHostPort(listen->host.empty() ? "*" : listen->host, 0) : "";
 }
 
 // The cluster secret, and every endpoint allowed only where it (or --insecure-no-auth) permits.
@@ -58,6 +74,7 @@ Status CheckRole(KvmasterFlags& v) {
   if (v.ha.sync_followers < 0 || v.ha.sync_followers > 16) {
     return InvalidParams("--sync-followers must be 0..16");
   }
+  ResolveFramedListen(v);
   KVAGENT_RETURN_IF_ERROR(CheckAuth(v));
   v.server.sync_followers = static_cast<int>(v.ha.sync_followers);  // also for --follow standbys
   v.server.watchdog_interval = Watchdog::IntervalFromEnvironment();
@@ -82,6 +99,7 @@ Status CheckLogging(const KvmasterFlags& v) {
 }  // namespace
 
 KvmasterFlags::KvmasterFlags() : tick_ms(server.tick_ms), replay_batches(server.replay_batches) {
+  server.framed_listen = std::string(kFramedListenAuto);
   server.master.replication_log_bytes = 64ull << 20;
   log_sync = std::string(LogSyncName(server.master.log_sync));
 }
@@ -90,8 +108,9 @@ void DeclareKvmasterFlags(FlagSet& f, KvmasterFlags& v) {
   f.String("listen", &v.server.listen, "ZMQ ROUTER endpoint for agent requests (master.fbs)");
   f.String("framed-listen", &v.server.framed_listen,
            "tcp://HOST:PORT where the same requests are served as length-prefixed frames on plain "
-           "TCP, on the serving thread (docs/protocol.md \"Framed RPC\"; empty: none); encrypted "
-           "and authenticated with --cluster-secret-file");
+           "TCP, on the serving thread (docs/protocol.md \"Framed RPC\"); encrypted and "
+           "authenticated with --cluster-secret-file. auto: on --listen's host, a port the OS "
+           "picks, told to agents when they register; empty: none");
   f.String("events", &v.server.events, "ZMQ PUB endpoint of the KV events (docs/events.md)");
   f.String("events-replay", &v.server.events_replay,
            "ZMQ ROUTER endpoint answering event replay requests (empty: none)");

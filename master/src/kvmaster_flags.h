@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ha_member.h"
 #include "kvagent/common/cluster_auth_flags.h"
@@ -13,6 +14,10 @@
 #include "kvagent/master/standby.h"
 
 namespace kvagent::master {
+
+// --framed-listen's default: beside --listen, on a port the OS picks (CheckKvmasterFlags
+// resolves it).
+inline constexpr std::string_view kFramedListenAuto = "auto";
 
 struct KvmasterFlags {
   KvmasterFlags();

@@ -412,10 +412,12 @@ Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
   auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
   if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
   const std::string& events = rpc_.events_endpoint_;
+  const std::string& framed = rpc_.framed_endpoint_;
   return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,
                 fb::CreateRegisterAgentReplyDirect(
                     b_, r.value(), service_.epoch(), events.empty() ? nullptr : events.c_str(),
-                    events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str())
+                    events.empty() ? nullptr : rpc_.events_replay_endpoint_.c_str(),
+                    framed.empty() ? nullptr : framed.c_str())
                     .Union());
 }
 

@@ -86,6 +86,7 @@ class MasterServer::Loop {
     if (may_serve_) rpc_.set_may_serve(may_serve_);
     // Agents learn where the events are from their registration reply.
     rpc_.set_event_endpoints(publisher_->endpoint(), publisher_->replay_endpoint());
+    if (framed_) rpc_.set_framed_endpoint(framed_->endpoint());  // and the fast way to ask
     PublishEvents();
     last_seq_.store(service_->replication_last_seq(), std::memory_order_release);
     board_.Publish(rpc_.StatCounters());

@@ -312,7 +312,7 @@ struct Link {
                 std::chrono::milliseconds heartbeat = 1000ms, bool framed = false) {
     RemoteMasterOptions o;
     o.endpoint = endpoint;
-    o.framed = framed;
+    o.transport = framed ? MasterTransport::kFramed : MasterTransport::kZmq;
     o.agent_name = "node-a";
     o.incarnation = 42;
     o.pool_bytes = 1 << 20;
@@ -355,7 +355,7 @@ struct Outcome {
 };
 
 // The tests below run on each transport the link speaks: a ZMQ DEALER, and the framed one
-// (RemoteMasterOptions::framed), where the service thread writes its calls itself.
+// (MasterTransport::kFramed), where the service thread writes its calls itself.
 using MasterLinkTransports = kvagent::testing::MasterTransports;
 INSTANTIATE_TEST_SUITE_P(Transports, MasterLinkTransports, kvagent::testing::kMasterTransports,
                          kvagent::testing::MasterTransportName);

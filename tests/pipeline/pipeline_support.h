@@ -76,13 +76,16 @@ class KvmasterProcess {
   pid_t pid() const { return process_.pid(); }
 
   // Arguments for an agent that uses this master (and its event endpoints): through its framed
-  // transport when it serves one.
+  // transport when started with `framed`, else through its ROUTER.
   std::vector<std::string> AgentArgs() const {
     if (framed_) {
       return {"--master",        framed_rpc_, "--master-transport",     "framed",
               "--master-events", events_,     "--master-events-replay", replay_};
     }
-    return {"--master", rpc_, "--master-events", events_, "--master-events-replay", replay_};
+    // Without `framed`: ZMQ, though kvmaster serves its framed transport too (--framed-listen
+    // auto), which an agent's default --master-transport auto would move to.
+    return {"--master",        rpc_,    "--master-transport",     "zmq",
+            "--master-events", events_, "--master-events-replay", replay_};
   }
 
   void Kill() { process_.Kill(); }

@@ -136,7 +136,9 @@ class RelayGapTestCase(StoreTestCase):
         b_args = self.master.agent_args(self.links["events"].endpoint,
                                         self.links["replay"].endpoint)
         if self.cut_rpc:
-            b_args[1] = self.links["rpc"].endpoint
+            # The link forwards kvmaster's ROUTER only; on the same host, the default transport
+            # would find kvmaster's framed port directly, around the link.
+            b_args[1:2] = [self.links["rpc"].endpoint, "--master-transport", "zmq"]
         self.node_b = self.start_agent("node-b", *b_args, "--data-listen", "127.0.0.1:0",
                                        "--heartbeat-ms", "200", "--master-timeout-ms", "2000")
 

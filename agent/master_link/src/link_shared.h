@@ -97,6 +97,8 @@ class RemoteMaster::Shared {
 
   // ---- counters
   std::atomic<uint64_t> registrations{0};
+  std::atomic<bool> on_framed{false};         // the link is ready on the framed transport
+  std::atomic<uint64_t> framed_fallbacks{0};  // kAuto: framed connections failed, back to ZMQ
   std::atomic<uint64_t> link_downs{0};
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> heartbeats{0};

@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include "kvagent/common/framed_connection.h"
+#include "kvagent/common/host_port.h"
 #include "kvagent/schemas/flatbuffer_checks.h"
 #include "kvagent/schemas/master_generated.h"
 #include "kvagent/zmq/curve_auth.h"
@@ -30,6 +31,25 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kOwnIds = uint64_t{1} << 63;
 
 std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+// The framed endpoint a registration reply names (tcp://HOST:PORT as kvmaster bound it), on the
+// host this agent reached kvmaster at: --master's host (a kvmaster behind an address of its
+// own, or a proxy, keeps being reached there); with ipc:// kvmaster is on this host, at the
+// address it bound (a wildcard: the loopback). nullopt for anything else.
+std::optional<std::string> FramedOnMasterHost(std::string_view advertised,
+                                              std::string_view master) {
+  HostPortRules rules;
+  rules.scheme = "tcp://";
+  rules.star_is_every_interface = true;
+  rules.empty_host = true;
+  rules.unbracketed_ipv6 = true;
+  auto framed = ParseHostPort(advertised, "framed endpoint", rules);
+  if (!framed.ok()) return std::nullopt;
+  auto reached = ParseHostPort(master, "--master", rules);
+  std::string host = reached.ok() ? reached->host : framed->host;
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = "127.0.0.1";
+  return "tcp://" + JoinHostPort(host, framed->port);
+}
 
 // Reply bytes that stay valid (and 8-byte aligned, as FlatBuffers needs) while a posted task
 // holds them.
@@ -107,8 +127,16 @@ class Link {
 
   void Connect(Clock::time_point now) {
     CloseSocket();
-    if (ordered_ && !FindLeader(now)) return;
-    if (o_.framed) return ConnectFramed(now);
+    if (ordered_) {
+      if (!FindLeader(now)) return;
+    } else {
+      // kAuto starts every connection on the ROUTER: its registration reply says where the
+      // framed transport is now (a restarted kvmaster may serve it on another port).
+      endpoint_ = o_.endpoint;
+      framed_now_ = o_.transport == MasterTransport::kFramed;
+      s_.SetWhere("");
+    }
+    if (framed_now_) return ConnectFramed(now);
     dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->set(zmq::sockopt::sndhwm, 100000);
@@ -177,6 +205,7 @@ class Link {
   }
 
   void CloseSocket() {
+    s_.on_framed.store(false, std::memory_order_relaxed);
     if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
     monitor_.reset();
     dealer_.reset();
@@ -251,6 +280,7 @@ class Link {
       case Own::kRegister: {
         const auto* r = reply.body_as_RegisterAgentReply();
         if (r == nullptr) return Down("kvmaster refused to register this agent: " + refused, now);
+        if (MovesToFramed(*r, now)) return;
         agent_id_ = r->agent_id();
         registered_master_ = r->master_epoch();
         if (ordered_ && registered_master_ < highest_epoch_) {
@@ -287,14 +317,16 @@ class Link {
         if (r == nullptr) return Down("kvmaster refused to mount the node pool: " + refused, now);
         s_.agent_id.store(agent_id_, std::memory_order_release);
         s_.pool_id.store(r->pool_id(), std::memory_order_release);
+        s_.on_framed.store(framed_now_, std::memory_order_relaxed);
         phase_ = Phase::kReady;
         AllowDirectCalls(true);
         backoff_ = o_.backoff_min;
         attempt_ = 0;
         next_heartbeat_ = now + o_.heartbeat;
         ++s_.registrations;
-        LOG(INFO) << "master link: registered with kvmaster " << endpoint_ << " as agent "
-                  << agent_id_ << " (pool " << r->pool_id() << ", " << r->restored_objects()
+        LOG(INFO) << "master link: registered with kvmaster " << endpoint_
+                  << (framed_now_ ? " (framed transport)" : " (ZMQ)") << " as agent " << agent_id_
+                  << " (pool " << r->pool_id() << ", " << r->restored_objects()
                   << " restored object(s))";
         s_.SetState(LinkState::kReady, "ready");
         // Only a new master (another master epoch) restarted the event stream; after a mere link
@@ -614,6 +646,9 @@ class Link {
     const bool was_ready = phase_ == Phase::kReady;
     CloseSocket();
     phase_ = Phase::kDown;
+    const bool fall_back = framed_now_ && !was_ready && o_.transport == MasterTransport::kAuto;
+    if (fall_back) FallBackToZmq(why, now);
+    framed_now_ = false;  // the next connection chooses again
     const Status failed(ErrorCode::kMasterUnavailable,
                         why + "; the agent reconnects by itself: retry in a moment");
     size_t failed_calls = 0;
@@ -630,6 +665,11 @@ class Link {
     calls_.clear();
     deadlines_.clear();
     s_.in_flight.store(0, std::memory_order_relaxed);
+    s_.SetState(LinkState::kDown, why);
+    if (fall_back) {  // ZMQ at once (FallBackToZmq said why)
+      retry_at_ = now;
+      return;
+    }
     retry_at_ = now + backoff_;
     if (was_ready) {
       ++s_.link_downs;
@@ -638,16 +678,64 @@ class Link {
     } else {
       LOG_EVERY_N(WARNING, 10) << "master link: " << why << "; retrying in " << Ms(backoff_);
     }
-    s_.SetState(LinkState::kDown, why);
     backoff_ = std::min(ordered_ ? kOrderedBackoffMax : o_.backoff_max, backoff_ * 2);
+  }
+
+  // ---- the transport (kAuto) ----------------------------------------------------------------
+
+  // A registration on the ROUTER whose reply names a framed endpoint: registers again there and
+  // serves on it (true). The second registration is the same agent (same name, same
+  // incarnation), so nothing in the master changes.
+  bool MovesToFramed(const mfb::RegisterAgentReply& r, Clock::time_point now) {
+    if (framed_now_ || ordered_ || o_.transport != MasterTransport::kAuto ||
+        OnZmqAfterAFailure(now) || r.framed_endpoint() == nullptr ||
+        r.framed_endpoint()->size() == 0) {
+      return false;
+    }
+    const std::optional<std::string> framed =
+        FramedOnMasterHost(r.framed_endpoint()->string_view(), o_.endpoint);
+    if (!framed) {
+      LOG_FIRST_N(WARNING, 1) << "master link: kvmaster " << endpoint_
+                              << " names a framed endpoint that is not tcp://HOST:PORT ("
+                              << r.framed_endpoint()->str() << "); staying on ZMQ";
+      return false;
+    }
+    CloseSocket();
+    calls_.clear();  // only the registration: no caller's call is sent before the link is ready
+    deadlines_.clear();
+    endpoint_ = *framed;
+    framed_now_ = true;
+    s_.SetWhere(o_.endpoint + ", framed transport at " + endpoint_);
+    ConnectFramed(now);
+    return true;
+  }
+
+  // kAuto: a framed connection failed before it was ready. ZMQ now, the framed transport again
+  // after framed_retry_after.
+  void FallBackToZmq(const std::string& why, Clock::time_point now) {
+    ++s_.framed_fallbacks;
+    framed_failed_at_ = now;
+    LOG(WARNING) << "master link: the framed transport at " << endpoint_
+                 << " failed before it was ready (" << why << "); using kvmaster's ZMQ endpoint "
+                 << (ordered_ ? std::string("(the leader's)") : o_.endpoint) << " for the next "
+                 << Ms(o_.framed_retry_after)
+                 << " (let this agent reach that port, or run it with --master-transport zmq)";
   }
 
   // ---- discovery (a cluster address) ------------------------------------------------------
 
   // Where this link reaches `leader`: its framed endpoint on the framed transport, else its
   // ROUTER.
-  std::string EndpointOf(const coord::LeaderRecord& leader) const {
-    return o_.framed ? leader.framed : leader.rpc;
+  std::string EndpointOf(const coord::LeaderRecord& leader, Clock::time_point now) const {
+    return FramedAt(leader, now) ? leader.framed : leader.rpc;
+  }
+  bool FramedAt(const coord::LeaderRecord& leader, Clock::time_point now) const {
+    if (o_.transport == MasterTransport::kFramed) return true;
+    return o_.transport == MasterTransport::kAuto && !leader.framed.empty() &&
+           !OnZmqAfterAFailure(now);
+  }
+  bool OnZmqAfterAFailure(Clock::time_point now) const {
+    return now < framed_failed_at_ + o_.framed_retry_after;
   }
 
   // Points endpoint_ at the leader etcd shows now; false (and down) when there is none (or, on
@@ -663,7 +751,7 @@ class Link {
            now);
       return false;
     }
-    if (o_.framed && leader->record.framed.empty()) {
+    if (o_.transport == MasterTransport::kFramed && leader->record.framed.empty()) {
       Down("kvmaster " + leader->record.name + ", the leader of " +
                s_.watcher->address().ToString() +
                ", serves no framed transport (kvmaster --framed-listen): give it one, or run "
@@ -671,7 +759,8 @@ class Link {
            now);
       return false;
     }
-    endpoint_ = EndpointOf(leader->record);
+    framed_now_ = FramedAt(leader->record, now);
+    endpoint_ = framed_now_ ? leader->record.framed : leader->record.rpc;
     leader_epoch_ = leader->epoch;
     s_.SetWhere(leader->record.name + " at " + endpoint_ + " (epoch " +
                 std::to_string(leader->epoch) + " of " + s_.watcher->address().ToString() + ")");
@@ -689,7 +778,7 @@ class Link {
     highest_epoch_ = std::max(highest_epoch_, s_.watcher->highest_epoch());
     const std::optional<coord::Leader> leader = s_.watcher->current();
     const bool same =
-        leader && leader->epoch == leader_epoch_ && EndpointOf(leader->record) == endpoint_;
+        leader && leader->epoch == leader_epoch_ && EndpointOf(leader->record, now) == endpoint_;
     backoff_ = o_.backoff_min;
     retry_at_ = now;
     if (same || phase_ == Phase::kDown) return;
@@ -738,7 +827,11 @@ class Link {
   zmq::context_t context_{1};
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> monitor_;
-  // The framed transport (options.framed) instead of dealer_ and monitor_.
+  // The framed transport instead of dealer_ and monitor_ (framed_now_: on this connection).
+  bool framed_now_ = false;
+  // kAuto: when a framed connection last failed before it was ready (the link stays on ZMQ until
+  // framed_retry_after later).
+  Clock::time_point framed_failed_at_ = Clock::time_point::min();
   std::unique_ptr<FramedConnection> framed_;
   std::vector<std::shared_ptr<ReplyBytes>> framed_replies_;  // scratch of FlushFramed
   static constexpr std::chrono::milliseconds kTakeSentEvery{50};

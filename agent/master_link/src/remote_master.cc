@@ -112,14 +112,22 @@ Status CheckOptions(const RemoteMasterOptions& o) {
     return InvalidParams("the reconnect backoff must be positive and its maximum >= its minimum");
   }
   if (o.agent_name.empty()) return InvalidParams("--agent-name is empty");
-  if (o.framed &&
-      (o.curve || (o.endpoint.rfind("tcp://", 0) != 0 && !coord::IsClusterAddress(o.endpoint)))) {
+  const bool tcp_or_cluster =
+      o.endpoint.rfind("tcp://", 0) == 0 || coord::IsClusterAddress(o.endpoint);
+  if (o.transport == MasterTransport::kFramed && (o.curve || !tcp_or_cluster)) {
     return InvalidParams(
         "--master-transport framed needs --master tcp://HOST:PORT (kvmaster's --framed-listen) "
         "or a cluster address (etcd://...), and its keys as framed_key, not CURVE keys");
   }
-  if (o.framed_key && !o.framed) {
-    return InvalidParams("a framed transport key without --master-transport framed");
+  if (o.framed_key && o.transport == MasterTransport::kZmq) {
+    return InvalidParams("a framed transport key with --master-transport zmq");
+  }
+  if (o.transport == MasterTransport::kAuto && o.curve.has_value() != o.framed_key.has_value()) {
+    return InvalidParams(
+        "--master-transport auto in a cluster with a secret needs the keys of both transports");
+  }
+  if (o.framed_retry_after.count() <= 0) {
+    return InvalidParams("the framed transport's retry interval must be positive");
   }
   return Status::Ok();
 }
@@ -238,7 +246,7 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
                     "retry"));
     return;
   }
-  if (shared_->options.framed && CallDirect(request, done)) return;
+  if (shared_->options.transport != MasterTransport::kZmq && CallDirect(request, done)) return;
   (void)shared_->Push(Outgoing{std::move(request), std::move(done), false});  // false: stopped
 }
 
@@ -298,6 +306,8 @@ std::string RemoteMaster::Describe() const {
 void RemoteMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* out) const {
   out->emplace_back("ready", ready() ? 1 : 0);
   out->emplace_back("registrations", shared_->registrations.load());
+  out->emplace_back("framed", shared_->on_framed.load() ? 1 : 0);
+  out->emplace_back("framed_fallbacks", shared_->framed_fallbacks.load());
   out->emplace_back("link_downs", shared_->link_downs.load());
   out->emplace_back("timeouts", shared_->timeouts.load());
   out->emplace_back("heartbeats", shared_->heartbeats.load());

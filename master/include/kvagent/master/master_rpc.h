@@ -51,6 +51,9 @@ class MasterRpc {
     events_endpoint_ = std::move(events);
     events_replay_endpoint_ = std::move(replay);
   }
+  // The framed RPC endpoint told to agents in RegisterAgentReply (MasterServer sets what its
+  // framed server bound). Unset: none told.
+  void set_framed_endpoint(std::string framed) { framed_endpoint_ = std::move(framed); }
 
   // Extra counters appended to the Stats reply (e.g. the event publisher's). Optional.
   using ExtraStats = std::function<void(std::vector<std::pair<std::string, uint64_t>>*)>;
@@ -86,6 +89,7 @@ class MasterRpc {
   std::function<bool()> may_serve_;
   LastRequest last_;
   std::string events_endpoint_;
+  std::string framed_endpoint_;
   std::string events_replay_endpoint_;
 };
 

@@ -52,6 +52,8 @@ struct Fences {
   std::vector<uint64_t> fenced_writes;
 };
 
+enum class MasterTransport { kZmq, kFramed, kAuto };
+
 struct RemoteMasterOptions {
   // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051, or a cluster, etcd://10.0.0.1:2379/prod
   std::string endpoint;
@@ -82,13 +84,23 @@ struct RemoteMasterOptions {
   // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
-  // Speak the framed RPC transport (kvmaster --framed-listen; docs/protocol.md "Framed RPC") to
-  // `endpoint` (tcp://HOST:PORT; with a cluster address, the framed endpoint the leader
-  // publishes) instead of ZMQ: no I/O thread between the link and the socket. Not with `curve`
-  // (a ZMQ option).
-  bool framed = false;
-  // With `framed` in a cluster with a secret: the framed plane's key (FramedRpcKey). The link
-  // then reaches only a kvmaster that holds the same secret, and every frame is encrypted.
+  // How the link speaks to kvmaster (docs/protocol.md "Framed RPC"):
+  //   kZmq     its ROUTER at `endpoint` (with `curve`, CurveZMQ);
+  //   kFramed  the framed RPC transport (kvmaster --framed-listen) at `endpoint` (tcp://HOST:PORT;
+  //            with a cluster address, the framed endpoint the leader publishes): no I/O thread
+  //            between the link and the socket. Not with `curve` (a ZMQ option);
+  //   kAuto    the framed transport wherever kvmaster serves it, else ZMQ: each connection
+  //            registers on the ROUTER at `endpoint` and, when the reply names a framed endpoint,
+  //            moves to that port on the same host (with a cluster address: the leader's framed
+  //            endpoint when it publishes one). A framed connection that fails before it is
+  //            ready sends the link back to ZMQ for `framed_retry_after`, with one log line. Takes
+  //            both `curve` and `framed_key` when the cluster has a secret.
+  MasterTransport transport = MasterTransport::kZmq;
+  // kAuto: how long the link stays on ZMQ after a framed connection failed before it was ready
+  // (a firewall, a port not forwarded), before it tries the framed one again.
+  std::chrono::milliseconds framed_retry_after{60000};
+  // With kFramed or kAuto in a cluster with a secret: the framed plane's key (FramedRpcKey). The
+  // link then reaches only a kvmaster that holds the same secret, and every frame is encrypted.
   std::optional<SymmetricKey> framed_key;
 };
 
