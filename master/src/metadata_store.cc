@@ -273,26 +273,30 @@ bool MetadataStore::DropAgent(AgentId id) {
   auto on_dropped = [&](PoolId pool_id) {
     return std::find(dropped.begin(), dropped.end(), pool_id) != dropped.end();
   };
-  // First find what goes, to reserve its records; then change things.
+  // First find what goes, to reserve its records; then change things. One pass over the
+  // objects, allocating only for those with a replica in a dropped pool (an agent's death must
+  // not cost the loop an allocation per object of the whole table).
+  std::vector<ObjectEntry*> touched;  // a replica in a dropped pool
   std::vector<ObjectEntry*> lost_readable;
   std::vector<ObjectEntry*> lost_writes;
+  std::vector<bool> part_alive;  // of the object looked at, reused
   uint64_t record_bytes = 5;
   objects_.ForEach([&](ObjectEntry& entry) {
     Object& o = entry.second;
+    bool in_dropped = false;
+    for (uint32_t r = 0; r < o.replica_total && !in_dropped; ++r) {
+      in_dropped = on_dropped(o.replica(r).pool_id);
+    }
+    if (in_dropped) touched.push_back(&entry);
     if (o.pending && o.pending->writer == id) {
       lost_writes.push_back(&entry);
       return;
     }
-    std::vector<bool> part_alive(o.parts(), false);
-    bool touched = false;
+    if (!in_dropped) return;
+    part_alive.assign(o.parts(), false);
     for (uint32_t r = 0; r < o.replica_total; ++r) {
-      if (on_dropped(o.replica(r).pool_id)) {
-        touched = true;
-      } else {
-        part_alive[o.replica(r).part] = true;
-      }
+      if (!on_dropped(o.replica(r).pool_id)) part_alive[o.replica(r).part] = true;
     }
-    if (!touched) return;
     if (std::all_of(part_alive.begin(), part_alive.end(), [](bool b) { return b; })) return;
     if (o.readable) {
       lost_readable.push_back(&entry);
@@ -304,17 +308,17 @@ bool MetadataStore::DropAgent(AgentId id) {
   if (!ReserveLog(record_bytes, 1 + lost_readable.size())) return false;
   LOG(WARNING) << "dropping agent " << it->second.name << " (id " << id << ", " << dropped.size()
                << " pool(s)); its replicas are invalidated";
-  // Replicas in the dropped pools go from every object (the log needs no record for that:
-  // replicas in pools of a dropped agent are filtered out when it is replayed).
-  objects_.ForEach([&](ObjectEntry& entry) {
-    Object& o = entry.second;
+  // Replicas in the dropped pools go from every object that has one (the log needs no record
+  // for that: replicas in pools of a dropped agent are filtered out when it is replayed).
+  for (ObjectEntry* entry : touched) {
+    Object& o = entry->second;
     uint32_t kept = 0;
     for (uint32_t r = 0; r < o.replica_total; ++r) {
       if (on_dropped(o.replica(r).pool_id)) continue;
       o.replica(kept++) = o.replica(r);
     }
     if (kept != o.replica_total) o.KeepReplicas(kept);
-  });
+  }
   if (it->second.suspect) --suspects_;
   for (PoolId pool_id : dropped) pools_.erase(pool_id);
   agents_.erase(it);

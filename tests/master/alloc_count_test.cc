@@ -94,5 +94,33 @@ TEST(SessionRules, Rule11_BytesAllocatedGrowLinearlyWithTheBatchWithTagsPresent)
   EXPECT_LT(small, 1024u * 4096u);
 }
 
+// Bytes allocated when agent node-1, which holds none of the objects, comes back with a new
+// incarnation (the master drops its pool), with `n` objects stored on agent node-0.
+uint64_t BytesToDropAnAgentBeside(size_t n) {
+  testing::Cluster c({}, 2, uint64_t{1} << 30);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < n; ++i) keys.push_back("object-" + std::to_string(i));
+  c.Put(c.agents[0], keys, 4096);  // the writer's own pool first: all on node-0
+  c.Events();
+  g_bytes = 0;
+  g_counting = true;
+  auto again = c.svc->RegisterAgent("node-1", 2);
+  g_counting = false;
+  EXPECT_TRUE(again.ok());
+  EXPECT_EQ(c.svc->Stats().keys, n);
+  return g_bytes.load();
+}
+
+// An agent's death is handled on the master's loop: what it costs there must follow the
+// agent's own objects, not every object of the table (it allocated once per object before).
+TEST(DropAgent, BytesAllocatedDoNotGrowWithOtherAgentsObjects) {
+  (void)BytesToDropAnAgentBeside(64);  // warm up lazily initialised statics
+  const uint64_t small = BytesToDropAnAgentBeside(1024);
+  const uint64_t large = BytesToDropAnAgentBeside(4096);
+  std::printf("drop an idle agent: beside 1024 objects %llu bytes, beside 4096 %llu bytes\n",
+              static_cast<unsigned long long>(small), static_cast<unsigned long long>(large));
+  EXPECT_LE(large, small + 1024);
+}
+
 }  // namespace
 }  // namespace kvagent::master
