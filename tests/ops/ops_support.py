@@ -86,7 +86,8 @@ class Processes:
         ready = os.path.join(self.dir, "master.ready")
         p = self.start([*prefix, os.environ["KVMASTER"], "--listen", "tcp://127.0.0.1:0", "--events",
                         "tcp://127.0.0.1:0", "--events-replay", "tcp://127.0.0.1:0",
-                        "--ready-file", ready, *extra], "kvmaster.log")
+                        "--framed-listen", "tcp://127.0.0.1:0", "--ready-file", ready, *extra],
+                       "kvmaster.log")
         wait_for(lambda: os.path.exists(ready) or p.poll() is not None, "kvmaster's ready file")
         if p.poll() is not None:
             raise AssertionError("kvmaster exited: " + self.log("kvmaster.log"))
