@@ -174,11 +174,12 @@ class Link {
 
   // The framed transport: one TCP connection, polled by this thread (no monitor: its failures
   // come out of OnReady).
-  void ConnectFramed(Clock::time_point now) {
+  // `moving`: the same attempt, moved from the ROUTER to the framed port (kAuto).
+  void ConnectFramed(Clock::time_point now, bool moving = false) {
     auto conn = FramedConnection::Connect(endpoint_, kMaxMasterReplyBytes, o_.framed_key);
     if (!conn.ok()) return Down(conn.status().message(), now);
     framed_ = std::make_unique<FramedConnection>(std::move(*conn));
-    ++attempt_;
+    if (!moving) ++attempt_;
     s_.SetState(LinkState::kConnecting,
                 attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
     Register(now);
@@ -706,7 +707,7 @@ class Link {
     endpoint_ = *framed;
     framed_now_ = true;
     s_.SetWhere(o_.endpoint + ", framed transport at " + endpoint_);
-    ConnectFramed(now);
+    ConnectFramed(now, /*moving=*/true);
     return true;
   }
 
