@@ -300,6 +300,10 @@ flatbuffers::DetachedBuffer EndRequest(uint64_t id, uint64_t write_id) {
   return fbb.Release();
 }
 
+MasterTransport TransportOf(bool framed) {
+  return framed ? MasterTransport::kFramed : MasterTransport::kZmq;
+}
+
 struct Link {
   std::unique_ptr<RemoteMaster> link;
   ServiceThread service;
@@ -309,10 +313,11 @@ struct Link {
   std::vector<Fences> fences;
 
   explicit Link(const std::string& endpoint, std::chrono::milliseconds timeout = 5000ms,
-                std::chrono::milliseconds heartbeat = 1000ms, bool framed = false) {
+                std::chrono::milliseconds heartbeat = 1000ms,
+                MasterTransport transport = MasterTransport::kZmq) {
     RemoteMasterOptions o;
     o.endpoint = endpoint;
-    o.transport = framed ? MasterTransport::kFramed : MasterTransport::kZmq;
+    o.transport = transport;
     o.agent_name = "node-a";
     o.incarnation = 42;
     o.pool_bytes = 1 << 20;
@@ -362,7 +367,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, MasterLinkTransports, kvagent::testing::kMa
 
 TEST_P(MasterLinkTransports, RegistersMountsThePoolAndBecomesReadyWithTheMastersIds) {
   ScriptedMaster master(555, framed());
-  Link l(master.endpoint(), 5000ms, 1000ms, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s)) << l.link->Describe();
   EXPECT_EQ(l.link->identity().agent_id, 7u);
   EXPECT_EQ(l.link->identity().pool_id, 9u);
@@ -383,7 +388,7 @@ TEST_P(MasterLinkTransports, RegistersMountsThePoolAndBecomesReadyWithTheMasters
 
 TEST_P(MasterLinkTransports, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 5000ms, 1000ms, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   Outcome out;
   l.link->Call(ExistRequest(12, "k"), out.Fn());
@@ -399,7 +404,7 @@ TEST_P(MasterLinkTransports, ACallsReplyRunsOnTheServiceThreadWithItsRequestId) 
 // reply left waiting would sit there until its 3 s deadline took the link down.
 TEST_P(MasterLinkTransports, ManyCallsInFlightAreEachAnsweredWithoutWaitingForADeadline) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 3000ms, 600000ms, framed());
+  Link l(master.endpoint(), 3000ms, 600000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   constexpr int kCalls = 20000;
   constexpr int kInFlight = 32;
@@ -431,7 +436,7 @@ TEST_P(MasterLinkTransports, ACallWhileNoMasterIsReachableFailsAtOnce) {
     ScriptedMaster gone(1000, framed());
     endpoint = gone.endpoint();
   }  // nobody listens there now
-  Link l(endpoint, 5000ms, 1000ms, framed());
+  Link l(endpoint, 5000ms, 1000ms, TransportOf(framed()));
   Outcome out;
   l.link->Call(ExistRequest(1, "k"), out.Fn());
   EXPECT_TRUE(out.done) << "failed inside Call, not after a timeout";
@@ -443,7 +448,7 @@ TEST_P(MasterLinkTransports, ACallWhileNoMasterIsReachableFailsAtOnce) {
 // and the link reconnects and registers again by itself.
 TEST_P(MasterLinkTransports, AnUnansweredRequestTakesTheLinkDownAndItComesBackByItself) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 300ms, 1000ms, framed());
+  Link l(master.endpoint(), 300ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() == mfb::Body::BatchExist) return Bytes{};  // never answered
@@ -464,7 +469,7 @@ TEST_P(MasterLinkTransports, AnUnansweredRequestTakesTheLinkDownAndItComesBackBy
 // master made is answered rather than failed.
 TEST_P(MasterLinkTransports, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArrives) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 300ms, 1000ms, framed());
+  Link l(master.endpoint(), 300ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   std::atomic<int> ends{0};
   master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
@@ -490,7 +495,7 @@ TEST_P(MasterLinkTransports, AnEndIsSentAgainAfterTheLinkCameBackAndItsAnswerArr
 // pipeline turns that into TIMEOUT, "may be stored").
 TEST_P(MasterLinkTransports, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 200ms, 1000ms, framed());
+  Link l(master.endpoint(), 200ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() == mfb::Body::BatchPutEnd) return Bytes{};
@@ -506,7 +511,7 @@ TEST_P(MasterLinkTransports, AnEndNobodyAnswersBeforeItsRetryTimeFails) {
 // master epoch at that registration tells the relay to re-announce.
 TEST_P(MasterLinkTransports, AHeartbeatAnsweredUnknownRegistersAgain) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 5000ms, 50ms, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetKnown(false);
   EXPECT_TRUE(WaitFor([&] { return master.Count(mfb::Body::RegisterAgent) >= 2; }));
@@ -517,7 +522,7 @@ TEST_P(MasterLinkTransports, AHeartbeatAnsweredUnknownRegistersAgain) {
 
 TEST_P(MasterLinkTransports, ANewMasterEpochAtReregistrationIsReportedAsARestart) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 5000ms, 50ms, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   std::atomic<bool> reborn{false};
   master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
@@ -537,7 +542,7 @@ TEST_P(MasterLinkTransports, ANewMasterEpochAtReregistrationIsReportedAsARestart
 // Fences of a heartbeat reply are applied, then acknowledged in the next heartbeat.
 TEST_P(MasterLinkTransports, HeartbeatFencesAreAppliedAndAcknowledged) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 5000ms, 50ms, framed());
+  Link l(master.endpoint(), 5000ms, 50ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
     if (r.body_type() != mfb::Body::Heartbeat) return std::nullopt;
@@ -564,7 +569,7 @@ TEST_P(MasterLinkTransports, HeartbeatFencesAreAppliedAndAcknowledged) {
 
 TEST_P(MasterLinkTransports, ListKeysReturnsThePageFromAnotherThread) {
   ScriptedMaster master(1000, framed());
-  Link l(master.endpoint(), 5000ms, 1000ms, framed());
+  Link l(master.endpoint(), 5000ms, 1000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   Result<KeyPage> page = Status(ErrorCode::kInternal, "not run");
   std::thread relay([&] { page = l.link->ListKeys(0, 100); });
@@ -602,6 +607,35 @@ TEST(MasterLink, ListKeysRacingStopNeverWaitsForItsTimeout) {
       EXPECT_EQ(st.code(), ErrorCode::kMasterUnavailable);
       EXPECT_EQ(st.message().find("in time"), std::string::npos) << st.message();
     }
+  }
+}
+
+// --master-transport auto: a registration reply's framed endpoint is a hint from outside. One
+// that is no endpoint, names port 0, is oversized, or cannot be reached leaves the link on the
+// ROUTER, ready, with every call answered; only the unreachable one counts as a fallback.
+TEST(MasterLink, AnAutoLinkStaysOnZmqWhenTheFramedEndpointItIsToldCannotServe) {
+  const std::string hints[] = {"not an endpoint", "tcp://127.0.0.1:0", "tcp://127.0.0.1:99999",
+                               "tcp://127.0.0.1:" + std::string(4000, '7'),
+                               "tcp://127.0.0.1:1"};  // nothing listens on port 1
+  for (const std::string& hint : hints) {
+    ScriptedMaster master(1000);
+    master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
+      if (r.body_type() != mfb::Body::RegisterAgent) return std::nullopt;
+      flatbuffers::FlatBufferBuilder fbb;
+      fbb.Finish(mfb::CreateReply(
+          fbb, r.request_id(), 0, 0, mfb::ReplyBody::RegisterAgentReply,
+          mfb::CreateRegisterAgentReplyDirect(fbb, 7, 1000, nullptr, nullptr, hint.c_str())
+              .Union()));
+      return Finish(fbb);
+    });
+    Link l(master.endpoint(), 5000ms, 1000ms, MasterTransport::kAuto);
+    ASSERT_TRUE(l.link->WaitReady(20s)) << hint << ": " << l.link->Describe();
+    Outcome out;
+    l.link->Call(ExistRequest(12, "k"), out.Fn());
+    ASSERT_TRUE(l.service.RunUntil([&] { return out.done; })) << hint;
+    EXPECT_TRUE(out.status.ok()) << hint << ": " << out.status.ToString();
+    EXPECT_EQ(Stat(*l.link, "framed"), 0u) << hint;
+    EXPECT_EQ(Stat(*l.link, "framed_fallbacks"), hint == "tcp://127.0.0.1:1" ? 1u : 0u) << hint;
   }
 }
 
