@@ -106,6 +106,15 @@ Result<HostPort> ParseHostPort(std::string_view text, std::string_view what,
   return out;
 }
 
+HostPortRules TcpEndpointRules(bool listener) {
+  HostPortRules rules;
+  rules.scheme = "tcp://";
+  rules.star_is_every_interface = true;
+  rules.port_zero = listener;
+  rules.unbracketed_ipv6 = true;
+  return rules;
+}
+
 std::string JoinHostPort(std::string_view host, uint16_t port) {
   const std::string port_text = ":" + std::to_string(port);
   if (host.find(':') != std::string_view::npos) return "[" + std::string(host) + "]" + port_text;

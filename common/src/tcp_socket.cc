@@ -15,15 +15,9 @@
 namespace kvagent {
 namespace {
 
-// tcp://HOST:PORT, HOST also * (every interface) or an IPv6 address without brackets (as ZMQ
-// reads it), port 0 for a listener.
+// tcp://HOST:PORT as ZMQ reads it, port 0 for a listener.
 Result<HostPort> Parse(const std::string& endpoint) {
-  HostPortRules rules;
-  rules.scheme = "tcp://";
-  rules.star_is_every_interface = true;
-  rules.port_zero = true;
-  rules.unbracketed_ipv6 = true;
-  return ParseHostPort(endpoint, "endpoint", rules);
+  return ParseHostPort(endpoint, "endpoint", TcpEndpointRules(/*listener=*/true));
 }
 
 Result<ResolvedAddresses> Resolve(const std::string& endpoint, const HostPort& hp, bool passive) {

@@ -38,12 +38,7 @@ Status CheckLogDir(const std::string& dir) {
 // is not tcp://HOST:PORT.
 void ResolveFramedListen(KvmasterFlags& v) {
   if (v.server.framed_listen != kFramedListenAuto) return;
-  HostPortRules rules;
-  rules.scheme = "tcp://";
-  rules.star_is_every_interface = true;
-  rules.port_zero = true;
-  rules.unbracketed_ipv6 = true;
-  auto listen = ParseHostPort(v.server.listen, "--listen", rules);
+  auto listen = ParseHostPort(v.server.listen, "--listen", TcpEndpointRules(/*listener=*/true));
   v.server.framed_listen =
       listen.ok() ? "tcp://" + JoinHostPort(listen->host.empty() ? "*" : listen->host, 0) : "";
 }

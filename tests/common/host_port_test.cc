@@ -172,6 +172,18 @@ TEST(HostPort, ResolvesNumericHostsAndEveryInterface) {
 }
 
 // The framed transport's tcp://HOST:PORT (tcp_socket.h) reads its endpoints with ParseHostPort.
+// kvmaster's endpoints as ZMQ reads them: a listener may say port 0, a peer's endpoint may not.
+TEST(HostPort, TcpEndpointRulesTakeZmqFormsAndPortZeroOnlyForAListener) {
+  for (const char* text : {"tcp://*:0", "tcp://::1:0", "tcp://127.0.0.1:0"}) {
+    EXPECT_TRUE(ParseHostPort(text, "--listen", TcpEndpointRules(true)).ok()) << text;
+    EXPECT_FALSE(ParseHostPort(text, "endpoint", TcpEndpointRules(false)).ok()) << text;
+  }
+  auto star = ParseHostPort("tcp://*:50052", "endpoint", TcpEndpointRules(false));
+  ASSERT_TRUE(star.ok());
+  EXPECT_EQ(star->host, "");
+  EXPECT_FALSE(ParseHostPort("127.0.0.1:50052", "endpoint", TcpEndpointRules(false)).ok());
+}
+
 TEST(HostPort, TcpSocketsTakeEveryFormTheyTookBefore) {
   std::string bound;
   auto star = ListenTcp("tcp://*:0", &bound);

@@ -38,11 +38,7 @@ std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count())
 // address it bound (a wildcard: the loopback). nullopt for anything else.
 std::optional<std::string> FramedOnMasterHost(std::string_view advertised,
                                               std::string_view master) {
-  HostPortRules rules;
-  rules.scheme = "tcp://";
-  rules.star_is_every_interface = true;
-  rules.empty_host = true;
-  rules.unbracketed_ipv6 = true;
+  const HostPortRules rules = TcpEndpointRules(/*listener=*/false);
   auto framed = ParseHostPort(advertised, "framed endpoint", rules);
   if (!framed.ok()) return std::nullopt;
   auto reached = ParseHostPort(master, "--master", rules);

@@ -41,6 +41,10 @@ struct HostPortRules {
   bool unbracketed_ipv6 = false;
 };
 
+// tcp://HOST:PORT as ZMQ reads it, the form of kvmaster's endpoints: HOST also * (every
+// interface) or an IPv6 address without brackets; port 0 only for a `listener` (the OS picks).
+HostPortRules TcpEndpointRules(bool listener);
+
 struct HostPort {
   std::string host;  // without brackets; "" for every interface (only where the rules allow it)
   uint16_t port = 0;
