@@ -76,6 +76,8 @@ class RequestPipeline final : public RequestHandler {
   Clock::time_point NextDeadline() const override;
   void OnTimer(Clock::time_point now) override;
   bool AwaitingOtherThreads() const override { return !active_.empty(); }
+  bool TakeReplies() override { return master_->TakeReplies(); }
+  void StopTakingReplies() override { master_->StopTakingReplies(); }
   void OnServiceStop() override;
 
  private:

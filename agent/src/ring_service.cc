@@ -137,6 +137,7 @@ void RingService::Run() {
       worked |= Serve(*client);
       any_broken |= client->broken();
     }
+    if (handler_->TakeReplies()) handler_busy_ = true;
     if (handler_busy_) {
       // The natural-batching point: everything ready in every ring has been handed over.
       handler_busy_ = false;
@@ -160,6 +161,7 @@ void RingService::Run() {
       }
       continue;
     }
+    handler_->StopTakingReplies();
     Sleep();
     last_work = Clock::now();
   }

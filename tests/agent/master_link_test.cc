@@ -245,14 +245,36 @@ class ServiceThread {
       cv_.notify_all();
     };
   }
-  // Runs posted tasks until `done` holds; false after 20 s.
+  // As the agent's service thread does while its calls are out: takes its replies from the
+  // link's framed connection itself (RemoteMaster::TakeReplies) between the posted tasks.
+  void TakeRepliesFrom(RemoteMaster* link) { take_from_ = link; }
+  // Runs posted tasks (and takes replies) until `done` holds; false after 20 s. Then stops
+  // taking replies, as the agent's service thread does before it sleeps.
   bool RunUntil(const std::function<bool()>& done) {
+    const bool met = Run(done);
+    if (take_from_ != nullptr) take_from_->StopTakingReplies();
+    return met;
+  }
+  // TakeReplies calls that ran a callback.
+  int taken() const { return taken_; }
+
+ private:
+  bool Run(const std::function<bool()>& done) {
     const auto limit = std::chrono::steady_clock::now() + 20s;
     while (!done()) {
+      if (take_from_ != nullptr && take_from_->TakeReplies()) {
+        ++taken_;
+        continue;
+      }
       std::function<void()> task;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        if (!cv_.wait_until(lock, limit, [&] { return !tasks_.empty(); })) return done();
+        const auto until =
+            take_from_ == nullptr ? limit : std::min(limit, std::chrono::steady_clock::now() + 1ms);
+        if (!cv_.wait_until(lock, until, [&] { return !tasks_.empty(); })) {
+          if (std::chrono::steady_clock::now() >= limit) return done();
+          continue;
+        }
         task = std::move(tasks_.front());
         tasks_.pop_front();
       }
@@ -261,10 +283,11 @@ class ServiceThread {
     return true;
   }
 
- private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
+  RemoteMaster* take_from_ = nullptr;
+  int taken_ = 0;
 };
 
 bool WaitFor(const std::function<bool()>& done) {
@@ -336,6 +359,8 @@ struct Link {
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     link = std::move(*started);
     link->Bind(service.Post());
+    // On the framed transport the service thread reads replies too, racing the link thread.
+    if (transport != MasterTransport::kZmq) service.TakeRepliesFrom(link.get());
   }
   ~Link() {
     if (link) link->Stop();  // before the members its callbacks use go
@@ -637,6 +662,74 @@ TEST(MasterLink, AnAutoLinkStaysOnZmqWhenTheFramedEndpointItIsToldCannotServe) {
     EXPECT_EQ(Stat(*l.link, "framed"), 0u) << hint;
     EXPECT_EQ(Stat(*l.link, "framed_fallbacks"), hint == "tcp://127.0.0.1:1" ? 1u : 0u) << hint;
   }
+}
+
+// On the framed transport the service thread reads its calls' replies itself while it waits for
+// them (RemoteMaster::TakeReplies), with no wake-up of the link thread: the callback runs inside
+// TakeReplies, with its own request's reply. From the write of a call until the service thread
+// stops taking (before it sleeps) the link thread leaves the connection's input alone, so every
+// one of many calls, plain and CallUntilAnswered, is answered there, once.
+TEST(MasterLink, OnTheFramedTransportTheServiceThreadTakesItsOwnReplies) {
+  ScriptedMaster master(1000, /*framed=*/true);
+  Link l(master.endpoint(), 5000ms, 600000ms, MasterTransport::kFramed);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  constexpr int kCalls = 2000;
+  int answered = 0;
+  int wrong = 0;
+  for (int i = 1; i <= kCalls; ++i) {
+    const uint64_t id = static_cast<uint64_t>(i);
+    auto fn = [&, id](Result<std::span<const uint8_t>> r) {
+      ++answered;
+      if (!r.ok() || flatbuffers::GetRoot<mfb::Reply>(r->data())->request_id() != id) ++wrong;
+    };
+    if (i % 2 == 0) {
+      l.link->CallUntilAnswered(ExistRequest(id, "k"), fn, std::chrono::steady_clock::now() + 60s);
+    } else {
+      l.link->Call(ExistRequest(id, "k"), fn);
+    }
+    ASSERT_TRUE(l.service.RunUntil([&] { return answered == i; })) << "call " << i;
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(l.service.taken(), kCalls) << "every reply taken by the service thread itself";
+  EXPECT_EQ(Stat(*l.link, "replies_taken_by_service"), uint64_t{kCalls});
+  EXPECT_EQ(Stat(*l.link, "in_flight"), 0u);
+  EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
+}
+
+// A reply the service thread reads that is not a plain answer (here: the master says it does not
+// serve) is not taken as one: it goes to the link thread, which takes the link down; the call
+// fails with the master's reason, and the link registers again by itself.
+TEST(MasterLink, ANotServingReplyTheServiceThreadReadsTakesTheLinkDown) {
+  ScriptedMaster master(1000, /*framed=*/true);
+  Link l(master.endpoint(), 5000ms, 600000ms, MasterTransport::kFramed);
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  std::atomic<bool> refuse{true};
+  master.SetScript([&](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() != mfb::Body::BatchExist || !refuse.load()) return std::nullopt;
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto message = fbb.CreateString("lost its leadership");
+    mfb::ReplyBuilder reply(fbb);
+    reply.add_request_id(r.request_id());
+    reply.add_status(static_cast<uint16_t>(ErrorCode::kMasterUnavailable));
+    reply.add_message(message);
+    reply.add_master_epoch(1000);
+    reply.add_not_serving(true);
+    fbb.Finish(reply.Finish());
+    return Finish(fbb);
+  });
+  Outcome out;
+  l.link->Call(ExistRequest(5, "k"), out.Fn());
+  ASSERT_TRUE(l.service.RunUntil([&] { return out.done; }));
+  EXPECT_EQ(out.status.code(), ErrorCode::kMasterUnavailable) << out.status.ToString();
+  EXPECT_NE(out.status.message().find("does not serve"), std::string::npos) << out.status.message();
+  EXPECT_TRUE(WaitFor([&] { return Stat(*l.link, "link_downs") == 1; }));
+  refuse.store(false);
+  ASSERT_TRUE(WaitFor([&] { return Stat(*l.link, "registrations") >= 2; }));
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  Outcome again;
+  l.link->Call(ExistRequest(6, "k"), again.Fn());
+  ASSERT_TRUE(l.service.RunUntil([&] { return again.done; }));
+  EXPECT_TRUE(again.status.ok()) << again.status.ToString();
 }
 
 TEST(MasterLink, StartRefusesAnEndpointThatIsNoKvmasterAddress) {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kvagent/common/framed_connection.h"
@@ -38,9 +39,16 @@ struct Outgoing {
   // CallUntilAnswered: kept across link failures until then (max(): a plain Call).
   std::chrono::steady_clock::time_point retry_until = std::chrono::steady_clock::time_point::min();
   bool retried() const { return retry_until != std::chrono::steady_clock::time_point::min(); }
-  // Already written to the framed connection by its caller (RemoteMaster::CallDirect): the
-  // link thread only keeps it (its reply and its deadline).
-  bool sent = false;
+};
+
+// A call its caller (the service thread) wrote to the framed connection itself
+// (RemoteMaster::CallDirect), kept in Shared::direct_calls until its reply.
+struct DirectCall {
+  agent::MasterReplyFn done;
+  // CallUntilAnswered: the request, to send again after a reconnect, and until when.
+  flatbuffers::DetachedBuffer request;
+  std::chrono::steady_clock::time_point retry_until = std::chrono::steady_clock::time_point::min();
+  std::chrono::steady_clock::time_point deadline;  // no reply by then: the link goes down
 };
 
 class RemoteMaster::Shared {
@@ -65,14 +73,27 @@ class RemoteMaster::Shared {
   // queue (the queue's mutex orders the two).
   agent::PostFn post;
 
-  // ---- the framed transport: while the link is ready on a framed connection, a Call's caller
-  // (the service thread) writes its request to the connection itself instead of handing it to
-  // the link thread (one thread wake-up less per call), and queues it without a wake-up for the
-  // link thread's books. `direct_mu` guards every use of the connection's write side by either
-  // thread; the link thread sets `direct` when it is ready and clears it before it drops the
-  // connection.
+  // ---- the framed transport: while the link is ready on a framed connection, the service
+  // thread writes its calls to the connection itself and reads their replies itself
+  // (RemoteMaster::TakeReplies), with no wake-up of the link thread either way. `direct_mu`
+  // guards every use of the connection by either thread and the three fields below; the link
+  // thread sets `direct` when it is ready, and clears it, taking what is left in direct_calls,
+  // before it drops the connection (so a direct call is always on the link's current connection).
   std::mutex direct_mu;
-  FramedConnection* direct = nullptr;  // guarded by direct_mu
+  FramedConnection* direct = nullptr;
+  std::unordered_map<uint64_t, DirectCall> direct_calls;  // by request id
+  // Replies the service thread read that are not its calls' (the link's own, or ones the link
+  // must judge: not serving, another epoch, unverifiable), for the link thread (woken).
+  std::vector<std::vector<uint8_t>> handed;
+  // The connection failed under the service thread's read: for the link thread to act on.
+  Status direct_failure;
+  std::atomic<size_t> direct_in_flight{0};  // direct_calls.size(), for a look without the lock
+  // The service thread reads the connection (set by TakeReplies when it has calls out, cleared
+  // by StopTakingReplies before it sleeps, which then wakes the link thread): meanwhile the link
+  // thread does not poll the connection for input, so a reply wakes nobody.
+  std::atomic<bool> service_reads{false};
+  // Replies the service thread took itself (a counter for kvctl stat).
+  std::atomic<uint64_t> taken_by_service{0};
 
   // ---- discovery (a cluster address): the watcher's thread sets leader_changed and wakes the
   // link thread, which reads watcher->current(). Created before the link thread, destroyed

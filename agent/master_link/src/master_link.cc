@@ -104,6 +104,7 @@ class Link {
     calls_.clear();
     parked_.clear();
     CloseSocket();
+    orphaned_.clear();  // the service thread's calls: dropped with their callbacks
   }
 
  private:
@@ -183,14 +184,23 @@ class Link {
   }
 
   // Writes what the framed connection has queued, and takes in what it received.
+  // With the replies the service thread read and passed on (and its read's failure).
   void FlushFramed(Clock::time_point now, short revents = 0) {
     framed_replies_.clear();
     Status st;
     {
-      std::lock_guard<std::mutex> lock(s_.direct_mu);  // the service thread may write too
-      st = framed_->OnReady(revents, [this](std::span<const uint8_t> reply) {
-        framed_replies_.push_back(std::make_shared<ReplyBytes>(reply));
-      });
+      std::lock_guard<std::mutex> lock(s_.direct_mu);  // the service thread uses it too
+      for (const std::vector<uint8_t>& reply : s_.handed) {
+        framed_replies_.push_back(std::make_shared<ReplyBytes>(std::span(reply)));
+      }
+      s_.handed.clear();
+      if (ServiceReads()) revents &= ~POLLIN;  // what came in is the service thread's to read
+      st = s_.direct_failure.ok()
+               ? framed_->OnReady(revents,
+                                  [this](std::span<const uint8_t> reply) {
+                                    framed_replies_.push_back(std::make_shared<ReplyBytes>(reply));
+                                  })
+               : s_.direct_failure;
     }
     // Replies first (OnReply may take the link down and drop the connection).
     for (auto& bytes : framed_replies_) {
@@ -209,6 +219,12 @@ class Link {
     if (framed_) {
       std::lock_guard<std::mutex> lock(s_.direct_mu);
       s_.direct = nullptr;  // no caller writes to it any more
+      // Its calls in flight are the link's to fail or send again (Down).
+      for (auto& [id, call] : s_.direct_calls) orphaned_.push_back(std::move(call));
+      s_.direct_calls.clear();
+      s_.direct_in_flight.store(0, std::memory_order_relaxed);
+      s_.handed.clear();
+      s_.direct_failure = Status::Ok();
       framed_.reset();
     }
   }
@@ -431,6 +447,7 @@ class Link {
     {
       std::lock_guard<std::mutex> lock(s_.direct_mu);
       events = framed_->events();
+      if (ServiceReads()) events &= ~POLLIN;  // a reply wakes nobody: the service thread reads
     }
     pollfd fds[2] = {{s_.wake.get(), POLLIN, 0}, {framed_->fd(), events, 0}};
     if (::poll(fds, 2, static_cast<int>(PollTimeoutMs())) < 0) return;  // EINTR
@@ -450,9 +467,9 @@ class Link {
     auto until = now + std::chrono::seconds(1);
     if (phase_ == Phase::kDown) until = std::min(until, retry_at_);
     if (phase_ == Phase::kReady) until = std::min(until, next_heartbeat_);
-    // Calls the service thread wrote to a framed connection itself reach this thread's books
-    // (and their deadlines) at its next wake-up, at most this much later.
-    if (framed_ && phase_ == Phase::kReady) until = std::min(until, now + kTakeSentEvery);
+    // The deadlines of the calls the service thread wrote to a framed connection itself are
+    // looked at this often (DirectCallOverdue).
+    if (framed_ && phase_ == Phase::kReady) until = std::min(until, next_direct_check_);
     if (!deadlines_.empty()) until = std::min(until, deadlines_.front().first);
     for (const Call& call : parked_) until = std::min(until, call.retry_until);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count();
@@ -461,10 +478,6 @@ class Link {
 
   void SendQueued(Clock::time_point now) {
     for (Outgoing& o : s_.Take()) {
-      if (o.sent) {
-        KeepSent(o, now);
-        continue;
-      }
       if (phase_ != Phase::kReady && o.retried()) {
         parked_.push_back(Call{std::move(o.done), o.on_link_thread, Own::kHeartbeat,
                                std::move(o.request), o.retry_until});
@@ -500,34 +513,6 @@ class Link {
     }
   }
 
-  // A call its caller wrote to the framed connection itself (RemoteMaster::CallDirect): kept
-  // for its reply and deadline. The link may have gone down since the write (a new connection
-  // never carries its reply): then it fails as the calls in flight did.
-  void KeepSent(Outgoing& o, Clock::time_point now) {
-    const uint64_t id = flatbuffers::GetRoot<mfb::Request>(o.request.data())->request_id();
-    if (calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
-      return Fail(o.done, o.on_link_thread,
-                  Internal("master request id " + std::to_string(id) + " is reused or reserved"));
-    }
-    if (phase_ != Phase::kReady) {
-      ++s_.failed_in_flight;
-      Fail(o.done, o.on_link_thread,
-           Status(ErrorCode::kMasterUnavailable,
-                  "the connection to kvmaster " + endpoint_ +
-                      " went down with the request on it; the agent reconnects by itself: retry "
-                      "in a moment"));
-      return;
-    }
-    Call call;
-    call.done = std::move(o.done);
-    call.on_link_thread = o.on_link_thread;
-    calls_[id] = std::move(call);
-    // From now: deadlines_ stays in order (a call waits at most one wake-up of this thread,
-    // kTakeSentEvery, before it is taken).
-    deadlines_.emplace_back(now + o_.timeout, id);
-    s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
-  }
-
   // Receives until EAGAIN (the socket's fd is then clear and nothing is left unseen) or 4096
   // messages (then the next wait looks again first).
   void ReceiveReplies(Clock::time_point now) {
@@ -559,11 +544,9 @@ class Link {
     }
     const mfb::Reply* reply = flatbuffers::GetRoot<mfb::Reply>(bytes->view.data());
     auto found = calls_.find(reply->request_id());
-    if (found == calls_.end() && framed_) {
-      SendQueued(now);  // a call its caller wrote itself, not taken from the queue yet
-      found = calls_.find(reply->request_id());
-    }
-    if (found == calls_.end()) return;  // already failed by a deadline (cannot happen: new socket)
+    const bool direct = found == calls_.end() && framed_ && HasDirectCall(reply->request_id());
+    // Else already failed by a deadline (cannot happen: new socket).
+    if (found == calls_.end() && !direct) return;
     // A master that does not serve, or (with discovery) one deposed by a newer epoch, has done
     // nothing we may act on: the call stays in flight and fails (or waits for the next master,
     // CallUntilAnswered) with every other one as the link goes down.
@@ -580,12 +563,50 @@ class Link {
                   now);
     }
     if (ordered_) highest_epoch_ = std::max(highest_epoch_, epoch);
+    if (direct) {  // the service thread's call, read here: its reply goes there
+      agent::MasterReplyFn done = TakeDirectCall(reply->request_id());
+      if (done) s_.post([done = std::move(done), bytes]() { done(bytes->view); });
+      return;
+    }
     Call call = std::move(found->second);
     calls_.erase(found);
     s_.in_flight.store(calls_.size(), std::memory_order_relaxed);
     if (!call.done) return OnOwnReply(call.own, *reply, now);
     if (call.on_link_thread) return call.done(bytes->view);
     s_.post([done = std::move(call.done), bytes]() { done(bytes->view); });
+  }
+
+  // The service thread reads the connection (RemoteMaster::TakeReplies) and takes its calls'
+  // replies itself; only while the link is ready on it (direct_mu held).
+  bool ServiceReads() const {
+    return s_.direct != nullptr && s_.service_reads.load(std::memory_order_relaxed);
+  }
+
+  bool HasDirectCall(uint64_t id) {
+    std::lock_guard<std::mutex> lock(s_.direct_mu);
+    return s_.direct_calls.count(id) != 0;
+  }
+
+  agent::MasterReplyFn TakeDirectCall(uint64_t id) {
+    std::lock_guard<std::mutex> lock(s_.direct_mu);
+    auto found = s_.direct_calls.find(id);
+    if (found == s_.direct_calls.end()) return {};
+    agent::MasterReplyFn done = std::move(found->second.done);
+    s_.direct_calls.erase(found);
+    s_.direct_in_flight.store(s_.direct_calls.size(), std::memory_order_relaxed);
+    return done;
+  }
+
+  // The service thread's calls on the framed connection: true when one is past its deadline
+  // (looked at every kCheckDirectCallsEvery: deadlines are seconds).
+  bool DirectCallOverdue(Clock::time_point now) {
+    next_direct_check_ = now + kCheckDirectCallsEvery;
+    if (s_.direct_in_flight.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> lock(s_.direct_mu);
+    for (const auto& [id, call] : s_.direct_calls) {
+      if (now >= call.deadline) return true;
+    }
+    return false;
   }
 
   // Receives until EAGAIN (the monitor's fd is then clear) or until an event takes the link down.
@@ -625,6 +646,10 @@ class Link {
       FailParked(call);
       return true;
     });
+    if (framed_ && now >= next_direct_check_ && DirectCallOverdue(now)) {
+      ++s_.timeouts;
+      return Down("kvmaster " + endpoint_ + " did not answer within " + Ms(o_.timeout), now);
+    }
     while (!deadlines_.empty()) {
       const auto [deadline, id] = deadlines_.front();
       if (calls_.find(id) == calls_.end()) {
@@ -649,6 +674,16 @@ class Link {
     const Status failed(ErrorCode::kMasterUnavailable,
                         why + "; the agent reconnects by itself: retry in a moment");
     size_t failed_calls = 0;
+    for (DirectCall& call : orphaned_) {
+      if (call.retry_until != Clock::time_point::min() && now < call.retry_until) {
+        parked_.push_back(Call{std::move(call.done), false, Own::kHeartbeat,
+                               std::move(call.request), call.retry_until});
+        continue;
+      }
+      ++failed_calls;
+      Fail(call.done, false, failed);
+    }
+    orphaned_.clear();
     for (auto& [id, call] : calls_) {
       if (!call.done) continue;
       if (call.retried() && now < call.retry_until) {
@@ -831,7 +866,10 @@ class Link {
   Clock::time_point framed_failed_at_ = Clock::time_point::min();
   std::unique_ptr<FramedConnection> framed_;
   std::vector<std::shared_ptr<ReplyBytes>> framed_replies_;  // scratch of FlushFramed
-  static constexpr std::chrono::milliseconds kTakeSentEvery{50};
+  // The service thread's calls on a connection just closed, for Down to fail or send again.
+  std::vector<DirectCall> orphaned_;
+  static constexpr std::chrono::milliseconds kCheckDirectCallsEvery{50};
+  Clock::time_point next_direct_check_ = Clock::time_point::min();
   uint64_t sockets_ = 0;
   int dealer_fd_ = -1;  // ZMQ_FD of dealer_ and monitor_ (theirs: not closed here)
   int monitor_fd_ = -1;

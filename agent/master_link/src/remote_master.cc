@@ -1,3 +1,4 @@
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -246,32 +247,111 @@ void RemoteMaster::Call(flatbuffers::DetachedBuffer request, agent::MasterReplyF
                     "retry"));
     return;
   }
-  if (shared_->options.transport != MasterTransport::kZmq && CallDirect(request, done)) return;
+  if (shared_->options.transport != MasterTransport::kZmq &&
+      CallDirect(request, done, Clock::time_point::min())) {
+    return;
+  }
   (void)shared_->Push(Outgoing{std::move(request), std::move(done), false});  // false: stopped
 }
 
-bool RemoteMaster::CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done) {
+bool RemoteMaster::CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done,
+                              Clock::time_point retry_until) {
   Shared& s = *shared_;
-  std::lock_guard<std::mutex> lock(s.direct_mu);
-  // Not ready on a connection, or a master that stopped reading: the queue (and its refusal).
-  if (s.direct == nullptr || s.direct->queued() > kMaxFramedQueueBytes) return false;
-  // The frame is copied into the connection first and written after the call is queued: its
-  // reply can only come after the write, and the link thread looks in the queue for a reply's
-  // call before it gives up on it (the queued request may be gone by the time of the write).
-  s.direct->Send(std::span(request.data(), request.size()));
-  Outgoing o{std::move(request), std::move(done), false};
-  o.sent = true;
-  if (!s.Push(std::move(o), /*wake=*/false)) return true;  // stopped: dropped, as Push drops
-  // A write the socket could not take whole waits in the connection for the link thread's
-  // poll, which must then watch for the socket to take it; an error surfaces there too.
-  if (!s.direct->Flush().ok() || s.direct->queued() > 0) s.Wake();
+  const uint64_t id = flatbuffers::GetRoot<mfb::Request>(request.data())->request_id();
+  bool reused = false;
+  {
+    std::lock_guard<std::mutex> lock(s.direct_mu);
+    // Not ready on a connection, or a master that stopped reading: the queue (and its refusal).
+    if (s.direct == nullptr || s.direct->queued() > kMaxFramedQueueBytes) return false;
+    reused = id == 0 || id >= kBlockingIds || s.direct_calls.count(id) != 0;
+    if (!reused) {
+      s.direct->Send(std::span(request.data(), request.size()));
+      DirectCall& call = s.direct_calls[id];
+      call.done = std::move(done);
+      call.deadline = Clock::now() + s.options.timeout;
+      if (retry_until != Clock::time_point::min()) {
+        call.request = std::move(request);
+        call.retry_until = retry_until;
+      }
+      s.direct_in_flight.store(s.direct_calls.size(), std::memory_order_relaxed);
+      // Its reply is this thread's to read (TakeReplies) from now: the link thread leaves input
+      // alone until StopTakingReplies.
+      s.service_reads.store(true, std::memory_order_relaxed);
+      // A write the socket could not take whole waits in the connection for the link thread's
+      // poll, which must then watch for the socket to take it; an error surfaces there too.
+      if (!s.direct->Flush().ok() || s.direct->queued() > 0) s.Wake();
+    }
+  }
+  if (reused) {
+    done(Internal("master request id " + std::to_string(id) + " is reused or reserved"));
+  }
   return true;
+}
+
+bool RemoteMaster::TakeReplies() {
+  Shared& s = *shared_;
+  if (!s.service_reads.load(std::memory_order_relaxed)) {
+    if (s.direct_in_flight.load(std::memory_order_relaxed) == 0) return false;
+    s.service_reads.store(true, std::memory_order_relaxed);
+  }
+  bool hand = false;
+  {
+    std::unique_lock<std::mutex> lock(s.direct_mu, std::try_to_lock);
+    // The link thread is at the connection (it passes on what it reads), or it dropped it.
+    if (!lock.owns_lock() || s.direct == nullptr || !s.direct_failure.ok()) return false;
+    const uint64_t epoch = s.epoch.load(std::memory_order_relaxed);
+    Status read = s.direct->OnReady(POLLIN, [&](std::span<const uint8_t> reply) {
+      flatbuffers::Verifier verifier(reply.data(), reply.size());
+      const mfb::Reply* r = reply.empty() || !verifier.VerifyBuffer<mfb::Reply>(nullptr)
+                                ? nullptr
+                                : flatbuffers::GetRoot<mfb::Reply>(reply.data());
+      auto found = r == nullptr ? s.direct_calls.end() : s.direct_calls.find(r->request_id());
+      // Only a plain answer to one of this thread's calls is taken here; the link thread judges
+      // everything else (a master that does not serve, or, with discovery, any epoch but the one
+      // registered with while no newer one is known).
+      const bool plain =
+          found != s.direct_calls.end() && !r->not_serving() &&
+          (!s.watcher || (r->master_epoch() == epoch && epoch >= s.watcher->highest_epoch()));
+      if (!plain) {
+        s.handed.emplace_back(reply.begin(), reply.end());
+        hand = true;
+        return;
+      }
+      taken_.push_back({std::move(found->second.done), taken_bytes_.size(), reply.size()});
+      taken_bytes_.insert(taken_bytes_.end(), reply.begin(), reply.end());
+      s.direct_calls.erase(found);
+    });
+    if (!read.ok()) {
+      s.direct_failure = std::move(read);
+      hand = true;
+    }
+    s.direct_in_flight.store(s.direct_calls.size(), std::memory_order_relaxed);
+  }
+  if (hand) s.Wake();
+  // After the lock: a callback may call again.
+  for (Taken& t : taken_) {
+    t.done(std::span<const uint8_t>(taken_bytes_.data() + t.at, t.size));
+  }
+  const bool ran = !taken_.empty();
+  if (ran) s.taken_by_service.fetch_add(taken_.size(), std::memory_order_relaxed);
+  taken_.clear();
+  taken_bytes_.clear();
+  return ran;
+}
+
+void RemoteMaster::StopTakingReplies() {
+  if (!shared_->service_reads.exchange(false, std::memory_order_relaxed)) return;
+  shared_->Wake();  // the link thread polls the connection for input again
 }
 
 void RemoteMaster::CallUntilAnswered(flatbuffers::DetachedBuffer request, agent::MasterReplyFn done,
                                      Clock::time_point retry_until) {
   if (shared_->stop.load(std::memory_order_acquire)) {
     done(Status(ErrorCode::kMasterUnavailable, "the agent is shutting down"));
+    return;
+  }
+  if (ready() && shared_->options.transport != MasterTransport::kZmq &&
+      CallDirect(request, done, retry_until)) {
     return;
   }
   Outgoing o{std::move(request), std::move(done), false};
@@ -308,12 +388,13 @@ void RemoteMaster::AppendStats(std::vector<std::pair<std::string, uint64_t>>* ou
   out->emplace_back("registrations", shared_->registrations.load());
   out->emplace_back("framed", shared_->on_framed.load() ? 1 : 0);
   out->emplace_back("framed_fallbacks", shared_->framed_fallbacks.load());
+  out->emplace_back("replies_taken_by_service", shared_->taken_by_service.load());
   out->emplace_back("link_downs", shared_->link_downs.load());
   out->emplace_back("timeouts", shared_->timeouts.load());
   out->emplace_back("heartbeats", shared_->heartbeats.load());
   out->emplace_back("failed_fast", shared_->failed_fast.load());
   out->emplace_back("failed_in_flight", shared_->failed_in_flight.load());
-  out->emplace_back("in_flight", shared_->in_flight.load());
+  out->emplace_back("in_flight", shared_->in_flight.load() + shared_->direct_in_flight.load());
   out->emplace_back("retried_calls", shared_->retried_calls.load());
   out->emplace_back("fences_applied", shared_->fences_applied.load());
   out->emplace_back("epoch", shared_->epoch.load());

@@ -80,6 +80,13 @@ class MasterPort {
   // Counters for `kvctl stat` (names without a prefix; the pipeline adds "agent.master_link.").
   virtual void AppendStats(std::vector<std::pair<std::string, uint64_t>>* /*out*/) const {}
 
+  // Replies that arrived for this thread's calls, taken in here rather than posted by the
+  // thread that would read them (a remote master's framed connection): runs their callbacks now
+  // and returns true when it ran any. Called while calls are out; cheap when there is nothing.
+  virtual bool TakeReplies() { return false; }
+  // The service thread is about to sleep: whoever read for it before reads again.
+  virtual void StopTakingReplies() {}
+
   // Periodic work on the service thread (the embedded master's Tick and heartbeat).
   virtual Clock::time_point NextDeadline() const { return Clock::time_point::max(); }
   virtual void OnTimer(Clock::time_point /*now*/) {}

@@ -140,6 +140,13 @@ class RequestHandler {
   // is still to come back: the service then yields the CPU while it spins, so that thread runs
   // at once even when both share a CPU.
   virtual bool AwaitingOtherThreads() const { return false; }
+  // On every pass, and while the service spins: takes in the work that came back which this
+  // thread can read itself (a master's replies on a socket) instead of waiting for the thread
+  // that would post it; true when it did some (the pass then ends as after a posted task).
+  // Cheap when nothing is out.
+  virtual bool TakeReplies() { return false; }
+  // Before the service sleeps: stop reading for yourself (the other thread reads and posts).
+  virtual void StopTakingReplies() {}
   // The service thread is about to exit (every client is already gone): stop whatever posts
   // tasks. Nothing runs on the service thread afterwards.
   virtual void OnServiceStop() {}

@@ -156,16 +156,31 @@ class RemoteMaster final : public agent::MasterPort {
   agent::MasterIdentity identity() const override;
   std::string Describe() const override;
   void AppendStats(std::vector<std::pair<std::string, uint64_t>>* out) const override;
+  // On the framed transport, while the service thread has calls out: reads the connection
+  // there and runs the callbacks of the calls it answers (the rest goes to the link thread,
+  // which meanwhile does not poll for input). StopTakingReplies hands reading back.
+  bool TakeReplies() override;
+  void StopTakingReplies() override;
   void Stop() override;
 
   class Shared;  // state shared with the link thread; private to the library
 
  private:
   explicit RemoteMaster(std::shared_ptr<Shared> shared);
-  // Call on the framed transport while the link is ready: written here, on the caller's thread
-  // (false: not now; the caller queues it for the link thread as usual).
-  bool CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done);
+  // Call or CallUntilAnswered (`retry_until`, else min()) on the framed transport while the
+  // link is ready: written here, on the caller's thread (false: not now; the caller queues it
+  // for the link thread as usual).
+  bool CallDirect(flatbuffers::DetachedBuffer& request, agent::MasterReplyFn& done,
+                  Clock::time_point retry_until);
   std::shared_ptr<Shared> shared_;
+  // TakeReplies' scratch (service thread): the calls answered, their replies in taken_bytes_.
+  struct Taken {
+    agent::MasterReplyFn done;
+    size_t at = 0;
+    size_t size = 0;
+  };
+  std::vector<Taken> taken_;
+  std::vector<uint8_t> taken_bytes_;
 };
 
 }  // namespace kvagent::master_link
