@@ -95,6 +95,9 @@ class ScriptedMaster {
     script_ = std::move(s);
   }
   void SetKnown(bool known) { known_.store(known); }
+  // After each answer to a caller's request (not registration, mount or heartbeat), sends the
+  // answer before it once more: a duplicated, late reply to a call that was already answered.
+  void SetRepeatPrevious(bool repeat) { repeat_previous_.store(repeat); }
   // How many requests of `type` arrived so far.
   int Count(mfb::Body type) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -135,9 +138,12 @@ class ScriptedMaster {
       const std::optional<Bytes> reply =
           Answer(Bytes(frames[2].data<uint8_t>(), frames[2].data<uint8_t>() + frames[2].size()));
       if (!reply || reply->empty()) continue;  // withheld
-      router.send(frames[0], zmq::send_flags::sndmore);
-      router.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
-      router.send(zmq::buffer(reply->data(), reply->size()), zmq::send_flags::none);
+      for (const Bytes* r : {&*reply, static_cast<const Bytes*>(&repeat_)}) {
+        if (r->empty()) continue;
+        router.send(frames[0], zmq::send_flags::sndmore);
+        router.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(r->data(), r->size()), zmq::send_flags::none);
+      }
     }
   }
 
@@ -156,6 +162,13 @@ class ScriptedMaster {
       if (script_) reply = script_(*r);
     }
     if (!reply) reply = DefaultReply(*r, master_epoch_, known_.load());
+    repeat_.clear();
+    const mfb::Body type = r->body_type();
+    if (repeat_previous_.load() && !reply->empty() && type != mfb::Body::RegisterAgent &&
+        type != mfb::Body::MountPool && type != mfb::Body::Heartbeat) {
+      repeat_ = previous_;  // sent after `reply`
+      previous_ = *reply;
+    }
     return reply;
   }
 
@@ -204,6 +217,7 @@ class ScriptedMaster {
             if (!frame->has_value()) break;
             const std::optional<Bytes> reply = Answer(Bytes((*frame)->begin(), (*frame)->end()));
             if (reply && !reply->empty()) AppendFrame(&c.out, *reply);
+            if (reply && !repeat_.empty()) AppendFrame(&c.out, repeat_);
           }
           c.in.Compact();
         }
@@ -227,6 +241,8 @@ class ScriptedMaster {
 
   const uint64_t master_epoch_;
   std::atomic<bool> known_{true};
+  std::atomic<bool> repeat_previous_{false};
+  Bytes previous_, repeat_;  // the master's thread's
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
   Script script_;
@@ -693,6 +709,51 @@ TEST(MasterLink, OnTheFramedTransportTheServiceThreadTakesItsOwnReplies) {
   EXPECT_EQ(l.service.taken(), kCalls) << "every reply taken by the service thread itself";
   EXPECT_EQ(Stat(*l.link, "replies_taken_by_service"), uint64_t{kCalls});
   EXPECT_EQ(Stat(*l.link, "in_flight"), 0u);
+  EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
+}
+
+// A duplicated, late reply (each answer is followed by the one before it again) is never taken
+// for another call: every call, on either transport and with the service thread taking replies
+// on the framed one, gets its own answer, which names the call's own key.
+TEST_P(MasterLinkTransports, ARepeatedLateReplyIsNeverTakenForAnotherCall) {
+  ScriptedMaster master(1000, framed());
+  Link l(master.endpoint(), 5000ms, 600000ms, TransportOf(framed()));
+  ASSERT_TRUE(l.link->WaitReady(20s));
+  master.SetScript([](const mfb::Request& r) -> std::optional<Bytes> {
+    if (r.body_type() != mfb::Body::BatchExist) return std::nullopt;
+    flatbuffers::FlatBufferBuilder fbb;
+    const auto key = fbb.CreateString(r.body_as_BatchExist()->keys()->Get(0)->string_view());
+    fbb.Finish(mfb::CreateReply(fbb, r.request_id(), 0, key, mfb::ReplyBody::KeyCodesReply,
+                                mfb::CreateKeyCodesReply(fbb).Union()));
+    return Finish(fbb);
+  });
+  master.SetRepeatPrevious(true);
+  constexpr int kCalls = 2000;
+  constexpr int kInFlight = 8;  // a repeat arrives while other calls wait for their answers
+  int sent = 0;
+  int answered = 0;
+  int wrong = 0;
+  std::function<void()> send_one = [&] {
+    const uint64_t id = static_cast<uint64_t>(++sent);
+    const std::string key = "key-" + std::to_string(id);
+    l.link->Call(ExistRequest(id, key), [&, key](Result<std::span<const uint8_t>> r) {
+      ++answered;
+      const mfb::Reply* reply = r.ok() ? flatbuffers::GetRoot<mfb::Reply>(r->data()) : nullptr;
+      if (reply == nullptr || reply->message() == nullptr || reply->message()->str() != key) {
+        ++wrong;
+      }
+      if (sent < kCalls) send_one();
+    });
+  };
+  for (int i = 0; i < kInFlight; ++i) send_one();
+  ASSERT_TRUE(l.service.RunUntil([&] { return answered == kCalls; }))
+      << answered << " of " << kCalls << " answered";
+  // Let the last repeat arrive and be dropped too before the counts are read.
+  Outcome last;
+  l.link->Call(ExistRequest(kCalls + 1, "key-last"), last.Fn());
+  ASSERT_TRUE(l.service.RunUntil([&] { return last.done; }));
+  EXPECT_EQ(answered, kCalls) << "no call answered twice";
+  EXPECT_EQ(wrong, 0);
   EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
 }
 
