@@ -25,6 +25,8 @@
 //   master.put.zmq.agents{16,64}.b16    keys/s  16 / 64 simulated agents, one DEALER each, 2
 //                                               batches in flight each; .p99 us (one put's
 //                                               master part); .vs_one_agent ratio to b16 above
+//   master.put.framed.agents{16,64}.b16 keys/s  the same on the framed transport (one
+//                                               connection each); .p99; .vs_zmq ratio
 //   master.put.inproc.b1.max_call       us      the longest single put (start + end, one key)
 //                                               over 2 M keys: the object table grows to 4 M
 //                                               slots on the way (.p99_call beside it); baseline
@@ -444,34 +446,27 @@ uint32_t JoinThroughWire(Wire& d, const std::string& name, uint64_t pool_bytes) 
   return agent;
 }
 
+constexpr size_t kManyAgentsBatch = 16;  // keys per put
+constexpr size_t kManyAgentsWindow = 2;  // puts in flight per agent
+
 struct ManyAgentsResult {
   double keys_per_s = 0;
   double p99_us = 0;
 };
 
-// `agents` simulated agents, each with its own DEALER (its own connection, as every node has),
-// registered and mounted through the wire, all driven by one thread (zmq::poll) with 2 b16 put
-// batches in flight each: keys/s over all of them, and the p99 of one put (start sent → end
-// answered, the master's part of a put's latency).
-ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t total_keys) {
-  const size_t batch = 16, window = 2;
-  zmq::context_t ctx(1);
-  struct Sim {
-    std::unique_ptr<Dealer> dealer;
-    std::vector<Bytes> starts, ends;
-    std::vector<Clock::time_point> sent;
-    size_t next = 0, done = 0;
-  };
-  std::vector<Sim> sims(agents);
-  const size_t batches = total_keys / agents / batch;
-  std::vector<uint64_t> sizes(batch, 4096);
-  std::vector<uint32_t> ones(batch, 1), sums(batch, 0x1234);
-  flatbuffers::FlatBufferBuilder b;
-  for (size_t a = 0; a < agents; ++a) {
-    Sim& s = sims[a];
-    s.dealer = std::make_unique<Dealer>(endpoint, &ctx);
-    const std::string name = "many" + std::to_string(agents) + "-" + std::to_string(a);
-    const uint32_t id = JoinThroughWire(*s.dealer, name, uint64_t{1} << 36);
+// One simulated agent of ManyAgents: its put batches (request ids 2i: start, 2i+1: end) and
+// how far it got.
+struct SimulatedAgent {
+  std::vector<Bytes> starts, ends;
+  std::vector<Clock::time_point> sent;
+  size_t next = 0, done = 0;
+
+  // `batches` puts of kManyAgentsBatch keys under `name`, for agent `id`.
+  void Plan(const std::string& name, uint32_t id, size_t batches) {
+    const size_t batch = kManyAgentsBatch;
+    std::vector<uint64_t> sizes(batch, 4096);
+    std::vector<uint32_t> ones(batch, 1), sums(batch, 0x1234);
+    flatbuffers::FlatBufferBuilder b;
     for (size_t i = 0; i < batches; ++i) {
       std::vector<std::string> k, sess;
       for (size_t j = 0; j < batch; ++j) {
@@ -482,62 +477,92 @@ ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t t
       auto ws =
           fb::CreateWriteStart(b, id, b.CreateVectorOfStrings(k), b.CreateVector(sizes),
                                b.CreateVectorOfStrings(sess), 0, fb::CreateWriteOptions(b, 1));
-      s.starts.push_back(Message(b, 2 * i, fb::Body::BatchPutStart, ws.Union()));
+      starts.push_back(Message(b, 2 * i, fb::Body::BatchPutStart, ws.Union()));
       b.Clear();
       auto wf = fb::CreateWriteFinish(b, id, b.CreateVectorOfStrings(k), 0, b.CreateVector(ones),
                                       b.CreateVector(sums));
-      s.ends.push_back(Message(b, 2 * i + 1, fb::Body::BatchPutEnd, wf.Union()));
+      ends.push_back(Message(b, 2 * i + 1, fb::Body::BatchPutEnd, wf.Union()));
     }
-    s.sent.resize(batches);
+    sent.resize(batches);
+  }
+  // The first puts of the window, through `send`.
+  template <class SendFn>
+  void Begin(SendFn&& send) {
+    while (next < starts.size() && next < kManyAgentsWindow) {
+      sent[next] = Clock::now();
+      send(starts[next++]);
+    }
+  }
+  // A reply: a start's is followed by its end, an end's by the next start. True when this
+  // agent's last put was answered.
+  template <class SendFn>
+  bool OnReply(const fb::Reply& r, std::vector<double>* latencies_us, SendFn&& send) {
+    if (r.status() != 0) {
+      std::fprintf(stderr, "master_bench: request failed: %s\n", r.message()->c_str());
+      std::exit(1);
+    }
+    const uint64_t id = r.request_id();
+    if (id % 2 == 0) {
+      send(ends[id / 2]);
+      return false;
+    }
+    latencies_us->push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - sent[id / 2]).count());
+    if (next < starts.size()) {
+      sent[next] = Clock::now();
+      send(starts[next++]);
+    }
+    return ++done == starts.size();
+  }
+};
+
+ManyAgentsResult ManyAgentsResultOf(size_t keys, Clock::time_point t0,
+                                    std::vector<double> latencies_us) {
+  ManyAgentsResult out;
+  out.keys_per_s = static_cast<double>(keys) / Seconds(t0, Clock::now());
+  std::sort(latencies_us.begin(), latencies_us.end());
+  out.p99_us = latencies_us[latencies_us.size() * 99 / 100];
+  return out;
+}
+
+// `agents` simulated agents, each with its own DEALER (its own connection, as every node has),
+// registered and mounted through the wire, all driven by one thread (zmq::poll) with 2 b16 put
+// batches in flight each: keys/s over all of them, and the p99 of one put (start sent → end
+// answered, the master's part of a put's latency).
+ManyAgentsResult ManyAgents(const std::string& endpoint, size_t agents, size_t total_keys) {
+  zmq::context_t ctx(1);
+  std::vector<std::unique_ptr<Dealer>> dealers;
+  std::vector<SimulatedAgent> sims(agents);
+  const size_t batches = total_keys / agents / kManyAgentsBatch;
+  for (size_t a = 0; a < agents; ++a) {
+    dealers.push_back(std::make_unique<Dealer>(endpoint, &ctx));
+    const std::string name = "many" + std::to_string(agents) + "-" + std::to_string(a);
+    sims[a].Plan(name, JoinThroughWire(*dealers[a], name, uint64_t{1} << 36), batches);
   }
   std::vector<zmq::pollitem_t> items;
-  for (Sim& s : sims) items.push_back({s.dealer->socket().handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& d : dealers) items.push_back({d->socket().handle(), 0, ZMQ_POLLIN, 0});
   std::vector<double> latencies_us;
   latencies_us.reserve(agents * batches);
   auto t0 = Clock::now();
-  for (Sim& s : sims) {
-    while (s.next < batches && s.next < window) {
-      s.sent[s.next] = Clock::now();
-      s.dealer->Send(s.starts[s.next++]);
-    }
-  }
+  for (size_t a = 0; a < agents; ++a) sims[a].Begin([&](const Bytes& m) { dealers[a]->Send(m); });
   size_t finished = 0;
   while (finished < agents) {
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(30000));
     for (size_t a = 0; a < agents; ++a) {
       if ((items[a].revents & ZMQ_POLLIN) == 0) continue;
-      Sim& s = sims[a];
       for (;;) {
         std::vector<zmq::message_t> frames;
-        if (!zmq::recv_multipart(s.dealer->socket(), std::back_inserter(frames),
+        if (!zmq::recv_multipart(dealers[a]->socket(), std::back_inserter(frames),
                                  zmq::recv_flags::dontwait)) {
           break;
         }
         const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(frames.back().data());
-        if (r->status() != 0) {
-          std::fprintf(stderr, "master_bench: request failed: %s\n", r->message()->c_str());
-          std::exit(1);
-        }
-        const uint64_t id = r->request_id();
-        if (id % 2 == 0) {
-          s.dealer->Send(s.ends[id / 2]);
-          continue;
-        }
-        latencies_us.push_back(
-            std::chrono::duration<double, std::micro>(Clock::now() - s.sent[id / 2]).count());
-        if (++s.done == batches) ++finished;
-        if (s.next < batches) {
-          s.sent[s.next] = Clock::now();
-          s.dealer->Send(s.starts[s.next++]);
-        }
+        finished +=
+            sims[a].OnReply(*r, &latencies_us, [&](const Bytes& m) { dealers[a]->Send(m); });
       }
     }
   }
-  ManyAgentsResult out;
-  out.keys_per_s = static_cast<double>(agents * batches * batch) / Seconds(t0, Clock::now());
-  std::sort(latencies_us.begin(), latencies_us.end());
-  out.p99_us = latencies_us[latencies_us.size() * 99 / 100];
-  return out;
+  return ManyAgentsResultOf(agents * batches * kManyAgentsBatch, t0, std::move(latencies_us));
 }
 
 // ---- replication -----------------------------------------------------------------------------
@@ -741,6 +766,23 @@ class FramedWire {
     replies_.pop_front();
     return r;
   }
+  // For a caller that polls many: sends without taking replies in (they come out of OnReady),
+  // what to poll for, and what poll() said.
+  void SendOnly(const Bytes& m) {
+    conn_.Send(std::span(m.data(), m.size()));
+    if (!conn_.Flush().ok()) {
+      std::fprintf(stderr, "master_bench: the framed connection failed\n");
+      std::exit(1);
+    }
+  }
+  pollfd PollEntry() const { return {conn_.fd(), conn_.events(), 0}; }
+  void OnReady(short revents, const std::function<void(std::span<const uint8_t>)>& on_reply) {
+    const Status st = conn_.OnReady(revents, on_reply);
+    if (!st.ok()) {
+      std::fprintf(stderr, "master_bench: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
 
  private:
   void Pump(int timeout_ms) {
@@ -761,6 +803,45 @@ class FramedWire {
   FramedConnection conn_;
   std::deque<std::string> replies_;
 };
+
+// ManyAgents on the framed transport (the agents' default): one connection per simulated agent,
+// all polled by one thread.
+ManyAgentsResult ManyAgentsFramed(const std::string& endpoint, size_t agents, size_t total_keys) {
+  std::vector<std::unique_ptr<FramedWire>> wires;
+  std::vector<SimulatedAgent> sims(agents);
+  const size_t batches = total_keys / agents / kManyAgentsBatch;
+  for (size_t a = 0; a < agents; ++a) {
+    wires.push_back(std::make_unique<FramedWire>(endpoint));
+    const std::string name = "framed" + std::to_string(agents) + "-" + std::to_string(a);
+    sims[a].Plan(name, JoinThroughWire(*wires[a], name, uint64_t{1} << 36), batches);
+  }
+  std::vector<double> latencies_us;
+  latencies_us.reserve(agents * batches);
+  auto t0 = Clock::now();
+  for (size_t a = 0; a < agents; ++a) sims[a].Begin([&](const Bytes& m) { wires[a]->SendOnly(m); });
+  std::vector<pollfd> fds(agents);
+  size_t finished = 0;
+  while (finished < agents) {
+    for (size_t a = 0; a < agents; ++a) fds[a] = wires[a]->PollEntry();
+    if (::poll(fds.data(), fds.size(), 30000) == 0) {
+      std::fprintf(stderr, "master_bench: no reply from the master (framed)\n");
+      std::exit(1);
+    }
+    for (size_t a = 0; a < agents; ++a) {
+      if (fds[a].revents == 0) continue;
+      std::vector<std::string> replies;
+      wires[a]->OnReady(fds[a].revents, [&](std::span<const uint8_t> r) {
+        replies.emplace_back(reinterpret_cast<const char*>(r.data()), r.size());
+      });
+      for (const std::string& reply : replies) {
+        const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(reply.data());
+        finished +=
+            sims[a].OnReply(*r, &latencies_us, [&](const Bytes& m) { wires[a]->SendOnly(m); });
+      }
+    }
+  }
+  return ManyAgentsResultOf(agents * batches * kManyAgentsBatch, t0, std::move(latencies_us));
+}
 
 double CommitThroughZmq(const std::string& endpoint, const std::vector<std::string>& keys,
                         const std::vector<std::string>& sessions, size_t batch) {
@@ -1017,6 +1098,12 @@ int main(int argc, char** argv) {
       Bench(name, r.keys_per_s, "keys/s");
       Bench(name + ".p99", r.p99_us, "us");
       Bench(name + ".vs_one_agent", r.keys_per_s / one_agent_b16, "x");
+      // The same on the framed transport, the agents' default.
+      const ManyAgentsResult f = ManyAgentsFramed(server->framed_endpoint(), n, 256'000);
+      const std::string framed = "master.put.framed.agents" + std::to_string(n) + ".b16";
+      Bench(framed, f.keys_per_s, "keys/s");
+      Bench(framed + ".p99", f.p99_us, "us");
+      Bench(framed + ".vs_zmq", f.keys_per_s / r.keys_per_s, "x");
     }
   }
 
