@@ -68,6 +68,24 @@ TEST(AutoTransport, AnAgentMovesToTheFramedTransportAndBackOntoItAfterTheMasterR
   EXPECT_EQ(MasterStat(master.rpc(), "framed_accepted"), 1u);
 }
 
+// On the framed transport the ring service reads the replies to its own calls while it waits for
+// them (it spins up to --spin-us after its last work; 100 ms here, so that even a slow build's
+// round trip ends within it): the shipped binaries take that path, and every value round-trips.
+TEST(AutoTransport, OnTheFramedTransportTheRingServiceTakesTheRepliesToItsCalls) {
+  KvmasterProcess master;
+  ASSERT_TRUE(master.started());
+  AgentProcess agent(DefaultAgentArgs(master, {"--spin-us", "100000"}));
+  ASSERT_TRUE(agent.started());
+  auto c = Connect(agent);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(c->Stat(), "agent.master_link.framed") == 1; }));
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(RoundTrips(*c, "taken-" + std::to_string(i))) << i;
+  const Reply st = c->Stat();
+  EXPECT_GE(CounterOf(st, "agent.master_link.replies_taken_by_service"), 20u)
+      << "20 puts and 20 gets, each at least one master call";
+  EXPECT_EQ(CounterOf(st, "agent.master_link.link_downs"), 0u);
+}
+
 // kvmaster's ROUTER listens on every address, its framed transport on 127.0.0.1 only; the agent
 // reaches kvmaster at 127.0.0.2, where the framed port refuses connections (as a firewall or a
 // proxy that forwards one port would). Every op works, on ZMQ, and the agent says why once.
@@ -104,6 +122,8 @@ TEST(AutoTransport, AnAgentOfAMasterWithoutTheFramedTransportUsesZmq) {
   const Reply st = c->Stat();
   EXPECT_EQ(CounterOf(st, "agent.master_link.framed"), 0u);
   EXPECT_EQ(CounterOf(st, "agent.master_link.framed_fallbacks"), 0u);
+  EXPECT_EQ(CounterOf(st, "agent.master_link.replies_taken_by_service"), 0u)
+      << "on ZMQ the link thread owns the socket";
 }
 
 // --framed-listen auto with --listen ipc://: the framed transport is TCP only, so none.
