@@ -24,7 +24,10 @@
 //    deposed leader that wakes up can change nothing here; a reply saying the master does not
 //    serve (Reply.not_serving) takes the link down as a lost connection does.
 // Requests from the service thread reach the link thread through a queue and an eventfd; replies
-// go back through the PostFn given to Bind. Never hangs: every request has a deadline.
+// go back through the PostFn given to Bind. On the framed transport, while the link is ready, the
+// service thread instead writes its calls to the connection itself and, until it sleeps, reads
+// their replies itself (TakeReplies): no thread hand-off either way. Never hangs: every request
+// has a deadline.
 #pragma once
 
 #include <chrono>
