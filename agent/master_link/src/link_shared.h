@@ -76,9 +76,10 @@ class RemoteMaster::Shared {
   // ---- the framed transport: while the link is ready on a framed connection, the service
   // thread writes its calls to the connection itself and reads their replies itself
   // (RemoteMaster::TakeReplies), with no wake-up of the link thread either way. `direct_mu`
-  // guards every use of the connection by either thread and the three fields below; the link
-  // thread sets `direct` when it is ready, and clears it, taking what is left in direct_calls,
-  // before it drops the connection (so a direct call is always on the link's current connection).
+  // guards every use of the connection by either thread, and the fields below up to
+  // direct_failure; the link thread sets `direct` when it is ready, and clears it, taking what
+  // is left in direct_calls, before it drops the connection (so a direct call is always on the
+  // link's current connection).
   std::mutex direct_mu;
   FramedConnection* direct = nullptr;
   std::unordered_map<uint64_t, DirectCall> direct_calls;  // by request id
