@@ -400,6 +400,30 @@ struct Outcome {
   }
 };
 
+// `calls` BatchExist calls through `link`, `in_flight` at a time, each sent from the service
+// thread as an earlier one is answered (call i asks for key "key-i"). A reply is counted wrong
+// unless it is OK and `good` holds for it.
+struct CallChain {
+  int answered = 0;
+  int wrong = 0;
+  bool Run(
+      Link& l, int calls, int in_flight,
+      const std::function<bool(uint64_t id, const std::string& key, const mfb::Reply&)>& good) {
+    int sent = 0;
+    std::function<void()> send_one = [&] {
+      const uint64_t id = static_cast<uint64_t>(++sent);
+      const std::string key = "key-" + std::to_string(id);
+      l.link->Call(ExistRequest(id, key), [&, id, key](Result<std::span<const uint8_t>> r) {
+        ++answered;
+        if (!r.ok() || !good(id, key, *flatbuffers::GetRoot<mfb::Reply>(r->data()))) ++wrong;
+        if (sent < calls) send_one();
+      });
+    };
+    for (int i = 0; i < in_flight; ++i) send_one();
+    return l.service.RunUntil([&] { return answered == calls; });
+  }
+};
+
 // The tests below run on each transport the link speaks: a ZMQ DEALER, and the framed one
 // (MasterTransport::kFramed), where the service thread writes its calls itself.
 using MasterLinkTransports = kvagent::testing::MasterTransports;
@@ -448,25 +472,12 @@ TEST_P(MasterLinkTransports, ManyCallsInFlightAreEachAnsweredWithoutWaitingForAD
   Link l(master.endpoint(), 3000ms, 600000ms, TransportOf(framed()));
   ASSERT_TRUE(l.link->WaitReady(20s));
   constexpr int kCalls = 20000;
-  constexpr int kInFlight = 32;
-  int sent = 0;
-  int answered = 0;
-  int failed = 0;
-  std::function<void()> send_one = [&] {
-    const uint64_t id = static_cast<uint64_t>(++sent);
-    l.link->Call(ExistRequest(id, "k" + std::to_string(id)),
-                 [&, id](Result<std::span<const uint8_t>> r) {
-                   ++answered;
-                   if (!r.ok() || flatbuffers::GetRoot<mfb::Reply>(r->data())->request_id() != id) {
-                     ++failed;
-                   }
-                   if (sent < kCalls) send_one();
-                 });
-  };
-  for (int i = 0; i < kInFlight; ++i) send_one();
-  ASSERT_TRUE(l.service.RunUntil([&] { return answered == kCalls; }))
-      << answered << " of " << kCalls << " answered";
-  EXPECT_EQ(failed, 0);
+  CallChain chain;
+  ASSERT_TRUE(chain.Run(
+      l, kCalls, 32,
+      [](uint64_t id, const std::string&, const mfb::Reply& r) { return r.request_id() == id; }))
+      << chain.answered << " of " << kCalls << " answered";
+  EXPECT_EQ(chain.wrong, 0);
   EXPECT_EQ(Stat(*l.link, "timeouts"), 0u);
   EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
 }
@@ -729,31 +740,18 @@ TEST_P(MasterLinkTransports, ARepeatedLateReplyIsNeverTakenForAnotherCall) {
   });
   master.SetRepeatPrevious(true);
   constexpr int kCalls = 2000;
-  constexpr int kInFlight = 8;  // a repeat arrives while other calls wait for their answers
-  int sent = 0;
-  int answered = 0;
-  int wrong = 0;
-  std::function<void()> send_one = [&] {
-    const uint64_t id = static_cast<uint64_t>(++sent);
-    const std::string key = "key-" + std::to_string(id);
-    l.link->Call(ExistRequest(id, key), [&, key](Result<std::span<const uint8_t>> r) {
-      ++answered;
-      const mfb::Reply* reply = r.ok() ? flatbuffers::GetRoot<mfb::Reply>(r->data()) : nullptr;
-      if (reply == nullptr || reply->message() == nullptr || reply->message()->str() != key) {
-        ++wrong;
-      }
-      if (sent < kCalls) send_one();
-    });
-  };
-  for (int i = 0; i < kInFlight; ++i) send_one();
-  ASSERT_TRUE(l.service.RunUntil([&] { return answered == kCalls; }))
-      << answered << " of " << kCalls << " answered";
+  CallChain chain;  // 8 in flight: a repeat arrives while other calls wait for their answers
+  ASSERT_TRUE(chain.Run(l, kCalls, 8,
+                        [](uint64_t, const std::string& key, const mfb::Reply& r) {
+                          return r.message() != nullptr && r.message()->str() == key;
+                        }))
+      << chain.answered << " of " << kCalls << " answered";
   // Let the last repeat arrive and be dropped too before the counts are read.
   Outcome last;
   l.link->Call(ExistRequest(kCalls + 1, "key-last"), last.Fn());
   ASSERT_TRUE(l.service.RunUntil([&] { return last.done; }));
-  EXPECT_EQ(answered, kCalls) << "no call answered twice";
-  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(chain.answered, kCalls) << "no call answered twice";
+  EXPECT_EQ(chain.wrong, 0);
   EXPECT_EQ(Stat(*l.link, "link_downs"), 0u);
 }
 

@@ -29,6 +29,11 @@ inline constexpr uint64_t kBlockingIds = uint64_t{1} << 62;
 // this much at most.
 inline constexpr size_t kMaxFramedQueueBytes = size_t{256} << 20;
 
+// A caller's request id that is 0, already in flight or in a range the link keeps for itself.
+inline Status ReusedOrReservedId(uint64_t id) {
+  return Internal("master request id " + std::to_string(id) + " is reused or reserved");
+}
+
 // A request on its way to the link thread.
 struct Outgoing {
   flatbuffers::DetachedBuffer request;

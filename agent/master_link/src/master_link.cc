@@ -490,8 +490,7 @@ class Link {
       }
       const uint64_t id = flatbuffers::GetRoot<mfb::Request>(o.request.data())->request_id();
       if (calls_.count(id) != 0 || id == 0 || id >= kOwnIds) {
-        Fail(o.done, o.on_link_thread,
-             Internal("master request id " + std::to_string(id) + " is reused or reserved"));
+        Fail(o.done, o.on_link_thread, ReusedOrReservedId(id));
         continue;
       }
       if (!Send(o.request.data(), o.request.size())) {

@@ -283,7 +283,7 @@ bool RemoteMaster::CallDirect(flatbuffers::DetachedBuffer& request, agent::Maste
     }
   }
   if (reused) {
-    done(Internal("master request id " + std::to_string(id) + " is reused or reserved"));
+    done(ReusedOrReservedId(id));
   }
   return true;
 }
