@@ -528,6 +528,7 @@ Status MetadataStore::Open() {
     next_agent_id_ = std::max(next_agent_id_, 1 + rd() % (1u << 30));
     next_pool_id_ = std::max(next_pool_id_, 1 + rd() % (1u << 30));
   }
+  ReserveEvents(1 + objects_.size());  // at once (see DropAgent)
   events_.emplace_back(events::AllBlocksCleared{});
   ++counters_.events_emitted;
   objects_.ForEach([&](const ObjectEntry& entry) { EmitStored(entry); });

@@ -312,7 +312,9 @@ Result<uint64_t> MetadataStore::ClearAll(bool force) {
     events_.emplace_back(events::AllBlocksCleared{});
     ++counters_.events_emitted;
   }
-  // Whatever is still readable (leased, not forced) must be in the index again.
+  // Whatever is still readable (leased, not forced) must be in the index again (room for an
+  // event per object left, at most, reserved at once: see DropAgent).
+  ReserveEvents(objects_.size());
   objects_.ForEach([&](const ObjectEntry& entry) {
     if (entry.second.readable) EmitStored(entry);
   });
