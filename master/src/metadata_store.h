@@ -267,9 +267,10 @@ class MetadataStore {
   static bool IsReservedKey(std::string_view key) {
     return !key.empty() && static_cast<uint8_t>(key[0]) == 0xFF;
   }
-  // Places a reserved write of `size` bytes for `writer` without evicting anything; returns its
-  // write id, or 0 when it does not fit.
-  uint64_t Reserve(AgentId writer, uint64_t size, uint8_t replica_count);
+  // Places a reserved write of `size` bytes for `writer`, started at `now_ms`, without evicting
+  // anything; returns its entry (the write id in its pending write), or nullptr when it does
+  // not fit.
+  const ObjectEntry* Reserve(AgentId writer, uint64_t size, uint8_t replica_count, int64_t now_ms);
   // Binds reserved write `r` to entry `e` (fresh, or a write of another agent past the put
   // timeout, which is taken over: its replicas are fenced) for a value of `size` bytes, at most
   // r's: its parts are filled in order (ReservedLayout) and the space past the value goes back
@@ -418,6 +419,7 @@ class MetadataStore {
   ReplicationLog replication_{options_.replication_log_bytes};
   std::string record_;  // scratch for one log record
   std::vector<Replica> scratch_replicas_;
+  std::vector<Placement> scratch_placements_;  // Reserve's
   // While compacting: where records go instead of the live log.
   const std::function<void(std::string_view)>* snapshot_sink_ = nullptr;
   bool restoring_ = false;

@@ -152,15 +152,17 @@ std::string MetadataStore::ReservedKey(uint64_t write_id) {
   return key;
 }
 
-uint64_t MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_count) {
+const ObjectEntry* MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_count,
+                                          int64_t now_ms) {
   Agent* a = FindAgent(writer);
-  if (a == nullptr) return 0;
-  std::vector<Placement> replicas;
-  if (!TryAllocate(writer, size, replica_count, &replicas)) return 0;
+  if (a == nullptr) return nullptr;
+  std::vector<Placement>& replicas = scratch_placements_;
+  replicas.clear();
+  if (!TryAllocate(writer, size, replica_count, &replicas)) return nullptr;
   auto w = std::make_unique<PendingWrite>();
   w->writer = writer;
   w->write_id = NewWriteId();
-  w->started_ms = now();
+  w->started_ms = now_ms;
   w->options.replica_count = replica_count;
   const uint64_t id = w->write_id;
   auto [e, fresh] = objects_.FindOrInsert(ReservedKey(id));
@@ -169,7 +171,7 @@ uint64_t MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_c
   ++a->reserved_writes;
   for (const Placement& p : replicas) a->reserved_bytes += PoolAllocator::Rounded(p.length);
   ++counters_.writes_reserved;
-  return id;
+  return e;
 }
 
 void MetadataStore::Unreserve(const ObjectEntry& r) {
