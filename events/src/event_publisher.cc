@@ -12,6 +12,10 @@
 // (and, on a shared core, preempting the request path) once per operation. The first event
 // after a quiet period still goes out at once. Flush and the destructor cut the window short.
 //
+// Encoding. Publish hands the events themselves over and this thread encodes them;
+// EncodeAndPublish encodes on the caller's thread and hands over the bytes (EncodedRun), whose
+// buffers come back to the producers once sent. Both make the same batches.
+//
 // Overflow. At most queue_capacity items (events or encoded payloads) wait in `incoming_`.
 // What does not fit is dropped and counted, and a drop marker takes its place in the queue:
 // when the thread reaches the marker it closes the batch it was building and skips one seq,
@@ -113,7 +117,13 @@ struct DropMarker {};  // one skipped seq
 // A producer's events, handed over as one item: moving each event into the queue on its own
 // cost the master's loop a tenth of its time.
 using EventRun = std::vector<KvEvent>;
-using QueuedItem = std::variant<KvEvent, EventRun, EncodedPayload, DropMarker>;
+// Events a producer encoded itself (EncodeAndPublish): EncodeEvent's bytes back to back, `ends`
+// the end offset of each event.
+struct EncodedRun {
+  std::string bytes;
+  std::vector<uint32_t> ends;
+};
+using QueuedItem = std::variant<KvEvent, EventRun, EncodedRun, EncodedPayload, DropMarker>;
 
 // The PUB side: plain (ipc://, inproc://, and tcp:// without CURVE) and CURVE (tcp:// with
 // it). A batch goes to every socket that has an endpoint.
@@ -183,6 +193,41 @@ class EventPublisher::Thread {
         ++submitted_;  // one item (completed_ counts items)
       }
       if (taken < offered) RecordDropLocked(offered - taken);
+    }
+    if (wake) wake_.Notify();
+  }
+
+  void EncodeAndEnqueue(std::span<const KvEvent> events) {
+    if (events.empty()) return;
+    EncodedRun run;  // into buffers the thread gave back: no allocation per call once warm
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!spare_runs_.empty()) {
+        run = std::move(spare_runs_.back());
+        spare_runs_.pop_back();
+      }
+    }
+    run.ends.reserve(events.size());
+    for (const KvEvent& e : events) {
+      EncodeEvent(e, &run.bytes);
+      run.ends.push_back(static_cast<uint32_t>(run.bytes.size()));
+    }
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wake = std::exchange(sleeping_, false);
+      const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
+      const size_t taken = std::min(room, events.size());
+      if (taken > 0) {
+        if (taken < events.size()) {  // what does not fit is dropped (and counted below)
+          run.bytes.resize(run.ends[taken - 1]);
+          run.ends.resize(taken);
+        }
+        incoming_.emplace_back(std::move(run));
+        queued_ += taken;
+        ++submitted_;  // one item (completed_ counts items)
+      }
+      if (taken < events.size()) RecordDropLocked(events.size() - taken);
     }
     if (wake) wake_.Notify();
   }
@@ -359,6 +404,16 @@ class EventPublisher::Thread {
       {
         std::lock_guard<std::mutex> lock(mu_);
         completed_ += work.size();
+        for (QueuedItem& item : work) {  // EncodedRun buffers go back to the producers
+          auto* run = std::get_if<EncodedRun>(&item);
+          if (run == nullptr || spare_runs_.size() >= kSpareRuns ||
+              run->bytes.capacity() > kMaxSpareRunBytes) {
+            continue;  // freed with `work`: a mass removal's run is not kept for ever
+          }
+          run->bytes.clear();
+          run->ends.clear();
+          spare_runs_.push_back(std::move(*run));
+        }
       }
       work.clear();
       flushed_.notify_all();
@@ -379,6 +434,12 @@ class EventPublisher::Thread {
         Add(pub, *event, retain);
       } else if (auto* run = std::get_if<EventRun>(&item)) {
         for (const KvEvent& e : *run) Add(pub, e, retain);
+      } else if (auto* encoded_run = std::get_if<EncodedRun>(&item)) {
+        uint32_t start = 0;
+        for (const uint32_t end : encoded_run->ends) {
+          AddEncoded(pub, std::string_view(encoded_run->bytes).substr(start, end - start), retain);
+          start = end;
+        }
       } else if (auto* encoded = std::get_if<EncodedPayload>(&item)) {
         SendBuilt(pub, retain);
         payload_.swap(encoded->payload);
@@ -400,6 +461,19 @@ class EventPublisher::Thread {
       SendBuilt(pub, retain);
       builder_.Add(event);
     }
+    SendIfFull(pub, retain);
+  }
+  // The same for one event EncodeEvent encoded.
+  void AddEncoded(PubSockets& pub, std::string_view event, bool retain) {
+    builder_.AddEncoded(event);
+    if (builder_.event_count() > 1 && builder_.payload_bound() > options_.max_batch_bytes) {
+      builder_.RemoveLast();
+      SendBuilt(pub, retain);
+      builder_.AddEncoded(event);
+    }
+    SendIfFull(pub, retain);
+  }
+  void SendIfFull(PubSockets& pub, bool retain) {
     if (builder_.event_count() >= options_.max_batch_events ||
         builder_.payload_bound() >= options_.max_batch_bytes) {
       SendBuilt(pub, retain);
@@ -463,6 +537,10 @@ class EventPublisher::Thread {
   bool stopping_ = false;
   bool exited_ = false;    // the thread has left its loop
   bool sleeping_ = false;  // the thread waits for the eventfd: the next producer writes it
+  // Emptied EncodedRun buffers the thread gives back for the producers' next calls.
+  static constexpr size_t kSpareRuns = 8;
+  static constexpr size_t kMaxSpareRunBytes = size_t{1} << 20;
+  std::vector<EncodedRun> spare_runs_;
 
   // Owned by the thread; the atomics are read by stats().
   EventBatchBuilder builder_;
@@ -492,6 +570,9 @@ EventPublisher::~EventPublisher() = default;
 
 void EventPublisher::Publish(std::vector<KvEvent> events) { thread_->Enqueue(std::move(events)); }
 void EventPublisher::Publish(KvEvent event) { thread_->Enqueue(std::move(event)); }
+void EventPublisher::EncodeAndPublish(std::span<const KvEvent> events) {
+  thread_->EncodeAndEnqueue(events);
+}
 void EventPublisher::PublishEncoded(std::string payload) {
   thread_->Enqueue(EncodedPayload{std::move(payload)});
 }

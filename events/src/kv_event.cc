@@ -230,6 +230,13 @@ void EventBatchBuilder::Add(const KvEvent& event) {
   can_remove_last_ = true;
 }
 
+void EventBatchBuilder::AddEncoded(std::string_view encoded_event) {
+  last_start_ = events_.size();
+  events_.append(encoded_event);
+  ++count_;
+  can_remove_last_ = true;
+}
+
 void EventBatchBuilder::RemoveLast() {
   if (!can_remove_last_) return;
   events_.resize(last_start_);

@@ -131,9 +131,14 @@ class MasterServer::Loop {
 
   bool serving() const { return !may_serve_ || may_serve_(); }
 
+  // Encoded here (EncodeAndPublish) and freed here; the vector is the service's again for the
+  // next ones. So none of this thread's memory is freed by the publisher's thread, and no
+  // vector is allocated per pass.
   void PublishEvents() {
-    std::vector<events::KvEvent> ev = service_->TakeEvents();
-    if (!ev.empty()) publisher_->Publish(std::move(ev));
+    service_->TakeEvents(&taken_events_);
+    if (taken_events_.empty()) return;
+    publisher_->EncodeAndPublish(taken_events_);
+    taken_events_.clear();
   }
 
   void Reply(const Peer& peer, std::span<const uint8_t> reply) {
@@ -361,6 +366,7 @@ class MasterServer::Loop {
 
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<events::EventPublisher> publisher_;
+  std::vector<events::KvEvent> taken_events_;  // PublishEvents'; its buffer goes back and forth
   MasterRpc rpc_;
   zmq::context_t context_;
   std::unique_ptr<ZapHandler> zap_;  // before the context goes: checks the ROUTER's clients

@@ -131,15 +131,30 @@ TEST(EventPublisher, MalformedReplayRequestsAreIgnoredAndServingGoesOn) {
   EXPECT_EQ(publisher->stats().replay_requests, 1u);
 }
 
-TEST(EventPublisher, QueueOverflowDropsAndSkipsOneSeq) {
+// Events handed over as they are (Publish) or encoded by the caller (EncodeAndPublish): every
+// test of batching and overflow below runs both ways.
+class EventPublisherHandOff : public ::testing::TestWithParam<bool> {
+ protected:
+  static void Hand(EventPublisher& publisher, std::vector<KvEvent> events) {
+    if (GetParam()) {
+      publisher.EncodeAndPublish(events);
+    } else {
+      publisher.Publish(std::move(events));
+    }
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Both, EventPublisherHandOff, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Encoded" : "Events"; });
+
+TEST_P(EventPublisherHandOff, QueueOverflowDropsAndSkipsOneSeq) {
   EventPublisherOptions o = TcpOptions();
   o.queue_capacity = 4;
   auto publisher = StartPublisher(o);
   ASSERT_TRUE(publisher);
   std::vector<KvEvent> burst;
   for (uint64_t i = 0; i < 10; ++i) burst.push_back(testing::StoredEvent(i));
-  publisher->Publish(std::move(burst));  // 4 fit, 6 are dropped
-  publisher->Flush();                    // the queue is empty again
+  Hand(*publisher, std::move(burst));  // 4 fit, 6 are dropped
+  publisher->Flush();                  // the queue is empty again
   publisher->Publish(testing::StoredEvent(99));
   publisher->Flush();
   const EventPublisherStats s = publisher->stats();
@@ -155,14 +170,14 @@ TEST(EventPublisher, QueueOverflowDropsAndSkipsOneSeq) {
   EXPECT_TRUE(testing::IsEndMarker(replies[2]));
 }
 
-TEST(EventPublisher, BatchesHoldAtMostMaxBatchEventsAndKeepOrder) {
+TEST_P(EventPublisherHandOff, BatchesHoldAtMostMaxBatchEventsAndKeepOrder) {
   EventPublisherOptions o = TcpOptions();
   o.max_batch_events = 3;
   auto publisher = StartPublisher(o);
   ASSERT_TRUE(publisher);
   std::vector<KvEvent> events;
   for (uint64_t i = 0; i < 10; ++i) events.push_back(testing::StoredEvent(i));
-  publisher->Publish(std::move(events));
+  Hand(*publisher, std::move(events));
   publisher->Flush();
   auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
   ASSERT_EQ(replies.size(), 5u);  // 3 + 3 + 3 + 1, then the end marker
@@ -178,7 +193,7 @@ TEST(EventPublisher, BatchesHoldAtMostMaxBatchEventsAndKeepOrder) {
   }
 }
 
-TEST(EventPublisher, BatchesStayUnderMaxBatchBytesUnlessOneEventIsLarger) {
+TEST_P(EventPublisherHandOff, BatchesStayUnderMaxBatchBytesUnlessOneEventIsLarger) {
   EventPublisherOptions o = TcpOptions();
   o.max_batch_bytes = 1200;
   auto publisher = StartPublisher(o);
@@ -186,7 +201,7 @@ TEST(EventPublisher, BatchesStayUnderMaxBatchBytesUnlessOneEventIsLarger) {
   std::vector<KvEvent> events;
   for (uint64_t i = 0; i < 20; ++i) events.push_back(testing::StoredEvent(i, 100));  // ~250 B
   events.push_back(testing::StoredEvent(20, 2000));                                  // > limit
-  publisher->Publish(std::move(events));
+  Hand(*publisher, std::move(events));
   publisher->Flush();
   auto replies = testing::RequestReplayFrom(publisher->replay_endpoint(), 0);
   ASSERT_GE(replies.size(), 6u);
@@ -201,6 +216,47 @@ TEST(EventPublisher, BatchesStayUnderMaxBatchBytesUnlessOneEventIsLarger) {
   }
   EXPECT_EQ(events_seen, 21u);
   EXPECT_GT(replies[replies.size() - 2][3].size(), 1200u) << "the big event goes alone";
+}
+
+// The caller's encoding gives exactly the events Publish gives, in the same batches, and the
+// caller's events are left as they were; reused buffers (many calls) change nothing.
+TEST(EventPublisher, EncodeAndPublishMakesTheSameBatchesAsPublish) {
+  EventPublisherOptions o = TcpOptions();
+  o.max_batch_events = 7;
+  auto by_events = StartPublisher(o);
+  auto by_bytes = StartPublisher(o);
+  ASSERT_TRUE(by_events && by_bytes);
+  for (uint64_t call = 0; call < 40; ++call) {
+    std::vector<KvEvent> events;
+    for (uint64_t i = 0; i < call % 11 + 1; ++i) {
+      events.push_back(testing::StoredEvent(call * 100 + i, 10 + (call * i) % 300));
+    }
+    if (call % 5 == 4) {
+      BlockRemoved removed;
+      removed.block_hashes = {BlockHash::Unsigned(call)};
+      removed.object_key = "key-" + std::to_string(call);
+      events.push_back(std::move(removed));
+    }
+    const std::vector<KvEvent> kept = events;
+    by_bytes->EncodeAndPublish(events);
+    EXPECT_EQ(events, kept);
+    by_events->Publish(std::move(events));
+    by_events->Flush();  // each call its own batches, on both sides
+    by_bytes->Flush();
+  }
+  auto a = testing::RequestReplayFrom(by_events->replay_endpoint(), 0);
+  auto b = testing::RequestReplayFrom(by_bytes->replay_endpoint(), 0);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 40u);
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    EXPECT_EQ(a[i][2], b[i][2]) << "seq of batch " << i;
+    auto from_events = DecodeEventBatch(a[i][3]);
+    auto from_bytes = DecodeEventBatch(b[i][3]);
+    ASSERT_TRUE(from_events.ok() && from_bytes.ok()) << i;
+    EXPECT_EQ(from_events->events, from_bytes->events) << "batch " << i;
+    EXPECT_EQ(from_events->dp_rank, from_bytes->dp_rank);
+  }
+  EXPECT_EQ(by_events->stats().published_events, by_bytes->stats().published_events);
 }
 
 TEST(EventPublisher, PublishEncodedGoesOutUnchangedAsItsOwnBatch) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,12 @@ class EventPublisher {
   // Precondition: text is valid UTF-8 (the write boundary validated it).
   void Publish(std::vector<KvEvent> events);
   void Publish(KvEvent event);
+  // The same for events the caller keeps: they are encoded on the caller's thread and only
+  // their bytes are queued (the same batches and bytes as Publish). A producer that reuses its
+  // vector then allocates and frees its events' memory on its own thread only: kvmaster's loop,
+  // whose events the publisher thread freed (three blocks per stored key, on the one malloc
+  // arena), commits about a tenth more keys a second this way on two vCPUs.
+  void EncodeAndPublish(std::span<const KvEvent> events);
 
   // Thread-safe and non-blocking. Publishes an already encoded payload, unchanged, as one batch
   // with the next seq (the agent's relay republishes the master's batches this way). It is not

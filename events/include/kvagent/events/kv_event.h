@@ -80,6 +80,8 @@ class EventBatchBuilder {
  public:
   // Encodes `event` at the end of the batch under construction.
   void Add(const KvEvent& event);
+  // Appends one event EncodeEvent encoded (exactly one event's bytes, unchanged).
+  void AddEncoded(std::string_view encoded_event);
   // Takes back the event added by the last Add (at most once per Add): lets a caller that finds
   // the batch too large close it without that event.
   void RemoveLast();
