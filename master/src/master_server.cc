@@ -37,6 +37,8 @@ constexpr size_t kMaxParked = 1024;
 constexpr size_t kMaxFollowers = 256;
 constexpr size_t kMaxHeld = 65536;
 constexpr int64_t kMaxHoldMs = 30000;
+// Events whose room PublishEvents keeps between passes (at 272 bytes each, 17 MiB).
+constexpr size_t kKeptEventCapacity = 65536;
 
 }  // namespace
 
@@ -139,6 +141,8 @@ class MasterServer::Loop {
     if (taken_events_.empty()) return;
     publisher_->EncodeAndPublish(taken_events_);
     taken_events_.clear();
+    // A mass removal (an agent's drop) may have grown it to hundreds of megabytes: not kept.
+    if (taken_events_.capacity() > kKeptEventCapacity) taken_events_ = {};
   }
 
   void Reply(const Peer& peer, std::span<const uint8_t> reply) {
