@@ -121,7 +121,7 @@ using EventRun = std::vector<KvEvent>;
 // the end offset of each event.
 struct EncodedRun {
   std::string bytes;
-  std::vector<uint32_t> ends;
+  std::vector<size_t> ends;
 };
 using QueuedItem = std::variant<KvEvent, EventRun, EncodedRun, EncodedPayload, DropMarker>;
 
@@ -207,19 +207,23 @@ class EventPublisher::Thread {
         spare_runs_.pop_back();
       }
     }
-    run.ends.reserve(events.size());
-    for (const KvEvent& e : events) {
+    // No more than the queue can ever hold: the rest would be dropped unread.
+    const size_t offered = events.size();
+    const std::span<const KvEvent> encoded =
+        events.first(std::min(offered, options_.queue_capacity));
+    run.ends.reserve(encoded.size());
+    for (const KvEvent& e : encoded) {
       EncodeEvent(e, &run.bytes);
-      run.ends.push_back(static_cast<uint32_t>(run.bytes.size()));
+      run.ends.push_back(run.bytes.size());
     }
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       wake = std::exchange(sleeping_, false);
       const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
-      const size_t taken = std::min(room, events.size());
+      const size_t taken = std::min(room, encoded.size());
       if (taken > 0) {
-        if (taken < events.size()) {  // what does not fit is dropped (and counted below)
+        if (taken < encoded.size()) {  // what does not fit is dropped (and counted below)
           run.bytes.resize(run.ends[taken - 1]);
           run.ends.resize(taken);
         }
@@ -227,7 +231,7 @@ class EventPublisher::Thread {
         queued_ += taken;
         ++submitted_;  // one item (completed_ counts items)
       }
-      if (taken < events.size()) RecordDropLocked(events.size() - taken);
+      if (taken < offered) RecordDropLocked(offered - taken);
     }
     if (wake) wake_.Notify();
   }
@@ -435,8 +439,8 @@ class EventPublisher::Thread {
       } else if (auto* run = std::get_if<EventRun>(&item)) {
         for (const KvEvent& e : *run) Add(pub, e, retain);
       } else if (auto* encoded_run = std::get_if<EncodedRun>(&item)) {
-        uint32_t start = 0;
-        for (const uint32_t end : encoded_run->ends) {
+        size_t start = 0;
+        for (const size_t end : encoded_run->ends) {
           AddEncoded(pub, std::string_view(encoded_run->bytes).substr(start, end - start), retain);
           start = end;
         }
