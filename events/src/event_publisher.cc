@@ -179,22 +179,9 @@ class EventPublisher::Thread {
 
   void Enqueue(std::vector<KvEvent>&& events) {
     if (events.empty()) return;
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      wake = std::exchange(sleeping_, false);
-      const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
-      const size_t taken = std::min(room, events.size());
-      const size_t offered = events.size();
-      if (taken > 0) {
-        events.resize(taken);  // what does not fit is dropped (and counted below)
-        incoming_.emplace_back(std::move(events));
-        queued_ += taken;
-        ++submitted_;  // one item (completed_ counts items)
-      }
-      if (taken < offered) RecordDropLocked(offered - taken);
-    }
-    if (wake) wake_.Notify();
+    const size_t offered = events.size();
+    EnqueueRun(std::move(events), offered, offered,
+               [](std::vector<KvEvent>& run, size_t taken) { run.resize(taken); });
   }
 
   void EncodeAndEnqueue(std::span<const KvEvent> events) {
@@ -216,24 +203,10 @@ class EventPublisher::Thread {
       EncodeEvent(e, &run.bytes);
       run.ends.push_back(run.bytes.size());
     }
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      wake = std::exchange(sleeping_, false);
-      const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
-      const size_t taken = std::min(room, encoded.size());
-      if (taken > 0) {
-        if (taken < encoded.size()) {  // what does not fit is dropped (and counted below)
-          run.bytes.resize(run.ends[taken - 1]);
-          run.ends.resize(taken);
-        }
-        incoming_.emplace_back(std::move(run));
-        queued_ += taken;
-        ++submitted_;  // one item (completed_ counts items)
-      }
-      if (taken < offered) RecordDropLocked(offered - taken);
-    }
-    if (wake) wake_.Notify();
+    EnqueueRun(std::move(run), encoded.size(), offered, [](EncodedRun& r, size_t taken) {
+      r.bytes.resize(r.ends[taken - 1]);
+      r.ends.resize(taken);
+    });
   }
 
   void Enqueue(KvEvent&& event) { EnqueueOne(QueuedItem(std::move(event))); }
@@ -276,6 +249,28 @@ class EventPublisher::Thread {
         ++queued_;
         ++submitted_;
       }
+    }
+    if (wake) wake_.Notify();
+  }
+
+  // Queues what fits of a run of `count` events, one item, as far as the queue has room: `trim`
+  // cuts the run to its first `taken` events when not all fit. Of the `offered` events the
+  // producer gave (`count` and any it did not make into the run), the rest are counted as dropped.
+  template <typename Run, typename Trim>
+  void EnqueueRun(Run&& run, size_t count, size_t offered, Trim&& trim) {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wake = std::exchange(sleeping_, false);
+      const size_t room = options_.queue_capacity - std::min(queued_, options_.queue_capacity);
+      const size_t taken = std::min(room, count);
+      if (taken > 0) {
+        if (taken < count) trim(run, taken);
+        incoming_.emplace_back(std::forward<Run>(run));
+        queued_ += taken;
+        ++submitted_;  // one item (completed_ counts items)
+      }
+      if (taken < offered) RecordDropLocked(offered - taken);
     }
     if (wake) wake_.Notify();
   }
