@@ -59,7 +59,7 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
         agent->reserved_bytes + need > share || used + need > below_watermark) {
       break;
     }
-    const ObjectEntry* r = store_->Reserve(req.agent, req.size, req.replica_count, now);
+    const ObjectEntry* r = store_->Reserve(*agent, req.size, req.replica_count, now);
     if (r == nullptr) break;
     used += need;
     out->first.push_back(static_cast<uint32_t>(out->placements.size()));

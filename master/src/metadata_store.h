@@ -267,10 +267,10 @@ class MetadataStore {
   static bool IsReservedKey(std::string_view key) {
     return !key.empty() && static_cast<uint8_t>(key[0]) == 0xFF;
   }
-  // Places a reserved write of `size` bytes for `writer`, started at `now_ms`, without evicting
-  // anything; returns its entry (the write id in its pending write), or nullptr when it does
-  // not fit.
-  const ObjectEntry* Reserve(AgentId writer, uint64_t size, uint8_t replica_count, int64_t now_ms);
+  // Places a reserved write of `size` bytes for `writer` (a registered agent, as FindAgent gives
+  // it), started at `now_ms`, without evicting anything; returns its entry (the write id in its
+  // pending write), or nullptr when it does not fit.
+  const ObjectEntry* Reserve(Agent& writer, uint64_t size, uint8_t replica_count, int64_t now_ms);
   // Binds reserved write `r` to entry `e` (fresh, or a write of another agent past the put
   // timeout, which is taken over: its replicas are fenced) for a value of `size` bytes, at most
   // r's: its parts are filled in order (ReservedLayout) and the space past the value goes back

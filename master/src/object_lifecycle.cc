@@ -152,15 +152,13 @@ std::string MetadataStore::ReservedKey(uint64_t write_id) {
   return key;
 }
 
-const ObjectEntry* MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t replica_count,
+const ObjectEntry* MetadataStore::Reserve(Agent& writer, uint64_t size, uint8_t replica_count,
                                           int64_t now_ms) {
-  Agent* a = FindAgent(writer);
-  if (a == nullptr) return nullptr;
   std::vector<Placement>& replicas = scratch_placements_;
   replicas.clear();
-  if (!TryAllocate(writer, size, replica_count, &replicas)) return nullptr;
+  if (!TryAllocate(writer.id, size, replica_count, &replicas)) return nullptr;
   auto w = std::make_unique<PendingWrite>();
-  w->writer = writer;
+  w->writer = writer.id;
   w->write_id = NewWriteId();
   w->started_ms = now_ms;
   w->options.replica_count = replica_count;
@@ -168,8 +166,8 @@ const ObjectEntry* MetadataStore::Reserve(AgentId writer, uint64_t size, uint8_t
   auto [e, fresh] = objects_.FindOrInsert(ReservedKey(id));
   assert(fresh);
   CreateWrite(e, size, &replicas, std::move(w));
-  ++a->reserved_writes;
-  for (const Placement& p : replicas) a->reserved_bytes += PoolAllocator::Rounded(p.length);
+  ++writer.reserved_writes;
+  for (const Placement& p : replicas) writer.reserved_bytes += PoolAllocator::Rounded(p.length);
   ++counters_.writes_reserved;
   return e;
 }
