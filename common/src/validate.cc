@@ -157,6 +157,19 @@ Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_s
   if (hash_count == 0) {
     return InvalidParams(std::string(what) + ": block metadata needs at least one block hash");
   }
+  if (hash_count > kMaxBlockHashes) {
+    return InvalidParams(std::string(what) + ": " + std::to_string(hash_count) +
+                         " block hashes; one key carries at most " +
+                         std::to_string(kMaxBlockHashes));
+  }
+  if (token_count > kMaxBlockTokens) {
+    return InvalidParams(std::string(what) + ": " + std::to_string(token_count) +
+                         " token IDs; one key carries at most " + std::to_string(kMaxBlockTokens));
+  }
+  if (lora_name.size() > kMaxLoraNameBytes) {
+    return InvalidParams(std::string(what) + ".lora_name: " + std::to_string(lora_name.size()) +
+                         " bytes; the limit is " + std::to_string(kMaxLoraNameBytes));
+  }
   if (token_count != 0 && token_count != static_cast<size_t>(block_size) * hash_count) {
     return InvalidParams(std::string(what) + ": " + std::to_string(token_count) +
                          " token IDs for " + std::to_string(hash_count) +

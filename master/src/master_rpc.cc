@@ -191,6 +191,7 @@ std::span<const uint8_t> MasterRpc::Aligned(std::span<const uint8_t> request) {
 
 std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
   scratch_->builder.Clear();
+  last_ = LastRequest{};  // a request that fails verification is none of the kinds last() names
   request = Aligned(request);
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
   if (request.empty() || !fb::VerifyRequestBuffer(verifier)) {

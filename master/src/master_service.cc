@@ -362,8 +362,36 @@ Status KeyStart::TakeOverOrRefuse(ObjectEntry* e, bool upsert) {
 
 }  // namespace
 
+uint64_t MasterService::MostReplicas(uint64_t size, uint8_t replica_count) const {
+  const uint64_t part = store_->part_bytes();
+  return (size / part + (size % part != 0)) * std::max<uint64_t>(1, replica_count);
+}
+
+Status MasterService::CheckReplyRoom(size_t placed, uint64_t more, std::string_view key) {
+  if (placed + more <= kMaxReplyPlacements) return Status::Ok();
+  return InvalidParams("key '" + std::string(key) + "' does not fit this reply: it names " +
+                       std::to_string(placed) + " replicas already, and " + std::to_string(more) +
+                       " more would pass the " + std::to_string(kMaxReplyPlacements) +
+                       " one reply may name; send the key in another call");
+}
+
+Status MasterService::CheckReplicaTotal(uint64_t size, uint8_t replica_count, std::string_view key,
+                                        size_t placed) const {
+  const uint64_t replicas = MostReplicas(size, replica_count);
+  if (replicas > kMaxReplicasPerValue) {
+    return InvalidParams("key '" + std::string(key) + "' of " + std::to_string(size) +
+                         " bytes would have " + std::to_string(replicas) +
+                         " replicas (its parts, at most the smallest pool's size each, times the "
+                         "replica count); one value has at most " +
+                         std::to_string(kMaxReplicasPerValue) + ": store it in smaller pieces");
+  }
+  return CheckReplyRoom(placed, replicas, key);
+}
+
 Status MasterService::StartOne(const WriteStartRequest& req, size_t i, bool upsert,
                                PlacementBatch* out) {
+  KVAGENT_RETURN_IF_ERROR(CheckReplicaTotal(req.sizes[i], req.options.replica_count, req.keys[i],
+                                            out->placements.size()));
   KeyStart start(*store_, options_, req, i, clock_->NowMs(), &scratch_replicas_, out);
   // One hash lookup: a new key gets its (still empty) entry right away.
   auto [e, fresh] = store_->FindOrInsert(req.keys[i]);
@@ -449,18 +477,17 @@ Status MasterService::FinishOne(const WriteEndRequest& req, size_t i, bool commi
                          " part(s) but the End carries " + std::to_string(checksums.size()) +
                          " checksum(s)");
   }
-  // Every part must keep a written replica.
+  // Every part must keep a written replica. One pass over the replicas (each part has one at
+  // least, so `parts` is at most replica_total).
+  std::vector<uint32_t>& kept_of = scratch_kept_;
+  kept_of.assign(parts, 0);
+  for (uint32_t r = 0; r < o.replica_total; ++r) {
+    const Replica& rep = o.replica(r);
+    if (rep.part < parts && !NamesReplica(failed, rep.part, rep.pool_id)) ++kept_of[rep.part];
+  }
   uint32_t fewest = 255;
   for (uint32_t p = 0; p < parts; ++p) {
-    uint32_t kept = 0;
-    for (uint32_t r = 0; r < o.replica_total; ++r) {
-      const Replica& rep = o.replica(r);
-      if (rep.part != p) continue;
-      const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
-        return f.part == p && f.pool_id == rep.pool_id;
-      });
-      if (!lost) ++kept;
-    }
+    const uint32_t kept = kept_of[p];
     if (kept == 0) {
       return InvalidParams("no replica of part " + std::to_string(p) + " of key '" +
                            std::string(key) + "' was written; revoke the write instead");
@@ -512,8 +539,9 @@ Status MasterService::PrepareFinish(const WriteEndRequest& req, size_t n) {
                            std::to_string(n));
     }
   }
-  std::stable_sort(failed.begin(), failed.end(),
-                   [](const FailedReplica& a, const FailedReplica& b) { return a.key < b.key; });
+  // By key, then part and pool (what NamesReplica looks up), each once.
+  std::sort(failed.begin(), failed.end());
+  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
   scratch_next_failed_ = 0;
   return Status::Ok();
 }

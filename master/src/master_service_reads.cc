@@ -33,6 +33,11 @@ Status MasterService::BatchGet(std::span<const std::string_view> keys, Placement
                  "key '" + std::string(key) + "' is being written; retry after the write ends"));
       out->sizes.push_back(0);
       out->write_ids.push_back(0);
+    } else if (Status room = CheckReplyRoom(out->placements.size(), e->second.replica_total, key);
+               !room.ok()) {
+      out->results.push_back(std::move(room));
+      out->sizes.push_back(0);
+      out->write_ids.push_back(0);
     } else {
       store_->GrantLease(e, options_.lease_ttl_ms);  // rule 6: reads never touch the tag
       store_->AppendReadPlacements(e->second, &out->placements);

@@ -40,6 +40,13 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
     return InvalidParams("ReserveWrites needs a size of 1.." + std::to_string(kMaxValueBytes) +
                          " bytes and at least one replica");
   }
+  if (req.count > 0) {
+    if (Status st = CheckReplicaTotal(req.size, req.replica_count, "(reserved)", 0); !st.ok()) {
+      ++bad_requests_;
+      return st;
+    }
+  }
+  const uint64_t most_per_write = MostReplicas(req.size, req.replica_count);
   for (uint64_t id : req.returned) {
     ObjectEntry* r = store_->Find(MetadataStore::ReservedKey(id));
     if (r != nullptr && r->second.pending->writer == req.agent) store_->AbortWrite(r);
@@ -56,7 +63,8 @@ Status MasterService::ReserveWrites(const ReserveWritesRequest& req, PlacementBa
   const int64_t now = clock_->NowMs();  // one start time for the call's writes
   for (uint32_t k = 0; k < req.count; ++k) {
     if (agent->reserved_writes >= kMaxReservedWritesPerAgent ||
-        agent->reserved_bytes + need > share || used + need > below_watermark) {
+        agent->reserved_bytes + need > share || used + need > below_watermark ||
+        out->placements.size() + most_per_write > kMaxReplyPlacements) {
       break;
     }
     const ObjectEntry* r = store_->Reserve(*agent, req.size, req.replica_count, now);

@@ -111,6 +111,14 @@ void MetadataStore::LogAgentDropped(AgentId id) {
   AppendRecord();
 }
 
+// The largest object record EncodeObject makes: key, session, options, block metadata (hashes of
+// 9 bytes, a parent, token IDs, LoRA name) and the replicas (29 bytes each), each at its limit.
+// Replay must read it back: a longer record would look damaged.
+constexpr uint64_t kMaxObjectRecordBytes = 64 + kMaxKeyBytes + kMaxSessionIdBytes +
+                                           9 * (kMaxBlockHashes + 1) + 4 * kMaxBlockTokens +
+                                           kMaxLoraNameBytes + 29 * kMaxReplicasPerValue;
+static_assert(kMaxObjectRecordBytes <= OpLog::kMaxRecordBytes);
+
 // The object record of `o` as it is, or (with `w`) as it will be once write `w` commits.
 void MetadataStore::EncodeObject(std::string_view key, const Object& o, TagId tag,
                                  const PendingWrite* w, std::span<const Replica> replicas,

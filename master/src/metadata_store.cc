@@ -251,6 +251,15 @@ Result<MountResult> MetadataStore::MountPool(AgentId agent_id, uint32_t index, u
                          std::to_string(options_.min_pool_bytes) +
                          " bytes; give the agent a larger --pool-size (at least 1MiB)");
   }
+  if (size > kMaxPoolBytes) {
+    return InvalidParams("pool size " + std::to_string(size) + " is above the maximum of " +
+                         std::to_string(kMaxPoolBytes) + " bytes (256 TiB)");
+  }
+  if (capacity_ + size > kMaxClusterBytes) {
+    return InvalidParams("pool size " + std::to_string(size) +
+                         " would take the cluster's pools to " + "more than " +
+                         std::to_string(kMaxClusterBytes) + " bytes");
+  }
   if (!ReserveLog(PoolRecordBytes(endpoints), 1)) return LogRefused();
   Pool s{next_pool_id_++, agent_id, index, std::move(endpoints), PoolAllocator(size)};
   PoolId pool_id = s.id;

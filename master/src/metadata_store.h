@@ -167,8 +167,7 @@ struct Agent {
   bool suspect = false;
   std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
-  uint64_t next_fence_seq = 1;
-  uint32_t reserved_writes = 0;  // reserved writes it holds (ReserveWrites), and their space
+  uint32_t reserved_writes = 0;     // reserved writes it holds (ReserveWrites), and their space
   uint64_t reserved_bytes = 0;
 };
 
@@ -403,6 +402,10 @@ class MetadataStore {
   AgentId next_agent_id_ = 1;
   PoolId next_pool_id_ = 1;
   uint64_t next_write_id_ = 1;
+  // Fence seqs come from one counter for all agents, never per agent: an agent dropped and
+  // registered again under a new id may still acknowledge the seqs of its old registration, and
+  // such an ack must not cover (free unapplied) a fence of the new one.
+  uint64_t next_fence_seq_ = 1;
   uint64_t suspects_ = 0;
   uint64_t capacity_ = 0;        // the size of all pools (RefreshPartBytes)
   int64_t live_ms_ = 0;          // the live clock at live_mark_ms_

@@ -98,10 +98,7 @@ bool MetadataStore::CommitWrite(ObjectEntry* e, std::span<const uint32_t> checks
   uint32_t kept = 0;
   for (uint32_t i = 0; i < o.replica_total; ++i) {
     Replica& r = o.replica(i);
-    const bool lost = std::any_of(failed.begin(), failed.end(), [&](const FailedReplica& f) {
-      return f.part == r.part && f.pool_id == r.pool_id;
-    });
-    if (lost) {
+    if (NamesReplica(failed, r.part, r.pool_id)) {
       dropped.push_back(r);
       continue;
     }
@@ -343,10 +340,10 @@ void MetadataStore::Fence(uint64_t write_id, std::span<const Replica> replicas) 
     if (pool == pools_.end()) continue;  // its agent is gone, and its pool with it
     Agent& a = agents_.at(pool->second.agent);
     if (!a.fences.empty() && a.fences.back().write_id == write_id &&
-        a.fences.back().seq == a.next_fence_seq - 1) {
+        a.fences.back().seq == next_fence_seq_ - 1) {
       a.fences.back().replicas.push_back(replicas[i]);
     } else {
-      a.fences.push_back(PendingFence{a.next_fence_seq++, write_id, {replicas[i]}});
+      a.fences.push_back(PendingFence{next_fence_seq_++, write_id, {replicas[i]}});
     }
   }
 }
@@ -358,7 +355,7 @@ HeartbeatResult MetadataStore::Fences(Agent* a, uint64_t acked) {
   }
   HeartbeatResult out;
   out.known = true;
-  out.fence_seq = a->next_fence_seq - 1;
+  out.fence_seq = next_fence_seq_ - 1;  // every fence of `a` listed below has a seq up to it
   // Every write that is neither in flight nor waiting for a fence is finished: its id is below
   // the watermark (ids grow in start order, and writing_ is in start order).
   out.write_watermark = writing_.head ? writing_.head->second.pending->write_id : next_write_id_;

@@ -20,7 +20,7 @@ namespace {
 constexpr char kHeader[16] = {'K', 'V', 'O', 'P', 'L', 'O', 'G', 2, 2, 0, 0, 0, 0, 0, 0, 0};
 constexpr uint64_t kHeaderBytes = sizeof(kHeader);
 constexpr uint32_t kRecordMagic = 0x4352564B;  // "KVRC" little-endian
-constexpr uint32_t kMaxRecordBytes = 64u << 20;
+constexpr uint32_t kMaxRecordBytes = OpLog::kMaxRecordBytes;
 constexpr uint64_t kV1FrameBytes = 8;
 constexpr uint64_t kProbeBytes = 64 << 10;  // what Probe asks of a disk that was full
 

@@ -128,6 +128,13 @@ TEST(ValidateBlockMetaTest, TokenCountMustMatchBlockSizeTimesBlocks) {
   EXPECT_FALSE(ValidateBlockMeta(2, 31, 16, "").ok());
   EXPECT_FALSE(ValidateBlockMeta(0, 0, 16, "").ok());
   EXPECT_FALSE(ValidateBlockMeta(1, 0, 16, "lora\xC0").ok());
+  // Bounded: one key's metadata must fit a record of the master's log.
+  EXPECT_TRUE(ValidateBlockMeta(kMaxBlockHashes, 0, 16, "").ok());
+  EXPECT_FALSE(ValidateBlockMeta(kMaxBlockHashes + 1, 0, 16, "").ok());
+  EXPECT_TRUE(ValidateBlockMeta(1, kMaxBlockTokens, kMaxBlockTokens, "").ok());
+  EXPECT_FALSE(ValidateBlockMeta(1, kMaxBlockTokens + 1, kMaxBlockTokens + 1, "").ok());
+  EXPECT_TRUE(ValidateBlockMeta(1, 0, 16, std::string(kMaxLoraNameBytes, 'l')).ok());
+  EXPECT_FALSE(ValidateBlockMeta(1, 0, 16, std::string(kMaxLoraNameBytes + 1, 'l')).ok());
 }
 
 std::vector<std::string> Keys(size_t n) {

@@ -123,6 +123,25 @@ TEST(MasterRpcReplicate, ANewStandbyGetsASnapshotThenOnlyTheRecordsAfterIt) {
   EXPECT_TRUE(r->body_as_ReplicateReply()->snapshot());
 }
 
+// The server parks a Replicate long poll by what last() says. A frame that fails verification
+// right after one must not look like another Replicate (parked with its body, its follower
+// counted as alive).
+TEST(MasterRpcReplicate, AGarbageRequestAfterAReplicateIsNotTakenForOne) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  Cluster c(o, 1);
+  MasterRpc rpc(c.svc.get());
+  rpc.Handle(ReplicateMsg(0, 0));
+  ASSERT_TRUE(rpc.last().replicate);
+  const Bytes garbage = {1, 2, 3, 4, 5, 6, 7, 8};
+  rpc.Handle(garbage);
+  EXPECT_FALSE(rpc.last().replicate);
+  EXPECT_FALSE(rpc.last().replicate_empty);
+  EXPECT_EQ(rpc.last().wait_ms, 0u);
+  EXPECT_EQ(rpc.last().type, 0);
+  EXPECT_EQ(c.svc->Stats().bad_requests, 1u);
+}
+
 TEST_F(MasterRpcTest, AMisalignedRequestIsReadCorrectly) {
   // ZMQ hands small frames over at any address; FlatBuffers needs aligned scalars.
   Bytes req = WriteStartMsg(agent, {"odd"}, {100}, {"s"});

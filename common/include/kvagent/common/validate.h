@@ -21,6 +21,11 @@ inline constexpr size_t kMaxSessionIdBytes = 256;
 inline constexpr size_t kMaxBatchKeys = 65536;
 // Largest page a List or Sessions request may ask for (keys or sessions per page).
 inline constexpr uint32_t kMaxListLimit = 10000;
+// Block metadata of one key (events.md, BlockStored): what one record of the master's operation
+// log can hold with room to spare (16.6 MiB at most; a record may have 64 MiB).
+inline constexpr size_t kMaxBlockHashes = 65536;
+inline constexpr size_t kMaxBlockTokens = size_t{1} << 22;
+inline constexpr size_t kMaxLoraNameBytes = 1024;
 
 struct Utf8Error {
   size_t offset;       // byte offset of the first byte of the offending sequence
@@ -62,7 +67,8 @@ Status CheckNamed(Check check, Name name) {
 }
 
 // Optional block metadata supplied with a stored key (docs/events.md, BlockStored): at least one
-// hash; token IDs either absent or exactly block_size * hash_count; lora_name valid UTF-8.
+// hash and at most kMaxBlockHashes; token IDs either absent or exactly block_size * hash_count,
+// at most kMaxBlockTokens; lora_name valid UTF-8 of at most kMaxLoraNameBytes.
 Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_size,
                          std::string_view lora_name, std::string_view what = "block");
 

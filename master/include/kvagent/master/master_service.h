@@ -213,6 +213,14 @@ class MasterService {
   Status RejectBatch(Status status, size_t keys, std::vector<Status>* results);
   Status WriteStart(const WriteStartRequest& request, bool upsert, PlacementBatch* out);
   Status StartOne(const WriteStartRequest& request, size_t i, bool upsert, PlacementBatch* out);
+  // The most replicas a value of `size` bytes may get: its parts times `replica_count`.
+  uint64_t MostReplicas(uint64_t size, uint8_t replica_count) const;
+  // INVALID_PARAMS when a value of `size` bytes could have more than kMaxReplicasPerValue
+  // replicas, or more than a reply that names `placed` replicas already has room for.
+  Status CheckReplicaTotal(uint64_t size, uint8_t replica_count, std::string_view key,
+                           size_t placed) const;
+  // INVALID_PARAMS when `more` replicas of `key` do not fit a reply naming `placed` already.
+  static Status CheckReplyRoom(size_t placed, uint64_t more, std::string_view key);
   Status FinishWrites(const WriteEndRequest& request, bool commit, KeyResults* out);
   // `entry`: the key's entry when the caller holds it (a commit just bound it), else looked up.
   Status FinishOne(const WriteEndRequest& request, size_t i, bool commit,
@@ -231,6 +239,7 @@ class MasterService {
   uint64_t bad_requests_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
+  std::vector<uint32_t> scratch_kept_;  // FinishOne: written replicas per part
   std::vector<uint32_t> scratch_first_checksum_;
   size_t scratch_next_failed_ = 0;
 };

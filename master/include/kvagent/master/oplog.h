@@ -72,6 +72,9 @@ class OpLog {
  public:
   // Bytes a record of `payload` bytes takes in the file.
   static constexpr uint64_t kFrameBytes = 12;
+  // The largest payload replay reads back (a larger length marks a damaged record). What the
+  // master writes stays below it: the requests' limits bound every record.
+  static constexpr uint32_t kMaxRecordBytes = 64u << 20;
 
   // Opens (creating DIR and the file when missing) DIR/master.oplog for appending.
   static Result<std::unique_ptr<OpLog>> Open(const std::string& dir, OpLogOptions options = {});

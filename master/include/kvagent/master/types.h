@@ -3,12 +3,15 @@
 // (clear() keeps their capacity) so a busy master allocates little per batch.
 #pragma once
 
+#include <algorithm>
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvagent/common/status.h"
@@ -117,6 +120,21 @@ inline constexpr uint64_t kMinPoolBytes = uint64_t{1} << 20;  // MasterOptions' 
 // size arithmetic (rounding, parts) cannot overflow.
 inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
 
+// Largest node pool the master mounts (256 TiB, as a value), and largest sum of all pools
+// (2^62 bytes): the capacity and watermark arithmetic cannot wrap, whatever a peer announces.
+inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 48;
+inline constexpr uint64_t kMaxClusterBytes = uint64_t{1} << 62;
+
+// The most replicas one value may have, all its parts together (parts x replica_count; a part
+// is at most the smallest pool): what the master keeps and logs per object, and names in a
+// reply, stays bounded whatever sizes a peer announces (1 Mi replicas: a 29 MiB log record).
+inline constexpr uint64_t kMaxReplicasPerValue = uint64_t{1} << 20;
+
+// The most replicas one reply names (BatchGet, a write's start, ReserveWrites; ~32 MiB of
+// placements): a key that would take a reply past it, however often a request repeats it,
+// answers INVALID_PARAMS and is left for another call (reservations stop there).
+inline constexpr uint64_t kMaxReplyPlacements = uint64_t{1} << 20;
+
 // Largest part a value is split into (--max-part-bytes): a part's length fits 32 bits.
 inline constexpr uint64_t kMaxPartBytes = (uint64_t{1} << 32) - 4096;
 
@@ -166,7 +184,19 @@ struct FailedReplica {
   uint32_t key = 0;  // index into the End's keys
   uint32_t part = 0;
   PoolId pool_id = 0;
+  friend auto operator<=>(const FailedReplica&, const FailedReplica&) = default;
 };
+
+// Whether `failed` (one key's failed replicas, sorted and without repeats, as an End hands them
+// to the store) names the replica of `part` in pool `pool_id`. O(log n): an End may name any
+// number of failed replicas, and each replica of the key is looked up once.
+inline bool NamesReplica(std::span<const FailedReplica> failed, uint32_t part, PoolId pool_id) {
+  auto at = std::lower_bound(failed.begin(), failed.end(), std::pair(part, pool_id),
+                             [](const FailedReplica& f, const std::pair<uint32_t, PoolId>& x) {
+                               return std::pair(f.part, f.pool_id) < x;
+                             });
+  return at != failed.end() && at->part == part && at->pool_id == pool_id;
+}
 
 // BatchPutEnd / BatchUpsertEnd. Every span but `keys` may be empty:
 //   write_ids    per key: the write to end (as WriteStart returned it); empty: whatever write
