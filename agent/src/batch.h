@@ -196,6 +196,9 @@ class ReadBatch final : public Batch {
     // Bytes that failed the checksum were read after the read lease may have run out: the value
     // may have been replaced meanwhile, so they say nothing about the replica (read_batch.cc).
     bool outlived_lease = false;
+    // Why replicas the master listed were left out (this node's pool as another incarnation or
+    // master epoch placed it, a peer without an endpoint): said when no replica is left.
+    Status unusable;
     std::vector<Replica> left;  // in the order to try them
     // Process memory: the peer scratch range `dst` points into (client_values.h), else null.
     std::shared_ptr<ProcessMemory::ScratchRange> scratch;

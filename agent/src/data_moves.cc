@@ -14,7 +14,8 @@ void PoolTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ct
   if (reply.pools() == nullptr) return;
   for (const mfb::PoolInfo* s : *reply.pools()) {
     if (s->endpoints() == nullptr || s->endpoints()->size() == 0) continue;
-    Add(s->pool_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), ctx);
+    Add(s->pool_id(), s->endpoints()->Get(0)->string_view(), s->incarnation(), reply.master_epoch(),
+        ctx);
   }
   // Sorted (first of equal ids kept): Find is a binary search, whatever the reply's size.
   auto by_id = [](const Entry& a, const Entry& b) { return a.id < b.id; };
@@ -24,14 +25,20 @@ void PoolTable::Load(const mfb::PlacementReply& reply, const PipelineContext& ct
 }
 
 void PoolTable::Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
-                    const PipelineContext& ctx) {
+                    uint64_t master_epoch, const PipelineContext& ctx) {
   Entry e;
   e.id = id;
   e.endpoint = endpoint;
   e.incarnation = incarnation;
   // The id is the fast answer; the endpoint check also holds across a master restart that
-  // renumbered our pool while this batch was in flight.
-  e.local = id == ctx.master->identity().pool_id || ctx.engine->IsLocal(endpoint);
+  // renumbered our pool while this batch was in flight. Either way the fence has the last word,
+  // as it has for a peer's op: a copy in our own pool through a stale placement would read or
+  // overwrite whatever the pool holds there now. (Checked once per pool and batch; a master
+  // change during the batch is caught by the checksums of what it reads, and by the per-copy
+  // admission of what it writes.)
+  const bool ours = id == ctx.master->identity().pool_id || ctx.engine->IsLocal(endpoint);
+  if (ours && ctx.fence != nullptr) e.refused = ctx.fence->CheckRead(incarnation, master_epoch);
+  e.local = ours && e.refused.ok();
   entries_.push_back(e);
 }
 

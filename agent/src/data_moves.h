@@ -26,11 +26,18 @@ class PoolTable {
     bool local = false;         // this agent's node pool: bytes move with memcpy
     std::string_view endpoint;  // a peer's data endpoint (valid while the reply is)
     uint64_t incarnation = 0;   // the pool's, as the master knows it (data-plane ops carry it)
+    // Not OK: the pool is this node's (its id or its endpoint says so) but the placement is not
+    // for it as it is now: another incarnation of it (this agent restarted, or a dead agent that
+    // had its endpoint), or placed by another master epoch than the one the pool is registered
+    // with (pool_fence.h). Its offsets mean nothing here: such a replica is neither read nor
+    // written, and no peer is asked in its place.
+    Status refused;
   };
-  // Reads reply.pools(); a pool is local when the data plane says its endpoint is ours.
+  // Reads reply.pools(); a pool is local when it is ours (its id, or the data plane says its
+  // endpoint is ours) and the pool fence takes the reply's incarnation and master epoch.
   void Load(const mfb::PlacementReply& reply, const PipelineContext& ctx);
-  // One more pool (`endpoint` must outlive the table's use).
-  void Add(uint32_t id, std::string_view endpoint, uint64_t incarnation,
+  // One more pool (`endpoint` must outlive the table's use), of a reply of `master_epoch`.
+  void Add(uint32_t id, std::string_view endpoint, uint64_t incarnation, uint64_t master_epoch,
            const PipelineContext& ctx);
   // clear, capacity and swap: a table's buffer is kept between batches (scratch_pool.h).
   void clear() { entries_.clear(); }

@@ -120,6 +120,15 @@ void ReadBatch::CopyKey(uint32_t k, uint64_t size, const mfb::PlacementReply& re
       const mfb::Placement* pl = reply.placements()->Get(i);
       if (pl->length() != read.length) continue;  // a replica of a part has the part's length
       const PoolTable::Entry& pool = pools.Find(pl->pool_id());
+      if (!pool.refused.ok() || (!pool.local && pool.endpoint.empty())) {
+        // Never "this node's pool" by an empty endpoint, nor through a stale placement.
+        read.unusable =
+            pool.refused.ok()
+                ? Status(ErrorCode::kTransferFailed,
+                         "pool " + std::to_string(pl->pool_id()) + " has no data endpoint")
+                : pool.refused;
+        continue;
+      }
       Replica r{pool.local ? std::string() : std::string(pool.endpoint), pl->offset(),
                 pool.incarnation, pl->pool_id()};
       if (pool.local) {
@@ -176,9 +185,12 @@ void ReadBatch::ReadPart(PartRead& read) {
     last = Status(ErrorCode::kDataCorrupted, "this node's replica failed its checksum");
   }
   if (read.left.empty()) {
-    return PartFailed(
-        read, last.ok() ? Status(ErrorCode::kTransferFailed, "the master listed no replica for it")
-                        : last);
+    if (last.ok()) {
+      last = read.unusable.ok()
+                 ? Status(ErrorCode::kTransferFailed, "the master listed no replica for it")
+                 : read.unusable;
+    }
+    return PartFailed(read, last);
   }
   if (read.dst == nullptr) {  // where the peer's bytes land: the arena, or the peer scratch
     auto staged = target.ForPeer(read.at, read.length, /*fill=*/false);

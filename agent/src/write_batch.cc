@@ -201,6 +201,11 @@ void WriteBatch::CopyKey(uint32_t k, std::span<const ReplicaPlace> placements,
       const ReplicaPlace& pl = placements[j];
       const PoolTable::Entry& pool = pools.Find(pl.pool_id);
       if (pool.local) continue;
+      if (!pool.refused.ok()) {
+        ++ctx_.counters.fenced_local_writes;
+        ReplicaFailed(k, part_index, part, pl.pool_id, pool.refused);
+        continue;
+      }
       if (pool.endpoint.empty()) {
         ReplicaFailed(k, part_index, part, pl.pool_id,
                       Status(ErrorCode::kTransferFailed,

@@ -238,7 +238,7 @@ void WriteReservations::OnGranted(uint64_t size, uint8_t replica_count, Clock::t
   }
   pools_.clear();
   for (const auto& [id, known] : known_pools_) {
-    pools_.Add(id, known.endpoint, known.incarnation, ctx_);
+    pools_.Add(id, known.endpoint, known.incarnation, epoch_, ctx_);
   }
   const auto use_by =
       asked_at + std::min<std::chrono::milliseconds>(

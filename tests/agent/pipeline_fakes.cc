@@ -395,8 +395,10 @@ PipelineRig::PipelineRig(bool checksums, uint64_t pool_bytes) {
   master = m.get();
   auto d = std::make_unique<FakeDataPlane>();
   data = d.get();
+  fence_ = std::make_unique<transfer::PoolFence>(kOwnIncarnation);
+  fence_->SetEpoch(kMasterEpoch);
   pipeline_ = std::make_unique<RequestPipeline>(std::move(m), pool_.get(), std::move(d),
-                                                /*fence=*/nullptr, checksums);
+                                                fence_.get(), checksums);
   pipeline_->OnStart(sink);
 }
 

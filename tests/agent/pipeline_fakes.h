@@ -29,6 +29,7 @@
 #include "kvagent/schemas/agent_generated.h"
 #include "kvagent/schemas/master_generated.h"
 #include "kvagent/transfer/node_pool.h"
+#include "kvagent/transfer/pool_fence.h"
 #include "request_pipeline.h"
 
 namespace kvagent::agent::testing {
@@ -285,6 +286,8 @@ class PipelineRig {
   void Settle();
 
   transfer::NodePool& pool() { return *pool_; }
+  // The pool's fence: incarnation kOwnIncarnation, registered with kMasterEpoch.
+  transfer::PoolFence& fence() { return *fence_; }
   RequestPipeline& pipeline() { return *pipeline_; }
   // The counter `name` of a Stat reply built now (agent counters only).
   uint64_t Counter(const std::string& name);
@@ -295,6 +298,7 @@ class PipelineRig {
 
  private:
   std::unique_ptr<transfer::NodePool> pool_;
+  std::unique_ptr<transfer::PoolFence> fence_;
   std::unique_ptr<RequestPipeline> pipeline_;
 };
 

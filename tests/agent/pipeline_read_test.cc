@@ -457,6 +457,45 @@ TEST(PipelineRead, WithChecksumsOffCorruptBytesAreNotDetected) {
   EXPECT_EQ(rig.master->pending(), 0u);
 }
 
+// A placement in this node's pool is read only as the pool's fence would let a peer read it:
+// for this incarnation of the pool, placed by the master the pool is registered with. Else its
+// offsets belong to another pool (this agent's predecessor, or a dead agent that had this
+// endpoint) or to another master's view, and the bytes there now are another value's: without
+// checksums nothing else would notice. Nor is a pool without an endpoint taken for this one.
+TEST(PipelineRead, AStalePlacementInThisPoolIsNeverReadEvenWithoutChecksums) {
+  struct Case {
+    const char* what;
+    PoolAt pool;
+    uint64_t fence_epoch;
+  };
+  const Case cases[] = {
+      {"another incarnation of this pool", PoolAt{kOwnPool, kOwnEndpoint, kOwnIncarnation + 1},
+       kMasterEpoch},
+      {"a dead agent's pool at this endpoint", PoolAt{kPoolA, kOwnEndpoint, kIncA}, kMasterEpoch},
+      {"another master epoch", Own(), kMasterEpoch + 1},
+      {"a pool without an endpoint", PoolAt{kPoolA, "", kIncA}, kMasterEpoch},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    PipelineRig rig(/*checksums=*/false);
+    rig.fence().SetEpoch(c.fence_epoch);
+    TestClient client(1);
+    InPool(rig, 0, "other");  // what the pool holds there now
+    auto [copy, id, placed] = SendGet(rig, client, {"k"}, {5});
+    Answer(placed,
+           PlacementReply(
+               placed.id(),
+               {PlacedKey{.write_id = 1, .size = 5, .replicas = {At(c.pool.id, 0, "value")}}},
+               {c.pool}, true));
+    rig.Settle();
+    const CompletionData& done = rig.sink.Of(id);
+    EXPECT_EQ(done.codes, std::vector<ErrorCode>{ErrorCode::kTransferFailed});
+    EXPECT_NE(client.Bytes(copy, 0, 5), "other");
+    EXPECT_EQ(rig.data->ops_run().size(), 0u) << "no peer is asked in its place";
+    EXPECT_EQ(rig.Counter("agent.bytes_from_pool"), 0u);
+  }
+}
+
 TEST(PipelineRead, AMasterThatCannotBeReachedFailsEveryKey) {
   PipelineRig rig;
   TestClient client(1);

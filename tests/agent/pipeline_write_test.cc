@@ -214,6 +214,32 @@ TEST(PipelineWrite, AKeyWhoseOnlyReplicaFailedIsRevokedAndTheRestOfTheBatchIsSto
   EXPECT_EQ(rig.Counter("agent.transfer_failures"), 1u);
 }
 
+// A placement that names this node's pool as another incarnation of it (a dead agent that had
+// this endpoint, still listed) is not written: its offsets are that pool's, and here they may
+// hold live values. The replica fails like an unreachable one.
+TEST(PipelineWrite, AStalePlacementInThisPoolIsNotWrittenAndTheReplicaFails) {
+  PipelineRig rig;
+  TestClient client(1);
+  std::memcpy(rig.pool().base() + 256, "live!", 5);
+  auto [id, start] = SendPut(rig, client, {"k"}, {"value"}, {.replicas = 2});
+  const PoolAt dead{kPeerPool, kOwnEndpoint, kPeerIncarnation};
+  Answer(start, PlacementReply(start.id(),
+                               {PlacedKey{.write_id = 9,
+                                          .replicas = {ReplicaAt{0, kOwnPool, 128, 5},
+                                                       ReplicaAt{0, kPeerPool, 256, 5}}}},
+                               {Own(), dead}, false));
+  rig.Settle();
+  EXPECT_EQ(PoolBytes(rig, 256, 5), "live!");
+  EXPECT_EQ(PoolBytes(rig, 128, 5), "value");
+  EXPECT_EQ(rig.data->ops_run().size(), 0u);
+  MasterCall end = rig.master->Take(mfb::Body::BatchPutEnd);
+  ASSERT_NE(end.finish()->failed(), nullptr);
+  ASSERT_EQ(end.finish()->failed()->size(), 1u);
+  EXPECT_EQ(end.finish()->failed()->Get(0)->pool_id(), kPeerPool);
+  Answer(end, KeyCodesReply(end.id(), {ErrorCode::kOk}, {1}));
+  EXPECT_EQ(rig.sink.Of(id).codes, std::vector<ErrorCode>{ErrorCode::kOk});
+}
+
 // Two replicas asked, one written: the put is stored, the End names the replica that was not
 // written (the master drops and fences it) and the caller learns how many were.
 TEST(PipelineWrite, APutWithOneOfTwoReplicasWrittenIsStoredAndTheEndNamesTheFailedOne) {
