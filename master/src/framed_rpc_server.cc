@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "kvagent/common/errno_text.h"
 #include "kvagent/common/tcp_socket.h"
@@ -15,6 +16,12 @@ namespace kvagent::master {
 namespace {
 
 constexpr size_t kReadChunk = 256 * 1024;  // what one read() may bring
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -88,10 +95,13 @@ void FramedRpcServer::Accept() {
     // Our hello goes first, before any reply (encrypted: its prefix, the rest once the
     // client's is in).
     const auto prefix = FrameHelloPrefix(options_.key ? kFramedSecureVersion : kFramedPlainVersion);
+    // Until the client holds the secret, its first frame may be small only.
+    const size_t first_frame =
+        std::min(options_.max_request_bytes, options_.max_unproven_frame_bytes) + kFrameTagBytes;
     Connection c{std::move(fd),
-                 options_.key ? FrameReader(options_.max_request_bytes + kFrameTagBytes,
-                                            kFramedSecureVersion, kSecureClientHelloRest)
-                              : FrameReader(options_.max_request_bytes, /*hello=*/true),
+                 options_.key
+                     ? FrameReader(first_frame, kFramedSecureVersion, kSecureClientHelloRest)
+                     : FrameReader(options_.max_request_bytes, /*hello=*/true),
                  {},
                  false,
                  std::nullopt,
@@ -99,6 +109,7 @@ void FramedRpcServer::Accept() {
     c.out.Append(prefix);
     const ConnectionId id = next_id_++;
     auto [it, inserted] = connections_.emplace(id, std::move(c));
+    unproven_.emplace_back(SteadyMs() + options_.handshake_timeout_ms, id);
     ++stats_.accepted;
     if (!WriteTo(it->second)) Close(id);
   }
@@ -131,6 +142,7 @@ bool FramedRpcServer::Drain(ConnectionId id, Connection& c, const RequestFn& on_
       LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection: " << frame.status().message();
       return false;
     }
+    if (!options_.key && !c.proven && c.in.hello_done()) c.proven = true;  // nothing to prove
     if (options_.key && !c.opener && c.in.hello_done() && !Answer(c)) {
       c.frames_waiting = false;
       --buffered_;
@@ -157,6 +169,10 @@ bool FramedRpcServer::Drain(ConnectionId id, Connection& c, const RequestFn& on_
         return false;
       }
       request = *plain;
+      if (!c.proven) {  // it holds the secret: its requests may be as large as any
+        c.proven = true;
+        c.in.set_max_frame(options_.max_request_bytes + kFrameTagBytes);
+      }
     }
     ++*handled;
     on_request(id, request);
@@ -205,6 +221,21 @@ void FramedRpcServer::Flush() {
 
 bool FramedRpcServer::WriteTo(Connection& c) {
   return c.out.FlushTo(c.fd.get(), "a framed RPC client").ok();  // a failed send closes it
+}
+
+void FramedRpcServer::ExpireUnproven() {
+  const int64_t now = SteadyMs();
+  while (!unproven_.empty() && unproven_.front().first <= now) {
+    const ConnectionId id = unproven_.front().second;
+    unproven_.pop_front();
+    auto it = connections_.find(id);
+    if (it == connections_.end() || it->second.proven) continue;
+    ++stats_.handshake_timeouts;
+    LOG_EVERY_N(WARNING, 100) << "framed RPC: closing a connection that did not complete its "
+                              << "handshake (or, under a cluster secret, send a request that "
+                              << "opens) within " << options_.handshake_timeout_ms << " ms";
+    Close(id);
+  }
 }
 
 void FramedRpcServer::Close(ConnectionId id) {

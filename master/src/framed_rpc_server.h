@@ -14,12 +14,17 @@
 // Bounds: at most max_connections connections (more are accepted and closed at once); a request
 // frame of at most kMaxMasterRequestBytes; replies waiting for a connection that does not read
 // them at most max_queued_bytes (beyond: the connection is closed). A connection whose stream is
-// not the protocol (a bad hello, an oversized frame) is closed and counted.
+// not the protocol (a bad hello, an oversized frame) is closed and counted. Before a connection
+// has proved itself (its hello read; with a key, its first frame opened: it holds the secret) it
+// may hold no more than a frame of max_unproven_frame_bytes, and it must prove itself within
+// handshake_timeout_ms (ExpireUnproven closes it after): a peer without the secret can neither
+// pin the 64 MiB of a request per connection nor keep the connection slots from the agents.
 #pragma once
 
 #include <poll.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -43,15 +48,19 @@ struct FramedRpcServerOptions {
   size_t max_request_bytes = 0;  // 0: kMaxMasterRequestBytes
   size_t max_queued_bytes = size_t{512} << 20;
   std::optional<SymmetricKey> key;  // encrypted and authenticated (version 2) when set
+  // The first frame of a connection with a key (an agent's is a RegisterAgent: < 1 KiB).
+  size_t max_unproven_frame_bytes = size_t{64} << 10;
+  int64_t handshake_timeout_ms = 10000;
 };
 
 struct FramedRpcStats {
   uint64_t connections = 0;  // open now
   uint64_t accepted = 0;
-  uint64_t refused = 0;          // over max_connections
-  uint64_t bad_streams = 0;      // closed: not the protocol, or a frame over the limit
-  uint64_t slow_readers = 0;     // closed: their replies exceeded max_queued_bytes
-  uint64_t unauthenticated = 0;  // closed: a frame that did not open (another secret, or none)
+  uint64_t refused = 0;             // over max_connections
+  uint64_t bad_streams = 0;         // closed: not the protocol, or a frame over the limit
+  uint64_t slow_readers = 0;        // closed: their replies exceeded max_queued_bytes
+  uint64_t unauthenticated = 0;     // closed: a frame that did not open (another secret, or none)
+  uint64_t handshake_timeouts = 0;  // closed: not proved within handshake_timeout_ms
 };
 
 class FramedRpcServer {
@@ -82,6 +91,10 @@ class FramedRpcServer {
   // Writes what the sockets take of the queued replies.
   void Flush();
 
+  // Closes the connections that did not prove themselves within handshake_timeout_ms of being
+  // accepted (call it every so often: the master loop does at each tick). O(1) per connection.
+  void ExpireUnproven();
+
   FramedRpcStats stats() const;
 
  private:
@@ -93,6 +106,7 @@ class FramedRpcServer {
     // Encrypted: set once the client's hello is answered.
     std::optional<FrameSealer> sealer;
     std::optional<FrameOpener> opener;
+    bool proven = false;  // its hello read (and, with a key, a frame of it opened)
   };
 
   explicit FramedRpcServer(const FramedRpcServerOptions& options) : options_(options) {}
@@ -116,6 +130,8 @@ class FramedRpcServer {
   std::vector<ConnectionId> closing_;
   ConnectionId next_id_ = 1;
   size_t buffered_ = 0;  // connections with frames_waiting
+  // The connections not proved yet, in the order accepted, with their deadlines (steady ms).
+  std::deque<std::pair<int64_t, ConnectionId>> unproven_;
   FramedRpcStats stats_;
 };
 

@@ -101,6 +101,8 @@ constexpr Mapping kTable[] = {
      "framed RPC connections closed because their replies piled up unread"},
     {"framed_unauthenticated", "kvmaster_framed_unauthenticated_total", true,
      "framed RPC connections closed because a request did not open under the cluster secret"},
+    {"framed_handshake_timeouts", "kvmaster_framed_handshake_timeouts_total", true,
+     "framed RPC connections closed because they did not prove themselves within 10 s"},
 };
 
 }  // namespace

@@ -83,6 +83,7 @@ class MasterServer::Loop {
         out->emplace_back("framed_bad_streams", f.bad_streams);
         out->emplace_back("framed_slow_readers", f.slow_readers);
         out->emplace_back("framed_unauthenticated", f.unauthenticated);
+        out->emplace_back("framed_handshake_timeouts", f.handshake_timeouts);
       }
     });
     if (may_serve_) rpc_.set_may_serve(may_serve_);
@@ -356,6 +357,7 @@ class MasterServer::Loop {
         }
         board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
+        if (framed_) framed_->ExpireUnproven();
         ForgetSilentFollowers(clock_->NowMs());
       }
       ServeParked();

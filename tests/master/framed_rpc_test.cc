@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "framed_rpc_server.h"
 #include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/frame_cipher.h"
 #include "kvagent/common/framed_connection.h"
@@ -306,4 +307,74 @@ TEST(FramedRpc, WithAClusterSecretOnlyMembersAreServedAndEveryFrameIsSealed) {
 }
 
 }  // namespace
+// Before a client has shown it holds the secret, its first frame may be small only: an outsider
+// announcing a large one is closed at its header, not buffered up to 64 MiB per connection.
+TEST(FramedRpc, WithAClusterSecretAnUnprovenClientCannotSendALargeFrame) {
+  FramedServer s(5, SecretOf(kOurSecret));
+  ASSERT_NE(s.server, nullptr);
+  const std::string ep = s.server->framed_endpoint();
+  FramedClientHandshake outsider(FramedRpcKey(SecretOf(kOtherSecret)));
+  const std::vector<uint8_t> hello = outsider.Hello();
+  std::string bytes(hello.begin(), hello.end());
+  const uint32_t n = 1u << 20;  // far below the 64 MiB a member may send
+  bytes.append(reinterpret_cast<const char*>(&n), 4);
+  bytes.append(1000, 'x');
+  EXPECT_TRUE(ServerCloses(ep, bytes));
+  // A member's large requests are served once its first one opened.
+  const SymmetricKey ours = FramedRpcKey(SecretOf(kOurSecret));
+  FramedConnection member = Connect(ep, ours);
+  std::vector<uint8_t> storage;
+  const fb::Reply* r = Call(member, RegisterAgentMsg("node-1", 9), &storage);
+  ASSERT_NE(r, nullptr);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 8192; ++i) keys.push_back("a-key-long-enough-" + std::to_string(i));
+  const Bytes big = KeysMsg(fb::Body::BatchExist, keys);
+  ASSERT_GT(big.size(), size_t{64} << 10);
+  r = Call(member, big, &storage);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), 0);
+  r = Call(member, StatsMsg(), &storage);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(StatValue(r, "framed_bad_streams"), 1u);
+}
+
+// A connection that does not prove itself in time gives its slot back: silent connections cannot
+// hold the 4,096 slots from the agents.
+TEST(FramedRpcServerAlone, AConnectionThatDoesNotSendItsHelloInTimeIsClosed) {
+  FramedRpcServerOptions o;
+  o.listen = "tcp://127.0.0.1:0";
+  o.handshake_timeout_ms = 100;
+  auto server = FramedRpcServer::Listen(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto silent = ConnectTcp((*server)->endpoint());
+  auto talking = ConnectTcp((*server)->endpoint());
+  ASSERT_TRUE(silent.ok() && talking.ok());
+  const auto hello = FrameHelloPrefix(kFramedPlainVersion);
+  ASSERT_EQ(::send(talking->get(), hello.data(), hello.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(hello.size()));
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  std::vector<pollfd> fds;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (*server)->stats().handshake_timeouts == 0) {
+    fds.clear();
+    (*server)->AppendPollFds(&fds);
+    ::poll(fds.data(), fds.size(), 20);
+    (*server)->Serve(
+        fds, [](FramedRpcServer::ConnectionId, std::span<const uint8_t>) {}, 16);
+    (*server)->ExpireUnproven();
+  }
+  std::this_thread::sleep_for(150ms);  // past the talking one's deadline too
+  (*server)->ExpireUnproven();
+  const FramedRpcStats st = (*server)->stats();
+  EXPECT_EQ(st.handshake_timeouts, 1u);
+  EXPECT_EQ(st.connections, 1u) << "the connection that sent its hello stays";
+  char buf[64];
+  pollfd p{silent->get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 1000), 1);
+  ssize_t got;
+  while ((got = ::read(silent->get(), buf, sizeof(buf))) > 0) {
+  }
+  EXPECT_EQ(got, 0) << "the silent connection was closed";
+}
+
 }  // namespace kvagent::master::testing

@@ -59,6 +59,10 @@ class FrameReader {
   // Drops the frames Next returned (call once they are handled).
   void Compact();
 
+  // Frames longer than `max_frame` are an error from now on (a frame being received is judged
+  // by its header anew at the next Next).
+  void set_max_frame(size_t max_frame) { max_frame_ = max_frame; }
+
   // True once the hello was read (or none was expected).
   bool hello_done() const { return !hello_pending_; }
   // The bytes of the hello after its prefix (empty until hello_done()).
