@@ -63,6 +63,10 @@ Status CheckMemory(const proto::Request& req, size_t key_count, bool process_mem
     KVAGENT_RETURN_IF_ERROR(length.status());
     if (values && *length == 0)
       return InvalidParams(what() + " is empty; a value is at least 1 byte");
+    if (*length > kMaxValueBytes) {
+      return InvalidParams(what() + " holds " + std::to_string(*length) +
+                           " bytes; a value has at most " + std::to_string(kMaxValueBytes));
+    }
     first += n;
   }
   if (first != ranges) {

@@ -126,6 +126,10 @@ TEST_F(AgentProcessMemory, MalformedRangesAndCountsAreInvalidParamsAndTheAgentKe
       {"ranges left over", Make(Op::Put, {"a"}, {good, good}, {1}), "add up to 1"},
       {"a range wrapping around", Make(Op::Put, {"a"}, {{~uint64_t{0} - 8, 64}}, {1}), "wraps"},
       {"an empty value", Make(Op::Put, {"a"}, {{Address(value), 0}}, {1}), "at least 1 byte"},
+      // Sizes a put's size arithmetic cannot take (the reserved-write buckets divided by 0).
+      {"a value of 2^60 bytes", Make(Op::Put, {"a"}, {{0x1000, uint64_t{1} << 60}}, {1}),
+       "at most"},
+      {"a get of 2^63 bytes", Make(Op::Get, {"a"}, {{0x1000, uint64_t{1} << 63}}, {1}), "at most"},
       {"both buffers and memory", both, "both"},
       {"memory on an exist", Make(Op::Exist, {"a"}, {good}, {1}), "not used by Exist"},
   };

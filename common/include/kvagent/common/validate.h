@@ -19,6 +19,9 @@ inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxSessionIdBytes = 256;
 // Upper bound on keys in one request or batch; keeps every per-request allocation bounded.
 inline constexpr size_t kMaxBatchKeys = 65536;
+// Largest value a put may name (256 TiB): far beyond any pool, and small enough that size
+// arithmetic (rounding, parts, replicas) cannot overflow anywhere.
+inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
 // Largest page a List or Sessions request may ask for (keys or sessions per page).
 inline constexpr uint32_t kMaxListLimit = 10000;
 // Block metadata of one key (events.md, BlockStored): what one record of the master's operation

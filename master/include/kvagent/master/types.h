@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvagent/common/status.h"
+#include "kvagent/common/validate.h"
 #include "kvagent/events/kv_event.h"
 
 namespace kvagent::master {
@@ -116,9 +117,8 @@ Status ValidateMasterOptions(const MasterOptions& options);
 // them.
 inline constexpr uint64_t kMinPoolBytes = uint64_t{1} << 20;  // MasterOptions' default
 
-// Largest value a write may announce (256 TiB): far beyond any pool, and small enough that
-// size arithmetic (rounding, parts) cannot overflow.
-inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 48;
+// Largest value a write may announce (validate.h: 256 TiB).
+using ::kvagent::kMaxValueBytes;
 
 // Largest node pool the master mounts (256 TiB, as a value), and largest sum of all pools
 // (2^62 bytes): the capacity and watermark arithmetic cannot wrap, whatever a peer announces.
