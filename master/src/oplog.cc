@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "kvagent/common/checksum.h"
+#include "kvagent/common/unique_fd.h"
 
 namespace kvagent::master {
 namespace {
@@ -213,9 +214,30 @@ Result<uint64_t> OpLog::Replay(const std::function<Status(std::string_view)>& ap
   uint64_t count = 0;
   if (data.empty()) return count;
   if (data.size() < kHeaderBytes || std::memcmp(data.data(), kHeader, 8) != 0) {
-    KVAGENT_RETURN_IF_ERROR(ReplayV1(data, apply, &count));
-    needs_rewrite_ = true;  // records can only be appended in format 2
-    return count;
+    std::string_view first;
+    if (data.size() <= kHeaderBytes &&
+        std::memcmp(data.data(), kHeader, std::min<size_t>(data.size(), 8)) == 0) {
+      // The master died writing the header of a new log: no record was ever in it.
+      KVAGENT_RETURN_IF_ERROR(CutAt(0, "torn header of a new log (no record)"));
+      return count;
+    }
+    if (data.size() > kHeaderBytes && IntactFrame(data, kHeaderBytes, &first)) {
+      // A format-2 log whose header was damaged: its records are intact (each has its CRC), and
+      // the header holds nothing but the format. Read it as format 2 and write the header anew.
+      LOG(ERROR) << "operation log " << path_ << ": its 16-byte header is damaged, the records "
+                 << "after it are intact; reading it as format 2 and writing the header anew";
+      // Through a descriptor of its own: pwrite on the log's (O_APPEND) would append.
+      UniqueFd header(::open(path_.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!header.valid() ||
+          ::pwrite(header.get(), kHeader, kHeaderBytes, 0) != static_cast<ssize_t>(kHeaderBytes) ||
+          ::fdatasync(header.get()) != 0) {
+        return Internal("cannot repair the header of " + path_ + ": " + ErrnoText(errno));
+      }
+    } else {
+      KVAGENT_RETURN_IF_ERROR(ReplayV1(data, apply, &count));
+      needs_rewrite_ = true;  // records can only be appended in format 2
+      return count;
+    }
   }
   uint64_t pos = kHeaderBytes;
   while (pos < data.size()) {
@@ -275,6 +297,14 @@ Status OpLog::ReplayV1(std::string_view data, const std::function<Status(std::st
     }
     pos += kV1FrameBytes + len;
     ++*count;
+  }
+  if (pos == 0) {
+    // Not one record: this is no version-1 log, nor a format-2 log whose header alone is
+    // damaged. Cutting it would silently start empty.
+    return Internal("the operation log " + path_ + " is damaged at its start: it has neither the " +
+                    "format-2 header nor an intact first record of either format. kvmaster does " +
+                    "not start on a damaged log. Choices: restore the state dir from a backup; " +
+                    "or move the file aside to start empty");
   }
   if (pos != data.size()) return CutAt(pos, "torn tail of a version-1 log");
   return Status::Ok();

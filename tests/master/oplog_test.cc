@@ -169,6 +169,32 @@ TEST_F(OpLogTest, ARecordTheApplierRejectsIsDamageToo) {
 }
 
 // A version-1 file ([u32 length][u32 FNV-1a][payload] frames, no header), as kvmaster 0.1 wrote.
+// The header holds nothing but the format: damage there loses nothing when the records after it
+// are intact. With the first record damaged as well the log is refused; it was once read as a
+// version-1 log of no record and cut to 0 bytes, without a word.
+TEST_F(OpLogTest, ADamagedHeaderIsRepairedAndWithADamagedFirstRecordTooNothingIsCut) {
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    for (int i = 0; i < 4; ++i) log->Append("record-" + std::to_string(i));
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  const auto size = std::filesystem::file_size(path());
+  for (uint64_t where : {0, 3, 7}) {
+    FlipByte(path(), where);
+    EXPECT_EQ(ReadAll().size(), 4u) << where;
+    EXPECT_EQ(std::filesystem::file_size(path()), size);
+    EXPECT_EQ(ReadAll().size(), 4u) << "the header was written anew";
+  }
+  FlipByte(path(), 3);
+  FlipByte(path(), RecordOffset({8, 8, 8, 8}, 0) + OpLog::kFrameBytes);  // first payload
+  auto log = std::move(OpLog::Open(dir_).value());
+  auto n = log->Replay([](std::string_view) { return Status::Ok(); });
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("damaged at its start"), std::string::npos)
+      << n.status().message();
+  EXPECT_EQ(std::filesystem::file_size(path()), size);
+}
+
 TEST_F(OpLogTest, AVersion1LogIsReadAndItsTornTailCut) {
   auto frame = [](std::string_view payload) {
     uint32_t h = 2166136261u;
