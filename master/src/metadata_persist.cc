@@ -440,6 +440,10 @@ void MetadataStore::FinishRestore() {
       if (it != pools_.end()) ++it->second.restored_objects;
     }
   });
+  // Write ids go on far past the predecessor's: it may have started writes the log never saw
+  // (in flight when it stopped), and a resent End of one of them must not match a new write
+  // that got the same id here (it would be answered OK for another writer's bytes).
+  next_write_id_ += kWriteIdGapAfterRestore;
   // Restored agents are suspect until they register again: nothing is placed in their pools
   // before they have fenced this master's predecessor's writes (a new master epoch), and they
   // have the dead timeout to come back.

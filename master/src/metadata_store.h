@@ -402,6 +402,9 @@ class MetadataStore {
   AgentId next_agent_id_ = 1;
   PoolId next_pool_id_ = 1;
   uint64_t next_write_id_ = 1;
+  // How far a restored master's write ids skip past the highest one its log names: more than a
+  // master starts between two commits (2^40: 12 days of a million writes a second).
+  static constexpr uint64_t kWriteIdGapAfterRestore = uint64_t{1} << 40;
   // Fence seqs come from one counter for all agents, never per agent: an agent dropped and
   // registered again under a new id may still acknowledge the seqs of its old registration, and
   // such an ack must not cover (free unapplied) a fence of the new one.

@@ -1,9 +1,11 @@
 // Object semantics of docs/semantics.md on the typed API: duplicate puts, takeover, upsert, leases,
 // eviction with pins, agent TTL, placement, RemoveAll, listing, and event completeness.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -177,6 +179,38 @@ TEST(MasterService, AValueOfTooManyPartsIsRefusedAndAGetReplyStopsAtItsLimit) {
   }
   EXPECT_EQ(r.placements.size(), kMaxReplyPlacements);
   EXPECT_EQ(r.first.back(), kMaxReplyPlacements);
+}
+
+// A master that restarted from its log never hands out again a write id its predecessor gave to
+// a write the log never saw (in flight when it stopped): that write's End, resent by its agent,
+// would match the new write of the same key and be answered OK for the other writer's bytes.
+TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvmaster-write-ids-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  MasterOptions o;
+  o.state_dir = dir.string();
+  {
+    Cluster c(o, 2);
+    c.Put(c.agents[0], {"a"}, 64);
+    auto lost = c.Start(c.agents[0], {"k"}, {64});  // in flight when the master stops
+    ASSERT_TRUE(lost.results[0].ok());
+    const uint64_t old_id = lost.write_ids[0];
+    c.Restart();
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(c.svc->RegisterAgent("node-" + std::to_string(i), 1).ok());
+      std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+      ASSERT_TRUE(c.svc->MountPool(c.agents[i], 0, 1 << 20, eps).ok());
+    }
+    auto other = c.Start(c.agents[1], {"k"}, {64});
+    ASSERT_TRUE(other.results[0].ok());
+    EXPECT_NE(other.write_ids[0], old_id);
+    ASSERT_TRUE(c.EndWith(c.agents[1], {"k"}, {other.write_ids[0]}).results[0].ok());
+    const KeyResults resent = c.EndWith(c.agents[0], {"k"}, {old_id});
+    EXPECT_FALSE(resent.results[0].ok()) << "the lost write's End matched node-1's write";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MasterService, AStandaloneMastersLocalWritesFreeRevokedSpaceAtOnce) {
