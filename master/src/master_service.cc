@@ -78,6 +78,7 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
       // Alive; a suspect agent (silent, or restored from the log) is trusted with new replicas
       // only once it mounted its pool again, after it set its pool to this master's epoch.
       a->last_seen_live = store_->LiveNow();
+      a->registered_here = true;
       return a->id;
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
@@ -114,14 +115,16 @@ Result<MountResult> MasterService::MountPool(AgentId agent, uint32_t index, uint
 
 bool MasterService::Heartbeat(AgentId agent) {
   Agent* a = store_->FindAgent(agent);
-  if (!a) return false;
+  if (!a || !a->registered_here) return false;
   store_->Touch(a);
   return true;
 }
 
 HeartbeatResult MasterService::Heartbeat(AgentId agent, uint64_t fence_ack) {
   Agent* a = store_->FindAgent(agent);
-  if (!a) return HeartbeatResult{};
+  // A restored agent heard before it registered again has not set its pool to this master's
+  // epoch, and its ack counts its previous master's fences: it is told to register.
+  if (!a || !a->registered_here) return HeartbeatResult{};
   store_->Touch(a);
   return store_->Fences(a, fence_ack);
 }

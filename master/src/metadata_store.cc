@@ -149,6 +149,7 @@ Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnat
   a.name = std::string(name);
   a.incarnation = incarnation;
   a.last_seen_live = LiveNow();
+  a.registered_here = true;
   LogAgent(a);
   AgentId id = a.id;
   agents_.emplace(id, std::move(a));

@@ -165,6 +165,10 @@ struct Agent {
   // Silent past the TTL (or restored from the log and not registered again): no new replicas go
   // to its pools and reads list its replicas last; its objects stay until it is dead.
   bool suspect = false;
+  // It registered with this master (not only restored from the log): until then its heartbeats
+  // are answered "unknown" (register again), and their fence acks, which count the previous
+  // master's fences, free nothing.
+  bool registered_here = false;
   std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
   uint32_t reserved_writes = 0;     // reserved writes it holds (ReserveWrites), and their space

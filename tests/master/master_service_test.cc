@@ -185,8 +185,8 @@ TEST(MasterService, AValueOfTooManyPartsIsRefusedAndAGetReplyStopsAtItsLimit) {
 // a write the log never saw (in flight when it stopped): that write's End, resent by its agent,
 // would match the new write of the same key and be answered OK for the other writer's bytes.
 TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvmaster-write-ids-" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvmaster-write-ids-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   MasterOptions o;
@@ -209,6 +209,32 @@ TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite)
     ASSERT_TRUE(c.EndWith(c.agents[1], {"k"}, {other.write_ids[0]}).results[0].ok());
     const KeyResults resent = c.EndWith(c.agents[0], {"k"}, {old_id});
     EXPECT_FALSE(resent.results[0].ok()) << "the lost write's End matched node-1's write";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A restored agent heard before it registered again with this master (a heartbeat already on
+// its way) is told to register: it has not set its pool to this master's epoch, and its fence
+// ack counts the previous master's fences (it would free this master's fences unapplied).
+TEST(MasterService, ARestoredAgentsHeartbeatBeforeItRegistersAgainIsAnsweredUnknown) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvmaster-restored-beat-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  MasterOptions o;
+  o.state_dir = dir.string();
+  {
+    Cluster c(o, 2);
+    c.Put(c.agents[0], {"k"}, 64);
+    c.Restart();
+    EXPECT_FALSE(c.Beat(c.agents[0], 1000).known);
+    EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));
+    EXPECT_EQ(c.svc->Stats().suspect_agents, 2u) << "a heartbeat alone does not trust it";
+    ASSERT_TRUE(c.svc->RegisterAgent("node-0", 1).ok());
+    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+    ASSERT_TRUE(c.svc->MountPool(c.agents[0], 0, 1 << 20, eps).ok());
+    EXPECT_TRUE(c.Beat(c.agents[0]).known);
+    EXPECT_TRUE(c.Exists("k"));
   }
   std::filesystem::remove_all(dir);
 }
