@@ -158,7 +158,11 @@ PeekResult FrameConsumer::Peek(Frame* frame) {
     RecordHeader header;
     std::memcpy(&header, ring_.data + pos, sizeof(header));
     if (header.kind == kRecordPadding) {
-      if (header.length != to_end - sizeof(RecordHeader) || to_end > avail) {
+      // A producer pads only a frame that does not fit before the end: never at offset 0 (any
+      // frame fits a whole ring). A padding there would let a hostile producer, moving its tail
+      // a ring ahead as fast as this loop skips, keep Peek from ever returning; with it refused
+      // a Peek skips one padding at most.
+      if (header.length != to_end - sizeof(RecordHeader) || to_end > avail || pos == 0) {
         return PeekResult::kCorrupt;
       }
       // Skip the padding and publish at once: a producer waiting for the space it frees must

@@ -171,6 +171,19 @@ TEST(FrameRing, ConsumerReportsCorruptForGarbageRecordHeaders) {
   EXPECT_EQ(consumer.Peek(&frame), PeekResult::kCorrupt);
 }
 
+// A padding record at offset 0 pads nothing (a frame of any size fits a whole ring): refused,
+// so one Peek never skips more than one padding (a hostile producer republishing a whole-ring
+// padding as fast as the consumer skipped it kept the agent's service thread in Peek).
+TEST(FrameRing, APaddingAtTheStartOfTheRingIsCorrupt) {
+  TestRing ring(4096);
+  FrameConsumer consumer(ring.ref());
+  RecordHeader pad{4096 - sizeof(RecordHeader), kRecordPadding, 0};
+  std::memcpy(ring.data().data(), &pad, sizeof(pad));
+  ring.control().tail.store(4096);
+  Frame frame;
+  EXPECT_EQ(consumer.Peek(&frame), PeekResult::kCorrupt);
+}
+
 TEST(FrameRing, ProducerReportsCorruptWhenTheConsumerIndexIsImpossible) {
   TestRing ring(4096);
   FrameProducer producer(ring.ref());
