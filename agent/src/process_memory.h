@@ -28,6 +28,8 @@
 
 #include <sys/types.h>
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -107,6 +109,8 @@ class ProcessMemory : public std::enable_shared_from_this<ProcessMemory> {
   template <typename Copy>
   Result<uint32_t> Move(Ranges ranges, uint64_t offset, uint64_t length, uint32_t crc,
                         Copy copy) const;
+  // Reads `n` bytes of the value, at its offset `at`, from `remote` into dst.
+  Status ReadChunk(uint8_t* dst, uint64_t at, uint64_t n, std::span<const iovec> remote) const;
 
   const pid_t pid_;
   const ipc::UniqueFd pidfd_;
