@@ -1,6 +1,7 @@
 #include "request_pipeline.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "copy_helpers.h"
 #include "kvagent/common/validate.h"
@@ -13,26 +14,21 @@ namespace {
 // Client frame bytes per master batch (see Group).
 constexpr size_t kMaxBatchFrameBytes = size_t{16} << 20;
 
-bool SameWriteOptions(const proto::Request& a, const proto::Request& b) {
-  const proto::WriteOptions* x = a.options();
-  const proto::WriteOptions* y = b.options();
-  auto replicas = [](const proto::WriteOptions* o) { return o ? o->replica_count() : 1; };
-  auto soft = [](const proto::WriteOptions* o) { return o ? o->soft_pin() : false; };
-  auto ttl = [](const proto::WriteOptions* o) { return o ? o->soft_pin_ttl_ms() : 0u; };
-  auto hard = [](const proto::WriteOptions* o) { return o ? o->hard_pin() : false; };
-  return replicas(x) == replicas(y) && soft(x) == soft(y) && ttl(x) == ttl(y) && hard(x) == hard(y);
-}
-
-// Requests that may share one master batch.
-bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) {
+// Which requests may share one master batch: those of one class. Writes by their options
+// (replicas, soft pin and its TTL, hard pin), removes by force, the rest all together.
+uint64_t BatchClass(proto::Op op, const proto::Request& r) {
   switch (op) {
     case proto::Op::Put:
-    case proto::Op::Upsert:
-      return SameWriteOptions(a, b);
+    case proto::Op::Upsert: {
+      const proto::WriteOptions* o = r.options();
+      if (o == nullptr) return 1;  // replica_count 1, no pins: as the defaults
+      return uint64_t{o->replica_count()} | uint64_t{o->soft_pin()} << 8 |
+             uint64_t{o->hard_pin()} << 9 | uint64_t{o->soft_pin_ttl_ms()} << 32;
+    }
     case proto::Op::Remove:
-      return a.force() == b.force();
+      return r.force() ? 1 : 0;
     default:
-      return true;
+      return 0;
   }
 }
 
@@ -42,18 +38,21 @@ bool Compatible(proto::Op op, const proto::Request& a, const proto::Request& b) 
 // under kvmaster's message limit (kMaxMasterMessageBytes).
 void Group(proto::Op op, std::vector<HeldRequest>& queue,
            std::vector<std::vector<HeldRequest>>* out) {
-  // Whether `h` may join a group of `keys` keys and `bytes` frame bytes that `front` leads.
-  auto joins = [op](size_t keys, size_t bytes, const HeldRequest& front, const HeldRequest& h) {
+  // Whether `h` may join a group of `keys` keys and `bytes` frame bytes.
+  auto fits = [](size_t keys, size_t bytes, const HeldRequest& h) {
     return keys + h.result.codes.size() <= kMaxBatchKeys &&
-           bytes + h.request.frame.size() <= kMaxBatchFrameBytes &&
-           Compatible(op, front.request.request(), h.request.request());
+           bytes + h.request.frame.size() <= kMaxBatchFrameBytes;
   };
   std::vector<std::vector<HeldRequest>>& groups = *out;
   groups.clear();
   // The common case, the whole queue in one group: the queue becomes the group as it is.
   size_t joined = 0, all_keys = 0, all_bytes = 0;
+  const uint64_t first_class = queue.empty() ? 0 : BatchClass(op, queue.front().request.request());
   for (const HeldRequest& h : queue) {
-    if (joined > 0 && !joins(all_keys, all_bytes, queue.front(), h)) break;
+    if (joined > 0 &&
+        (!fits(all_keys, all_bytes, h) || BatchClass(op, h.request.request()) != first_class)) {
+      break;
+    }
     all_keys += h.result.codes.size();
     all_bytes += h.request.frame.size();
     ++joined;
@@ -62,15 +61,21 @@ void Group(proto::Op op, std::vector<HeldRequest>& queue,
     if (!queue.empty()) groups.emplace_back().swap(queue);
     return;
   }
+  // Each request joins the newest group of its class, or starts one: O(1) per request, however
+  // many classes a pass brings (a scan of every group for each request was requests x groups).
   std::vector<size_t> keys;
   std::vector<size_t> bytes;
+  std::unordered_map<uint64_t, size_t> newest;  // class -> its newest group
   for (HeldRequest& h : queue) {
-    size_t g = 0;
-    while (g < groups.size() && !joins(keys[g], bytes[g], groups[g].front(), h)) ++g;
+    const uint64_t c = BatchClass(op, h.request.request());
+    auto it = newest.find(c);
+    size_t g = it == newest.end() ? groups.size() : it->second;
+    if (g < groups.size() && !fits(keys[g], bytes[g], h)) g = groups.size();
     if (g == groups.size()) {
       groups.emplace_back();
       keys.push_back(0);
       bytes.push_back(0);
+      newest[c] = g;
     }
     keys[g] += h.result.codes.size();
     bytes[g] += h.request.frame.size();
