@@ -27,7 +27,6 @@
 #pragma once
 
 #include <sys/types.h>
-
 #include <sys/uio.h>
 
 #include <cstdint>

@@ -366,7 +366,7 @@ Status KeyStart::TakeOverOrRefuse(ObjectEntry* e, bool upsert) {
 }  // namespace
 
 uint64_t MasterService::MostReplicas(uint64_t size, uint8_t replica_count) const {
-  const uint64_t part = store_->part_bytes();
+  const uint64_t part = std::max<uint64_t>(1, store_->part_bytes());
   return (size / part + (size % part != 0)) * std::max<uint64_t>(1, replica_count);
 }
 
