@@ -120,7 +120,8 @@ TEST_F(ProcessMemoryCopies, ReadGathersRangesAcrossChunksAndReturnsTheirCrc) {
 }
 
 // A value of many small ranges: its checksum walks them once, not once per chunk (a million
-// ranges of one page made ~10^10 steps). 16x the ranges and bytes cost about 16x (22x before).
+// ranges of one page made ~10^10 steps). 16x the ranges and bytes cost about 16x (22x before; the
+// bound is 1.2x: a shared machine is noisy).
 TEST_F(ProcessMemoryCopies, AChecksumOverManyRangesWalksThemOnce) {
   const std::vector<uint8_t> page = Pattern(64, 5);
   auto time_of = [&](size_t count) {
@@ -137,7 +138,7 @@ TEST_F(ProcessMemoryCopies, AChecksumOverManyRangesWalksThemOnce) {
   };
   const double small = time_of(65536);    // 4 MiB: 16 chunks
   const double large = time_of(1048576);  // 64 MiB: 256 chunks
-  EXPECT_LE(large, 17.6 * small) << small << " s, then " << large << " s";
+  EXPECT_LE(large, 19.2 * small) << small << " s, then " << large << " s";
 }
 
 TEST_F(ProcessMemoryCopies, WriteScattersIntoRangesInOrder) {
