@@ -1,11 +1,9 @@
 // Object semantics of docs/semantics.md on the typed API: duplicate puts, takeover, upsert, leases,
 // eviction with pins, agent TTL, placement, RemoveAll, listing, and event completeness.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -185,12 +183,9 @@ TEST(MasterService, AValueOfTooManyPartsIsRefusedAndAGetReplyStopsAtItsLimit) {
 // a write the log never saw (in flight when it stopped): that write's End, resent by its agent,
 // would match the new write of the same key and be answered OK for the other writer's bytes.
 TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("kvmaster-write-ids-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  TempDir dir;
   MasterOptions o;
-  o.state_dir = dir.string();
+  o.state_dir = dir.path();
   {
     Cluster c(o, 2);
     c.Put(c.agents[0], {"a"}, 64);
@@ -210,19 +205,15 @@ TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite)
     const KeyResults resent = c.EndWith(c.agents[0], {"k"}, {old_id});
     EXPECT_FALSE(resent.results[0].ok()) << "the lost write's End matched node-1's write";
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A restored agent heard before it registered again with this master (a heartbeat already on
 // its way) is told to register: it has not set its pool to this master's epoch, and its fence
 // ack counts the previous master's fences (it would free this master's fences unapplied).
 TEST(MasterService, ARestoredAgentsHeartbeatBeforeItRegistersAgainIsAnsweredUnknown) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvmaster-restored-beat-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  TempDir dir;
   MasterOptions o;
-  o.state_dir = dir.string();
+  o.state_dir = dir.path();
   {
     Cluster c(o, 2);
     c.Put(c.agents[0], {"k"}, 64);
@@ -236,7 +227,6 @@ TEST(MasterService, ARestoredAgentsHeartbeatBeforeItRegistersAgainIsAnsweredUnkn
     EXPECT_TRUE(c.Beat(c.agents[0]).known);
     EXPECT_TRUE(c.Exists("k"));
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(MasterService, AStandaloneMastersLocalWritesFreeRevokedSpaceAtOnce) {

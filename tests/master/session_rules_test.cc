@@ -21,18 +21,7 @@ using testing::AsStored;
 using testing::Cluster;
 using testing::IsCleared;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvmaster-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 TEST(SessionRules, Rule1_SessionIdsAreOptionalPerKeyAndParallelToKeys) {
   Cluster c;
