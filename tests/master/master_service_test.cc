@@ -122,8 +122,9 @@ TEST(MasterService, AnAckLeftFromAnEarlierRegistrationDoesNotFreeTheNewOnesFence
 // An End may name any number of failed replicas (a hostile or broken agent's). Each replica of
 // the key was checked against every entry: replicas x entries, both up to the request's size
 // (a 1024-part value and a million entries: two billion comparisons on the loop). Now the
-// entries are sorted once and each replica looked up: 16x the parts and entries cost about
-// 16 log 16x at most (n log n), where they cost 256x.
+// entries are sorted once and each replica looked up: 16x the parts and entries cost 16x-24x
+// in release builds (n log n), ~34x under ASan (its instrumented sort), where they cost ~200x.
+// The bound, 64x, leaves room for the sanitizers and a noisy machine.
 TEST(MasterService, AnEndNamingManyFailedReplicasCostsNoMoreThanNLogN) {
   MasterOptions o;
   o.max_part_bytes = 4096;
@@ -148,7 +149,7 @@ TEST(MasterService, AnEndNamingManyFailedReplicasCostsNoMoreThanNLogN) {
     small = std::min(small, end_time(32, 512, round));
     large = std::min(large, end_time(512, 8192, round));
   }
-  EXPECT_LE(large, 32 * small) << "32 parts, 512 entries: " << small
+  EXPECT_LE(large, 64 * small) << "32 parts, 512 entries: " << small
                                << " s; 512 parts, 8192 entries: " << large << " s";
 }
 
