@@ -251,6 +251,13 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
   reply.removed_count = c->removed_count();
   const auto* codes = c->codes();
   if (codes == nullptr || codes->size() == 0) {
+    if (key_count > 0 && code == ErrorCode::kOk) {
+      // The agent answers every key of a call that did not fail as a whole: a success without
+      // them would make each key OK with a length of 0.
+      return FailedReply(Internal("the agent answered OK without a result for each of the " +
+                                  std::to_string(key_count) + " keys; report this bug"),
+                         key_count);
+    }
     // No per-key answer: the request-level status applies to every key.
     if (key_count > 0) reply.keys.assign(key_count, KeyResult{code, reply.status.message()});
     DecodeListAndCounters(*c, &reply);
@@ -276,6 +283,20 @@ Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count) {
     if (replicas != nullptr && i < replicas->size()) k.replicas = replicas->Get(i);
   }
   return reply;
+}
+
+void CheckGetLengths(std::span<const uint64_t> capacities, Reply* reply) {
+  if (reply->keys.size() != capacities.size()) return;  // already failed as a whole
+  for (size_t i = 0; i < capacities.size(); ++i) {
+    const KeyResult& k = reply->keys[i];
+    if (k.code != ErrorCode::kOk || (k.length > 0 && k.length <= capacities[i])) continue;
+    *reply = FailedReply(
+        Internal("the agent answered key " + std::to_string(i) + " OK with a length of " +
+                 std::to_string(k.length) + " for a target of " + std::to_string(capacities[i]) +
+                 " bytes; report this bug"),
+        capacities.size());
+    return;
+  }
 }
 
 }  // namespace kvagent::sdk_detail

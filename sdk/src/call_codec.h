@@ -49,6 +49,11 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
 // verification or has the wrong number of per-key codes becomes an INTERNAL reply.
 Reply DecodeCompletion(std::span<const uint8_t> frame, size_t key_count);
 
+// A Get's reply checked against each key's room (`capacities`, one per key): a key answered OK
+// with no length or one its target cannot hold fails the whole reply with INTERNAL (the agent is
+// buggy or of another version, and a caller would read past its buffer).
+void CheckGetLengths(std::span<const uint64_t> capacities, Reply* reply);
+
 // A reply in which the request and each of its `key_count` keys failed with `status`.
 Reply FailedReply(const Status& status, size_t key_count);
 

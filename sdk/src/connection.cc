@@ -319,6 +319,20 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   slot.deadline = deadline;
   slot.temporaries = std::move(temporaries);
   slot.scatters = std::move(scatters);
+  slot.capacities.clear();
+  if (spec.op == proto::Op::Get) {
+    slot.capacities.reserve(n);
+    size_t range = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!refs.empty()) {
+        slot.capacities.push_back(refs[i].length());
+        continue;
+      }
+      uint64_t room = 0;
+      for (uint32_t j = 0; j < counts[i]; ++j) room += memory[range++].length();
+      slot.capacities.push_back(room);
+    }
+  }
   slot.state.store(kWaiting, std::memory_order_relaxed);
   slot.id.store(id, std::memory_order_release);
 
@@ -552,7 +566,12 @@ void Connection::Deliver(uint64_t request_id, std::span<const uint8_t> frame) {
   if (index >= slot_count_) return;
   Slot& s = slots_[index];
   if (s.id.load(std::memory_order_acquire) != request_id) return;  // stale: the slot moved on
+  // Only a call still waiting for its answer takes one: a second completion for the same id (a
+  // buggy agent) must not overwrite the reply its owner is reading.
+  const uint32_t state = s.state.load(std::memory_order_acquire);
+  if (state != kWaiting && state != kAbandoned) return;
   s.reply = DecodeCompletion(frame, s.key_count);
+  if (!s.capacities.empty()) CheckGetLengths(s.capacities, &s.reply);
   // seq_cst, with the load of followers_ below: the hand-off to a follower (connection.h).
   const uint32_t previous = s.state.exchange(kDone, std::memory_order_seq_cst);
   if (previous == kAbandoned) {

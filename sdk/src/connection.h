@@ -110,6 +110,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::vector<MemoryRange> ranges;  // a copy: the caller's array may be gone (the C ABI's is)
     };
     std::vector<ScatterTarget> scatters;
+    // Get: each key's room (what the agent may write there); empty for other ops.
+    std::vector<uint64_t> capacities;
   };
 
   explicit Connection(const ClientOptions& options);

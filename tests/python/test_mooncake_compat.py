@@ -461,6 +461,14 @@ class PointerApiTest(AgentTestCase):
         unregistered = Memory(64)
         self.assertEqual(store.get_into_ranges([unregistered.address], [["r-1"]], [[[0]]],
                                                [[[0]]], [[[4]]]), [[[INVALID_PARAMS]]])
+        # Offsets and sizes are unsigned, as in Mooncake's binding: a negative one is a TypeError
+        # and copies nothing (memmove would have written before the buffer, read outside the
+        # value, or taken -1 for a size of 2^64 - 1).
+        ctypes.memset(address, 0, 64)
+        for dst, src, n in ((-16, 0, 8), (0, -32, 8), (0, 0, -1)):
+            with self.assertRaises(TypeError):
+                store.get_into_ranges([address], [["r-1"]], [[[dst]]], [[[src]]], [[[n]]])
+        self.assertEqual(ctypes.string_at(address, 64), bytes(64))
 
     def test_host_allocator_memory_is_kvagent_shared_memory(self):
         store = self.store()

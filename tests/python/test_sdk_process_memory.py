@@ -62,6 +62,33 @@ class ProcessMemoryTest(SdkTest):
             got = b"".join(m.read(0, len(m.array)) for m in out_parts)[:len(whole)]
             self.assertEqual(got, whole)
 
+    def test_a_submitted_puts_bytes_are_copied_before_submit_returns(self):
+        """The C ABI's promise for raw values of kv_submit_*: the caller may change or drop its
+        bytes once the call is submitted. With the agent stopped the put runs only after they
+        changed: it must store what they were at submit, with and without process memory,
+        for a bytearray, a view of the client's own arena, and a temporary bytes object."""
+        for c in self.both():
+            tag = "pm" if c.process_memory else "arena"
+            mutable = bytearray(b"A" * 4096)
+            arena = c.allocate(8192)
+            view = arena.view()
+            view[:] = b"C" * 8192
+            self.assertTrue(self.agent.freeze())
+            pending = c.submit_put(["%s-mutable" % tag, "%s-view" % tag, "%s-temporary" % tag],
+                                   [mutable, view, bytes([0x5A]) * 20000])
+            mutable[:] = b"B" * 4096
+            view[:] = b"D" * 8192
+            junk = [bytes([0x11]) * 20000 for _ in range(64)]  # takes the freed heap
+            self.agent.thaw()
+            r = pending.wait()
+            self.assertTrue(r.ok, r.keys)
+            del junk
+            self.assertEqual(c.get_bytes("%s-mutable" % tag), b"A" * 4096)
+            self.assertEqual(c.get_bytes("%s-view" % tag), b"C" * 8192)
+            self.assertEqual(c.get_bytes("%s-temporary" % tag), bytes([0x5A]) * 20000)
+            del view
+            arena.close()
+
     def test_a_value_larger_than_the_arena_needs_process_memory(self):
         granted, staged = self.both()
         big = Memory(pattern(4, 4 << 20))  # 4 MiB through a 1 MiB arena

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,8 +97,8 @@ Status CopyStrings(StringPool& pool, const kv_bytes_t* items, size_t count, cons
 }
 
 // The C++ form of one call, built from a Request. Holds copies of the keys and session IDs (in
-// this thread's pools, until destroyed) and of the block metadata; raw values still point at
-// the caller's bytes (Submit copies them).
+// this thread's pools, until destroyed) and of the block metadata; raw values point at the
+// caller's bytes, or, for an asynchronous call, at copies in arena buffers the call holds.
 struct CallArgs {
   CallArgs() = default;
   CallArgs(const CallArgs&) = delete;
@@ -116,11 +118,12 @@ struct CallArgs {
   CallOptions options;
   ListOptions list;
 
-  Status Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+  Status Read(Client& client, const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
 
  private:
   Status ReadKeys(const Request& r);
-  Status ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
+  Status ReadWrite(Client& client, const Request& r,
+                   std::vector<std::shared_ptr<ArenaBuffer>>* held);
   Status ReadBlock(const kv_block_t& c, size_t i, BlockMetadata* out);
   Status ReadTargets(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held);
   Status ReadMemory(const Request& r);
@@ -128,7 +131,8 @@ struct CallArgs {
   Status ReadList(const Request& r);
 };
 
-Status CallArgs::Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
+Status CallArgs::Read(Client& client, const Request& r,
+                      std::vector<std::shared_ptr<ArenaBuffer>>* held) {
   switch (r.op) {
     case Op::kPing:
     case Op::kStat:
@@ -139,7 +143,7 @@ Status CallArgs::Read(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>
     case Op::kPut:
     case Op::kUpsert:
       KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
-      return ReadWrite(r, held);
+      return ReadWrite(client, r, held);
     case Op::kGet:
       KVAGENT_RETURN_IF_ERROR(ReadKeys(r));
       KVAGENT_RETURN_IF_ERROR(r.memory ? ReadMemory(r) : ReadTargets(r, held));
@@ -196,7 +200,8 @@ Status CallArgs::ReadMemory(const Request& r) {
   return Status::Ok();
 }
 
-Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBuffer>>* held) {
+Status CallArgs::ReadWrite(Client& client, const Request& r,
+                           std::vector<std::shared_ptr<ArenaBuffer>>* held) {
   if (r.memory) {
     KVAGENT_RETURN_IF_ERROR(ReadMemory(r));
     values.assign(memory_values.begin(), memory_values.end());
@@ -211,6 +216,19 @@ Status CallArgs::ReadWrite(const Request& r, std::vector<std::shared_ptr<ArenaBu
       values.emplace_back(*v.buffer->arena, v.size);
     } else if (v.bytes == nullptr && v.size > 0) {
       return InvalidParams(Indexed("values", i) + " has neither a buffer nor bytes; set one");
+    } else if (r.copy_raw_values) {
+      // The SDK would send the bytes' address (process memory, or bytes that lie in the arena):
+      // the agent reads them when it comes to the call, after the caller may have changed them.
+      auto copy = client.Allocate(std::max<size_t>(v.size, 1));
+      if (!copy.ok()) {
+        return Status(copy.status().code(),
+                      Indexed("values", i) + ": no arena space to copy the value into (" +
+                          copy.status().message() +
+                          "); wait for calls in flight, or pass a kv_buffer_t");
+      }
+      if (v.size > 0) std::memcpy(copy->data(), v.bytes, v.size);
+      held->push_back(std::make_shared<ArenaBuffer>(std::move(*copy)));
+      values.emplace_back(*held->back(), v.size);
     } else {
       values.emplace_back(std::span<const uint8_t>(static_cast<const uint8_t*>(v.bytes), v.size));
     }
@@ -306,7 +324,7 @@ size_t RefusedKeyCount(const Request& request) {
 
 void Submit(Client& client, const Request& r, kv_pending& pending) {
   CallArgs a;
-  if (Status read = a.Read(r, &pending.held); !read.ok()) {
+  if (Status read = a.Read(client, r, &pending.held); !read.ok()) {
     pending.held.clear();
     pending.refused = FailedReply(read, RefusedKeyCount(r));
     return;

@@ -31,6 +31,11 @@ struct Request {
   const kv_call_options_t* call = nullptr;
   const kv_list_options_t* list = nullptr;  // List
   uint32_t timeout_ms = 0;                  // Ping and Stat
+  // An asynchronous call (kv_submit_*): raw values (kv_value_t without a buffer) are copied into
+  // arena buffers the call holds, so the caller may reuse or free its bytes once Submit returns.
+  // A synchronous call reads them in place (straight from the caller's memory with process
+  // memory): the caller's bytes outlive it.
+  bool copy_raw_values = false;
 };
 
 // Submits `request` on `client`; the call (or, when the C arguments are malformed, the refusal

@@ -74,7 +74,9 @@ kv_status_t SubmitCall(kv_client_t* client, const Request& request, kv_pending_t
     if (client == nullptr) return SetLastError(NoClient());
     auto call = std::make_unique<kv_pending>();
     call->parking = client->parking;
-    Submit(*client->client, request, *call);
+    Request copying = request;
+    copying.copy_raw_values = true;  // the caller's raw bytes are its own again on return
+    Submit(*client->client, copying, *call);
     *pending = call.release();
     return ClearLastError();
   });

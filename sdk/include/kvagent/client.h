@@ -118,8 +118,9 @@ class ArenaBuffer {
 // A value to store: an ArenaBuffer (zero-copy; the first `length` bytes, default all), or bytes
 // or memory ranges of this process. With process memory (ClientOptions::process_memory) the
 // agent reads bytes and ranges straight from this process; otherwise the SDK copies them into a
-// temporary arena buffer for the duration of the call. The referred memory must stay valid until
-// the call returns (or, for Submit, until Wait returns).
+// temporary arena buffer for the duration of the call. The referred memory must stay valid and
+// unchanged until the call returns (or, for Submit, until Wait returns): the agent may read it
+// any time before.
 class Value {
  public:
   // The concatenation of `ranges` (memory of this process; see MemoryRange).

@@ -341,6 +341,13 @@ class MooncakeDistributedStore:
             if not self._registered.capacity_at(ptr) or not (
                     len(keys[i]) == len(dsts[i]) == len(srcs[i]) == len(sizes[i])):
                 continue
+            dsts[i], srcs[i], sizes[i] = list(dsts[i]), list(srcs[i]), list(sizes[i])
+            for j in range(len(keys[i])):
+                # Unsigned, as Mooncake's binding takes them: a negative offset or size would
+                # copy outside the value or the buffer (memmove trusts them).
+                dsts[i][j] = _int_list(dsts[i][j], "all_dst_offsets[%d][%d]" % (i, j))
+                srcs[i][j] = _int_list(srcs[i][j], "all_src_offsets[%d][%d]" % (i, j))
+                sizes[i][j] = _int_list(sizes[i][j], "all_sizes[%d][%d]" % (i, j))
             wanted += [(i, j) for j in range(len(keys[i]))
                        if len(dsts[i][j]) == len(srcs[i][j]) == len(sizes[i][j])]
         names = sorted({keys[i][j] for i, j in wanted})
