@@ -2,8 +2,10 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <charconv>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -102,13 +104,16 @@ std::string Resolve(EventsTailOptions* o) {
   }
   if (!o->from_seq_flag.empty()) {
     const std::string& text = o->from_seq_flag;
-    const bool digits =
-        text.size() <= 19 && text.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits) {
+    int64_t seq = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seq);
+    // Digits only (from_chars takes a leading '-'), and within int64 (9999999999999999999 is
+    // 19 digits and out of range: it once reached std::stoll, which threw).
+    if (text.empty() || text[0] == '-' || error != std::errc() ||
+        end != text.data() + text.size()) {
       return "--from-seq " + text +
-             " is not a seq: give 0 or more (leave it out to follow live only)";
+             " is not a seq: give 0 or more, up to 2^63 - 1 (leave it out to follow live only)";
     }
-    o->from_seq = std::stoll(text);
+    o->from_seq = seq;
   }
   if (o->from_seq < -1) return "--from-seq must be a seq (0 or more), or -1 for live only";
   if (o->timeout_ms < 0) return "--timeout-ms must be 0 (wait forever) or more";

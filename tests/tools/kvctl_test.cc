@@ -323,19 +323,22 @@ TEST(Kvctl, WithoutAnAgentEveryCommandFailsWithAgentUnavailableAndAHint) {
 
 TEST(Kvctl, BadUsagePrintsOneUsageLineAndExits2) {
   TempDir dir;
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"put", "k", "--value", "v", "--bogus"},
-                                             {"put", "k"},
-                                             {"put", "k", "--value", "v", "--file", "f"},
-                                             {"put", "k", "--value", "v", "--replicas", "0"},
-                                             {"put", "k", "--value", "v", "--replicas", "many"},
-                                             {"get"},
-                                             {"get", "k", "extra"},
-                                             {"ls", "--limit", "-1"},
-                                             {"frobnicate"},
-                                             {},
-                                             {"events"},
-                                             {"events", "tail", "--bogus"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"put", "k", "--value", "v", "--bogus"},
+           {"put", "k"},
+           {"put", "k", "--value", "v", "--file", "f"},
+           {"put", "k", "--value", "v", "--replicas", "0"},
+           {"put", "k", "--value", "v", "--replicas", "many"},
+           {"get"},
+           {"get", "k", "extra"},
+           {"ls", "--limit", "-1"},
+           {"frobnicate"},
+           {},
+           {"events"},
+           {"events", "tail", "--bogus"},
+           // 19 digits past int64: once an abort (stoll)
+           {"events", "tail", "--from-seq", "9999999999999999999"},
+           {"events", "tail", "--from-seq", "-5"}}) {
     CommandOutput r = Kvctl(dir.path(), args);
     const std::string what = args.empty() ? "(no command)" : args[0];
     EXPECT_EQ(r.exit_code, 2) << what << ": " << r.err;
