@@ -5,14 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "kvagent/common/cluster_secret.h"
+#include "tcp_server.h"
 #include "tcp_wire.h"
 #include "test_support.h"
 
@@ -136,6 +139,37 @@ TEST(DataPlaneAuth, APeerThatNeverAuthenticatesIsClosedAfterTheHandshakeTimeout)
   EXPECT_TRUE(ClosedByPeer(fd, 15));  // the server's handshake timeout is 5 s
   EXPECT_EQ(server.engine->stats().served_unauthenticated, 1u);
   close(fd);
+}
+
+// Connections that have not authenticated counted against the connection cap like any other, and
+// the cap turned new connections away: outsiders holding every slot (each for its 5 s, opened
+// again at once) kept every member's new connection out. Now the oldest unauthenticated one
+// makes room.
+TEST(DataPlaneAuth, OutsidersHoldingEverySlotDoNotKeepAMemberOut) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 128;  // MaxConnections(): a quarter of it, 32
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  {
+    Node server = MakeNode(KeyOf(kSecret)), member = MakeNode(KeyOf(kSecret));
+    const size_t cap = TcpDataServer::MaxConnections();
+    ASSERT_EQ(cap, 32u);
+    std::vector<int> outsiders;
+    for (size_t i = 0; i < cap; ++i) {
+      outsiders.push_back(Connect(server));
+      uint8_t hello[wire::kHelloBytes];  // the server has taken it in: it said hello
+      ASSERT_TRUE(ReadExactly(outsiders.back(), hello, sizeof(hello)));
+    }
+    const Status st = WriteAcross(member, server);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(server.pool->base()[4095], 0x42);
+    EXPECT_EQ(server.engine->stats().served_shed_connections, 0u);
+    EXPECT_EQ(server.engine->stats().served_unauthenticated, 1u) << "the oldest outsider goes";
+    EXPECT_TRUE(ClosedByPeer(outsiders.front(), 5));
+    for (int fd : outsiders) close(fd);
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
 }
 
 }  // namespace

@@ -56,6 +56,20 @@ TEST(PoolFence, RefusesOtherPoolsOtherMastersAndAbandonedWrites) {
   EXPECT_EQ(fence.refused(), 6u);
 }
 
+// Epoch 0 means "not checked" for a pool no master knows; once one does, an op without an epoch
+// passed every fence: a write of an abandoned put (id 3, below the watermark) was stored.
+TEST(PoolFence, AnOpWithoutAnEpochIsRefusedOnceThePoolHasOne) {
+  PoolFence fence(kPool);
+  EXPECT_TRUE(fence.CheckWrite(kPool, 0, 3).ok());  // no master yet: tools, tests
+  fence.SetEpoch(5);
+  ASSERT_TRUE(fence.Apply(5, /*watermark=*/10, {}));
+  EXPECT_FALSE(fence.CheckWrite(kPool, 0, 3).ok());
+  EXPECT_FALSE(fence.CheckWrite(0, 0, 11).ok());
+  EXPECT_FALSE(fence.CheckRead(kPool, 0).ok());
+  EXPECT_FALSE(fence.CheckWrite(kPool, 5, 3).ok());  // what the epoch-0 write bypassed
+  EXPECT_TRUE(fence.CheckWrite(kPool, 5, 11).ok());
+}
+
 TEST(PoolFence, ApplyWaitsForTheLocalCopyInProgressNotForTheWholeBatch) {
   PoolFence fence(kPool);
   fence.SetEpoch(kEpoch);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -268,6 +269,35 @@ TEST(DataClientTest, SilentPeerTimesOutAfterThePeerTimeout) {
   EXPECT_NE(results[0].message().find("200 ms"), std::string::npos) << results[0].message();
   EXPECT_NE(results[0].message().find("hello"), std::string::npos) << results[0].message();
   EXPECT_EQ(client.engine->stats().ops_timed_out, 1u);
+}
+
+// Every byte received restarted the peer timeout, during the handshake too: a peer sending its
+// hello a byte at a time, each just inside the timeout, held the op (and its batch) about 40
+// timeouts before it had proved anything (80 under a secret). The handshake now has one timeout.
+TEST(DataClientTest, APeerTricklingItsHelloTimesOutWithinOneTimeout) {
+  Node client = MakeNode(1 * kMiB, std::chrono::milliseconds(300));
+  RawSocket fake = RawSocket::Listen();
+  std::atomic<size_t> sent{0};
+  std::atomic<bool> stop{false};
+  int accepted = -1;
+  std::thread peer([&] {
+    accepted = accept(fake.fd, nullptr, nullptr);
+    uint8_t hello[wire::kHelloBytes];
+    wire::EncodeHello({.version = wire::kVersion, .pool_size = kMiB}, hello);
+    for (size_t i = 0; i < sizeof(hello) && !stop; ++i) {  // a byte every 200 ms
+      WriteAll(accepted, hello + i, 1);
+      sent = i + 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  auto results = client.engine->TransferAndWait(
+      {{TransferKind::kRead, fake.endpoint(), 0, client.pool->base(), 4096}});
+  const size_t sent_by_then = sent;
+  stop = true;
+  peer.join();
+  close(accepted);
+  EXPECT_EQ(results[0].code(), ErrorCode::kTimeout) << results[0].ToString();
+  EXPECT_LT(sent_by_then, wire::kHelloBytes) << "the op waited for the whole trickled hello";
 }
 
 TEST(DataClientTest, PeerThatStopsReplyingTimesOutAndTheOpIsNotLeftHanging) {

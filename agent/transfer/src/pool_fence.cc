@@ -51,6 +51,12 @@ Status PoolFence::CheckLocked(uint64_t incarnation, uint64_t epoch, uint64_t wri
                   " but this agent's pool is incarnation " + std::to_string(incarnation_) +
                   " (the agent restarted: the value is gone)");
   }
+  if (epoch == 0 && epoch_ != 0) {
+    // "Not checked" is for a pool no master knows (tools, tests of the data plane alone): once
+    // one does, an op without an epoch would pass every fence, the write fences too.
+    return refuse("the op names no master epoch but this pool is registered with epoch " +
+                  std::to_string(epoch_) + ": refused");
+  }
   if (epoch != 0 && epoch != epoch_) {
     return refuse("the placement comes from master epoch " + std::to_string(epoch) +
                   " but this pool is registered with epoch " + std::to_string(epoch_) +

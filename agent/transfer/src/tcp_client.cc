@@ -170,6 +170,13 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   enum class State { kConnecting, kHello, kAuth, kReady };
 
   void Touch() { last_progress_ = Clock::now(); }
+  // Bytes moved count as progress once the connection is ready. The handshake (connect, the
+  // peer's hello, under a secret its proof: 80 bytes) must be done within one peer timeout of
+  // the connect: a peer sending a byte now and then, each just inside the timeout, held an op
+  // ~80 timeouts before it had proved anything.
+  void Progress() {
+    if (state_ == State::kReady) Touch();
+  }
 
   bool HasBufferedReply() const {
     if (state_ == State::kHello) return in_.size() >= wire::kHelloBytes;
@@ -216,7 +223,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
   Step Outcome(const IoResult& io) {
     switch (io.kind) {
       case IoResult::kData:
-        if (io.bytes > 0) Touch();
+        if (io.bytes > 0) Progress();
         return Step::kProgress;
       case IoResult::kBlocked:
         return Step::kBlocked;
@@ -334,12 +341,13 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Step::kBlocked;
     if (n < 0) return Fail(std::string("send failed: ") + ErrnoText(errno));
     preamble_.erase(0, static_cast<size_t>(n));
-    Touch();
+    Progress();
     return Step::kProgress;
   }
 
   Step Ready() {
     state_ = State::kReady;
+    Touch();  // the handshake is done
     // Ops queued while connecting are checked now that the peer's pool is known.
     std::deque<Outgoing> queued = std::move(to_send_);
     to_send_.clear();
@@ -402,7 +410,7 @@ class TcpDataClient::Connection final : public EventLoop::Handler {
     if (io.kind != IoResult::kData) {
       return Fail(std::string("send failed: ") + ErrnoText(io.error));
     }
-    if (io.bytes > 0) Touch();
+    if (io.bytes > 0) Progress();
     uint64_t left = io.bytes;
     while (left > 0) {
       Outgoing& front = to_send_.front();

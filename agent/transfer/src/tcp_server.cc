@@ -460,7 +460,7 @@ void TcpDataServer::OnEvents(uint32_t /*events*/) {
       if (errno == EMFILE || errno == ENFILE) ShedConnection(errno);
       return;
     }
-    if (connections_.size() >= max_connections_) {
+    if (connections_.size() >= max_connections_ && !DropOldestUnauthenticated()) {
       EngineCounters::Add(counters_->served_shed_connections);
       LOG_EVERY_N(WARNING, 1000) << "data server: " << max_connections_
                                  << " connections already open; closing one from "
@@ -470,8 +470,38 @@ void TcpDataServer::OnEvents(uint32_t /*events*/) {
     auto connection = std::make_unique<Connection>(this, std::move(fd), FormatAddress(peer));
     Connection* raw = connection.get();
     connections_.emplace(raw, std::move(connection));
+    if (key_ != nullptr) {
+      accepted_.emplace_back(raw, raw->accepted_at());
+      // Entries of connections that authenticated or closed go when they reach the front; keep
+      // the rest from outgrowing the open connections.
+      if (accepted_.size() > 2 * connections_.size() + 64) {
+        std::erase_if(accepted_, [&](const auto& entry) {
+          auto it = connections_.find(entry.first);
+          return it == connections_.end() || it->second->accepted_at() != entry.second ||
+                 it->second->authenticated();
+        });
+      }
+    }
     if (!raw->Start()) Drop(raw);
   }
+}
+
+bool TcpDataServer::DropOldestUnauthenticated() {
+  while (!accepted_.empty()) {
+    const auto [raw, accepted_at] = accepted_.front();
+    accepted_.pop_front();
+    auto it = connections_.find(raw);
+    if (it == connections_.end() || it->second->accepted_at() != accepted_at ||
+        it->second->authenticated()) {
+      continue;
+    }
+    EngineCounters::Add(counters_->served_unauthenticated);
+    VLOG(1) << "data server: " << raw->peer()
+            << " had not authenticated when the connections were all taken; closed";
+    Drop(raw);
+    return true;
+  }
+  return false;
 }
 
 void TcpDataServer::Refence() {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +69,10 @@ class TcpDataServer final : public EventLoop::Handler {
   void ShedConnection(int error);
   // Removes `connection` from the loop and destroys it after the current wake-up.
   void Drop(Connection* connection);
+  // At the connection cap, with a secret: closes the oldest connection that has not
+  // authenticated yet, so that outsiders holding every slot (each for its 5 s) cannot keep a
+  // member's new connection out. False when every open connection has authenticated.
+  bool DropOldestUnauthenticated();
 
   EventLoop* loop_;
   const NodePool* pool_;
@@ -79,6 +84,10 @@ class TcpDataServer final : public EventLoop::Handler {
   EngineCounters* counters_;
   const size_t max_connections_ = MaxConnections();
   std::unordered_map<Connection*, std::unique_ptr<Connection>> connections_;
+  // Connections in the order they were accepted, with their accept time (an entry whose
+  // connection is gone, or is another one at the same address, no longer matches it); entries
+  // of connections that authenticated or closed are skipped and pruned as they are met.
+  std::deque<std::pair<Connection*, std::chrono::steady_clock::time_point>> accepted_;
   std::vector<std::unique_ptr<Connection>> graveyard_;
 };
 

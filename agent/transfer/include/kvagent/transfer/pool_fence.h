@@ -49,8 +49,9 @@ class PoolFence {
   // when `epoch` is not the current one. Waits for local writes in progress.
   bool Apply(uint64_t epoch, uint64_t watermark, std::span<const uint64_t> fenced);
 
-  // OK, or TRANSFER_FAILED saying why the op is refused. `incarnation` or `epoch` 0: not checked
-  // (a caller that does not know them, e.g. tools and tests of the data plane alone).
+  // OK, or TRANSFER_FAILED saying why the op is refused. `incarnation` 0: not checked; `epoch`
+  // 0: not checked while the pool has no epoch (a caller that does not know them, e.g. tools
+  // and tests of the data plane alone), refused once it has one.
   Status CheckRead(uint64_t incarnation, uint64_t epoch) const;
   Status CheckWrite(uint64_t incarnation, uint64_t epoch, uint64_t write_id) const;
 
