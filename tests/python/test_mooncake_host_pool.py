@@ -195,6 +195,24 @@ class HostPoolTest(AgentTestCase):
         _, backend, _ = self.round_trip(pool)
         self.assertEqual(backend.last_results, [pool.page_bytes] * 64)
 
+    def test_a_pools_pages_are_stored_and_read_again_after_the_agent_restarts(self):
+        # The pool's own client never reconnected: after the agent restarted, every put and
+        # get of its pages answered -900 until the engine restarted. Its pages now go through
+        # the store's connection, which reconnects.
+        store = self.store()
+        pool = store.alloc_from_mem_pool(1 << 20)
+        self.assertNotEqual(pool, 0)
+        self.assertEqual(store.register_buffer(pool, 1 << 20), 0)
+        ctypes.memset(pool, 7, 4096)
+        self.assertEqual(store.batch_put_from(["before"], [pool], [4096]), [0])
+        self.agent.kill()
+        self.agent.start()
+        self.assertTrue(wait_until(
+            lambda: store.batch_put_from(["after"], [pool], [4096]) == [0]))
+        ctypes.memset(pool + 4096, 0, 4096)
+        self.assertEqual(store.batch_get_into(["after"], [pool + 4096], [4096]), [4096])
+        self.assertEqual(ctypes.string_at(pool + 4096, 4096), b"\x07" * 4096)
+
     def test_layer_first_pool_round_trip_through_the_multi_buffer_calls(self):
         pool = LayerFirstHostPool(pages=64)
         _, backend, _ = self.round_trip(pool)

@@ -496,7 +496,9 @@ class MooncakeDistributedStore:
             if time.monotonic() - self._last_connect < _RECONNECT_INTERVAL_S:
                 return None
             if connection is not None:
-                connection.client.close()
+                # Not closed here: another thread may be inside a call on it (closing frees the
+                # C client under it). It is freed when the last reference to it goes, and its
+                # calls fail with AGENT_UNAVAILABLE meanwhile.
                 self._connection = None
             self._connect_locked()
             return self._connection
@@ -667,9 +669,16 @@ class MooncakeDistributedStore:
     def _routes(connection, sources, out):
         """(path, key indices) for every key still to do (out[i] == 0): keys whose bytes are
         one range of a host pool in kvagent shared memory go through that pool's client (no
-        copy on this side), the others through this store's connection."""
+        copy on this side), the others through this store's connection. A pool whose client
+        lost its agent (the agent restarted) is memory like any other: its keys go through
+        this store's connection, which reconnects."""
         pooled, rest = HostPools.owners(sources, [i for i, code in enumerate(out) if not code])
-        routes = [(_direct.DirectPath(client), todo) for client, todo in pooled.items()]
+        routes = []
+        for client, todo in pooled.items():
+            if client.connected:
+                routes.append((_direct.DirectPath(client), todo))
+            else:
+                rest = sorted(rest + todo)
         if rest:
             routes.append((connection.values, rest))
         return routes
