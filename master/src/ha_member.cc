@@ -188,6 +188,7 @@ class Member {
     }
     LOG(INFO) << "kvmaster " << o_.name << ": following leader " << leader.record.name << " (epoch "
               << leader.epoch << ") at " << leader.record.rpc;
+    election_ = {};  // a leader serves: the next election starts afresh
     status_ = "kvmaster " + o_.name + " follows " + leader.record.name + " (epoch " +
               std::to_string(leader.epoch) + ") of cluster " + o_.cluster.cluster;
     if (o_.on_role) o_.on_role(nullptr, true);
@@ -227,10 +228,22 @@ class Member {
     // Settle: give every member a moment to notice and publish its position; then the member
     // with the best one campaigns. The others wait for it — while it is there, and for two TTLs
     // at most (it may be unable to serve), then campaign themselves.
+    // A member whose record is live but not a candidate has not noticed yet, or is stalled (a
+    // SIGSTOP, a long pause) and may hold records the leader acknowledged — with
+    // --sync-followers perhaps the only copy: it is waited for until it comes back as a
+    // candidate or its record goes with its lease, for two TTLs at most. (Waiting only for the
+    // settle time elected a member with less of the log while the best one was stalled 2 s,
+    // and the acknowledged records were lost.)
+    // The waits count from the first Elect since a leader last served, not from this call: a
+    // best member that cannot serve holds the key while it tries, which sends everyone back to
+    // Run() and here again, and a clock that restarted with each call never ran out.
+    const Clock::time_point now = Clock::now();
+    if (election_.started == Clock::time_point{}) election_.started = now;
     const Clock::time_point settle =
-        Clock::now() + std::min<std::chrono::milliseconds>(1000ms, lease_->ttl() / 2);
-    std::string last_best;
-    Clock::time_point best_since = Clock::now();
+        now + std::min<std::chrono::milliseconds>(1000ms, lease_->ttl() / 2);
+    const Clock::time_point patience = election_.started + 2 * lease_->ttl();
+    std::string& last_best = election_.best;
+    Clock::time_point& best_since = election_.best_since;
     while (!stop_ && watcher_->key_epoch() == 0) {
       auto members = client_->GetPrefix(keys_.members());
       if (!members.ok()) {
@@ -248,7 +261,7 @@ class Member {
         }
         if (coord::BetterPosition(*m, best)) best = *m;
       }
-      if (!everyone && Clock::now() < settle) {
+      if (!everyone && (Clock::now() < settle || Clock::now() < patience)) {
         Wait(20ms);
         continue;
       }
@@ -291,6 +304,18 @@ class Member {
     Lead(static_cast<uint64_t>(created->create_revision));
   }
 
+  // Removes the leader key of this member's term `epoch`; when etcd does not confirm it, drops
+  // the lease the key is on (etcd then deletes the key, and our member record, itself; the next
+  // pass of Run() takes a new lease).
+  void EndTerm(uint64_t epoch) {
+    auto deleted = client_->DeleteIfCreatedAt(keys_.leader(), static_cast<int64_t>(epoch));
+    if (deleted.ok()) return;
+    LOG(WARNING) << "kvmaster " << o_.name << ": cannot remove the leader key of epoch " << epoch
+                 << " (" << deleted.status().ToString() << "); revoking its lease";
+    if (lease_) lease_->Revoke();
+    lease_.reset();
+  }
+
   // ---- leader ---------------------------------------------------------------------------------
 
   void Lead(uint64_t epoch) {
@@ -307,7 +332,7 @@ class Member {
     if (!server.ok()) {
       LOG(ERROR) << "kvmaster " << o_.name << " won the election (epoch " << epoch
                  << ") but cannot serve: " << server.status().ToString() << "; resigning";
-      (void)client_->DeleteIfCreatedAt(keys_.leader(), static_cast<int64_t>(epoch));
+      EndTerm(epoch);
       return Wait(1000ms);
     }
     MasterServer& s = **server;
@@ -325,10 +350,14 @@ class Member {
                    << "); stepping down";
       down->store(true);
       server->reset();
+      // After an error the key may still be ours, on a lease this process renews, and name no
+      // endpoints: every member and agent would wait for it for ever.
+      if (!published.ok()) EndTerm(epoch);
       return;
     }
     (void)client_->Put(keys_.prefix() + "term",
                        "{\"epoch\":" + std::to_string(epoch) + ",\"name\":\"" + o_.name + "\"}");
+    election_ = {};  // this member serves: the next election starts afresh
     position_ = {epoch, s.last_seq()};
     SavePosition(o_.server.master.state_dir, position_);  // this state dir holds the cluster's
     Publish("leader", 0, record.rpc);
@@ -420,6 +449,12 @@ class Member {
   std::unique_ptr<coord::LeaderWatcher> watcher_;
   std::unique_ptr<coord::LeaseKeeper> lease_;
   Position position_;
+  // The election in progress (Elect), kept across calls until a leader serves (Follow).
+  struct Election {
+    Clock::time_point started;     // the first Elect since a leader last served
+    std::string best;              // the member waited for
+    Clock::time_point best_since;  // since when
+  } election_;
   bool stop_ = false;
   std::string stop_reason_;
   bool leading_ = false;

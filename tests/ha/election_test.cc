@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <thread>
+
 #include "command_run.h"
 #include "ha_support.h"
 
@@ -90,6 +92,51 @@ TEST_F(Election, TheMemberHoldingMoreOfTheLogIsElected) {
       },
       30s));
   EXPECT_EQ(Leader()->record.name, "m3") << "the member with less of the log was elected";
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(Readable("late-" + std::to_string(i))) << "late-" << i;
+  }
+}
+
+// With --sync-followers 1 a put is acknowledged once one follower has it; here only m3 has the
+// late puts (m2 is stopped while they are made). m3 then stalls (SIGSTOP) just as m1 dies and
+// its leader key goes (deleted here, as when its lease ends while m3 still has its own): m3's
+// record lives on its lease, but it is no candidate. m2 waited only the settle time (1 s) for
+// members that were not candidates, then took over without the acknowledged puts. Now it waits
+// for m3 to come back (or for its record to expire), and m3 is elected.
+TEST_F(Election, AStalledFollowerHoldingAcknowledgedRecordsIsWaitedFor) {
+  const Args sync = {"--sync-followers", "1", "--leader-lease-ms", "6000"};
+  HaMaster m1("m1", etcd_.endpoint(), kCluster, sync);
+  ASSERT_TRUE(Leads("m1")) << m1.LogTail();
+  HaMaster m2("m2", etcd_.endpoint(), kCluster, sync);
+  HaMaster m3("m3", etcd_.endpoint(), kCluster, sync);
+  const uint64_t epoch = Leader()->epoch;
+  ASSERT_TRUE(Follows("m2", epoch) && Follows("m3", epoch));
+  PutValues("early-", 5);
+  m2.Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(m2.pid()); }));
+  PutValues("late-", 20);  // acknowledged: m3 has each
+  m3.Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return IsStopped(m3.pid()); }));
+  m1.Kill();
+  {
+    auto etcd = coord::EtcdClient::Create({{etcd_.endpoint()}, 1000ms});
+    ASSERT_TRUE(etcd.ok());
+    auto deleted = (*etcd)->DeleteIfCreatedAt(coord::ClusterKeys(kCluster).leader(),
+                                              static_cast<int64_t>(epoch));
+    ASSERT_TRUE(deleted.ok() && *deleted);
+  }
+  m2.Signal(SIGCONT);
+  std::this_thread::sleep_for(2500ms);  // past the settle time, within m3's lease
+  EXPECT_FALSE(Leader() && Leader()->epoch > epoch && Leader()->record.name == "m2")
+      << "m2 took over while the follower holding the acknowledged puts was stalled";
+  m3.Signal(SIGCONT);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto l = Leader();
+        return l && l->epoch > epoch;
+      },
+      30s));
+  EXPECT_EQ(Leader()->record.name, "m3") << m2.LogTail();
   for (int i = 0; i < 20; ++i) {
     EXPECT_TRUE(Readable("late-" + std::to_string(i))) << "late-" << i;
   }
