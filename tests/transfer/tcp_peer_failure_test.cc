@@ -3,10 +3,14 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "tcp_wire.h"
 #include "test_support.h"
@@ -163,6 +167,79 @@ TEST(DataServerTest, GarbageBytesGetTheConnectionDroppedAndOthersAreStillServed)
       {{TransferKind::kWrite, server.engine->endpoint(), 0, client.pool->base(), 13}});
   EXPECT_TRUE(results[0].ok()) << results[0].ToString();
   EXPECT_EQ(std::memcmp(server.pool->base(), "still serving", 13), 0);
+}
+
+// Descriptors of this process that name /dev/null (above stdio), and the highest open one.
+std::pair<int, int> DevNullAndHighestFd() {
+  int dev_null = 0, highest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    std::error_code error;
+    if (fd > 2 && std::filesystem::read_symlink(entry.path(), error) == "/dev/null") ++dev_null;
+    highest = std::max(highest, fd);
+  }
+  return {dev_null, highest};
+}
+
+// Out of descriptors, the server sheds a pending connection with a spare one it keeps; when the
+// spare is gone too (another thread took it, or it could not be opened), nothing took the
+// connection and the listener stayed readable: the data loop spun, shedding ~nothing at full
+// CPU. It now stops listening for 100 ms at a time, and accepts again once descriptors free up.
+// The server here starts under a descriptor limit that leaves no room for its spare.
+TEST(DataServerTest, OutOfDescriptorsWithoutItsSpareTheServerDoesNotSpin) {
+  auto pool = NodePool::Create({.size_bytes = 1 * kMiB, .huge_pages = false});
+  ASSERT_TRUE(pool.ok());
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int dev_null_before = DevNullAndHighestFd().first;
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(DevNullAndHighestFd().second + 64);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::unique_ptr<TransferEngine> engine;
+  std::vector<int> filler;  // every descriptor left under the limit
+  for (size_t room = 1; room <= 16 && !engine; ++room) {
+    for (int fd : filler) close(fd);
+    filler.clear();
+    for (int fd; (fd = eventfd(0, EFD_CLOEXEC)) >= 0;) filler.push_back(fd);
+    ASSERT_GE(filler.size(), room);
+    for (size_t i = 0; i < room; ++i) {
+      close(filler.back());
+      filler.pop_back();
+    }
+    TransferEngineOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.transport = TransportMode::kTcp;
+    auto created = TransferEngine::Create(**pool, options);
+    if (!created.ok()) continue;  // too little room for what it needs
+    // It started with `room` descriptors: everything it needs but its spare, or with it. (The
+    // scan opens /proc/self/fd: one filler steps aside for it.)
+    ASSERT_FALSE(filler.empty());
+    close(filler.back());
+    const int dev_null_now = DevNullAndHighestFd().first;
+    filler.back() = eventfd(0, EFD_CLOEXEC);
+    if (dev_null_now != dev_null_before) break;
+    engine = std::move(*created);
+  }
+  ASSERT_TRUE(engine) << "no descriptor limit started the server without its spare";
+  for (int fd; (fd = eventfd(0, EFD_CLOEXEC)) >= 0;) filler.push_back(fd);  // none, or what is left
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string endpoint = engine->endpoint();
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1))));
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t sheds = engine->stats().served_shed_connections;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  for (int fd : filler) close(fd);
+  // About one attempt per pause (5 in 500 ms); the spinning loop made tens of thousands.
+  EXPECT_GE(sheds, 1u);
+  EXPECT_LE(sheds, 20u);
+  uint8_t hello[wire::kHelloBytes];  // listening again: the pending connection is served
+  EXPECT_TRUE(ReadExactly(client, hello, sizeof(hello)));
+  close(client);
 }
 
 TEST(DataServerTest, PeerVanishingMidWriteLeavesTheServerServing) {

@@ -418,8 +418,16 @@ void TcpDataServer::ShedConnection(int error) {
   EngineCounters::Add(counters_->served_shed_connections);
   spare_ = UniqueFd();  // frees one descriptor
   UniqueFd shed(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  const bool took_it = shed.valid();
   shed = UniqueFd();
   spare_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (took_it) return;
+  // No spare descriptor (another thread took the one just freed, or none could be opened): the
+  // pending connection keeps the listener readable and every wake-up would come straight back
+  // here. Stop listening for a moment instead (Tick listens again).
+  if (loop_->Modify(listener_.get(), 0, this).ok()) {
+    listen_again_at_ = std::chrono::steady_clock::now() + kListenPause;
+  }
 }
 
 size_t TcpDataServer::MaxConnections() {
@@ -432,8 +440,16 @@ size_t TcpDataServer::MaxConnections() {
 }
 
 int TcpDataServer::Tick() {
-  if (key_ == nullptr) return -1;
   const auto now = std::chrono::steady_clock::now();
+  int wait = -1;
+  if (listen_again_at_) {
+    if (now >= *listen_again_at_ && loop_->Modify(listener_.get(), EPOLLIN, this).ok()) {
+      listen_again_at_.reset();
+    } else {
+      wait = static_cast<int>(kListenPause.count());
+    }
+  }
+  if (key_ == nullptr) return wait;
   std::vector<Connection*> late;
   bool waiting = false;
   for (auto& [raw, connection] : connections_) {
@@ -449,7 +465,8 @@ int TcpDataServer::Tick() {
     VLOG(1) << "data server: " << c->peer() << " did not authenticate in time; closed";
     Drop(c);
   }
-  return waiting ? 500 : -1;
+  if (!waiting) return wait;
+  return wait < 0 ? 500 : std::min(wait, 500);
 }
 
 void TcpDataServer::OnEvents(uint32_t /*events*/) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -80,6 +81,9 @@ class TcpDataServer final : public EventLoop::Handler {
   const SymmetricKey* key_;
   UniqueFd listener_;
   UniqueFd spare_;  // a descriptor given up when accept runs out of them
+  // Set while the listener is out of the loop (no descriptor to shed a connection with).
+  std::optional<std::chrono::steady_clock::time_point> listen_again_at_;
+  static constexpr std::chrono::milliseconds kListenPause{100};
   SocketAddress bound_;
   EngineCounters* counters_;
   const size_t max_connections_ = MaxConnections();
