@@ -26,6 +26,9 @@ namespace {
 
 namespace fb = kvagent::master_proto;
 
+// How long a follower of no epoch yet waits for its snapshot (Ask).
+constexpr std::chrono::milliseconds kSnapshotTimeout{60'000};
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -72,7 +75,12 @@ class Standby::Follower {
             .Union()));
     socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
-    const int64_t deadline = NowMs() + options_.wait.count() + options_.timeout.count();
+    // A follower of no epoch yet asks for a whole snapshot, which the primary builds and sends
+    // in one message: seconds for a large state. Given only `timeout`, such a follower gave up,
+    // reconnected and asked again, and never caught up.
+    const auto timeout =
+        epoch_ == 0 ? std::max(options_.timeout, kSnapshotTimeout) : options_.timeout;
+    const int64_t deadline = NowMs() + options_.wait.count() + timeout.count();
     zmq::pollitem_t items[] = {{socket_->handle(), 0, ZMQ_POLLIN, 0}};
     while (!stop_.load(std::memory_order_relaxed)) {
       const int64_t left = deadline - NowMs();

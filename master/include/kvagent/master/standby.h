@@ -34,7 +34,8 @@ struct StandbyOptions {
   std::chrono::milliseconds wait{500};
   std::chrono::milliseconds poll{20};       // between requests when there was nothing new
   std::chrono::milliseconds timeout{1000};  // a request unanswered this long (after `wait`):
-                                            // reconnect
+                                            // reconnect (a first request, for a whole
+                                            // snapshot: at least 60 s)
   // The primary's master-rpc keys when it runs with a cluster secret (a CURVE client).
   std::optional<CurvePlaneKeys> curve;
 };
