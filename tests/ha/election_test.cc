@@ -27,6 +27,15 @@ class Election : public ::testing::Test {
       return l && l->record.name == name;
     });
   }
+  // True once a leader of a term after `epoch` serves (30 s at most).
+  bool LeaderAfter(uint64_t epoch) {
+    return WaitUntil(
+        [&] {
+          auto l = Leader();
+          return l && l->epoch > epoch;
+        },
+        30s);
+  }
   bool Follows(const std::string& name, uint64_t epoch) {
     return WaitUntil([&] {
       auto m = MemberOf(etcd_.endpoint(), kCluster, name);
@@ -85,12 +94,7 @@ TEST_F(Election, TheMemberHoldingMoreOfTheLogIsElected) {
   }));
   m1.Kill();
   m2.Signal(SIGCONT);
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        auto l = Leader();
-        return l && l->epoch > epoch;
-      },
-      30s));
+  ASSERT_TRUE(LeaderAfter(epoch));
   EXPECT_EQ(Leader()->record.name, "m3") << "the member with less of the log was elected";
   for (int i = 0; i < 20; ++i) {
     EXPECT_TRUE(Readable("late-" + std::to_string(i))) << "late-" << i;
@@ -130,12 +134,7 @@ TEST_F(Election, AStalledFollowerHoldingAcknowledgedRecordsIsWaitedFor) {
   EXPECT_FALSE(Leader() && Leader()->epoch > epoch && Leader()->record.name == "m2")
       << "m2 took over while the follower holding the acknowledged puts was stalled";
   m3.Signal(SIGCONT);
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        auto l = Leader();
-        return l && l->epoch > epoch;
-      },
-      30s));
+  ASSERT_TRUE(LeaderAfter(epoch));
   EXPECT_EQ(Leader()->record.name, "m3") << m2.LogTail();
   for (int i = 0; i < 20; ++i) {
     EXPECT_TRUE(Readable("late-" + std::to_string(i))) << "late-" << i;

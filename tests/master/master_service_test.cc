@@ -194,11 +194,7 @@ TEST(MasterService, AfterARestartAnInFlightWritesResentEndDoesNotMatchANewWrite)
     ASSERT_TRUE(lost.results[0].ok());
     const uint64_t old_id = lost.write_ids[0];
     c.Restart();
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(c.svc->RegisterAgent("node-" + std::to_string(i), 1).ok());
-      std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-      ASSERT_TRUE(c.svc->MountPool(c.agents[i], 0, 1 << 20, eps).ok());
-    }
+    for (size_t i = 0; i < 2; ++i) c.Rejoin(i);
     auto other = c.Start(c.agents[1], {"k"}, {64});
     ASSERT_TRUE(other.results[0].ok());
     EXPECT_NE(other.write_ids[0], old_id);
@@ -222,9 +218,7 @@ TEST(MasterService, ARestoredAgentsHeartbeatBeforeItRegistersAgainIsAnsweredUnkn
     EXPECT_FALSE(c.Beat(c.agents[0], 1000).known);
     EXPECT_FALSE(c.svc->Heartbeat(c.agents[0]));
     EXPECT_EQ(c.svc->Stats().suspect_agents, 2u) << "a heartbeat alone does not trust it";
-    ASSERT_TRUE(c.svc->RegisterAgent("node-0", 1).ok());
-    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    ASSERT_TRUE(c.svc->MountPool(c.agents[0], 0, 1 << 20, eps).ok());
+    c.Rejoin(0);
     EXPECT_TRUE(c.Beat(c.agents[0]).known);
     EXPECT_TRUE(c.Exists("k"));
   }

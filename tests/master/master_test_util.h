@@ -42,7 +42,7 @@ inline std::vector<std::string_view> Views(const std::vector<std::string>& v) {
 class Cluster {
  public:
   explicit Cluster(MasterOptions options = {}, int agents = 2, uint64_t pool_bytes = 1 << 20)
-      : options_(std::move(options)) {
+      : options_(std::move(options)), pool_bytes_(pool_bytes) {
     // Small pools make eviction and multi-part values cheap to test: allow the size asked.
     options_.min_pool_bytes = std::min(options_.min_pool_bytes, pool_bytes);
     Open();
@@ -58,6 +58,14 @@ class Cluster {
   void Restart() {
     svc.reset();
     Open();
+  }
+
+  // After Restart: agent `i` (node-i) registers and mounts its pool again with the same
+  // incarnation, as an agent whose pool survived the master's restart does.
+  void Rejoin(size_t i) {
+    ASSERT_TRUE(svc->RegisterAgent("node-" + std::to_string(i), 1).ok());
+    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+    ASSERT_TRUE(svc->MountPool(agents[i], 0, pool_bytes_, eps).ok());
   }
 
   AgentId AddAgent(const std::string& name, uint64_t pool_bytes, uint64_t incarnation = 1) {
@@ -165,6 +173,7 @@ class Cluster {
 
  private:
   MasterOptions options_;
+  uint64_t pool_bytes_;  // each agent's pool (Rejoin mounts it again)
 };
 
 inline const events::BlockStored& AsStored(const events::KvEvent& e) {

@@ -330,10 +330,7 @@ TEST(ReservedWrites, AMasterRestartForgetsThemAndTheirSpace) {
             .ok());
     const uint64_t epoch = c.svc->epoch();
     c.Restart();
-    // The agent registers and mounts again (same incarnation: its pool survived).
-    ASSERT_TRUE(c.svc->RegisterAgent("node-0", 1).ok());
-    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    ASSERT_TRUE(c.svc->MountPool(c.agents[0], 0, 1 << 20, eps).ok());
+    c.Rejoin(0);  // registers and mounts again (same incarnation: its pool survived)
     EXPECT_EQ(c.svc->Stats().bytes_used, used + 4096);  // "kept" and "committed"
     EXPECT_EQ(c.svc->Stats().reserved_writes, 0u);
     KeyResults k =
