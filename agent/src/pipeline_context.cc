@@ -1,5 +1,7 @@
 #include "pipeline_context.h"
 
+#include <atomic>
+
 #include <glog/logging.h>
 
 #include "kvagent/ipc/segment.h"
@@ -46,6 +48,46 @@ void HeldRequest::TakeDeadline(std::chrono::steady_clock::time_point now) {
 std::optional<std::chrono::steady_clock::time_point> HeldRequest::Deadline() const {
   if (deadline_at == std::chrono::steady_clock::time_point::max()) return std::nullopt;
   return deadline_at;
+}
+
+namespace {
+
+// Request.call_word's states (schemas/agent.fbs).
+constexpr uint32_t kCallOpen = 0;
+constexpr uint32_t kCallMoving = 1;
+
+// The call's word in the client's arena, or null (none named; CheckRequest bounded it).
+uint32_t* CallWord(const ClientRequest& request) {
+  const uint64_t word = request.request().call_word();
+  if (word == 0) return nullptr;
+  const std::span<uint8_t> arena = request.arena();
+  if (arena.size() < 4 || word - 1 > arena.size() - 4) return nullptr;
+  return reinterpret_cast<uint32_t*>(arena.data() + (word - 1));
+}
+
+}  // namespace
+
+bool HeldRequest::MayTouchClientMemory(std::chrono::steady_clock::time_point now) {
+  if (claimed) return !Expired(now);
+  if (Expired(now)) return false;
+  uint32_t* word = CallWord(request);
+  if (word == nullptr) return true;
+  // Shared with the client's process: an atomic on the mapping (aligned: CheckRequest). Any
+  // value but open, a closed call or one the client scribbled on, means hands off.
+  std::atomic_ref<uint32_t> state(*word);
+  uint32_t expected = kCallOpen;
+  claimed = state.compare_exchange_strong(expected, kCallMoving, std::memory_order_acq_rel,
+                                          std::memory_order_acquire);
+  return claimed;
+}
+
+void HeldRequest::ReleaseClientMemory() {
+  if (!claimed) return;
+  claimed = false;
+  uint32_t* word = CallWord(request);
+  if (word == nullptr) return;
+  // Release: every byte moved for the call is visible before the caller may close the word.
+  std::atomic_ref<uint32_t>(*word).store(kCallOpen, std::memory_order_release);
 }
 
 Status DeadlinePassed(std::string_view skipped) {
@@ -98,6 +140,7 @@ void ArenaRegistry::Unregister(ClientId client, Entry& entry) {
 }
 
 void PipelineContext::Complete(HeldRequest& held) {
+  held.ReleaseClientMemory();
   if (held.gone) return;
   sink->Complete(held.request.client_id, held.request.request_id, held.result);
 }

@@ -89,9 +89,19 @@ struct HeldRequest {
   bool Expired(std::chrono::steady_clock::time_point now) const { return deadline_at <= now; }
   // That deadline on the steady clock (CLOCK_MONOTONIC), or nullopt (none, or another clock).
   std::optional<std::chrono::steady_clock::time_point> Deadline() const;
+  // Asked before the first read or write of the caller's values or targets (arena or process
+  // memory): whether they may be touched at `now`. False when the deadline passed, or when the
+  // caller stopped waiting: its SDK closed the call's word (Request.call_word) first. True
+  // claims the word (0 -> 1), so from then on the caller waits for the answer instead of
+  // returning TIMEOUT and reusing its buffers; it stays claimed until ReleaseClientMemory.
+  bool MayTouchClientMemory(std::chrono::steady_clock::time_point now);
+  // Gives a claimed word back (1 -> 0): just before the answer goes out (PipelineContext::
+  // Complete), never after, since the caller may reuse the word for its next call then.
+  void ReleaseClientMemory();
 
   std::chrono::steady_clock::time_point deadline_at =
       std::chrono::steady_clock::time_point::max();  // max: none
+  bool claimed = false;                              // the call word is ours (MayTouchClientMemory)
 };
 
 // The TIMEOUT of work skipped because the caller stopped waiting; `skipped` says what was not

@@ -75,7 +75,7 @@ void ReadBatch::OnPlaced(Result<std::span<const uint8_t>> reply) {
       continue;
     }
     if (h.gone) continue;
-    if (h.Expired(now)) {
+    if (!h.MayTouchClientMemory(now)) {
       FailExpired(keys_[k], "the value was not copied into the buffer");
       continue;
     }
@@ -342,8 +342,8 @@ void ReadBatch::OnMoved(std::span<const uint32_t> keys, std::span<const Status> 
 }
 
 bool ReadBatch::Alive(const PartRead& read, std::chrono::steady_clock::time_point now) {
-  const HeldRequest& h = held(keys_[read.key]);
-  return !h.gone && !h.Expired(now);
+  HeldRequest& h = held(keys_[read.key]);
+  return !h.gone && h.MayTouchClientMemory(now);
 }
 
 // Bytes from a peer can be damaged on their way (a bad NIC or link) as well as in its pool, and

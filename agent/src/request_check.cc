@@ -233,6 +233,25 @@ Status CheckOp(const proto::Request& req, size_t key_count, uint64_t arena_bytes
                        "; the SDK is newer than this agent: upgrade the agent");
 }
 
+// Request.call_word: 1 + the offset of a 4-byte aligned uint32 inside the arena, on an op that
+// moves values (the others have no bytes to guard).
+Status CheckCallWord(const proto::Request& req, uint64_t arena_bytes) {
+  const uint64_t word = req.call_word();
+  if (word == 0) return Status::Ok();
+  const Op op = req.op();
+  if (op != Op::Put && op != Op::Upsert && op != Op::Get) {
+    return InvalidParams("call_word is only for Put, Upsert and Get");
+  }
+  const uint64_t offset = word - 1;
+  if (offset % 4 != 0 || arena_bytes < 4 || offset > arena_bytes - 4) {
+    return Status(ErrorCode::kBufferOutOfRange,
+                  "call_word names arena offset " + std::to_string(offset) +
+                      ", not a 4-byte aligned word inside the arena of " +
+                      std::to_string(arena_bytes) + " bytes; send requests built by the SDK");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 ProcessMemory::Ranges ProcessRanges(const proto::Request& req, size_t first, size_t count) {
@@ -263,6 +282,7 @@ CheckedRequest CheckRequest(std::span<const uint8_t> frame, uint64_t request_id,
   if (out.status.ok()) {
     out.status = CheckOp(*out.request, out.key_count, arena_bytes, process_memory);
   }
+  if (out.status.ok()) out.status = CheckCallWord(*out.request, arena_bytes);
   return out;
 }
 

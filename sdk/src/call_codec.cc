@@ -219,6 +219,7 @@ std::span<const uint8_t> EncodeRequest(flatbuffers::FlatBufferBuilder& fbb, uint
   if (!blocks.IsNull()) b.add_blocks(blocks);
   if (!options.IsNull()) b.add_options(options);
   if (o.force) b.add_force(true);
+  if (where.call_word != 0) b.add_call_word(where.call_word);
   const auto clamp_ms = std::min<int64_t>(timeout.count(), UINT32_MAX);
   if (clamp_ms > 0) {
     b.add_timeout_ms(static_cast<uint32_t>(clamp_ms));

@@ -36,6 +36,7 @@ struct ValueLocations {
   std::span<const proto::BufferRef> buffers;
   std::span<const proto::MemoryRange> memory;
   std::span<const uint32_t> memory_counts;
+  uint64_t call_word = 0;  // Request.call_word: 1 + the arena offset of the call's word; 0: none
 };
 
 // Encodes the request into `fbb` (cleared first). `timeout` and `deadline` (steady_clock:

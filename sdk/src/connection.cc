@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -19,6 +20,12 @@ namespace {
 // Longest a waiting thread sleeps before re-checking liveness and its deadline by itself; the
 // monitor thread normally wakes it at once.
 constexpr auto kSlice = std::chrono::milliseconds(100);
+// Request.call_word's states (schemas/agent.fbs).
+constexpr uint32_t kCallOpen = 0;
+constexpr uint32_t kCallMoving = 1;
+constexpr uint32_t kCallClosed = 2;
+// How often a call past its deadline whose bytes the agent is moving tries to close its word.
+constexpr auto kMovingSlice = std::chrono::milliseconds(2);
 
 // A thread's per-call scratch keeps the capacity of calls of up to kScratchKeep keys, and its
 // request builder up to kScratchKeepBytes; what a larger call grew is given back when it ends.
@@ -74,7 +81,11 @@ void CopyToRanges(const uint8_t* src, size_t n, MemoryValue ranges) {
 }  // namespace
 
 Connection::Connection(const ClientOptions& options)
-    : spin_(options.spin), call_timeout_(options.call_timeout) {}
+    : spin_(options.spin),
+      call_timeout_(options.call_timeout),
+      call_word_bytes_((uint64_t{std::max<uint32_t>(1, options.max_in_flight)} * sizeof(uint32_t) +
+                        ipc::kPageBytes - 1) /
+                       ipc::kPageBytes * ipc::kPageBytes) {}
 
 Result<std::shared_ptr<Connection>> Connection::Open(const ClientOptions& options) {
   std::shared_ptr<Connection> c(new Connection(options));
@@ -106,8 +117,8 @@ Status Connection::Handshake(const ClientOptions& options) {
     probe_address = reinterpret_cast<uintptr_t>(&memory_probe_);
   }
   fbb.Finish(proto::CreateHello(fbb, static_cast<uint32_t>(proto::ProtocolVersion::Current), name,
-                                options.arena_bytes, options.ring_bytes, probe_address,
-                                memory_probe_));
+                                options.arena_bytes + call_word_bytes_, options.ring_bytes,
+                                probe_address, memory_probe_));
   KVAGENT_RETURN_IF_ERROR(ipc::SendMessage(socket_.get(), {fbb.GetBufferPointer(), fbb.GetSize()},
                                            options.connect_timeout));
   ipc::UniqueFd segment_fd;
@@ -137,7 +148,16 @@ Status Connection::Handshake(const ClientOptions& options) {
   auto shared = std::make_shared<ipc::Segment>(std::move(*segment));
   producer_ = ipc::FrameProducer(shared->request_ring());
   consumer_ = ipc::FrameConsumer(shared->completion_ring());
-  arena_ = std::make_shared<ArenaState>(shared, shared->layout().arena_bytes);
+  // The call words (CallWord) take the arena's last pages, the caller's buffers the rest.
+  const uint64_t granted = shared->layout().arena_bytes;
+  if (granted <= call_word_bytes_) {
+    return InvalidParams("the agent granted an arena of " + std::to_string(granted) +
+                         " bytes, and the call words of max_in_flight take " +
+                         std::to_string(call_word_bytes_) +
+                         "; ask for a larger arena_bytes or a smaller max_in_flight");
+  }
+  call_words_ = reinterpret_cast<uint32_t*>(shared->arena().data() + (granted - call_word_bytes_));
+  arena_ = std::make_shared<ArenaState>(shared, granted - call_word_bytes_);
   process_memory_ = options.process_memory && welcome->process_memory();
 
   proto::BufferRef scratch(0, 0);
@@ -150,7 +170,7 @@ Status Connection::Handshake(const ClientOptions& options) {
 }
 
 Status Connection::SetAsidePeerScratch(const ClientOptions& options, proto::BufferRef* scratch) {
-  const uint64_t arena = arena_->segment->layout().arena_bytes;
+  const uint64_t arena = arena_bytes();
   const uint64_t bytes = options.peer_scratch_bytes != 0
                              ? options.peer_scratch_bytes
                              : std::min<uint64_t>(arena / 4, uint64_t{64} << 20);
@@ -335,10 +355,26 @@ PendingCall Connection::Submit(const CallSpec& spec) {
   }
   slot.state.store(kWaiting, std::memory_order_relaxed);
   slot.id.store(id, std::memory_order_release);
+  const bool moves_bytes =
+      spec.op == proto::Op::Put || spec.op == proto::Op::Upsert || spec.op == proto::Op::Get;
+  uint64_t call_word = 0;
+  if (moves_bytes) {
+    // Open. The agent leaves it open when it answers, so only a word this slot's last call
+    // closed is written: otherwise the word's cache line stays with the agent, which then
+    // claims and releases it without a transfer between CPUs (~0.5 us a call on the
+    // development VM when the SDK touched it on every call). The push below publishes the
+    // store (release) before the agent can see the request.
+    if (slot.word_closed) {
+      std::atomic_ref<uint32_t>(*CallWord(*index)).store(kCallOpen, std::memory_order_relaxed);
+      slot.word_closed = false;
+    }
+    call_word = 1 + static_cast<uint64_t>(reinterpret_cast<uint8_t*>(CallWord(*index)) -
+                                          arena_->segment->arena().data());
+  }
 
   thread_local flatbuffers::FlatBufferBuilder fbb(1024);
   const std::span<const uint8_t> frame =
-      EncodeRequest(fbb, id, spec, ValueLocations{refs, memory, counts},
+      EncodeRequest(fbb, id, spec, ValueLocations{refs, memory, counts, call_word},
                     std::chrono::duration_cast<std::chrono::milliseconds>(timeout), deadline);
   Status pushed = Push(id, frame, deadline);
   if (fbb.GetSize() > kScratchKeepBytes) fbb = flatbuffers::FlatBufferBuilder(1024);
@@ -350,7 +386,7 @@ PendingCall Connection::Submit(const CallSpec& spec) {
 }
 
 bool Connection::InArena(const void* data, size_t size, uint64_t* offset) const {
-  const std::span<uint8_t> arena = arena_->segment->arena();
+  const std::span<uint8_t> arena = arena_->segment->arena().first(arena_bytes());
   const auto start = reinterpret_cast<uintptr_t>(arena.data());
   const auto at = reinterpret_cast<uintptr_t>(data);
   if (at < start || size > arena.size() || at - start > arena.size() - size) return false;
@@ -632,6 +668,10 @@ Reply Connection::Wait(uint32_t index, uint64_t id) {
       return FailedReply(DeadStatus(), n);
     }
     if (Clock::now() >= s.deadline) {
+      // The agent may be moving this call's bytes: then its answer comes first, since the
+      // caller may reuse its buffers as soon as this returns.
+      AwaitMoved(s, index);
+      if (s.state.load(std::memory_order_acquire) == kDone) continue;
       const size_t n = s.key_count;
       Abandon(index, id);
       return FailedReply(Status(ErrorCode::kTimeout,
@@ -648,9 +688,40 @@ Reply Connection::Wait(uint32_t index, uint64_t id) {
   }
 }
 
+uint32_t* Connection::CallWord(uint32_t index) const { return call_words_ + index; }
+
+bool Connection::CloseCall(uint32_t index) {
+  std::atomic_ref<uint32_t> word(*CallWord(index));
+  uint32_t expected = kCallOpen;
+  if (word.compare_exchange_strong(expected, kCallClosed, std::memory_order_acq_rel,
+                                   std::memory_order_acquire)) {
+    slots_[index].word_closed = true;
+    return true;
+  }
+  if (expected == kCallMoving) return false;
+  slots_[index].word_closed = true;  // closed already: open it for the slot's next call
+  return true;
+}
+
+void Connection::AwaitMoved(Slot& s, uint32_t index) {
+  while (s.state.load(std::memory_order_acquire) != kDone && alive() && !CloseCall(index)) {
+    // Moving: the agent answers once its copy or transfer ends (a transfer that stalls fails
+    // after the data plane's peer timeout). Wait for that answer a slice at a time.
+    s.deadline = Clock::now() + kMovingSlice;
+    if (TryLead()) {
+      Lead(s);
+      Resign();
+    } else {
+      Follow(s);
+    }
+  }
+}
+
 void Connection::Abandon(uint32_t index, uint64_t id) {
   Slot& s = slots_[index];
   if (s.id.load(std::memory_order_acquire) != id) return;
+  // A call dropped unanswered: its caller may free its buffers once this returns.
+  AwaitMoved(s, index);
   const uint32_t previous = s.state.exchange(kAbandoned, std::memory_order_acq_rel);
   if (previous == kDone) ReleaseSlot(index);
   // Otherwise the reaper frees it when (if) the completion arrives.

@@ -88,7 +88,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   uint64_t client_id() const { return client_id_; }
   uint64_t agent_incarnation() const { return agent_incarnation_; }
-  uint64_t arena_bytes() const { return arena_->segment->layout().arena_bytes; }
+  // The caller's part of the arena (the call words follow it).
+  uint64_t arena_bytes() const { return arena_->segment->layout().arena_bytes - call_word_bytes_; }
   bool process_memory() const { return process_memory_; }
   bool alive() const { return !dead_.load(std::memory_order_acquire); }
 
@@ -112,6 +113,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::vector<ScatterTarget> scatters;
     // Get: each key's room (what the agent may write there); empty for other ops.
     std::vector<uint64_t> capacities;
+    // CloseCall closed the slot's call word (the next call opens it again).
+    bool word_closed = false;
   };
 
   explicit Connection(const ClientOptions& options);
@@ -129,6 +132,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool InArena(const void* data, size_t size, uint64_t* offset) const;
   // Copies the values of a finished GetInto from their temporaries into the caller's ranges.
   static void Scatter(Slot& slot, const Reply& reply);
+
+  // Call words (Request.call_word): one uint32 per slot in the arena, shared with the agent.
+  // CloseCall moves slot `index`'s word from open to closed: false while the agent is moving the
+  // call's bytes (it then answers soon). AwaitMoved waits until the call is closed, answered, or
+  // the agent gone.
+  uint32_t* CallWord(uint32_t index) const;
+  bool CloseCall(uint32_t index);
+  void AwaitMoved(Slot& slot, uint32_t index);
 
   // Slots.
   Result<uint32_t> AcquireSlot(Clock::time_point deadline);
@@ -171,6 +182,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::unique_ptr<Slot[]> slots_;
   uint32_t slot_count_ = 0;
+  // The call words: the arena's last call_word_bytes_ (max_in_flight words, in whole pages),
+  // beyond the allocator's range. Zero when the agent creates the segment.
+  const uint64_t call_word_bytes_;
+  uint32_t* call_words_ = nullptr;
   std::mutex slots_mu_;
   std::condition_variable slots_cv_;
   std::vector<uint32_t> free_slots_;

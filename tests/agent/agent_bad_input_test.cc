@@ -21,6 +21,7 @@ struct RequestFields {
   std::vector<std::string> session_ids;
   std::vector<proto::BufferRef> buffers;
   bool with_sessions = false;
+  uint64_t call_word = 0;
 };
 
 std::vector<uint8_t> Encode(uint64_t id, const RequestFields& r) {
@@ -36,6 +37,7 @@ std::vector<uint8_t> Encode(uint64_t id, const RequestFields& r) {
   if (!r.keys.empty()) b.add_keys(keys);
   if (r.with_sessions) b.add_session_ids(sessions);
   if (!r.buffers.empty()) b.add_buffers(buffers);
+  if (r.call_word != 0) b.add_call_word(r.call_word);
   fbb.Finish(b.Finish());
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
@@ -137,6 +139,28 @@ TEST_F(AgentBadInput, BufferOutsideTheArenaIsBufferOutOfRangeForEveryKey) {
   RequestFields overflow{Op::Get, {"k"}, {}, {{~0ULL - 4, 16}}};
   EXPECT_EQ(RoundTrip(*client_, 4, overflow).status, ErrorCode::kBufferOutOfRange);
   ExpectStillServing(5);
+}
+
+// Request.call_word names a 4-byte aligned word inside the arena, on an op that moves bytes.
+TEST_F(AgentBadInput, ACallWordOutsideTheArenaOrMisalignedOrOnAnotherOpIsRefused) {
+  const uint64_t arena = client_->segment().layout().arena_bytes;
+  uint64_t id = 20;
+  for (uint64_t word : std::vector<uint64_t>{arena + 1, arena - 2, 3, ~0ULL, arena - 3 + 1}) {
+    RequestFields get{Op::Get, {"k"}, {}, {{0, 16}}, false, word};
+    const Answer a = RoundTrip(*client_, id, get);
+    EXPECT_EQ(a.status, ErrorCode::kBufferOutOfRange) << "call_word " << word << ": " << a.message;
+    EXPECT_NE(a.message.find("call_word"), std::string::npos) << a.message;
+    ++id;
+  }
+  RequestFields exist{Op::Exist, {"k"}, {}, {}, false, 1};
+  const Answer a = RoundTrip(*client_, id++, exist);
+  EXPECT_EQ(a.status, ErrorCode::kInvalidParams) << a.message;
+  // The last word of the arena is a word like any other: the request goes on to the pipeline.
+  RequestFields last{Op::Get, {"k"}, {}, {{0, 16}}, false, arena - 4 + 1};
+  const Answer b = RoundTrip(*client_, id++, last);
+  EXPECT_NE(b.status, ErrorCode::kBufferOutOfRange) << b.message;
+  EXPECT_NE(b.status, ErrorCode::kInvalidParams) << b.message;
+  ExpectStillServing(id);
 }
 
 TEST_F(AgentBadInput, InvalidUtf8SessionIdIsInvalidParamsNamingTheId) {

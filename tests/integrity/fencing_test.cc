@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstring>
 #include <future>
+#include <memory>
+#include <optional>
+#include <thread>
 
 #include "integrity_support.h"
 #include "tcp_proxy.h"
@@ -13,31 +17,45 @@
 namespace kvagent::testing {
 namespace {
 
+// kvmaster and two agents: a peer that listens on 127.0.0.1 and advertises 127.0.0.2, where
+// `path` forwards to it (the network between the agents), and a second agent started with
+// `flags` (its data-plane flags), which reaches the peer through `path`.
+struct PeerBehindAPath {
+  explicit PeerBehindAPath(const Args& flags) {
+    if (!master.started()) return;
+    peer.emplace(
+        Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:0", "--data-advertise-host",
+                                    "127.0.0.2", "--heartbeat-ms", "200"}));
+    if (!peer->started() || !(cp = peer->Connect())) return;
+    std::string endpoint;
+    CounterOf(cp->Stat(), "agent.data_endpoint", &endpoint);
+    const uint16_t port = PortOf(endpoint);
+    path.emplace("127.0.0.2", port, port);
+    if (!path->ok()) return;
+    other.emplace(Concat(master.AgentArgs(), Concat({"--data-listen", "127.0.0.1:0"}, flags)));
+    if (!other->started() || !(co = other->Connect())) return;
+    ready = WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; });
+  }
+  KvmasterProcess master{std::vector<std::string>{"--agent-ttl-ms", "60000"}};
+  std::optional<NodeAgent> peer;
+  std::unique_ptr<Client> cp;  // the peer's client
+  std::optional<TcpProxy> path;
+  std::optional<NodeAgent> other;
+  std::unique_ptr<Client> co;  // the other agent's client
+  bool ready = false;
+};
+
 // A put with two replicas whose write to the peer is held by the network until it timed out:
 // the put commits with the writer's replica, the peer's replica is fenced, its space goes to a
 // new value; when the held bytes finally arrive the peer refuses them, and the new value reads
 // back with its own bytes (on the old code it read back OK with the failed put's bytes).
 TEST(Fencing, AWriteHeldByTheNetworkPastItsFailureNeverLandsOnTheNextValue) {
-  KvmasterProcess master({"--agent-ttl-ms", "60000"});
-  ASSERT_TRUE(master.started());
-  // The peer listens on 127.0.0.1 and advertises 127.0.0.2, where the proxy forwards from.
-  NodeAgent peer(
-      Concat(master.AgentArgs(), {"--data-listen", "127.0.0.1:0", "--data-advertise-host",
-                                  "127.0.0.2", "--heartbeat-ms", "200"}));
-  ASSERT_TRUE(peer.started());
-  auto cp = peer.Connect();
-  ASSERT_TRUE(cp);
-  std::string endpoint;
-  CounterOf(cp->Stat(), "agent.data_endpoint", &endpoint);
-  const uint16_t peer_port = PortOf(endpoint);
-  TcpProxy path("127.0.0.2", peer_port, peer_port);
-  ASSERT_TRUE(path.ok());
-  NodeAgent writer(Concat(master.AgentArgs(),
-                          {"--data-listen", "127.0.0.1:0", "--data-peer-timeout-ms", "1000"}));
-  ASSERT_TRUE(writer.started());
-  auto cw = writer.Connect();
-  ASSERT_TRUE(cw);
-  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 2; }));
+  PeerBehindAPath nodes({"--data-peer-timeout-ms", "1000"});  // the other agent writes
+  ASSERT_TRUE(nodes.ready);
+  KvmasterProcess& master = nodes.master;
+  Client* cp = nodes.cp.get();
+  Client* cw = nodes.co.get();
+  TcpProxy& path = *nodes.path;
 
   const std::string first = Pattern("first", 64 << 10);
   path.Hold();
@@ -71,6 +89,60 @@ TEST(Fencing, AWriteHeldByTheNetworkPastItsFailureNeverLandsOnTheNextValue) {
   EXPECT_TRUE(r.bytes == second) << "the held write of 'first' landed on 'second'";
   const Read f = GetValue(*cw, "first", 64 << 10);
   EXPECT_TRUE(f.code == ErrorCode::kOk && f.bytes == first);
+}
+
+// A get whose bytes a peer sends late: the network holds the reader's request to the peer past
+// the call's deadline. The caller must never have its buffer written after its call returned,
+// whatever the call answered: it may reuse the buffer for its next get at once, and a late write
+// then puts this value's bytes under the other key's OK. Before the call word, the call returned
+// TIMEOUT at its deadline and the peer's bytes landed in the buffer a second later.
+TEST(Fencing, ABufferIsNeverWrittenAfterItsGetReturnedEvenWhenThePeersBytesComeLate) {
+  PeerBehindAPath nodes({"--data-peer-timeout-ms", "10000"});  // the other agent reads
+  ASSERT_TRUE(nodes.ready);
+
+  const size_t size = 64 << 10;
+  const std::string value = Pattern("late", size);
+  ASSERT_EQ(PutValue(*nodes.cp, "late", value, 1).code, ErrorCode::kOk);
+  ASSERT_EQ(PlacementsOf(nodes.master.rpc(), "late").size(), 1u);  // on the peer only
+
+  auto buffer = nodes.co->Allocate(size);
+  ASSERT_TRUE(buffer.ok());
+  std::memset(buffer->data(), 0, size);
+  const std::vector<std::string> keys = {"late"};
+  const std::vector<const ArenaBuffer*> targets = {&*buffer};
+  CallOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  nodes.path->Hold();
+  PendingCall call = nodes.co->SubmitGet(keys, targets, o);
+  // The reader's request reaches the peer a second after the deadline; its bytes follow.
+  std::thread heal([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+    nodes.path->Release();
+  });
+  const Reply r = call.Wait();
+  ASSERT_EQ(r.keys.size(), 1u);
+  if (r.keys[0].code == ErrorCode::kOk) {  // an OK get has the whole value
+    EXPECT_TRUE(std::memcmp(buffer->data(), value.data(), size) == 0);
+  }
+  const std::string mark(size, '\xEE');
+  std::memcpy(buffer->data(), mark.data(), size);  // the caller's next use of its buffer
+  heal.join();
+  // The reader is done with the peer's answer (or gave up on it) before the buffer is judged.
+  ASSERT_TRUE(WaitUntil([&] {
+    return CounterOf(nodes.co->Stat(), "agent.bytes_from_peers") >= size ||
+           CounterOf(nodes.co->Stat(), "agent.transfer_failures") > 0;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(std::memcmp(buffer->data(), mark.data(), size) == 0)
+      << "the peer's bytes landed in the buffer after the get returned "
+      << ErrorCodeName(r.keys.empty() ? r.status.code() : r.keys[0].code);
+  // It answered the value, or TIMEOUT without it.
+  EXPECT_TRUE(r.keys[0].code == ErrorCode::kOk || r.keys[0].code == ErrorCode::kTimeout)
+      << ErrorCodeName(r.keys[0].code) << ": " << r.keys[0].message;
+  // Read again, untouched by the network now: the value is whole.
+  const Read again = GetValue(*nodes.co, "late", size);
+  EXPECT_EQ(again.code, ErrorCode::kOk) << again.message;
+  EXPECT_TRUE(again.bytes == value);
 }
 
 // A standby promoted while the primary was stopped for 2.5 s; the primary comes back; the
