@@ -170,6 +170,13 @@ Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_s
     return InvalidParams(std::string(what) + ".lora_name: " + std::to_string(lora_name.size()) +
                          " bytes; the limit is " + std::to_string(kMaxLoraNameBytes));
   }
+  if (token_count == 0 && block_size != 0) {
+    // Published as is, such a block has token_ids [] with a block_size: a router that hashes
+    // each block's tokens itself (Dynamo) skips it, and older versions of it fail on it.
+    return InvalidParams(std::string(what) + ": block_size " + std::to_string(block_size) +
+                         " with no token IDs; give block_size * blocks token IDs, or block_size "
+                         "0 when the tokens are not known");
+  }
   if (token_count != 0 && token_count != static_cast<size_t>(block_size) * hash_count) {
     return InvalidParams(std::string(what) + ": " + std::to_string(token_count) +
                          " token IDs for " + std::to_string(hash_count) +

@@ -122,19 +122,29 @@ TEST(ValidateBufferRefTest, OverflowingRangeIsOutOfRange) {
   EXPECT_EQ(ValidateBufferRef(8, UINT64_MAX - 4, 1 << 20).code(), ErrorCode::kBufferOutOfRange);
 }
 
+// A block_size without its tokens would be published as token_ids [] with that block_size,
+// which routers that hash each block's tokens (Dynamo) skip or fail on.
+TEST(ValidateBlockMetaTest, ABlockSizeWithoutTokenIdsIsInvalidParamsSayingWhatToGive) {
+  const Status st = ValidateBlockMeta(2, 0, 16, "", "blocks[3]");
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidParams);
+  EXPECT_NE(st.message().find("blocks[3]: block_size 16 with no token IDs"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("block_size 0 when the tokens are not known"), std::string::npos);
+}
+
 TEST(ValidateBlockMetaTest, TokenCountMustMatchBlockSizeTimesBlocks) {
   EXPECT_TRUE(ValidateBlockMeta(2, 32, 16, "").ok());
-  EXPECT_TRUE(ValidateBlockMeta(2, 0, 16, "").ok());  // tokens unknown
+  EXPECT_TRUE(ValidateBlockMeta(2, 0, 0, "").ok());  // tokens unknown
   EXPECT_FALSE(ValidateBlockMeta(2, 31, 16, "").ok());
-  EXPECT_FALSE(ValidateBlockMeta(0, 0, 16, "").ok());
-  EXPECT_FALSE(ValidateBlockMeta(1, 0, 16, "lora\xC0").ok());
+  EXPECT_FALSE(ValidateBlockMeta(0, 0, 0, "").ok());
+  EXPECT_FALSE(ValidateBlockMeta(1, 0, 0, "lora\xC0").ok());
   // Bounded: one key's metadata must fit a record of the master's log.
-  EXPECT_TRUE(ValidateBlockMeta(kMaxBlockHashes, 0, 16, "").ok());
-  EXPECT_FALSE(ValidateBlockMeta(kMaxBlockHashes + 1, 0, 16, "").ok());
+  EXPECT_TRUE(ValidateBlockMeta(kMaxBlockHashes, 0, 0, "").ok());
+  EXPECT_FALSE(ValidateBlockMeta(kMaxBlockHashes + 1, 0, 0, "").ok());
   EXPECT_TRUE(ValidateBlockMeta(1, kMaxBlockTokens, kMaxBlockTokens, "").ok());
   EXPECT_FALSE(ValidateBlockMeta(1, kMaxBlockTokens + 1, kMaxBlockTokens + 1, "").ok());
-  EXPECT_TRUE(ValidateBlockMeta(1, 0, 16, std::string(kMaxLoraNameBytes, 'l')).ok());
-  EXPECT_FALSE(ValidateBlockMeta(1, 0, 16, std::string(kMaxLoraNameBytes + 1, 'l')).ok());
+  EXPECT_TRUE(ValidateBlockMeta(1, 0, 0, std::string(kMaxLoraNameBytes, 'l')).ok());
+  EXPECT_FALSE(ValidateBlockMeta(1, 0, 0, std::string(kMaxLoraNameBytes + 1, 'l')).ok());
 }
 
 std::vector<std::string> Keys(size_t n) {

@@ -230,6 +230,8 @@ class LocalValidationTest(SdkTest):
         with self.assertRaises(kvagent.InvalidParams):
             self.client.put(["a"], [b"v"],  # token IDs: none or block_size per hash
                             blocks=[kvagent.Block(hashes=[1], token_ids=[1, 2, 3], block_size=16)])
+        with self.assertRaises(kvagent.InvalidParams):  # a block_size without its tokens
+            self.client.put(["a"], [b"v"], blocks=[kvagent.Block(hashes=[1], block_size=16)])
         with self.assertRaises(kvagent.InvalidParams):
             self.client.get(["a"], [b"not an arena buffer"])
         with self.assertRaises(kvagent.InvalidParams):

@@ -150,7 +150,7 @@ struct BlockMetadata {
   bool hashes_signed = false;          // SGLang-style signed hashes on the event stream
   bool has_parent = false;
   uint64_t parent_block_hash = 0;
-  std::vector<uint32_t> token_ids;  // empty, or block_size * block_hashes.size()
+  std::vector<uint32_t> token_ids;  // empty (block_size 0), or block_size * block_hashes.size()
   uint32_t block_size = 0;
   std::string lora_name;
 };

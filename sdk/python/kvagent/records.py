@@ -10,7 +10,7 @@ class Block:
     """Metadata of the KV block(s) one key holds; becomes the key's BlockStored event.
 
     ``hashes``: at least one block hash, first block first (negative values are allowed with
-    ``signed=True``, SGLang-style). ``token_ids``: none, or ``block_size * len(hashes)``.
+    ``signed=True``, SGLang-style). ``token_ids``: none (then ``block_size`` 0), or ``block_size * len(hashes)``.
     ``parent_hash``: the hash of the block before the first, or None. ``lora_name``: str or
     None.
     """

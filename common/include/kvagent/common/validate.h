@@ -70,8 +70,9 @@ Status CheckNamed(Check check, Name name) {
 }
 
 // Optional block metadata supplied with a stored key (docs/events.md, BlockStored): at least one
-// hash and at most kMaxBlockHashes; token IDs either absent or exactly block_size * hash_count,
-// at most kMaxBlockTokens; lora_name valid UTF-8 of at most kMaxLoraNameBytes.
+// hash and at most kMaxBlockHashes; token IDs either absent (then block_size 0) or exactly
+// block_size * hash_count, at most kMaxBlockTokens; lora_name valid UTF-8 of at most
+// kMaxLoraNameBytes.
 Status ValidateBlockMeta(size_t hash_count, size_t token_count, uint32_t block_size,
                          std::string_view lora_name, std::string_view what = "block");
 

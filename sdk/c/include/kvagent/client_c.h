@@ -212,7 +212,7 @@ typedef struct kv_memory_range {
 typedef struct kv_block {
   const uint64_t* hashes; /* hash_count block hashes, first block first */
   size_t hash_count;
-  const uint32_t* token_ids; /* none, or block_size * hash_count */
+  const uint32_t* token_ids; /* none (block_size 0), or block_size * hash_count */
   size_t token_count;
   uint64_t parent_hash; /* read when has_parent is non-zero */
   kv_bytes_t lora_name; /* UTF-8; empty: none */
