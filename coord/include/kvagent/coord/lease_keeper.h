@@ -7,8 +7,11 @@
 // is later. valid_until() is that moment minus the step-down margin (a quarter of the TTL, at
 // least 200 ms). A holder that acts only while now < valid_until() — a leader serving — has
 // stopped before etcd can expire the lease and let another member win, whatever happened to the
-// renewals (etcd unreachable, this process stopped or starved), as long as the two clocks run at
-// the same rate within the margin.
+// renewals (etcd unreachable, this process stopped or starved, the host suspended), as long as
+// the two clocks run at the same rate within the margin. The times are on BootClock
+// (CLOCK_BOOTTIME), which counts a suspend of this host as etcd does; the steady clock would not,
+// and a leader resuming after a suspend longer than the margin would go on serving on a lease
+// etcd had expired while another member was elected.
 //
 // Thread-safe.
 #pragma once
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kvagent/common/boot_clock.h"
 #include "kvagent/common/status.h"
 #include "kvagent/coord/etcd_client.h"
 
@@ -25,7 +29,7 @@ namespace kvagent::coord {
 
 class LeaseKeeper {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = BootClock;
 
   // Grants a lease of `ttl` (etcd may raise it to its minimum) and starts renewing it.
   // MASTER_UNAVAILABLE when etcd cannot be reached.
