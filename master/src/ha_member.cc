@@ -177,6 +177,7 @@ class Member {
     so.state_dir = o_.server.master.state_dir;
     so.status_file = o_.status_file;
     so.name = o_.name;
+    so.electable = true;
     // With a cluster secret the leader's ROUTER is a CURVE server: follow it as a CURVE client.
     if (o_.server.secret) so.curve = o_.server.secret->CurveKeys(KeyPlane::kMasterRpc);
     auto standby = Standby::Start(so);
@@ -502,6 +503,9 @@ Status HaFlags::Apply(HaMemberOptions* out) const {
     return InvalidParams("--sync-followers must be 0..16");
   }
   out->server.sync_followers = static_cast<int>(sync_followers);
+  // Only members can be elected: a change only a manual --follow standby holds is lost when
+  // another member takes over, so such a standby does not count toward --sync-followers.
+  out->server.sync_electable_only = true;
   if (out->server.master.state_dir.empty()) {
     return InvalidParams("--etcd needs --state-dir: a member keeps the leader's log there");
   }

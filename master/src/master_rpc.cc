@@ -582,6 +582,7 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
   last.master_epoch = m->master_epoch();
   last.wait_ms = m->wait_ms();
   if (m->follower() != nullptr) last.follower = m->follower()->str();
+  last.electable = m->electable();
   ReplicationPage page;
   const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
   Status st = service_.ReadReplication(m->after_seq(), m->master_epoch(), max_bytes, &page);

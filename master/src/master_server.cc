@@ -58,6 +58,7 @@ class MasterServer::Loop {
         tick_ms_(std::max(1, options.tick_ms)),
         may_serve_(options.may_serve),
         sync_followers_(std::max(0, options.sync_followers)),
+        sync_electable_only_(options.sync_electable_only),
         clock_(clock),
         watchdog_(options.watchdog_interval, [this] { return StatusLine(); }) {
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
@@ -130,6 +131,7 @@ class MasterServer::Loop {
   struct Follower {
     uint64_t acked = 0;  // holds every record up to this one of our log (0: none yet)
     int64_t seen_ms = 0;
+    bool electable = false;  // an HA member (Replicate.electable)
   };
 
   bool serving() const { return !may_serve_ || may_serve_(); }
@@ -213,13 +215,16 @@ class MasterServer::Loop {
     // snapshot and holds nothing of ours yet).
     f.acked = r.master_epoch == service_->epoch() ? r.after_seq : 0;
     f.seen_ms = clock_->NowMs();
+    f.electable = r.electable;
   }
 
-  // The record that at least `n` live followers hold (0: fewer than n followers).
+  // The record that at least `n` live followers hold (0: fewer than n followers); with
+  // sync_electable_only_, only followers that can be elected count.
   uint64_t AckedBy(int n) const {
     std::vector<uint64_t> acks;
     const int64_t now = clock_->NowMs();
     for (const auto& [name, f] : followers_) {
+      if (sync_electable_only_ && !f.electable) continue;  // a manual standby: never elected
       if (now - f.seen_ms <= kFollowerSilentMs) acks.push_back(f.acked);
     }
     if (n <= 0 || acks.size() < static_cast<size_t>(n)) return 0;
@@ -382,6 +387,7 @@ class MasterServer::Loop {
   int tick_ms_;
   std::function<bool()> may_serve_;
   int sync_followers_;
+  bool sync_electable_only_;
   const Clock* clock_;
   std::vector<zmq::message_t> frames_;
   bool unseen_ = true;  // the ROUTER may hold requests its fd did not signal (Run)

@@ -68,11 +68,11 @@ class Standby::Follower {
     flatbuffers::FlatBufferBuilder b(256);
     const uint64_t id = ++request_id_;
     const auto follower = b.CreateString(options_.name);
-    b.Finish(fb::CreateRequest(
-        b, id, fb::Body::Replicate,
-        fb::CreateReplicate(b, owner_->applied_seq(), epoch_, 4u << 20,
-                            static_cast<uint32_t>(options_.wait.count()), follower)
-            .Union()));
+    b.Finish(fb::CreateRequest(b, id, fb::Body::Replicate,
+                               fb::CreateReplicate(b, owner_->applied_seq(), epoch_, 4u << 20,
+                                                   static_cast<uint32_t>(options_.wait.count()),
+                                                   follower, options_.electable)
+                                   .Union()));
     socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
     // A follower of no epoch yet asks for a whole snapshot, which the primary builds and sends

@@ -56,8 +56,13 @@ class KvmasterProcess {
   // master next to the first, as a virtual-IP or DNS deployment has. Does not wait (WaitServing).
   static std::unique_ptr<KvmasterProcess> FollowerOf(const KvmasterProcess& primary,
                                                      std::vector<std::string> extra) {
+    return FollowerOf(primary.rpc(), std::move(extra));
+  }
+  // The same, of the master serving at `primary_rpc` (an HA cluster's leader, say).
+  static std::unique_ptr<KvmasterProcess> FollowerOf(const std::string& primary_rpc,
+                                                     std::vector<std::string> extra) {
     std::unique_ptr<KvmasterProcess> p(new KvmasterProcess(NoLaunch{}));
-    p->extra_ = Concat({"--follow", primary.rpc()}, extra);
+    p->extra_ = Concat({"--follow", primary_rpc}, extra);
     p->Spawn("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
     return p;
   }

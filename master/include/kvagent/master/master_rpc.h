@@ -74,6 +74,7 @@ class MasterRpc {
     uint64_t master_epoch = 0;
     uint32_t wait_ms = 0;
     std::string follower;
+    bool electable = false;  // Replicate.electable
   };
   const LastRequest& last() const { return last_; }
 

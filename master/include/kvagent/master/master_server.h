@@ -50,6 +50,9 @@ struct MasterServerOptions {
   // Synchronous replication: replies wait until this many followers hold the records they
   // depend on (0: asynchronous).
   int sync_followers = 0;
+  // Count only followers that can be elected (Replicate.electable) toward sync_followers: set
+  // for an HA member, whose manual --follow standbys hold changes no elected leader has.
+  bool sync_electable_only = false;
   // With a secret, the ROUTER is a CURVE server of the master-rpc plane and the event sockets'
   // tcp:// endpoints of the events plane (curve_auth.h); without one, all are plain.
   std::optional<ClusterSecret> secret;

@@ -29,6 +29,9 @@ struct StandbyOptions {
   std::string status_file;  // optional: rewritten after each page (primary=, epoch=,
                             // applied_seq=, refused_pages=)
   std::string name;         // this follower's name, told to the primary (its follower count)
+  // This follower is an HA member that can be elected (Replicate.electable); false for a
+  // manual --follow standby.
+  bool electable = false;
   // Long poll: the primary holds a request that finds nothing new up to this long and answers
   // as soon as it makes a record, so records arrive within a round trip (0: ask every `poll`).
   std::chrono::milliseconds wait{500};
