@@ -4,12 +4,14 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "kvagent/common/errno_text.h"
 #include "kvagent/schemas/agent_generated.h"
@@ -144,6 +146,11 @@ Status Connection::Handshake(const ClientOptions& options) {
     return Unavailable("the segment the agent passed belongs to another client; retry");
   }
   client_id_ = welcome->client_id();
+  // The agent's process, to tell an agent that exited from one that dropped this client but may
+  // still be moving a call's bytes (AwaitMoved). Not known across pid namespaces.
+  if (auto agent = ipc::GetPeerCredentials(socket_.get()); agent.ok() && agent->pid > 0) {
+    agent_process_ = ipc::UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, agent->pid, 0)));
+  }
   agent_incarnation_ = welcome->agent_incarnation();
   auto shared = std::make_shared<ipc::Segment>(std::move(*segment));
   producer_ = ipc::FrameProducer(shared->request_ring());
@@ -704,7 +711,16 @@ bool Connection::CloseCall(uint32_t index) {
 }
 
 void Connection::AwaitMoved(Slot& s, uint32_t index) {
-  while (s.state.load(std::memory_order_acquire) != kDone && alive() && !CloseCall(index)) {
+  while (s.state.load(std::memory_order_acquire) != kDone && !CloseCall(index)) {
+    if (!alive()) {
+      // No answer will come (the agent exited, is shutting down, or dropped this client), but
+      // until it gives the word back it may still be moving the call's bytes (a transfer in
+      // flight finishes into the arena it keeps mapped): watch the word until then, or until
+      // its process is gone.
+      if (!AgentRunning()) return;
+      std::this_thread::sleep_for(kMovingSlice);
+      continue;
+    }
     // Moving: the agent answers once its copy or transfer ends (a transfer that stalls fails
     // after the data plane's peer timeout). Wait for that answer a slice at a time.
     s.deadline = Clock::now() + kMovingSlice;
@@ -715,6 +731,12 @@ void Connection::AwaitMoved(Slot& s, uint32_t index) {
       Follow(s);
     }
   }
+}
+
+bool Connection::AgentRunning() const {
+  if (!agent_process_.valid()) return false;  // unknown (another pid namespace): as if gone
+  pollfd pfd{agent_process_.get(), POLLIN, 0};
+  return ::poll(&pfd, 1, 0) == 0;  // a pidfd turns readable when its process exits
 }
 
 void Connection::Abandon(uint32_t index, uint64_t id) {

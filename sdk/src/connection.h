@@ -140,6 +140,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint32_t* CallWord(uint32_t index) const;
   bool CloseCall(uint32_t index);
   void AwaitMoved(Slot& slot, uint32_t index);
+  // False once the agent's process has exited (or when it is not known).
+  bool AgentRunning() const;
 
   // Slots.
   Result<uint32_t> AcquireSlot(Clock::time_point deadline);
@@ -186,6 +188,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // beyond the allocator's range. Zero when the agent creates the segment.
   const uint64_t call_word_bytes_;
   uint32_t* call_words_ = nullptr;
+  ipc::UniqueFd agent_process_;  // a pidfd of the agent (AgentRunning); invalid when unknown
   std::mutex slots_mu_;
   std::condition_variable slots_cv_;
   std::vector<uint32_t> free_slots_;
