@@ -71,8 +71,15 @@ struct PipelineCounters {
   Count reserved_puts;        // keys put with one master round trip (reserved writes)
 };
 
-// A request held by a batch, with the answer under construction.
+// A request held by a batch, with the answer under construction. Move-only: a copy could give
+// its call word back a second time, after the caller reused the word for its next call.
 struct HeldRequest {
+  HeldRequest() = default;
+  HeldRequest(HeldRequest&&) = default;
+  HeldRequest& operator=(HeldRequest&&) = default;
+  HeldRequest(const HeldRequest&) = delete;
+  HeldRequest& operator=(const HeldRequest&) = delete;
+
   ClientRequest request;
   CompletionData result;
   bool gone = false;  // the client left: no copies into its arena, writes revoked, no answer

@@ -238,7 +238,9 @@ struct SessionsOptions {
 };
 
 // A submitted call whose reply has not been collected. Move-only. Destroying it without Wait()
-// abandons the call: its reply is dropped when it arrives.
+// abandons the call: its reply is dropped when it arrives. While the agent is moving the call's
+// bytes the destructor waits for that move to end, so the call's buffers are free once it
+// returns (as after Wait()).
 class PendingCall {
  public:
   PendingCall();  // holds no call: Wait() returns INTERNAL

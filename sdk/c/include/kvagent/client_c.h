@@ -442,7 +442,8 @@ KV_API kv_status_t kv_pending_wait(kv_pending_t* pending, kv_result_t** result);
 
 /* Frees the handle. A call not yet collected is abandoned: its reply is dropped when it
  * arrives, and the buffers it names stay reserved until then (or until its timeout passes, or
- * its client is freed). NULL is a no-op. */
+ * its client is freed). While the agent is moving the call's bytes it first waits for that
+ * move to end. NULL is a no-op. */
 KV_API void kv_pending_free(kv_pending_t* pending);
 
 #ifdef __cplusplus
