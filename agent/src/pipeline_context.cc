@@ -52,10 +52,6 @@ std::optional<std::chrono::steady_clock::time_point> HeldRequest::Deadline() con
 
 namespace {
 
-// Request.call_word's states (schemas/agent.fbs).
-constexpr uint32_t kCallOpen = 0;
-constexpr uint32_t kCallMoving = 1;
-
 // The call's word in the client's arena, or null (none named; CheckRequest bounded it).
 uint32_t* CallWord(const ClientRequest& request) {
   const uint64_t word = request.request().call_word();
@@ -75,8 +71,8 @@ bool HeldRequest::MayTouchClientMemory(std::chrono::steady_clock::time_point now
   // Shared with the client's process: an atomic on the mapping (aligned: CheckRequest). Any
   // value but open, a closed call or one the client scribbled on, means hands off.
   std::atomic_ref<uint32_t> state(*word);
-  uint32_t expected = kCallOpen;
-  claimed = state.compare_exchange_strong(expected, kCallMoving, std::memory_order_acq_rel,
+  uint32_t expected = ipc::kCallOpen;
+  claimed = state.compare_exchange_strong(expected, ipc::kCallMoving, std::memory_order_acq_rel,
                                           std::memory_order_acquire);
   return claimed;
 }
@@ -87,7 +83,7 @@ void HeldRequest::ReleaseClientMemory() {
   uint32_t* word = CallWord(request);
   if (word == nullptr) return;
   // Release: every byte moved for the call is visible before the caller may close the word.
-  std::atomic_ref<uint32_t>(*word).store(kCallOpen, std::memory_order_release);
+  std::atomic_ref<uint32_t>(*word).store(ipc::kCallOpen, std::memory_order_release);
 }
 
 Status DeadlinePassed(std::string_view skipped) {

@@ -11,8 +11,10 @@ namespace kvagent::coord {
 namespace {
 
 using namespace std::chrono_literals;
+// Not `Clock`: leader_watch.cc (the same unity build) has a `Clock` of its own.
+using LeaseClock = LeaseKeeper::Clock;
 
-int64_t Ns(LeaseKeeper::Clock::time_point t) { return t.time_since_epoch().count(); }
+int64_t Ns(LeaseClock::time_point t) { return t.time_since_epoch().count(); }
 
 }  // namespace
 
@@ -39,13 +41,13 @@ class LeaseKeeper::Renewer {
  private:
   void Run() {
     const auto period = std::max<std::chrono::milliseconds>(100ms, owner_->ttl_ / 4);
-    LeaseKeeper::Clock::time_point next = LeaseKeeper::Clock::now() + period;
+    LeaseClock::time_point next = LeaseClock::now() + period;
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mu_);
         if (wake_.wait_until(lock, next, [&] { return stop_; })) return;
       }
-      const LeaseKeeper::Clock::time_point sent = LeaseKeeper::Clock::now();
+      const LeaseClock::time_point sent = LeaseClock::now();
       Result<std::chrono::seconds> ttl = client_->KeepAlive(owner_->id_);
       if (ttl.ok() && ttl->count() > 0) {
         const auto alive = std::min<std::chrono::milliseconds>(*ttl, owner_->ttl_);
@@ -61,8 +63,7 @@ class LeaseKeeper::Renewer {
         continue;
       }
       if (ttl.ok()) {  // etcd no longer has it
-        owner_->valid_until_ns_.store(Ns(LeaseKeeper::Clock::time_point::min()),
-                                      std::memory_order_release);
+        owner_->valid_until_ns_.store(Ns(LeaseClock::time_point::min()), std::memory_order_release);
         owner_->lost_.store(true, std::memory_order_release);
         LOG(WARNING) << "etcd lease " << owner_->id_
                      << " is gone (it expired: no renewal reached etcd in time)";
@@ -74,7 +75,7 @@ class LeaseKeeper::Renewer {
                      << "; retrying every 100 ms";
       }
       failing_ = true;
-      next = LeaseKeeper::Clock::now() + 100ms;
+      next = LeaseClock::now() + 100ms;
     }
   }
 
@@ -96,7 +97,7 @@ Result<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Start(EtcdClientOptions option
       std::min<std::chrono::milliseconds>(options.timeout, std::chrono::milliseconds(ttl) / 2);
   auto client = EtcdClient::Create(std::move(options));
   if (!client.ok()) return client.status();
-  const LeaseKeeper::Clock::time_point sent = LeaseKeeper::Clock::now();
+  const LeaseClock::time_point sent = LeaseClock::now();
   auto lease = (*client)->GrantLease(ttl);
   if (!lease.ok()) return lease.status();
   std::unique_ptr<LeaseKeeper> keeper(new LeaseKeeper());
@@ -113,13 +114,13 @@ LeaseKeeper::~LeaseKeeper() {
 }
 
 LeaseKeeper::Clock::time_point LeaseKeeper::valid_until() const {
-  return LeaseKeeper::Clock::time_point(
-      LeaseKeeper::Clock::duration(valid_until_ns_.load(std::memory_order_acquire)));
+  return LeaseClock::time_point(
+      LeaseClock::duration(valid_until_ns_.load(std::memory_order_acquire)));
 }
 
 void LeaseKeeper::Revoke() {
   renewer_->Stop();
-  valid_until_ns_.store(Ns(LeaseKeeper::Clock::time_point::min()), std::memory_order_release);
+  valid_until_ns_.store(Ns(LeaseClock::time_point::min()), std::memory_order_release);
   lost_.store(true, std::memory_order_release);
   if (Status st = renewer_->client().RevokeLease(id_); !st.ok()) {
     LOG(WARNING) << "could not revoke etcd lease " << id_

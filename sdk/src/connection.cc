@@ -22,10 +22,9 @@ namespace {
 // Longest a waiting thread sleeps before re-checking liveness and its deadline by itself; the
 // monitor thread normally wakes it at once.
 constexpr auto kSlice = std::chrono::milliseconds(100);
-// Request.call_word's states (schemas/agent.fbs).
-constexpr uint32_t kCallOpen = 0;
-constexpr uint32_t kCallMoving = 1;
-constexpr uint32_t kCallClosed = 2;
+using ipc::kCallClosed;  // the states of a call word (kvagent/ipc/segment.h)
+using ipc::kCallMoving;
+using ipc::kCallOpen;
 // How often a call past its deadline whose bytes the agent is moving tries to close its word.
 constexpr auto kMovingSlice = std::chrono::milliseconds(2);
 

@@ -72,6 +72,14 @@ struct SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) <= kPageBytes);
 
+// The states of a call's word in the arena (Request.call_word, schemas/agent.fbs), which the
+// client and the agent change atomically: the agent moves it open -> moving before it touches
+// the call's bytes and back before it answers; a caller that stops waiting moves it open ->
+// closed.
+inline constexpr uint32_t kCallOpen = 0;
+inline constexpr uint32_t kCallMoving = 1;
+inline constexpr uint32_t kCallClosed = 2;
+
 // One mapping of a segment. Move-only; unmaps on destruction.
 class Segment {
  public:
