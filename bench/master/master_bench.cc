@@ -37,6 +37,12 @@
 //                                       keys/s  puts with two replicas (start + end) on 16 and
 //                                               256 agents; .agents256.vs_agents16 ratio (the
 //                                               second replica's placement as the cluster grows)
+//   master.snapshot.objects{250k,1m}    ms      a follower's snapshot built on the loop beside
+//                                               250 k / 1 M objects (.bytes_per_object; .vs_put)
+//   master.compaction.objects1m.{loop,finish,total}
+//                                       ms      the log's compaction in a child process after 1 M
+//                                               puts: the Tick that forks it, the Tick that
+//                                               installs its file, the whole (.loop.vs_snapshot)
 //   master.bytes_per_key                B       heap bytes per stored key at 1 M keys, minus
 //                                               the key's own bytes (replication log off: it
 //                                               is a fixed budget, not per key)
@@ -278,6 +284,67 @@ void PauseBench() {
   Bench("master.put.inproc.b1.max_call", max_us, "us");
   Bench("master.put.inproc.b1.p99_call", call_us[call_us.size() * 99 / 100], "us");
   Bench("master.put.inproc.b1.max_call.vs_map_insert", max_us / map_max_us, "x");
+}
+
+// A follower's snapshot on the loop: the state as records, built while the master answers
+// nothing else (a standby that starts, or fell behind the log's retention), beside 250 000 and
+// 1 000 000 objects. Baseline: putting the same objects, in the same run.
+void SnapshotBench() {
+  double snapshot_1m_ms = 0;
+  for (size_t n : {size_t{250'000}, size_t{1'000'000}}) {
+    auto keys = MakeKeys(n, ("snap-" + std::to_string(n) + "/blk-").c_str());
+    auto sessions = MakeSessions(n);
+    InProcess p(BenchOptions(), 4);
+    const double put_rate = PutInProcess(p, keys, sessions, 128);
+    ReplicationPage page;
+    const auto t0 = Clock::now();
+    (void)p.svc->ReadReplication(0, p.svc->epoch() + 1, 4u << 20, &page);
+    const double ms = Seconds(t0, Clock::now()) * 1e3;
+    const std::string suffix = n == 250'000 ? "objects250k" : "objects1m";
+    Bench("master.snapshot." + suffix, ms, "ms");
+    if (n == 1'000'000) snapshot_1m_ms = ms;
+    Bench("master.snapshot." + suffix + ".bytes_per_object",
+          static_cast<double>(page.records.size()) / static_cast<double>(n), "B");
+    Bench("master.snapshot." + suffix + ".vs_put", ms / (static_cast<double>(n) / put_rate * 1e3),
+          "x");
+  }
+  // The log's compaction (--compact-log-bytes) after 1 000 000 puts with a state dir (--log-sync
+  // write): the same snapshot written to a new log file by a child process (fork), while the
+  // loop goes on. .loop: the Tick that starts it (what the loop waits for); .total: until the new
+  // file replaced the log; .loop.vs_snapshot: against the follower's snapshot above (what a
+  // compaction cost the loop when it was written there).
+  const size_t n = 1'000'000;
+  auto keys = MakeKeys(n, "compact/blk-");
+  auto sessions = MakeSessions(n);
+  char dir[] = "/var/tmp/kvmaster-bench-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return;
+  {
+    MasterOptions o = BenchOptions();
+    o.state_dir = dir;
+    InProcess p(o, 4);
+    (void)PutInProcess(p, keys, sessions, 128);
+    const uint64_t before = p.svc->Stats().log_compactions;
+    const auto t0 = Clock::now();
+    p.svc->Tick();
+    const double loop_ms = Seconds(t0, Clock::now()) * 1e3;
+    double longest_tick_ms = 0;
+    while (p.svc->Stats().log_compactions == before && Seconds(t0, Clock::now()) < 120) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto tick = Clock::now();
+      p.svc->Tick();
+      longest_tick_ms = std::max(longest_tick_ms, Seconds(tick, Clock::now()) * 1e3);
+    }
+    const double total_ms = Seconds(t0, Clock::now()) * 1e3;
+    if (p.svc->Stats().log_compactions > before) {
+      Bench("master.compaction.objects1m.loop", loop_ms, "ms");
+      Bench("master.compaction.objects1m.finish", longest_tick_ms, "ms");
+      Bench("master.compaction.objects1m.total", total_ms, "ms");
+      if (snapshot_1m_ms > 0) {
+        Bench("master.compaction.objects1m.loop.vs_snapshot", loop_ms / snapshot_1m_ms, "x");
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // An agent's death on the loop (kvmaster drops it when its dead timeout runs out or it returns
@@ -1138,6 +1205,7 @@ int main(int argc, char** argv) {
   if (wanted("replication")) ReplicationBench();
   if (wanted("pause")) PauseBench();
   if (wanted("drop")) DropBench();
+  if (wanted("snapshot")) SnapshotBench();
   if (wanted("replicas")) ReplicasBench();
   if (wanted("memory")) Bench("master.bytes_per_key", BytesPerKey(1'000'000), "B");
   if (wanted("events")) EventsBench();

@@ -553,17 +553,35 @@ void MetadataStore::MaintainLog() {
     oplog_->Probe();
     return;
   }
+  if (oplog_->rewriting()) {
+    Status st;
+    if (!oplog_->FinishRewrite(&st)) return;  // the child still writes the snapshot
+    FinishCompaction(st, compaction_started_, "in the background");
+    return;
+  }
   const uint64_t size = oplog_->file_bytes();
   if (options_.compact_log_bytes == 0 || size < options_.compact_log_bytes ||
       size < 2 * snapshot_bytes_ || now() < next_compaction_ms_) {
     return;
   }
-  const auto started = std::chrono::steady_clock::now();
-  Status st = oplog_->Rewrite([this](const std::function<void(std::string_view)>& append) {
+  compaction_started_ = std::chrono::steady_clock::now();
+  compacted_from_ = size;
+  const auto write_all = [this](const std::function<void(std::string_view)>& append) {
     snapshot_sink_ = &append;
     WriteSnapshot();
     snapshot_sink_ = nullptr;
-  });
+  };
+  // In a child process, from its copy of the state: the loop goes on answering meanwhile.
+  Status started = oplog_->StartRewrite(write_all);
+  if (started.ok()) return;
+  LOG(WARNING) << "operation log: cannot compact in the background (" << started.message()
+               << "); compacting on the loop";
+  FinishCompaction(oplog_->Rewrite(write_all), compaction_started_, "on the loop");
+}
+
+void MetadataStore::FinishCompaction(const Status& st,
+                                     std::chrono::steady_clock::time_point started,
+                                     const char* how) {
   if (!st.ok()) {
     LOG(WARNING) << "operation log: compaction failed (" << st.message()
                  << "); the log keeps growing, next try in 60 s";
@@ -572,8 +590,8 @@ void MetadataStore::MaintainLog() {
   }
   ++counters_.log_compactions;
   snapshot_bytes_ = oplog_->file_bytes();
-  LOG(INFO) << "operation log: compacted " << size << " -> " << snapshot_bytes_ << " bytes ("
-            << objects_.size() << " object(s)) in "
+  LOG(INFO) << "operation log: compacted " << compacted_from_ << " -> " << snapshot_bytes_
+            << " bytes (" << objects_.size() << " object(s)) " << how << " in "
             << std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::steady_clock::now() - started)
                    .count()

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -392,6 +393,9 @@ class MetadataStore {
   void FailStop(const Status& st);
   void FinishRestore();
   void WriteSnapshot();
+  // The end of a compaction (`st`: its outcome), for the counters and the log.
+  void FinishCompaction(const Status& st, std::chrono::steady_clock::time_point started,
+                        const char* how);
   bool ShouldLog() const;
   void AppendRecord();
 
@@ -418,6 +422,8 @@ class MetadataStore {
   int64_t live_ms_ = 0;          // the live clock at live_mark_ms_
   int64_t live_mark_ms_ = 0;     // now() at the last AdvanceLiveClock
   uint64_t snapshot_bytes_ = 0;  // the log's size after its last compaction
+  uint64_t compacted_from_ = 0;  // the log's size when the running compaction started
+  std::chrono::steady_clock::time_point compaction_started_{};
   int64_t next_compaction_ms_ = 0;
   uint64_t part_bytes_ = 0;
   ObjectTable objects_;

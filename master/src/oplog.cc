@@ -3,10 +3,15 @@
 
 #include <fcntl.h>
 #include <glog/logging.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -24,6 +29,11 @@ constexpr uint32_t kRecordMagic = 0x4352564B;  // "KVRC" little-endian
 constexpr uint32_t kMaxRecordBytes = OpLog::kMaxRecordBytes;
 constexpr uint64_t kV1FrameBytes = 8;
 constexpr uint64_t kProbeBytes = 64 << 10;  // what Probe asks of a disk that was full
+// A background rewrite: the most records it keeps for its new file while the child writes (the
+// log grew faster than the child could write the snapshot: it is given up, and tried later),
+// and the child's exit code when its parent was gone.
+constexpr size_t kMaxRewriteTail = 256u << 20;
+constexpr int kRewriteOrphaned = 0xff;
 
 uint32_t LoadU32(const char* p) {
   uint32_t v = 0;
@@ -80,6 +90,19 @@ Status WriteFully(int fd, std::string_view data, const std::string& path) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
+}
+
+// write(2) of all of `data` in a rewriting child: 0, or the errno that stopped it.
+int ChildWrite(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
 }
 
 int64_t NowNs() {
@@ -154,6 +177,7 @@ OpLog::OpLog(std::string dir, std::string path, int fd, OpLogOptions options)
     : dir_(std::move(dir)), path_(std::move(path)), fd_(fd), options_(options) {}
 
 OpLog::~OpLog() {
+  AbandonRewrite();
   (void)Flush();
   if (fd_ >= 0) {
     // Give back what was preallocated beyond the records.
@@ -358,7 +382,7 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
   // The clock only when the disk is asked (a record that fits is the common case).
   const int64_t now = fits ? 0 : NowNs();
   if (!fits && !writable_ && now < next_retry_ns_) return false;  // asked the disk just now
-  if (fits || Preallocate(end)) {
+  if (fits || Preallocate(end) || (GiveUpRewriteForRoom() && Preallocate(end))) {
     if (!writable_) {
       LOG(WARNING) << "operation log " << path_ << ": the state dir takes records again; "
                    << "mutating requests resume";
@@ -381,6 +405,16 @@ bool OpLog::Reserve(uint64_t payload_bytes, uint64_t records) {
            " has room again; retry later";
   next_retry_ns_ = now + 100'000'000;
   return false;
+}
+
+bool OpLog::GiveUpRewriteForRoom() {
+  if (rewrite_ == nullptr) return false;
+  const int reason = errno;
+  LOG(WARNING) << "operation log " << path_ << ": the state dir has no room for new records ("
+               << ErrnoText(reason) << "); giving up the compaction that runs, to free its space";
+  AbandonRewrite();
+  errno = reason;
+  return true;
 }
 
 bool OpLog::Probe() {
@@ -418,6 +452,15 @@ Status OpLog::Flush() {
     buffer_.clear();
     return st;
   }
+  if (rewrite_ != nullptr && !rewrite_->too_long) {
+    // What the child's file needs after its snapshot (never the header of a new file: a
+    // rewrite starts from a flushed, non-empty log).
+    rewrite_->tail.append(buffer_, file_bytes_ == 0 ? kHeaderBytes : 0);
+    if (rewrite_->tail.size() > kMaxRewriteTail) {
+      rewrite_->too_long = true;
+      rewrite_->tail = std::string();
+    }
+  }
   file_bytes_ += buffer_.size();
   reserved_end_ = std::max(reserved_end_, file_bytes_);
   buffer_.clear();
@@ -426,28 +469,40 @@ Status OpLog::Flush() {
 
 Status OpLog::Rewrite(
     const std::function<void(const std::function<void(std::string_view)>&)>& write_all) {
+  AbandonRewrite();
   KVAGENT_RETURN_IF_ERROR(Flush());
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
   std::string out(kHeader, kHeaderBytes);
-  uint64_t written = 0;
   Status st;
   write_all([&](std::string_view payload) {
     Frame(payload, &out);
     if (out.size() >= (1u << 20) && st.ok()) {
       st = WriteFully(fd, out, tmp);
-      written += out.size();
       out.clear();
     }
   });
   if (st.ok()) st = WriteFully(fd, out, tmp);
-  written += out.size();
-  if (st.ok() && ::fsync(fd) != 0) st = Internal("cannot fsync " + tmp);
-  ::close(fd);
+  if (st.ok() && ::fsync(fd) != 0) st = Internal("cannot fsync " + tmp + ": " + ErrnoText(errno));
   if (!st.ok()) {
+    ::close(fd);
     ::unlink(tmp.c_str());
     return st;
+  }
+  return Install(fd, tmp);
+}
+
+// Renames the synced file `tmp` (open as `fd`, which this closes) over the log and appends to it
+// from now on. On failure the old log stays.
+Status OpLog::Install(int fd, const std::string& tmp) {
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  const int stat_errno = errno;
+  ::close(fd);
+  if (!sized) {
+    ::unlink(tmp.c_str());
+    return Internal("cannot stat " + tmp + ": " + ErrnoText(stat_errno));
   }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
     const std::string err = ErrnoText(errno);
@@ -463,10 +518,123 @@ Status OpLog::Rewrite(
   }
   ::close(fd_);
   fd_ = nfd;
-  file_bytes_ = reserved_end_ = written;
+  file_bytes_ = reserved_end_ = static_cast<uint64_t>(st.st_size);
   granted_ = 0;
   needs_rewrite_ = false;
   return Status::Ok();
+}
+
+Status OpLog::StartRewrite(
+    const std::function<void(const std::function<void(std::string_view)>&)>& write_all) {
+  if (rewrite_ != nullptr) return Internal("a rewrite of " + path_ + " runs already");
+  if (needs_rewrite_) return Internal(path_ + " must be rewritten at once (version 1)");
+  KVAGENT_RETURN_IF_ERROR(Flush());
+  const std::string tmp = path_ + ".tmp";
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const std::string err = ErrnoText(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Internal("cannot start a process to rewrite " + path_ + ": " + err);
+  }
+  if (pid == 0) {
+    // The child: this thread alone, with a copy of the memory as it was at the fork. It dies
+    // with its parent, holds none of the parent's sockets (a restarted kvmaster binds the same
+    // ports), and takes the stop signals its parent's threads had blocked.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(kRewriteOrphaned);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGUSR1, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    const int out_fd = fd;  // every descriptor above stderr but this one is closed
+    if (out_fd > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(out_fd - 1), 0u);
+    ::syscall(SYS_close_range, static_cast<unsigned>(out_fd + 1), ~0u, 0u);
+    std::string out(kHeader, kHeaderBytes);
+    int failed = 0;
+    write_all([&](std::string_view payload) {
+      Frame(payload, &out);
+      if (out.size() >= (1u << 20) && failed == 0) {
+        failed = ChildWrite(out_fd, out);
+        out.clear();
+      }
+    });
+    if (failed == 0) failed = ChildWrite(out_fd, out);
+    if (failed == 0 && ::fsync(out_fd) != 0) failed = errno;
+    ::_exit(failed == 0 ? 0 : std::clamp(failed, 1, 0x7f));
+  }
+  rewrite_ = std::make_unique<BackgroundRewrite>();
+  rewrite_->pid = pid;
+  rewrite_->fd = fd;
+  return Status::Ok();
+}
+
+bool OpLog::FinishRewrite(Status* status) {
+  *status = Status::Ok();
+  if (rewrite_ == nullptr) return true;
+  if (rewrite_->too_long) {
+    *status = Internal("the log grew by more than " + std::to_string(kMaxRewriteTail >> 20) +
+                       " MiB while " + path_ + " was rewritten; given up");
+    AbandonRewrite();
+    return true;
+  }
+  int wstatus = 0;
+  const pid_t r = ::waitpid(rewrite_->pid, &wstatus, WNOHANG);
+  if (r == 0) return false;  // still writing
+  rewrite_->pid = -1;        // reaped (or not ours to wait for any more)
+  const std::string tmp = path_ + ".tmp";
+  if (r < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    std::string why =
+        r < 0                  ? "cannot wait for it: " + ErrnoText(errno)
+        : WIFSIGNALED(wstatus) ? "killed by signal " + std::to_string(WTERMSIG(wstatus))
+        : WEXITSTATUS(wstatus) == kRewriteOrphaned ? std::string("its parent was gone")
+                                                   : ErrnoText(WEXITSTATUS(wstatus));
+    *status = Internal("the process rewriting " + tmp + " failed (" + why + ")");
+    EndRewrite();
+    return true;
+  }
+  // The child's snapshot is in the file, synced; what was flushed since goes after it.
+  *status = Flush();
+  if (status->ok() && ::lseek(rewrite_->fd, 0, SEEK_END) < 0) {
+    *status = Internal("cannot seek in " + tmp + ": " + ErrnoText(errno));
+  }
+  if (status->ok()) *status = WriteFully(rewrite_->fd, rewrite_->tail, tmp);
+  if (status->ok() && ::fsync(rewrite_->fd) != 0) {
+    *status = Internal("cannot fsync " + tmp + ": " + ErrnoText(errno));
+  }
+  if (!status->ok()) {
+    EndRewrite();
+    return true;
+  }
+  const int fd = rewrite_->fd;
+  rewrite_->fd = -1;
+  rewrite_.reset();
+  *status = Install(fd, tmp);
+  return true;
+}
+
+void OpLog::AbandonRewrite() {
+  if (rewrite_ == nullptr) return;
+  if (rewrite_->pid > 0) {
+    ::kill(rewrite_->pid, SIGKILL);
+    while (::waitpid(rewrite_->pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    rewrite_->pid = -1;
+  }
+  EndRewrite();
+}
+
+// Closes and removes the file of a rewrite whose child is done (or was never waited for).
+void OpLog::EndRewrite() {
+  if (rewrite_ == nullptr) return;
+  if (rewrite_->fd >= 0) ::close(rewrite_->fd);
+  ::unlink((path_ + ".tmp").c_str());
+  rewrite_.reset();
 }
 
 }  // namespace kvagent::master

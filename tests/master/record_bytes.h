@@ -2,12 +2,30 @@
 // tests that hand a master records it must refuse or survive.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvagent/master/oplog.h"
 
 namespace kvagent::master::testing {
+
+// Every record payload of DIR/master.oplog, in order (a failure to open or replay is a test
+// failure, and whatever was read comes back).
+inline std::vector<std::string> ReadLogRecords(const std::string& dir) {
+  std::vector<std::string> out;
+  auto log = OpLog::Open(dir);
+  EXPECT_TRUE(log.ok()) << log.status().ToString();
+  if (!log.ok()) return out;
+  auto n = log.value()->Replay([&](std::string_view p) {
+    out.emplace_back(p);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(n.ok()) << n.status().ToString();
+  return out;
+}
 
 inline std::string AgentRecordBytes(uint32_t id, const std::string& name) {
   std::string record;

@@ -94,6 +94,25 @@ class OpLog {
   Status Rewrite(
       const std::function<void(const std::function<void(std::string_view)>&)>& write_all);
 
+  // The same replacement, built in the background: a child process (fork) writes the records
+  // `write_all` appends from its copy of this process's memory as it was at the call, while
+  // this process goes on appending; the records flushed meanwhile are kept and appended to the
+  // new file before it replaces the log (FinishRewrite). So a large state costs the caller the
+  // fork (page tables, copied on write), not the whole snapshot. The buffered records are
+  // flushed first: the child's state is exactly the file's. `write_all` runs in the child, where
+  // it must not log nor take a lock another thread may hold (malloc is safe). INTERNAL when no
+  // child could start (the caller may Rewrite instead) or a rewrite runs already.
+  Status StartRewrite(
+      const std::function<void(const std::function<void(std::string_view)>&)>& write_all);
+  // Whether a background rewrite runs (started and not finished or given up).
+  bool rewriting() const { return rewrite_ != nullptr; }
+  // Periodic while rewriting(): false while the child is still writing; once it is done, true
+  // with `*status` OK when the new file replaced the log, or the reason it did not (the old log
+  // stays, whole, and takes records as before).
+  bool FinishRewrite(Status* status);
+  // Gives up a background rewrite (its child is killed, its file removed); the old log stays.
+  void AbandonRewrite();
+
   // Makes sure `payload_bytes` more bytes in `records` records can be appended and flushed
   // without the file system running out of space (preallocated with fallocate). False when the
   // state dir cannot give them: writable() turns false and error() says why, until a later
@@ -126,6 +145,19 @@ class OpLog {
   Status CutAt(uint64_t offset, const std::string& why);
   bool Preallocate(uint64_t end);
 
+  // A rewrite a child process is writing (StartRewrite).
+  struct BackgroundRewrite {
+    int pid = -1;
+    int fd = -1;            // the new file (the child writes it through the same description)
+    std::string tail;       // records flushed into the old file since the fork, framed
+    bool too_long = false;  // the tail passed kMaxRewriteTail: given up at the next finish
+  };
+  Status Install(int fd, const std::string& tmp);
+  void EndRewrite();
+  // A reservation the disk refused while a rewrite runs: the rewrite is given up (its file takes
+  // room the records need); true when there was one.
+  bool GiveUpRewriteForRoom();
+
   std::string dir_;
   std::string path_;
   int fd_ = -1;
@@ -139,6 +171,7 @@ class OpLog {
   bool needs_rewrite_ = false;
   std::string error_;
   int64_t next_retry_ns_ = 0;
+  std::unique_ptr<BackgroundRewrite> rewrite_;
 };
 
 }  // namespace kvagent::master
