@@ -585,11 +585,19 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
   last.electable = m->electable();
   ReplicationPage page;
   const size_t max_bytes = std::clamp<size_t>(m->max_bytes(), 4096, 64u << 20);
-  Status st = service_.ReadReplication(m->after_seq(), m->master_epoch(), max_bytes, &page);
+  Status st = service_.ReadReplication(m->after_seq(), m->master_epoch(), max_bytes, &page,
+                                       rpc_.background_snapshots_);
   if (!st.ok()) return Finish(b_, epoch_, id_, st, fb::ReplyBody::NONE, 0);
-  last.replicate_empty = !page.snapshot && page.records.empty();
+  if (page.pending) {
+    last.replicate_pending = true;
+    return Finish(b_, epoch_, id_,
+                  Status(ErrorCode::kMasterUnavailable,
+                         "the snapshot of the state this follower needs is being built; ask again"),
+                  fb::ReplyBody::NONE, 0);
+  }
+  last.replicate_empty = !page.snapshot && page.bytes().empty();
   auto records =
-      b_.CreateVector(reinterpret_cast<const uint8_t*>(page.records.data()), page.records.size());
+      b_.CreateVector(reinterpret_cast<const uint8_t*>(page.bytes().data()), page.bytes().size());
   auto body = fb::CreateReplicateReply(b_, service_.epoch(), page.snapshot, page.last_seq, records);
   return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
 }

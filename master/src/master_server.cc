@@ -34,6 +34,9 @@ constexpr int64_t kFollowerSilentMs = 3000;
 // once), followers counted (beyond: a new name is not), and replies held for followers (beyond
 // the count or past kMaxHoldMs — their callers have timed out — they are dropped, never sent).
 constexpr size_t kMaxParked = 1024;
+// A Replicate whose snapshot is being built is held at most this long (then told to ask again);
+// a follower with no state waits a minute for its first (standby.cc).
+constexpr int64_t kMaxSnapshotParkMs = 60'000;
 constexpr size_t kMaxFollowers = 256;
 constexpr size_t kMaxHeld = 65536;
 constexpr int64_t kMaxHoldMs = 30000;
@@ -61,6 +64,7 @@ class MasterServer::Loop {
         sync_electable_only_(options.sync_electable_only),
         clock_(clock),
         watchdog_(options.watchdog_interval, [this] { return StatusLine(); }) {
+    rpc_.set_background_snapshots(true);  // a follower's snapshot does not stop the loop
     rpc_.set_extra_stats([this](std::vector<std::pair<std::string, uint64_t>>* out) {
       const events::EventPublisherStats st = publisher_->stats();
       out->emplace_back("events_published", st.published_events);
@@ -116,11 +120,12 @@ class MasterServer::Loop {
     zmq::message_t identity;
     FramedRpcServer::ConnectionId conn = 0;
   };
-  struct Parked {  // a Replicate waiting for a record
+  struct Parked {  // a Replicate waiting for a record, or for its snapshot to be built
     Peer peer;
     std::vector<uint8_t> request;
     uint64_t after_seq = 0;
     int64_t until_ms = 0;
+    bool snapshot = false;
   };
   struct Held {  // a reply waiting for followers (sync replication)
     Peer peer;
@@ -182,6 +187,11 @@ class MasterServer::Loop {
     const MasterRpc::LastRequest& last = rpc_.last();
     if (last.replicate) {
       NoteFollower(last);
+      if (last.replicate_pending && parked_.size() < kMaxParked) {
+        parked_.push_back(Parked{std::move(peer), std::vector<uint8_t>(body.begin(), body.end()),
+                                 last.after_seq, clock_->NowMs() + kMaxSnapshotParkMs, true});
+        return;
+      }
       if (last.replicate_empty && last.wait_ms > 0 && parked_.size() < kMaxParked) {
         const int64_t wait = std::min<int64_t>(last.wait_ms, kMaxParkMs);
         parked_.push_back(Parked{std::move(peer), std::vector<uint8_t>(body.begin(), body.end()),
@@ -239,18 +249,37 @@ class MasterServer::Loop {
     });
   }
 
-  // Answers the long polls that have a record now, or whose wait is over.
+  // Answers the long polls that have a record now, or whose wait is over, and the snapshot
+  // requests whose snapshot is built (or that waited too long: they are told to ask again).
   void ServeParked() {
     if (parked_.empty()) return;
     const uint64_t seq = service_->replication_last_seq();
     const int64_t now = clock_->NowMs();
+    bool building = false;
+    bool building_known = false;
     for (auto it = parked_.begin(); it != parked_.end();) {
-      if (seq <= it->after_seq && now < it->until_ms) {
+      if (it->snapshot) {
+        if (!building_known) {
+          building = service_->SnapshotBuilding();
+          building_known = true;
+        }
+        if (building && now < it->until_ms) {
+          ++it;
+          continue;
+        }
+      } else if (seq <= it->after_seq && now < it->until_ms) {
         ++it;
         continue;
       }
       const std::span<const uint8_t> reply = rpc_.Handle(it->request);
       NoteFollower(rpc_.last());
+      if (rpc_.last().replicate_pending && now < it->until_ms) {
+        // The snapshot built was already too old for this follower: a newer one is on its way.
+        it->snapshot = true;
+        building = true;
+        ++it;
+        continue;
+      }
       Reply(it->peer, reply);
       it = parked_.erase(it);
     }

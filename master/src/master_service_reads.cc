@@ -191,20 +191,23 @@ void MasterService::Tick() {
   store_->ExpireWrites();
   store_->EvictByWatermark();
   store_->MaintainLog();
+  store_->ExpireBuiltSnapshot();
   if (Status st = store_->FlushLog(); !st.ok()) LOG(ERROR) << st.ToString();
 }
 
 Status MasterService::Flush() { return store_->FlushLog(); }
 
 Status MasterService::ReadReplication(uint64_t after_seq, uint64_t master_epoch, size_t max_bytes,
-                                      ReplicationPage* out) {
+                                      ReplicationPage* out, bool background) {
   if (!store_->replicating()) {
     return InvalidParams(
         "this master keeps no records for standbys; start it with --replication-log-bytes > 0");
   }
-  store_->ReadReplication(after_seq, master_epoch != epoch_, max_bytes, out);
+  store_->ReadReplication(after_seq, master_epoch != epoch_, max_bytes, out, background);
   return Status::Ok();
 }
+
+bool MasterService::SnapshotBuilding() { return store_->SnapshotBuilding(); }
 
 std::vector<events::KvEvent> MasterService::TakeEvents() { return store_->TakeEvents(); }
 

@@ -13,7 +13,8 @@
 // Only committed state is logged: in-flight writes are not (their writers get OBJECT_NOT_FOUND
 // at End after a restart and retry). Leases and LRU order are not persistent.
 #include <glog/logging.h>
-
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <random>
 
+#include "kvagent/common/errno_text.h"
 #include "kvagent/common/validate.h"
 #include "metadata_store.h"
 
@@ -471,12 +473,22 @@ void MetadataStore::AppendRecord() {
 }
 
 void MetadataStore::ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes,
-                                    ReplicationPage* out) {
+                                    ReplicationPage* out, bool background) {
   out->records.clear();
+  out->shared = {};
+  out->pending = false;
   out->snapshot = snapshot || !replication_.Covers(after_seq);
   if (!out->snapshot) {
     out->last_seq = replication_.ReadAfter(after_seq, max_bytes, &out->records);
     return;
+  }
+  if (background) {
+    if (TakeBuiltSnapshot(out)) return;
+    if (!snapshot_on_loop_ && (snapshot_build_ != nullptr || StartSnapshotBuild())) {
+      out->pending = true;
+      return;
+    }
+    snapshot_on_loop_ = false;
   }
   // The state after the newest record, as the records that rebuild it.
   out->last_seq = replication_.last_seq();
@@ -486,6 +498,107 @@ void MetadataStore::ReadReplication(uint64_t after_seq, bool snapshot, size_t ma
   snapshot_sink_ = &sink;
   WriteSnapshot();
   snapshot_sink_ = nullptr;
+}
+
+bool MetadataStore::StartSnapshotBuild() {
+  const int fd = ::memfd_create("kvmaster-follower-snapshot", MFD_CLOEXEC);
+  if (fd < 0) {
+    LOG(WARNING) << "cannot build a follower's snapshot in the background (memfd_create: "
+                 << ErrnoText(errno) << "); building it on the loop";
+    return false;
+  }
+  auto child = ForkedWriter::Start(
+      fd,
+      [this](int out_fd) {
+        std::string out;
+        int failed = 0;
+        const std::function<void(std::string_view)> sink = [&](std::string_view payload) {
+          AppendFramedRecord(payload, &out);
+          if (out.size() >= (1u << 20) && failed == 0) {
+            failed = ForkedWriter::WriteAll(out_fd, out);
+            out.clear();
+          }
+        };
+        snapshot_sink_ = &sink;
+        WriteSnapshot();
+        snapshot_sink_ = nullptr;
+        return failed != 0 ? failed : ForkedWriter::WriteAll(out_fd, out);
+      },
+      "building a follower's snapshot");
+  if (!child.ok()) {
+    ::close(fd);
+    LOG(WARNING) << child.status().message() << "; building it on the loop";
+    return false;
+  }
+  snapshot_build_ = std::make_unique<SnapshotBuild>();
+  snapshot_build_->child = std::move(child.value());
+  snapshot_build_->fd = fd;
+  snapshot_build_->last_seq = replication_.last_seq();
+  LOG(INFO) << "building a follower's snapshot of " << objects_.size()
+            << " object(s) in the background (process " << snapshot_build_->child->pid() << ")";
+  return true;
+}
+
+bool MetadataStore::SnapshotBuilding() {
+  if (snapshot_build_ == nullptr) return false;
+  Status st;
+  if (!snapshot_build_->child->Done(&st)) return true;
+  std::unique_ptr<SnapshotBuild> build = std::move(snapshot_build_);
+  auto built = std::make_unique<BuiltSnapshot>();
+  built->last_seq = build->last_seq;
+  built->built_ms = now();
+  struct stat file {};
+  if (st.ok() && ::fstat(build->fd, &file) != 0) {
+    st = Internal("cannot stat the snapshot's memfd: " + ErrnoText(errno));
+  }
+  if (st.ok() && file.st_size > 0) {
+    // Mapped, not copied: a copy into fresh memory costs the loop far more (~2 ms per MiB
+    // measured on the development VM) than the page tables of a populated mapping.
+    void* map = ::mmap(nullptr, static_cast<size_t>(file.st_size), PROT_READ,
+                       MAP_SHARED | MAP_POPULATE, build->fd, 0);
+    if (map == MAP_FAILED) {
+      st = Internal("cannot map the snapshot's memfd: " + ErrnoText(errno));
+    } else {
+      built->map = static_cast<const char*>(map);
+      built->size = static_cast<size_t>(file.st_size);
+    }
+  }
+  ::close(build->fd);
+  if (!st.ok()) {
+    LOG(WARNING) << st.message() << "; the next follower's snapshot is built on the loop";
+    snapshot_on_loop_ = true;
+    return false;
+  }
+  LOG(INFO) << "a follower's snapshot is built: " << built->size
+            << " bytes, the state after record " << built->last_seq;
+  built_snapshot_ = std::move(built);
+  return false;
+}
+
+MetadataStore::BuiltSnapshot::~BuiltSnapshot() {
+  if (map != nullptr) ::munmap(const_cast<char*>(map), size);
+}
+
+bool MetadataStore::TakeBuiltSnapshot(ReplicationPage* out) {
+  (void)SnapshotBuilding();
+  if (built_snapshot_ == nullptr) return false;
+  if (!replication_.Covers(built_snapshot_->last_seq)) {
+    built_snapshot_.reset();  // a follower could not continue from it: a newer one is needed
+    return false;
+  }
+  out->last_seq = built_snapshot_->last_seq;
+  // A view (valid until the next call): never a null one, which bytes() takes for none.
+  static constexpr char kEmpty[1] = {};
+  out->shared = built_snapshot_->map != nullptr
+                    ? std::string_view(built_snapshot_->map, built_snapshot_->size)
+                    : std::string_view(kEmpty, 0);
+  return true;
+}
+
+void MetadataStore::ExpireBuiltSnapshot() {
+  if (built_snapshot_ != nullptr && now() - built_snapshot_->built_ms > 60'000) {
+    built_snapshot_.reset();
+  }
 }
 
 void MetadataStore::WriteSnapshot() {

@@ -67,7 +67,13 @@ MetadataStore::MetadataStore(const MasterOptions& options, const Clock* clock)
   RefreshPartBytes();
 }
 
-MetadataStore::~MetadataStore() { (void)FlushLog(); }
+MetadataStore::~MetadataStore() {
+  if (snapshot_build_ != nullptr) {
+    snapshot_build_->child.reset();  // killed and waited for
+    ::close(snapshot_build_->fd);
+  }
+  (void)FlushLog();
+}
 
 // ---- events --------------------------------------------------------------------------------
 

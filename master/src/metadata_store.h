@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "forked_writer.h"
 #include "kvagent/events/kv_event.h"
 #include "kvagent/master/oplog.h"
 #include "kvagent/master/pool_allocator.h"
@@ -346,7 +347,16 @@ class MetadataStore {
   Status FlushLog();
   // The records a standby needs after `after_seq` (or, with `snapshot` or when the log no longer
   // holds them, the whole committed state). See ReplicationPage.
-  void ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes, ReplicationPage* out);
+  // With `background`, a snapshot is built by a child process (ForkedWriter) while the loop goes
+  // on: the page is `pending` until it is done, and the built snapshot then serves every
+  // follower that can continue from it (for a minute); where no child can start, or the last
+  // one failed, it is built at once as without.
+  void ReadReplication(uint64_t after_seq, bool snapshot, size_t max_bytes, ReplicationPage* out,
+                       bool background = false);
+  // Whether a snapshot is being built in the background (polls the child: false once it ended).
+  bool SnapshotBuilding();
+  // Periodic: a built snapshot older than a minute is dropped (its memory).
+  void ExpireBuiltSnapshot();
   bool replicating() const { return replication_.enabled(); }
   uint64_t replication_last_seq() const { return replication_.last_seq(); }
 
@@ -393,6 +403,9 @@ class MetadataStore {
   void FailStop(const Status& st);
   void FinishRestore();
   void WriteSnapshot();
+  bool StartSnapshotBuild();
+  // A built snapshot a follower can continue from, into `out` (false: none).
+  bool TakeBuiltSnapshot(ReplicationPage* out);
   // The end of a compaction (`st`: its outcome), for the counters and the log.
   void FinishCompaction(const Status& st, std::chrono::steady_clock::time_point started,
                         const char* how);
@@ -423,6 +436,26 @@ class MetadataStore {
   int64_t live_mark_ms_ = 0;     // now() at the last AdvanceLiveClock
   uint64_t snapshot_bytes_ = 0;  // the log's size after its last compaction
   uint64_t compacted_from_ = 0;  // the log's size when the running compaction started
+  // A follower's snapshot: being built by a child into a memfd, then built (records as
+  // ReplicationPage holds them, the state after record `last_seq`).
+  struct SnapshotBuild {
+    std::unique_ptr<ForkedWriter> child;
+    int fd = -1;
+    uint64_t last_seq = 0;
+  };
+  struct BuiltSnapshot {  // the child's memfd, mapped (read only)
+    BuiltSnapshot() = default;
+    BuiltSnapshot(const BuiltSnapshot&) = delete;
+    BuiltSnapshot& operator=(const BuiltSnapshot&) = delete;
+    ~BuiltSnapshot();
+    const char* map = nullptr;
+    size_t size = 0;
+    uint64_t last_seq = 0;
+    int64_t built_ms = 0;
+  };
+  std::unique_ptr<SnapshotBuild> snapshot_build_;
+  std::unique_ptr<BuiltSnapshot> built_snapshot_;
+  bool snapshot_on_loop_ = false;  // the last background build failed: the next one is not
   std::chrono::steady_clock::time_point compaction_started_{};
   int64_t next_compaction_ms_ = 0;
   uint64_t part_bytes_ = 0;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "forked_writer.h"
 #include "kvagent/common/checksum.h"
 #include "kvagent/common/unique_fd.h"
 
@@ -30,10 +31,8 @@ constexpr uint32_t kMaxRecordBytes = OpLog::kMaxRecordBytes;
 constexpr uint64_t kV1FrameBytes = 8;
 constexpr uint64_t kProbeBytes = 64 << 10;  // what Probe asks of a disk that was full
 // A background rewrite: the most records it keeps for its new file while the child writes (the
-// log grew faster than the child could write the snapshot: it is given up, and tried later),
-// and the child's exit code when its parent was gone.
+// log grew faster than the child could write the snapshot: it is given up, and tried later).
 constexpr size_t kMaxRewriteTail = 256u << 20;
-constexpr int kRewriteOrphaned = 0xff;
 
 uint32_t LoadU32(const char* p) {
   uint32_t v = 0;
@@ -90,19 +89,6 @@ Status WriteFully(int fd, std::string_view data, const std::string& path) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
-}
-
-// write(2) of all of `data` in a rewriting child: 0, or the errno that stopped it.
-int ChildWrite(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return 0;
 }
 
 int64_t NowNs() {
@@ -532,44 +518,30 @@ Status OpLog::StartRewrite(
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const std::string err = ErrnoText(errno);
+  auto child = ForkedWriter::Start(
+      fd,
+      [&write_all](int out_fd) {
+        std::string out(kHeader, kHeaderBytes);
+        int failed = 0;
+        write_all([&](std::string_view payload) {
+          Frame(payload, &out);
+          if (out.size() >= (1u << 20) && failed == 0) {
+            failed = ForkedWriter::WriteAll(out_fd, out);
+            out.clear();
+          }
+        });
+        if (failed == 0) failed = ForkedWriter::WriteAll(out_fd, out);
+        if (failed == 0 && ::fsync(out_fd) != 0) failed = errno;
+        return failed;
+      },
+      "rewriting " + tmp);
+  if (!child.ok()) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    return Internal("cannot start a process to rewrite " + path_ + ": " + err);
-  }
-  if (pid == 0) {
-    // The child: this thread alone, with a copy of the memory as it was at the fork. It dies
-    // with its parent, holds none of the parent's sockets (a restarted kvmaster binds the same
-    // ports), and takes the stop signals its parent's threads had blocked.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(kRewriteOrphaned);
-    ::signal(SIGTERM, SIG_DFL);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGUSR1, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    const int out_fd = fd;  // every descriptor above stderr but this one is closed
-    if (out_fd > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(out_fd - 1), 0u);
-    ::syscall(SYS_close_range, static_cast<unsigned>(out_fd + 1), ~0u, 0u);
-    std::string out(kHeader, kHeaderBytes);
-    int failed = 0;
-    write_all([&](std::string_view payload) {
-      Frame(payload, &out);
-      if (out.size() >= (1u << 20) && failed == 0) {
-        failed = ChildWrite(out_fd, out);
-        out.clear();
-      }
-    });
-    if (failed == 0) failed = ChildWrite(out_fd, out);
-    if (failed == 0 && ::fsync(out_fd) != 0) failed = errno;
-    ::_exit(failed == 0 ? 0 : std::clamp(failed, 1, 0x7f));
+    return child.status();
   }
   rewrite_ = std::make_unique<BackgroundRewrite>();
-  rewrite_->pid = pid;
+  rewrite_->child = std::move(child.value());
   rewrite_->fd = fd;
   return Status::Ok();
 }
@@ -583,22 +555,13 @@ bool OpLog::FinishRewrite(Status* status) {
     AbandonRewrite();
     return true;
   }
-  int wstatus = 0;
-  const pid_t r = ::waitpid(rewrite_->pid, &wstatus, WNOHANG);
-  if (r == 0) return false;  // still writing
-  rewrite_->pid = -1;        // reaped (or not ours to wait for any more)
-  const std::string tmp = path_ + ".tmp";
-  if (r < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    std::string why =
-        r < 0                  ? "cannot wait for it: " + ErrnoText(errno)
-        : WIFSIGNALED(wstatus) ? "killed by signal " + std::to_string(WTERMSIG(wstatus))
-        : WEXITSTATUS(wstatus) == kRewriteOrphaned ? std::string("its parent was gone")
-                                                   : ErrnoText(WEXITSTATUS(wstatus));
-    *status = Internal("the process rewriting " + tmp + " failed (" + why + ")");
+  if (!rewrite_->child->Done(status)) return false;  // still writing
+  if (!status->ok()) {
     EndRewrite();
     return true;
   }
   // The child's snapshot is in the file, synced; what was flushed since goes after it.
+  const std::string tmp = path_ + ".tmp";
   *status = Flush();
   if (status->ok() && ::lseek(rewrite_->fd, 0, SEEK_END) < 0) {
     *status = Internal("cannot seek in " + tmp + ": " + ErrnoText(errno));
@@ -620,18 +583,14 @@ bool OpLog::FinishRewrite(Status* status) {
 
 void OpLog::AbandonRewrite() {
   if (rewrite_ == nullptr) return;
-  if (rewrite_->pid > 0) {
-    ::kill(rewrite_->pid, SIGKILL);
-    while (::waitpid(rewrite_->pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    rewrite_->pid = -1;
-  }
+  rewrite_->child.reset();  // killed and waited for
   EndRewrite();
 }
 
 // Closes and removes the file of a rewrite whose child is done (or was never waited for).
 void OpLog::EndRewrite() {
   if (rewrite_ == nullptr) return;
+  rewrite_->child.reset();
   if (rewrite_->fd >= 0) ::close(rewrite_->fd);
   ::unlink((path_ + ".tmp").c_str());
   rewrite_.reset();

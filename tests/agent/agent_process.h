@@ -66,6 +66,47 @@ inline bool IsStopped(pid_t pid) {
   return seen > 0;
 }
 
+// The children of process `pid` (of any of its threads).
+inline std::vector<pid_t> ChildrenOf(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream in(t.path() / "children");
+    for (pid_t child; in >> child;) out.push_back(child);
+  }
+  return out;
+}
+
+// A process's state letter from /proc (R, S, T, Z, ...; '?' once it is gone).
+inline char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
+}
+
+// Catches a child that kvmaster forked to write its state (a compaction of its log, a
+// follower's snapshot) and stops it (SIGSTOP) once it is set up: holding only stdin, stdout,
+// stderr and its file. One stopped earlier is let go and the next one awaited. Such a child
+// lives for milliseconds, so this looks without pause, for at most `limit`; 0 when none.
+inline pid_t StopAStateWriter(pid_t parent,
+                              std::chrono::milliseconds limit = std::chrono::minutes(1)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    for (pid_t p : ChildrenOf(parent)) {
+      if (::kill(p, SIGSTOP) != 0) continue;
+      for (int i = 0; i < 5000 && ProcessState(p) == 'R'; ++i) {  // stopping takes a moment
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (ProcessState(p) == 'T' && CountFds(p) <= 4) return p;
+      ::kill(p, SIGCONT);
+    }
+  }
+  return 0;
+}
+
 // Entries in /dev/shm named after agent `pid` ("kvagent.<pid>.").
 inline int CountShm(pid_t pid) {
   const std::string prefix = "kvagent." + std::to_string(pid) + ".";

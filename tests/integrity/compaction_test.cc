@@ -2,7 +2,6 @@
 // acknowledged while the child writes are in the new log, and a kvmaster killed mid-compaction
 // (its child stopped, as a slow disk would hold it) restarts on its ports with every
 // acknowledged put.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -14,30 +13,6 @@
 
 namespace kvagent::testing {
 namespace {
-
-// The children of process `pid` (of any of its threads).
-std::vector<pid_t> ChildrenOf(pid_t pid) {
-  std::vector<pid_t> out;
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = ::opendir(tasks.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(tasks + "/" + e->d_name + "/children");
-    for (pid_t child; in >> child;) out.push_back(child);
-  }
-  ::closedir(d);
-  return out;
-}
-
-// A process's state letter from /proc (R, S, T, Z, ...; '?' when gone).
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
-}
 
 bool Alive(pid_t pid) { return ProcessState(pid) != '?' && ProcessState(pid) != 'Z'; }
 
@@ -85,27 +60,11 @@ TEST(Compaction, PutsAcknowledgedWhileTheChildWritesOrAsKvmasterDiesMidwayAreNev
   Writer writer(*c);
   // Catches the compaction's child as it starts and stops it: the state it copied ages while
   // puts go on into the old log.
-  // A child lives for milliseconds: it is looked for without pause (within a minute). One
-  // stopped before it set itself up (to die with kvmaster, to close kvmaster's sockets) runs on.
-  auto stop_a_compaction = [&]() -> pid_t {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-    while (std::chrono::steady_clock::now() < until) {
-      for (pid_t p : ChildrenOf(master.pid())) {
-        if (::kill(p, SIGSTOP) != 0) continue;
-        // Stopped is not at once: wait for the state, then count what it holds.
-        WaitUntil([&] { return ProcessState(p) != 'R'; }, std::chrono::seconds(5));
-        if (ProcessState(p) == 'T' && CountFds(p) <= 4) return p;  // std{in,out,err}, its file
-        ::kill(p, SIGCONT);
-      }
-    }
-    return 0;
-  };
-
   // 1. A compaction held while 200 puts are acknowledged, then let go: the new log must hold
   //    them (the child's snapshot has none of them).
   ASSERT_TRUE(writer.StoreMore(100));
   const uint64_t compactions = MasterStat(master.rpc(), "log_compactions");
-  const pid_t held = stop_a_compaction();
+  const pid_t held = StopAStateWriter(master.pid());
   ASSERT_NE(held, 0) << "no compaction started";
   ASSERT_TRUE(writer.StoreMore(200));
   ASSERT_EQ(::kill(held, SIGCONT), 0);
@@ -117,7 +76,7 @@ TEST(Compaction, PutsAcknowledgedWhileTheChildWritesOrAsKvmasterDiesMidwayAreNev
   // 2. kvmaster killed while its child is stopped mid-compaction: the child dies with it, holds
   //    no port (the restart binds the same ones), and the old log is whole.
   ASSERT_TRUE(writer.StoreMore(100));
-  const pid_t orphan = stop_a_compaction();
+  const pid_t orphan = StopAStateWriter(master.pid());
   ASSERT_NE(orphan, 0) << "no compaction started after the restart";
   ASSERT_TRUE(writer.StoreMore(100));
   master.Kill();

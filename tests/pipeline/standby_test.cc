@@ -109,5 +109,38 @@ TEST(Standby, APromotedStandbyServesThePrimarysObjectsWithTheirSessionsAndTakesN
   EXPECT_EQ(Get(c, "after", 64), "after-bytes");
 }
 
+// The primary builds a new follower's snapshot in a child process: held there (SIGSTOP), it
+// holds up the follower, not the primary, which stores puts meanwhile; let go, the follower
+// gets the state of the snapshot's moment and the records after it.
+TEST(Standby, AFollowersSnapshotIsBuiltWhileThePrimaryGoesOnServing) {
+  Cluster cl;
+  ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
+  Client& c = *cl.client;
+  std::vector<std::string> keys, bytes;
+  for (int i = 0; i < 50; ++i) {
+    keys.push_back("before-" + std::to_string(i));
+    bytes.push_back(Pattern(keys.back(), 1000));
+  }
+  ASSERT_TRUE(AllOk(Put(c, keys, bytes, std::vector<std::string>(keys.size(), "s"))));
+  auto standby = cl.StartStandby();
+  const pid_t builder = StopAStateWriter(cl.primary.pid());
+  ASSERT_NE(builder, 0) << "the primary built no snapshot in a child";
+  for (int i = 0; i < 20; ++i) {  // answered while the snapshot's child is stopped
+    const std::string key = "during-" + std::to_string(i);
+    ASSERT_TRUE(AllOk(Put(c, {key}, {Pattern(key, 1000)}, {"d"})));
+    keys.push_back(key);
+    bytes.push_back(Pattern(key, 1000));
+  }
+  EXPECT_EQ(AppliedSeq(cl.status_file), 0u);  // the follower still waits for its snapshot
+  ASSERT_EQ(::kill(builder, SIGCONT), 0);
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+
+  cl.primary.Kill();
+  standby->Signal(SIGUSR1);
+  ASSERT_TRUE(standby->WaitServing());
+  ASSERT_TRUE(WaitUntil([&] { return ServedBy(c, keys.size()); }, std::chrono::seconds(30)));
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(Get(c, keys[i], 1000), bytes[i]) << keys[i];
+}
+
 }  // namespace
 }  // namespace kvagent::testing

@@ -64,12 +64,18 @@ class MasterRpc {
   // Optional (unset: always serving).
   void set_may_serve(std::function<bool()> fn) { may_serve_ = std::move(fn); }
 
+  // Snapshots for followers built in the background (MasterService::ReadReplication): a
+  // Replicate whose snapshot is not built yet is answered MASTER_UNAVAILABLE ("being built; ask
+  // again") with last().replicate_pending, which the server parks instead of sending.
+  void set_background_snapshots(bool on) { background_snapshots_ = on; }
+
   // What the last Handle call was, for the server (long polls, follower acknowledgements).
   struct LastRequest {
-    uint8_t type = 0;              // master.fbs Body (0: not a valid request)
-    bool refused = false;          // answered not_serving
-    bool replicate = false;        // a Replicate request ...
-    bool replicate_empty = false;  // ... answered with no record: nothing new after after_seq
+    uint8_t type = 0;                // master.fbs Body (0: not a valid request)
+    bool refused = false;            // answered not_serving
+    bool replicate = false;          // a Replicate request ...
+    bool replicate_empty = false;    // ... answered with no record: nothing new after after_seq
+    bool replicate_pending = false;  // ... its snapshot is being built (background snapshots)
     uint64_t after_seq = 0;
     uint64_t master_epoch = 0;
     uint32_t wait_ms = 0;
@@ -88,6 +94,7 @@ class MasterRpc {
   std::unique_ptr<Scratch> scratch_;
   ExtraStats extra_stats_;
   std::function<bool()> may_serve_;
+  bool background_snapshots_ = false;
   LastRequest last_;
   std::string events_endpoint_;
   std::string framed_endpoint_;

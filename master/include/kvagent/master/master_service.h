@@ -188,8 +188,13 @@ class MasterService {
   // about `max_bytes`; a snapshot of the whole state instead when `master_epoch` is not this
   // master's (the standby followed another one, or is new) or the records are no longer held.
   // INVALID_PARAMS when replication is off (options().replication_log_bytes == 0).
+  // With `background`, a snapshot is built by a child process while the caller goes on: the page
+  // is `pending` (no records) until SnapshotBuilding() turns false, and the next call then gets
+  // it (kvmaster's server parks such requests meanwhile).
   Status ReadReplication(uint64_t after_seq, uint64_t master_epoch, size_t max_bytes,
-                         ReplicationPage* out);
+                         ReplicationPage* out, bool background = false);
+  // Whether a snapshot is being built in the background (checks on the child).
+  bool SnapshotBuilding();
 
   // Events produced since the last call, in order.
   std::vector<events::KvEvent> TakeEvents();

@@ -27,6 +27,8 @@
 
 namespace kvagent::master {
 
+class ForkedWriter;
+
 // Builds one record payload. Integers are little-endian; strings are u32 length + bytes.
 class RecordWriter {
  public:
@@ -147,7 +149,7 @@ class OpLog {
 
   // A rewrite a child process is writing (StartRewrite).
   struct BackgroundRewrite {
-    int pid = -1;
+    std::unique_ptr<ForkedWriter> child;
     int fd = -1;            // the new file (the child writes it through the same description)
     std::string tail;       // records flushed into the old file since the fork, framed
     bool too_long = false;  // the tail passed kMaxRewriteTail: given up at the next finish

@@ -103,8 +103,15 @@ struct MasterOptions {
 // whole committed state, which then replaces everything the standby had.
 struct ReplicationPage {
   bool snapshot = false;
+  // A snapshot is being built in the background (ReadReplication with `background`): no records
+  // now; ask again once SnapshotBuilding() turns false.
+  bool pending = false;
   uint64_t last_seq = 0;  // the sequence number the standby is at after applying the page
+  // The records (framed), in `records` or, for a snapshot built in the background, in `shared`:
+  // a view of the built snapshot, valid until the next call on the service.
   std::string records;
+  std::string_view shared;
+  std::string_view bytes() const { return shared.data() != nullptr ? shared : records; }
 };
 
 // INVALID_PARAMS naming the first inconsistent option (non-positive TTL, release timeout
