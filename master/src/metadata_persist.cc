@@ -666,6 +666,10 @@ void MetadataStore::MaintainLog() {
     oplog_->Probe();
     return;
   }
+  // The records buffered so far reach the file first, or kvmaster stops (FailStop): a rewrite
+  // flushes them too, but a failure there would only end the rewrite, with memory ahead of
+  // the log.
+  if (!FlushLog().ok()) return;
   if (oplog_->rewriting()) {
     Status st;
     if (!oplog_->FinishRewrite(&st)) return;  // the child still writes the snapshot

@@ -3,15 +3,10 @@
 
 #include <fcntl.h>
 #include <glog/logging.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -490,13 +485,20 @@ Status OpLog::Install(int fd, const std::string& tmp) {
     ::unlink(tmp.c_str());
     return Internal("cannot stat " + tmp + ": " + ErrnoText(stat_errno));
   }
+  // Opened for appending before the rename: once renamed, records must go nowhere else (a
+  // descriptor of the old file would take them into a file no longer linked).
+  const int nfd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (nfd < 0) {
+    const std::string err = ErrnoText(errno);
+    ::unlink(tmp.c_str());
+    return Internal("cannot open " + tmp + ": " + err);
+  }
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
     const std::string err = ErrnoText(errno);
+    ::close(nfd);
     ::unlink(tmp.c_str());
     return Internal("cannot rename " + tmp + " to " + path_ + ": " + err);
   }
-  int nfd = ::open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
-  if (nfd < 0) return Internal("cannot reopen " + path_ + ": " + ErrnoText(errno));
   // The directory entry of the new file must survive a power loss too.
   if (int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     (void)::fsync(dfd);
