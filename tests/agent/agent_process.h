@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "process_guard.h"
+#include "temp_dir.h"
 
 #ifndef KVAGENT_BINARY
 #error "KVAGENT_BINARY must name the kvagent executable"
@@ -116,27 +117,6 @@ inline int CountShm(pid_t pid) {
   }
   return n;
 }
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base ? base : "/tmp") + "/kvagent-test-XXXXXX";
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    path_ = mkdtemp(buf.data());
-    chmod(path_.c_str(), 0755);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Arguments that make an agent serve degraded: its master is an address nobody listens on, so
 // every request other than Ping reaches the request pipeline and fails there with

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "process_guard.h"
+#include "temp_dir.h"
 #include "zmq_test_client.h"
 
 namespace kvagent::master {
@@ -23,18 +24,7 @@ namespace {
 using namespace testing;  // NOLINT
 using kvagent::testing::SpawnQuiet;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvmaster-proc-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using kvagent::testing::TempDir;
 
 // One kvmaster child. The destructor kills and reaps it if it still runs.
 class Kvmaster {

@@ -16,24 +16,11 @@
 #include <vector>
 
 #include "kvagent/master/master_service.h"
+#include "temp_dir.h"
 
 namespace kvagent::master::testing {
 
-// A fresh directory under /tmp (a state dir), removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvmaster-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using kvagent::testing::TempDir;  // a state dir
 
 inline std::vector<std::string_view> Views(const std::vector<std::string>& v) {
   return {v.begin(), v.end()};

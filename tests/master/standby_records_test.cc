@@ -22,6 +22,7 @@
 #include "kvagent/schemas/master_generated.h"
 #include "record_bytes.h"
 #include "replication_log.h"
+#include "temp_dir.h"
 
 namespace kvagent::master {
 namespace {
@@ -122,20 +123,13 @@ bool WaitUntil(F done, std::chrono::milliseconds limit = 10s) {
   return true;
 }
 
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/kvagent-standby-records.XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using kvagent::testing::TempDir;
 
 // A standby of `primary` that asks at once and keeps its log in `dir`.
 Result<std::unique_ptr<Standby>> StartStandby(const ScriptedPrimary& primary, const TempDir& dir) {
   StandbyOptions o;
   o.primary = primary.endpoint();
-  o.state_dir = dir.path;
+  o.state_dir = dir.path();
   o.wait = 0ms;
   o.poll = 5ms;
   return Standby::Start(o);
@@ -144,7 +138,7 @@ Result<std::unique_ptr<Standby>> StartStandby(const ScriptedPrimary& primary, co
 // Opens a master on the log a standby kept in `dir`, as its promotion does: its agent count.
 Result<uint64_t> AgentsWhenPromoted(const TempDir& dir) {
   MasterOptions mo;
-  mo.state_dir = dir.path;
+  mo.state_dir = dir.path();
   ManualClock clock;
   auto promoted = MasterService::Open(mo, &clock);
   if (!promoted.ok()) return promoted.status();
