@@ -455,23 +455,28 @@ Status OpLog::Rewrite(
   const std::string tmp = path_ + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
+  if (const int failed = WriteLogFile(fd, write_all); failed != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Internal("cannot write " + tmp + ": " + ErrnoText(failed));
+  }
+  return Install(fd, tmp);
+}
+
+int OpLog::WriteLogFile(
+    int fd, const std::function<void(const std::function<void(std::string_view)>&)>& write_all) {
   std::string out(kHeader, kHeaderBytes);
-  Status st;
+  int failed = 0;
   write_all([&](std::string_view payload) {
     Frame(payload, &out);
-    if (out.size() >= (1u << 20) && st.ok()) {
-      st = WriteFully(fd, out, tmp);
+    if (out.size() >= (1u << 20) && failed == 0) {
+      failed = ForkedWriter::WriteAll(fd, out);
       out.clear();
     }
   });
-  if (st.ok()) st = WriteFully(fd, out, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = Internal("cannot fsync " + tmp + ": " + ErrnoText(errno));
-  if (!st.ok()) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  return Install(fd, tmp);
+  if (failed == 0) failed = ForkedWriter::WriteAll(fd, out);
+  if (failed == 0 && ::fsync(fd) != 0) failed = errno;
+  return failed;
 }
 
 // Renames the synced file `tmp` (open as `fd`, which this closes) over the log and appends to it
@@ -521,22 +526,7 @@ Status OpLog::StartRewrite(
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
   auto child = ForkedWriter::Start(
-      fd,
-      [&write_all](int out_fd) {
-        std::string out(kHeader, kHeaderBytes);
-        int failed = 0;
-        write_all([&](std::string_view payload) {
-          Frame(payload, &out);
-          if (out.size() >= (1u << 20) && failed == 0) {
-            failed = ForkedWriter::WriteAll(out_fd, out);
-            out.clear();
-          }
-        });
-        if (failed == 0) failed = ForkedWriter::WriteAll(out_fd, out);
-        if (failed == 0 && ::fsync(out_fd) != 0) failed = errno;
-        return failed;
-      },
-      "rewriting " + tmp);
+      fd, [&write_all](int out_fd) { return WriteLogFile(out_fd, write_all); }, "rewriting " + tmp);
   if (!child.ok()) {
     ::close(fd);
     ::unlink(tmp.c_str());

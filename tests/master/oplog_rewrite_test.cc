@@ -29,11 +29,6 @@ using WriteAll = std::function<void(const std::function<void(std::string_view)>&
 
 class OpLogRewriteTest : public ::testing::Test {
  protected:
-  OpLogRewriteTest() {
-    char tmpl[] = "/tmp/kvmaster-rewrite-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-  }
-  ~OpLogRewriteTest() override { std::filesystem::remove_all(dir_); }
   std::vector<std::string> ReadAll() { return testing::ReadLogRecords(dir_); }
   // Calls FinishRewrite until the child is done (within a minute); its outcome.
   static Status Finish(OpLog& log) {
@@ -46,7 +41,8 @@ class OpLogRewriteTest : public ::testing::Test {
     return st;
   }
   bool TmpExists() const { return std::filesystem::exists(dir_ + "/master.oplog.tmp"); }
-  std::string dir_;
+  TempDir state_;
+  const std::string dir_ = state_.path();
 };
 
 WriteAll Records(std::vector<std::string> records) {

@@ -155,6 +155,11 @@ class OpLog {
     bool too_long = false;  // the tail passed kMaxRewriteTail: given up at the next finish
   };
   Status Install(int fd, const std::string& tmp);
+  // Writes a whole log file (the header, then every record `write_all` appends, in 1 MiB
+  // writes) to `fd` and syncs it: 0, or the errno that stopped it. Logs nothing and takes no
+  // lock, so a rewriting child runs it too.
+  static int WriteLogFile(
+      int fd, const std::function<void(const std::function<void(std::string_view)>&)>& write_all);
   void EndRewrite();
   // A reservation the disk refused while a rewrite runs: the rewrite is given up (its file takes
   // room the records need); true when there was one.
