@@ -189,8 +189,9 @@ std::span<const uint8_t> MasterRpc::Aligned(std::span<const uint8_t> request) {
   return std::span(reinterpret_cast<const uint8_t*>(aligned.data()), request.size());
 }
 
-std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
+std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request, bool may_detach) {
   scratch_->builder.Clear();
+  may_detach_ = may_detach;
   last_ = LastRequest{};  // a request that fails verification is none of the kinds last() names
   request = Aligned(request);
   flatbuffers::Verifier verifier(request.data(), request.size(), flatbuffers::Verifier::Options{});
@@ -208,6 +209,7 @@ std::span<const uint8_t> MasterRpc::Handle(std::span<const uint8_t> request) {
 
 std::span<const uint8_t> MasterRpc::HandleOwn(std::span<const uint8_t> request) {
   scratch_->builder.Clear();
+  may_detach_ = false;
   return Serve(Aligned(request), /*own=*/true);
 }
 
@@ -596,6 +598,21 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
                   fb::ReplyBody::NONE, 0);
   }
   last.replicate_empty = !page.snapshot && page.bytes().empty();
+  if (m->detached_records() && rpc_.may_detach_ && !page.bytes().empty()) {
+    // Sent from where they lie: a snapshot the background built stays mapped until the
+    // transport is done with it; records read here move into memory the transport holds.
+    if (page.shared_owner != nullptr) {
+      last.detached = page.shared;
+      last.detached_owner = std::move(page.shared_owner);
+    } else {
+      auto owned = std::make_shared<const std::string>(std::move(page.records));
+      last.detached = *owned;
+      last.detached_owner = std::move(owned);
+    }
+    auto body = fb::CreateReplicateReply(b_, service_.epoch(), page.snapshot, page.last_seq, 0,
+                                         last.detached.size());
+    return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::ReplicateReply, body.Union());
+  }
   auto records =
       b_.CreateVector(reinterpret_cast<const uint8_t*>(page.bytes().data()), page.bytes().size());
   auto body = fb::CreateReplicateReply(b_, service_.epoch(), page.snapshot, page.last_seq, records);

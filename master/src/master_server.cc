@@ -20,6 +20,7 @@
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
+#include "kvagent/master/replicate_reply.h"
 #include "kvagent/zmq/curve_auth.h"
 #include "kvagent/zmq/zmq_limits.h"
 
@@ -165,6 +166,17 @@ class MasterServer::Loop {
     router_.send(zmq::buffer(reply.data(), reply.size()), zmq::send_flags::none);
   }
 
+  // A Replicate's reply: on a ROUTER, its records as a part of their own when detached.
+  void ReplyReplicate(const Peer& peer, std::span<const uint8_t> reply,
+                      const MasterRpc::LastRequest& last) {
+    if (peer.conn != 0) {
+      framed_->Reply(peer.conn, reply);  // never detached (MasterRpc::Handle's may_detach)
+      return;
+    }
+    unseen_ = true;  // see Run
+    SendReplicateReply(router_, peer.identity, reply, last);
+  }
+
   void HandleFrames() {
     if (frames_.size() != 3 || frames_[1].size() != 0) {
       // Not [identity, "", request]: answer with an error when there is someone to answer.
@@ -183,7 +195,7 @@ class MasterServer::Loop {
   // One request from either transport: answered now, parked (a long poll) or held (until the
   // followers have its records).
   void HandleRequest(Peer peer, std::span<const uint8_t> body) {
-    const std::span<const uint8_t> reply = rpc_.Handle(body);
+    const std::span<const uint8_t> reply = rpc_.Handle(body, /*may_detach=*/peer.conn == 0);
     const MasterRpc::LastRequest& last = rpc_.last();
     if (last.replicate) {
       NoteFollower(last);
@@ -198,7 +210,7 @@ class MasterServer::Loop {
                                  last.after_seq, clock_->NowMs() + wait});
         return;
       }
-      Reply(peer, reply);
+      ReplyReplicate(peer, reply, last);
       return;
     }
     if (sync_followers_ > 0 && !last.refused) {
@@ -271,7 +283,7 @@ class MasterServer::Loop {
         ++it;
         continue;
       }
-      const std::span<const uint8_t> reply = rpc_.Handle(it->request);
+      const std::span<const uint8_t> reply = rpc_.Handle(it->request, it->peer.conn == 0);
       NoteFollower(rpc_.last());
       if (rpc_.last().replicate_pending && now < it->until_ms) {
         // The snapshot built was already too old for this follower: a newer one is on its way.
@@ -280,7 +292,7 @@ class MasterServer::Loop {
         ++it;
         continue;
       }
-      Reply(it->peer, reply);
+      ReplyReplicate(it->peer, reply, rpc_.last());
       it = parked_.erase(it);
     }
   }

@@ -476,6 +476,7 @@ void MetadataStore::ReadReplication(uint64_t after_seq, bool snapshot, size_t ma
                                     ReplicationPage* out, bool background) {
   out->records.clear();
   out->shared = {};
+  out->shared_owner.reset();
   out->pending = false;
   out->snapshot = snapshot || !replication_.Covers(after_seq);
   if (!out->snapshot) {
@@ -544,7 +545,7 @@ bool MetadataStore::SnapshotBuilding() {
   Status st;
   if (!snapshot_build_->child->Done(&st)) return true;
   std::unique_ptr<SnapshotBuild> build = std::move(snapshot_build_);
-  auto built = std::make_unique<BuiltSnapshot>();
+  auto built = std::make_shared<BuiltSnapshot>();
   built->last_seq = build->last_seq;
   built->built_ms = now();
   struct stat file {};
@@ -592,6 +593,7 @@ bool MetadataStore::TakeBuiltSnapshot(ReplicationPage* out) {
   out->shared = built_snapshot_->map != nullptr
                     ? std::string_view(built_snapshot_->map, built_snapshot_->size)
                     : std::string_view(kEmpty, 0);
+  out->shared_owner = built_snapshot_;
   return true;
 }
 

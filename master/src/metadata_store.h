@@ -454,7 +454,8 @@ class MetadataStore {
     int64_t built_ms = 0;
   };
   std::unique_ptr<SnapshotBuild> snapshot_build_;
-  std::unique_ptr<BuiltSnapshot> built_snapshot_;
+  // Shared with the transports still sending it to followers (ReplicationPage::shared_owner).
+  std::shared_ptr<const BuiltSnapshot> built_snapshot_;
   bool snapshot_on_loop_ = false;  // the last background build failed: the next one is not
   std::chrono::steady_clock::time_point compaction_started_{};
   int64_t next_compaction_ms_ = 0;

@@ -63,15 +63,18 @@ class Standby::Follower {
     socket_->connect(options_.primary);
   }
 
-  // One Replicate round trip; false when the primary did not answer in time.
-  bool Ask(std::vector<uint8_t>* reply) {
+  // One Replicate round trip; false when the primary did not answer in time. The records of a
+  // reply with detached_bytes are in `records` (a part of their own); otherwise it is emptied.
+  // An answer whose parts disagree with it leaves `reply` empty.
+  bool Ask(std::vector<uint8_t>* reply, zmq::message_t* records) {
     flatbuffers::FlatBufferBuilder b(256);
     const uint64_t id = ++request_id_;
     const auto follower = b.CreateString(options_.name);
     b.Finish(fb::CreateRequest(b, id, fb::Body::Replicate,
                                fb::CreateReplicate(b, owner_->applied_seq(), epoch_, 4u << 20,
                                                    static_cast<uint32_t>(options_.wait.count()),
-                                                   follower, options_.electable)
+                                                   follower, options_.electable,
+                                                   /*detached_records=*/true)
                                    .Union()));
     socket_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
@@ -91,19 +94,41 @@ class Standby::Follower {
       if (!zmq::recv_multipart(*socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
         continue;
       }
-      if (frames.size() != 2 || frames[0].size() != 0) continue;  // not [b"", Reply]
+      // [b"", Reply] or, when its records are detached, [b"", Reply, records].
+      if (frames.size() < 2 || frames.size() > 3 || frames[0].size() != 0) continue;
       const auto* p = static_cast<const uint8_t*>(frames[1].data());
       reply->assign(p, p + frames[1].size());
       flatbuffers::Verifier v(reply->data(), reply->size());
       if (!v.VerifyBuffer<fb::Reply>(nullptr)) continue;
-      if (flatbuffers::GetRoot<fb::Reply>(reply->data())->request_id() != id) continue;  // stale
+      const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(reply->data());
+      if (r->request_id() != id) continue;  // stale
+      const fb::ReplicateReply* page = r->body_as_ReplicateReply();
+      const uint64_t detached = page != nullptr ? page->detached_bytes() : 0;
+      const size_t parts = detached != 0 ? 3 : 2;
+      if (frames.size() != parts || (detached != 0 && frames[2].size() != detached)) {
+        LOG_EVERY_N(WARNING, 50) << "standby: a reply from primary " << options_.primary
+                                 << " names " << detached << " detached record byte(s) but came in "
+                                 << frames.size() << " part(s)"
+                                 << (frames.size() == 3
+                                         ? " (the last of " + std::to_string(frames[2].size()) +
+                                               " bytes)"
+                                         : std::string())
+                                 << "; not kept; asking again";
+        reply->clear();  // answered, with nothing usable
+        return true;
+      }
+      if (detached != 0) {
+        *records = std::move(frames[2]);
+      } else {
+        records->rebuild();
+      }
       return true;
     }
     return false;
   }
 
   // Applies one ReplicateReply; returns the number of records applied (-1: nothing usable).
-  int64_t Apply(const fb::Reply& reply) {
+  int64_t Apply(const fb::Reply& reply, const zmq::message_t& detached) {
     if (reply.status() != 0) {
       LOG_EVERY_N(WARNING, 50) << "standby: the primary refuses to replicate: "
                                << (reply.message() ? reply.message()->str() : "");
@@ -125,7 +150,9 @@ class Standby::Follower {
       return -1;
     }
     std::string_view bytes;
-    if (r->records()) {
+    if (r->detached_bytes() != 0) {
+      bytes = std::string_view(static_cast<const char*>(detached.data()), detached.size());
+    } else if (r->records()) {
       bytes = std::string_view(reinterpret_cast<const char*>(r->records()->data()),
                                r->records()->size());
     }
@@ -212,8 +239,9 @@ class Standby::Follower {
 
   void Run() {
     std::vector<uint8_t> reply;
+    zmq::message_t records;
     while (!stop_.load(std::memory_order_relaxed)) {
-      if (!Ask(&reply)) {
+      if (!Ask(&reply, &records)) {
         if (stop_.load(std::memory_order_relaxed)) break;
         LOG_EVERY_N(WARNING, 20) << "standby: primary " << options_.primary << " silent for "
                                  << owner_->silent_for().count() << " ms; reconnecting";
@@ -221,7 +249,9 @@ class Standby::Follower {
         continue;
       }
       owner_->last_answer_ms_.store(NowMs(), std::memory_order_release);
-      const int64_t applied = Apply(*flatbuffers::GetRoot<fb::Reply>(reply.data()));
+      const int64_t applied =
+          reply.empty() ? -1 : Apply(*flatbuffers::GetRoot<fb::Reply>(reply.data()), records);
+      records.rebuild();          // a snapshot's bytes are not kept until the next one
       if (applied > 0) continue;  // there may be more right away
       // A long poll that came back empty already waited; ask again at once.
       if (applied == 0 && options_.wait.count() > 0) continue;

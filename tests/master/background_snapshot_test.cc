@@ -7,10 +7,14 @@
 #include <string>
 #include <thread>
 
+#include "kvagent/master/master_rpc.h"
 #include "master_test_util.h"
+#include "rpc_test_util.h"
 
 namespace kvagent::master {
 namespace {
+
+namespace fb = kvagent::master_proto;
 
 // Waits (within a minute) until no snapshot is being built.
 bool Built(MasterService& svc) {
@@ -68,6 +72,105 @@ TEST(BackgroundSnapshot, IsTheStateOfItsMomentAndServesFollowersWhileTheyCanCont
   EXPECT_FALSE(third.pending);
   EXPECT_GT(third.last_seq, on_loop.last_seq);
   EXPECT_NE(third.bytes().find("more-5999"), std::string::npos);
+}
+
+// A follower that asks for its records detached gets a reply without them, and the records as
+// MasterRpc::last().detached: the built snapshot itself, not a copy, kept mapped by the owner a
+// transport holds after the master has dropped the snapshot. Where the transport cannot send a
+// part of their own (may_detach false: the framed one), the reply carries them as before.
+TEST(BackgroundSnapshot, ADetachedReplyIsTheSnapshotItselfAndOutlivesTheMastersCopy) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  testing::Cluster c(o, 1);
+  for (int i = 0; i < 100; ++i) c.Put(c.agents[0], {"k" + std::to_string(i)}, 64, {"s"});
+  const uint64_t other_epoch = c.svc->epoch() + 1;
+  ReplicationPage on_loop;
+  ASSERT_TRUE(c.svc->ReadReplication(0, other_epoch, 1 << 20, &on_loop).ok());
+  MasterRpc rpc(c.svc.get());
+  rpc.set_background_snapshots(true);
+  const testing::Bytes ask = testing::ReplicateMsg(0, other_epoch, 0, "f", 1, /*detached=*/true);
+  std::vector<uint8_t> bytes;
+  auto call = [&](bool may_detach) {
+    const auto reply = rpc.Handle(ask, may_detach);
+    bytes.assign(reply.begin(), reply.end());
+    return testing::ParseReply(bytes.data(), bytes.size());
+  };
+  ASSERT_TRUE(rpc.Handle(ask, true).size() > 0 && rpc.last().replicate_pending);
+  ASSERT_TRUE(Built(*c.svc));
+
+  const fb::Reply* r = call(true);
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->status(), 0);
+  const fb::ReplicateReply* page = r->body_as_ReplicateReply();
+  ASSERT_NE(page, nullptr);
+  EXPECT_TRUE(page->snapshot());
+  EXPECT_EQ(page->last_seq(), on_loop.last_seq);
+  EXPECT_TRUE(page->records() == nullptr || page->records()->size() == 0);
+  EXPECT_EQ(page->detached_bytes(), on_loop.bytes().size());
+  ASSERT_EQ(rpc.last().detached, on_loop.bytes());
+  const std::string_view held = rpc.last().detached;
+  const std::shared_ptr<const void> owner = rpc.last().detached_owner;
+  ASSERT_NE(owner, nullptr);
+
+  // The same request on a transport that cannot detach: the records inside the reply.
+  r = call(false);
+  page = r->body_as_ReplicateReply();
+  ASSERT_NE(page, nullptr);
+  EXPECT_EQ(page->detached_bytes(), 0u);
+  ASSERT_NE(page->records(), nullptr);
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(page->records()->data()),
+                             page->records()->size()),
+            on_loop.bytes());
+  EXPECT_TRUE(rpc.last().detached.empty());
+
+  // The log moves past the snapshot: the master drops its copy and builds a newer one. The
+  // bytes a transport still holds stay mapped and unchanged.
+  const std::string big_session(200, 'x');
+  for (int i = 0; i < 6000; ++i)
+    c.Put(c.agents[0], {"more-" + std::to_string(i)}, 64, {big_session});
+  ASSERT_TRUE(rpc.Handle(ask, true).size() > 0 && rpc.last().replicate_pending);
+  ASSERT_TRUE(Built(*c.svc));
+  r = call(true);
+  ASSERT_EQ(r->status(), 0);
+  EXPECT_GT(r->body_as_ReplicateReply()->last_seq(), on_loop.last_seq);
+  EXPECT_EQ(held, on_loop.bytes());
+}
+
+// Records the loop reads (a page after a follower's position, or a snapshot built on the loop)
+// are detached too: moved into memory the transport holds, never copied.
+TEST(BackgroundSnapshot, RecordsReadOnTheLoopAreDetachedAsTheyWouldBeSentInline) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  testing::Cluster c(o, 1);
+  c.Put(c.agents[0], {"a"}, 64, {"s-a"});
+  MasterRpc rpc(c.svc.get());
+  ReplicationPage snapshot;
+  ASSERT_TRUE(c.svc->ReadReplication(0, c.svc->epoch() + 1, 1 << 20, &snapshot).ok());
+  std::vector<uint8_t> bytes;
+  const auto reply =
+      rpc.Handle(testing::ReplicateMsg(0, c.svc->epoch() + 1, 0, "f", 1, true), true);
+  bytes.assign(reply.begin(), reply.end());
+  const fb::Reply* r = testing::ParseReply(bytes.data(), bytes.size());
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->status(), 0);
+  EXPECT_TRUE(r->body_as_ReplicateReply()->snapshot());
+  EXPECT_EQ(r->body_as_ReplicateReply()->detached_bytes(), snapshot.bytes().size());
+  EXPECT_EQ(rpc.last().detached, snapshot.bytes());
+  const uint64_t seq = r->body_as_ReplicateReply()->last_seq();
+
+  c.Put(c.agents[0], {"b"}, 64, {"s-b"});
+  ReplicationPage next;
+  ASSERT_TRUE(c.svc->ReadReplication(seq, c.svc->epoch(), 1 << 20, &next).ok());
+  rpc.Handle(testing::ReplicateMsg(seq, c.svc->epoch(), 0, "f", 2, true), true);
+  EXPECT_EQ(rpc.last().detached, next.bytes());
+  EXPECT_NE(rpc.last().detached.find("s-b"), std::string_view::npos);
+
+  // Nothing new: an empty page, nothing detached.
+  ReplicationPage none;
+  ASSERT_TRUE(c.svc->ReadReplication(seq + 1, c.svc->epoch(), 1 << 20, &none).ok());
+  rpc.Handle(testing::ReplicateMsg(seq + 1, c.svc->epoch(), 0, "f", 3, true), true);
+  EXPECT_TRUE(rpc.last().replicate_empty);
+  EXPECT_TRUE(rpc.last().detached.empty());
 }
 
 }  // namespace

@@ -78,13 +78,16 @@ inline Bytes StatsMsg() {
 }
 
 // A follower's fetch: records after `after_seq` of the master of epoch `master_epoch`, held
-// up to `wait_ms`.
+// up to `wait_ms`; `detached`: the records asked for as a message part of their own.
 inline Bytes ReplicateMsg(uint64_t after_seq, uint64_t master_epoch, uint32_t wait_ms = 0,
-                          const std::string& follower = "", uint64_t id = 1) {
+                          const std::string& follower = "", uint64_t id = 1,
+                          bool detached = false) {
   flatbuffers::FlatBufferBuilder b;
   auto name = b.CreateString(follower);
   return Finish(b, fb::Body::Replicate,
-                fb::CreateReplicate(b, after_seq, master_epoch, 4u << 20, wait_ms, name).Union(),
+                fb::CreateReplicate(b, after_seq, master_epoch, 4u << 20, wait_ms, name,
+                                    /*electable=*/false, detached)
+                    .Union(),
                 id);
 }
 

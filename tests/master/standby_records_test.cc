@@ -61,16 +61,23 @@ class ScriptedPrimary {
     thread_.join();
   }
   const std::string& endpoint() const { return endpoint_; }
+  // How the records go out: inside the reply, or after it as a part of their own (what
+  // kvmaster does for a follower that asks), or as a primary that is broken or hostile would:
+  // a part one byte short of what the reply names, or no part at all.
+  enum class Records { kInline, kDetached, kDetachedShort, kDetachedMissing };
   void Serve(std::vector<std::string> records, uint64_t last_seq, bool snapshot = true,
-             uint64_t epoch = 7) {
+             uint64_t epoch = 7, Records how = Records::kInline) {
     std::lock_guard<std::mutex> lock(mu_);
     records_ = Framed(records);
     last_seq_ = last_seq;
     snapshot_ = snapshot;
     epoch_ = epoch;
+    how_ = how;
     answered_ = 0;
   }
   uint64_t answered() const { return answered_.load(); }
+  // Whether the last Replicate asked for detached records.
+  bool asked_detached() const { return asked_detached_.load(); }
 
  private:
   void Run() {
@@ -84,18 +91,33 @@ class ScriptedPrimary {
       std::memcpy(request, frames[2].data(), frames[2].size());
       flatbuffers::Verifier v(request, frames[2].size());
       if (!v.VerifyBuffer<fb::Request>(nullptr)) continue;
-      const uint64_t id = flatbuffers::GetRoot<fb::Request>(request)->request_id();
+      const fb::Request* req = flatbuffers::GetRoot<fb::Request>(request);
+      const uint64_t id = req->request_id();
+      asked_detached_ =
+          req->body_as_Replicate() != nullptr && req->body_as_Replicate()->detached_records();
       flatbuffers::FlatBufferBuilder b;
+      std::string part;
+      bool send_part = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        const auto body = fb::CreateReplicateReply(
-            b, epoch_, snapshot_, last_seq_,
-            b.CreateVector(reinterpret_cast<const uint8_t*>(records_.data()), records_.size()));
+        flatbuffers::Offset<fb::ReplicateReply> body;
+        if (how_ == Records::kInline) {
+          body = fb::CreateReplicateReply(
+              b, epoch_, snapshot_, last_seq_,
+              b.CreateVector(reinterpret_cast<const uint8_t*>(records_.data()), records_.size()));
+        } else {
+          body = fb::CreateReplicateReply(b, epoch_, snapshot_, last_seq_, 0, records_.size());
+          part = records_;
+          if (how_ == Records::kDetachedShort) part.pop_back();
+          send_part = how_ != Records::kDetachedMissing;
+        }
         b.Finish(fb::CreateReply(b, id, 0, 0, fb::ReplyBody::ReplicateReply, body.Union(), epoch_));
       }
       router_.send(frames[0], zmq::send_flags::sndmore);
       router_.send(zmq::message_t(), zmq::send_flags::sndmore);
-      router_.send(zmq::buffer(b.GetBufferPointer(), b.GetSize()), zmq::send_flags::none);
+      router_.send(zmq::buffer(b.GetBufferPointer(), b.GetSize()),
+                   send_part ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (send_part) router_.send(zmq::buffer(part), zmq::send_flags::none);
       ++answered_;
     }
   }
@@ -108,6 +130,8 @@ class ScriptedPrimary {
   uint64_t last_seq_ = 0;
   bool snapshot_ = true;
   uint64_t epoch_ = 7;
+  Records how_ = Records::kInline;
+  std::atomic<bool> asked_detached_{false};
   std::atomic<uint64_t> answered_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -197,6 +221,40 @@ TEST(StandbyRecords, APageOfAnotherEpochWithoutASnapshotIsNotAppended) {
   const auto agents = AgentsWhenPromoted(dir);
   ASSERT_TRUE(agents.ok()) << agents.status().ToString();
   EXPECT_EQ(*agents, 2u);  // node-b and node-c; node-a's epoch is gone
+}
+
+// A standby asks for its records detached (kvmaster sends a snapshot from where it lies, without
+// copying it into the reply) and keeps them only when the part that follows the reply is exactly
+// the size the reply names: a part cut short, or missing, is no page.
+TEST(StandbyRecords, DetachedRecordsAreKeptOnlyWhenTheirPartIsTheSizeTheReplyNames) {
+  using Records = ScriptedPrimary::Records;
+  ScriptedPrimary primary;
+  TempDir dir;
+  const std::vector<std::string> page = {testing::AgentRecordBytes(9, "node-a"),
+                                         ObjectOfPart("k", 0)};
+  for (Records broken : {Records::kDetachedShort, Records::kDetachedMissing}) {
+    primary.Serve(page, 2, true, 7, broken);
+    auto standby = StartStandby(primary, dir);
+    ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+    ASSERT_TRUE(WaitUntil([&] { return primary.answered() >= 2; }));
+    EXPECT_TRUE(primary.asked_detached());
+    EXPECT_FALSE((*standby)->synced());
+    EXPECT_EQ((*standby)->applied_seq(), 0u);
+    (*standby)->Stop();
+  }
+
+  primary.Serve(page, 2, true, 7, Records::kDetached);
+  auto standby = StartStandby(primary, dir);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 2; }));
+  // Then a page after it, detached as well.
+  primary.Serve({testing::AgentRecordBytes(10, "node-b")}, 3, /*snapshot=*/false, 7,
+                Records::kDetached);
+  ASSERT_TRUE(WaitUntil([&] { return (*standby)->applied_seq() == 3; }));
+  (*standby)->Stop();
+  const auto agents = AgentsWhenPromoted(dir);
+  ASSERT_TRUE(agents.ok()) << agents.status().ToString();
+  EXPECT_EQ(*agents, 2u);
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,9 @@ bool ServedBy(Client& c, uint64_t keys) {
 }
 
 struct Cluster {
+  Cluster() = default;
+  explicit Cluster(const Args& primary_extra)
+      : primary(Concat({"--agent-ttl-ms", "60000"}, primary_extra)) {}
   KvmasterProcess primary{{"--agent-ttl-ms", "60000"}};
   AgentProcess agent{Concat(primary.AgentArgs(), {"--data-listen", "127.0.0.1:0"})};
   std::unique_ptr<Client> client = Connect(agent);
@@ -113,17 +118,43 @@ TEST(Standby, APromotedStandbyServesThePrimarysObjectsWithTheirSessionsAndTakesN
 // holds up the follower, not the primary, which stores puts meanwhile; let go, the follower
 // gets the state of the snapshot's moment and the records after it.
 TEST(Standby, AFollowersSnapshotIsBuiltWhileThePrimaryGoesOnServing) {
-  Cluster cl;
+  // A replication log of 16 KiB, that is one block of 1 MiB (the newest block is always kept):
+  // 2 MiB of records move it past a built snapshot.
+  Cluster cl({"--replication-log-bytes", "16384"});
   ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
   Client& c = *cl.client;
   std::vector<std::string> keys, bytes;
-  for (int i = 0; i < 50; ++i) {
-    keys.push_back("before-" + std::to_string(i));
-    bytes.push_back(Pattern(keys.back(), 1000));
+  auto put_some = [&](const std::string& prefix, int n, const std::string& session) {
+    for (int done = 0; done < n;) {
+      std::vector<std::string> k, b;
+      for (; done < n && k.size() < 256; ++done) {
+        k.push_back(prefix + std::to_string(done));
+        b.push_back(Pattern(k.back(), 1000));
+      }
+      keys.insert(keys.end(), k.begin(), k.end());
+      bytes.insert(bytes.end(), b.begin(), b.end());
+      if (!AllOk(Put(c, k, b, std::vector<std::string>(k.size(), session)))) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(put_some("before-", 50, "s"));
+  // The child of 50 objects lives a few milliseconds: a test thread that is not scheduled
+  // meanwhile misses it, and the follower gets its snapshot. Then a new follower, once the log
+  // moved past that snapshot (~2 MiB of records: long keys and sessions), makes the primary
+  // build another.
+  std::unique_ptr<KvmasterProcess> standby;
+  pid_t builder = 0;
+  for (int attempt = 0; attempt < 5 && builder == 0; ++attempt) {
+    if (attempt > 0) {
+      standby.reset();
+      std::filesystem::remove_all(cl.standby_dir.path() + "/state");
+      std::filesystem::remove(cl.status_file);
+      const std::string prefix = "filler-" + std::to_string(attempt) + "-" + std::string(200, 'k');
+      ASSERT_TRUE(put_some(prefix, 4000, std::string(200, 's')));
+    }
+    standby = cl.StartStandby();
+    builder = StopAStateWriter(cl.primary.pid(), std::chrono::seconds(10));
   }
-  ASSERT_TRUE(AllOk(Put(c, keys, bytes, std::vector<std::string>(keys.size(), "s"))));
-  auto standby = cl.StartStandby();
-  const pid_t builder = StopAStateWriter(cl.primary.pid());
   ASSERT_NE(builder, 0) << "the primary built no snapshot in a child";
   for (int i = 0; i < 20; ++i) {  // answered while the snapshot's child is stopped
     const std::string key = "during-" + std::to_string(i);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,7 +34,10 @@ class MasterRpc {
   // Handles one Request buffer and returns the Reply buffer. The returned bytes stay valid
   // until the next call. The bytes are checked first (the FlatBuffers Verifier, then their
   // shape: request_check.h): whatever they hold, a bad request gets an INVALID_PARAMS reply.
-  std::span<const uint8_t> Handle(std::span<const uint8_t> request);
+  // `may_detach`: the caller's transport can send a Replicate's records as a message part of
+  // their own (ZMQ); a Replicate that asks for that (detached_records) then gets a reply without
+  // them, and last().detached holds them.
+  std::span<const uint8_t> Handle(std::span<const uint8_t> request, bool may_detach = false);
 
   // The same for a Request this process built itself with the generated builders (the agent's
   // embedded master): such bytes cross no trust boundary, and the checks that guard against
@@ -81,6 +85,10 @@ class MasterRpc {
     uint32_t wait_ms = 0;
     std::string follower;
     bool electable = false;  // Replicate.electable
+    // The records of a Replicate reply that go after it as a part of their own (the reply's
+    // detached_bytes), and what keeps them valid: held by the transport until they are sent.
+    std::string_view detached;
+    std::shared_ptr<const void> detached_owner;
   };
   const LastRequest& last() const { return last_; }
 
@@ -95,6 +103,7 @@ class MasterRpc {
   ExtraStats extra_stats_;
   std::function<bool()> may_serve_;
   bool background_snapshots_ = false;
+  bool may_detach_ = false;  // of the call being handled
   LastRequest last_;
   std::string events_endpoint_;
   std::string framed_endpoint_;

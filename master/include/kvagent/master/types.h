@@ -108,9 +108,11 @@ struct ReplicationPage {
   bool pending = false;
   uint64_t last_seq = 0;  // the sequence number the standby is at after applying the page
   // The records (framed), in `records` or, for a snapshot built in the background, in `shared`:
-  // a view of the built snapshot, valid until the next call on the service.
+  // a view of the built snapshot, valid while `shared_owner` is held (it is the master's until
+  // the snapshot expires; a transport that sends the bytes later keeps a copy of the pointer).
   std::string records;
   std::string_view shared;
+  std::shared_ptr<const void> shared_owner;
   std::string_view bytes() const { return shared.data() != nullptr ? shared : records; }
 };
 
