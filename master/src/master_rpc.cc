@@ -1,6 +1,7 @@
 #include "kvagent/master/master_rpc.h"
 
 #include <flatbuffers/flatbuffers.h>
+#include <glog/logging.h>
 
 #include <algorithm>
 #include <cstring>
@@ -598,7 +599,23 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
                   fb::ReplyBody::NONE, 0);
   }
   last.replicate_empty = !page.snapshot && page.bytes().empty();
-  if (m->detached_records() && rpc_.may_detach_ && !page.bytes().empty()) {
+  const bool detach = m->detached_records() && rpc_.may_detach_ && !page.bytes().empty();
+  const uint64_t limit = detach ? rpc_.max_detached_replication_ : rpc_.max_inline_replication_;
+  if (page.bytes().size() > limit) {
+    // Only a snapshot can be this large (a page of records stops at max_bytes, 64 MiB at most).
+    const std::string what =
+        "the " + std::string(page.snapshot ? "snapshot" : "page") + " this follower needs is " +
+        std::to_string(page.bytes().size()) + " bytes, more than the " + std::to_string(limit) +
+        " one reply can carry" +
+        (detach ? std::string()
+                : std::string(" inside it (a follower that asks for detached_records takes up "
+                              "to ") +
+                      std::to_string(rpc_.max_detached_replication_) + ")") +
+        "; this master's state cannot be replicated to it";
+    LOG_EVERY_N(ERROR, 100) << "Replicate from follower '" << last.follower << "': " << what;
+    return Finish(b_, epoch_, id_, Status(ErrorCode::kNoSpace, what), fb::ReplyBody::NONE, 0);
+  }
+  if (detach) {
     // Sent from where they lie: a snapshot the background built stays mapped until the
     // transport is done with it; records read here move into memory the transport holds.
     if (page.shared_owner != nullptr) {

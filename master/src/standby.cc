@@ -54,7 +54,10 @@ class Standby::Follower {
   void Connect() {
     socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     socket_->set(zmq::sockopt::linger, 0);
-    socket_->set(zmq::sockopt::maxmsgsize, kMaxReplicationReplyBytes);
+    // Each part: the reply (at most kMaxReplicationReplyBytes) or its detached records.
+    socket_->set(zmq::sockopt::maxmsgsize,
+                 static_cast<int64_t>(
+                     std::max<uint64_t>(kMaxReplicationReplyBytes, kMaxDetachedReplicationBytes)));
     if (options_.curve) {
       if (Status st = MakeCurveClient(socket_->handle(), *options_.curve); !st.ok()) {
         LOG(ERROR) << "standby: " << st.ToString();

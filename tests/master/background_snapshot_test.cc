@@ -173,5 +173,45 @@ TEST(BackgroundSnapshot, RecordsReadOnTheLoopAreDetachedAsTheyWouldBeSentInline)
   EXPECT_TRUE(rpc.last().detached.empty());
 }
 
+// A snapshot larger than one reply can carry (inside the reply: FlatBuffers' 2 GiB; detached:
+// what a follower's socket takes) is refused with NO_SPACE and a message naming both sizes,
+// never sent broken. The limits are lowered here to the test's snapshot.
+TEST(BackgroundSnapshot, ASnapshotLargerThanAReplyCanCarryIsRefusedSayingSo) {
+  MasterOptions o;
+  o.replication_log_bytes = 1 << 20;
+  testing::Cluster c(o, 1);
+  for (int i = 0; i < 100; ++i) c.Put(c.agents[0], {"k" + std::to_string(i)}, 64, {"s"});
+  ReplicationPage snapshot;
+  ASSERT_TRUE(c.svc->ReadReplication(0, c.svc->epoch() + 1, 1 << 20, &snapshot).ok());
+  const uint64_t size = snapshot.bytes().size();
+  MasterRpc rpc(c.svc.get());
+  std::vector<uint8_t> bytes;
+  auto ask = [&](bool detached) {
+    const auto reply =
+        rpc.Handle(testing::ReplicateMsg(0, c.svc->epoch() + 1, 0, "f", 1, detached), true);
+    bytes.assign(reply.begin(), reply.end());
+    return testing::ParseReply(bytes.data(), bytes.size());
+  };
+  rpc.set_replication_limits(size - 1, size);  // fits only detached
+  const fb::Reply* r = ask(false);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kNoSpace));
+  const std::string message = r->message() ? r->message()->str() : "";
+  EXPECT_NE(message.find(std::to_string(size) + " bytes"), std::string::npos) << message;
+  EXPECT_NE(message.find("detached_records"), std::string::npos) << message;
+  r = ask(true);
+  ASSERT_EQ(r->status(), 0);
+  EXPECT_EQ(r->body_as_ReplicateReply()->detached_bytes(), size);
+
+  rpc.set_replication_limits(size - 1, size - 1);  // fits neither
+  r = ask(true);
+  EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kNoSpace));
+  EXPECT_TRUE(rpc.last().detached.empty());
+  rpc.set_replication_limits(size, size);  // fits inline again
+  r = ask(false);
+  ASSERT_EQ(r->status(), 0);
+  EXPECT_EQ(r->body_as_ReplicateReply()->records()->size(), size);
+}
+
 }  // namespace
 }  // namespace kvagent::master

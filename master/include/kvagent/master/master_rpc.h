@@ -73,6 +73,13 @@ class MasterRpc {
   // again") with last().replicate_pending, which the server parks instead of sending.
   void set_background_snapshots(bool on) { background_snapshots_ = on; }
 
+  // The most record bytes a Replicate reply carries inline and detached (types.h: the defaults
+  // are what the reply and a follower's socket can hold); tests lower them.
+  void set_replication_limits(uint64_t inline_bytes, uint64_t detached_bytes) {
+    max_inline_replication_ = inline_bytes;
+    max_detached_replication_ = detached_bytes;
+  }
+
   // What the last Handle call was, for the server (long polls, follower acknowledgements).
   struct LastRequest {
     uint8_t type = 0;                // master.fbs Body (0: not a valid request)
@@ -104,6 +111,8 @@ class MasterRpc {
   std::function<bool()> may_serve_;
   bool background_snapshots_ = false;
   bool may_detach_ = false;  // of the call being handled
+  uint64_t max_inline_replication_ = kMaxInlineReplicationBytes;
+  uint64_t max_detached_replication_ = kMaxDetachedReplicationBytes;
   LastRequest last_;
   std::string events_endpoint_;
   std::string framed_endpoint_;

@@ -144,6 +144,13 @@ inline constexpr uint64_t kMaxReplicasPerValue = uint64_t{1} << 20;
 // answers INVALID_PARAMS and is left for another call (reservations stop there).
 inline constexpr uint64_t kMaxReplyPlacements = uint64_t{1} << 20;
 
+// The most record bytes one Replicate reply carries: inside the reply (a FlatBuffer, which
+// cannot exceed 2 GiB; 1 MiB is left for the rest of it), or as a part of their own after it
+// (detached_records: what a follower's socket accepts). A snapshot past them is refused with a
+// message that says so, never sent broken.
+inline constexpr uint64_t kMaxInlineReplicationBytes = (uint64_t{1} << 31) - (uint64_t{1} << 20);
+inline constexpr uint64_t kMaxDetachedReplicationBytes = uint64_t{16} << 30;
+
 // Largest part a value is split into (--max-part-bytes): a part's length fits 32 bits.
 inline constexpr uint64_t kMaxPartBytes = (uint64_t{1} << 32) - 4096;
 

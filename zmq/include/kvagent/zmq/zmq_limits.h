@@ -13,8 +13,9 @@ inline constexpr int64_t kMaxMasterRequestBytes = int64_t{64} << 20;
 // The agent's master link: one master.fbs Reply (a PlacementReply for 65 536 keys of many parts
 // and replicas, a ListKeys page of up to 10 000 keys with their block metadata).
 inline constexpr int64_t kMaxMasterReplyBytes = int64_t{256} << 20;
-// A standby's link to its primary: a snapshot travels as one Reply; FlatBuffers caps a buffer at
-// 2 GiB anyway.
+// A standby's link to its primary: one Reply (FlatBuffers caps a buffer at 2 GiB anyway). The
+// records of a snapshot sent after it as a part of their own may be larger (master/types.h,
+// kMaxDetachedReplicationBytes).
 inline constexpr int64_t kMaxReplicationReplyBytes = (int64_t{1} << 31) - 1;
 // An event SUB or replay DEALER: one frame of a batch (a batch is at most 1 MiB unless one event
 // alone is larger; no event is larger than the write that made it).
