@@ -4,11 +4,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,31 +17,13 @@
 
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/events/kv_event.h"
+#include "temp_dir.h"
 
 namespace kvagent::events::testing {
 
 using Frames = std::vector<std::string>;
 
-// A fresh directory, removed with its content on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kvagent-events-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  // "ipc://<dir>/<name>"
-  std::string Ipc(const std::string& name) const { return "ipc://" + path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using kvagent::testing::TempDir;  // temp_dir.h
 
 inline std::optional<Frames> ReceiveFrames(zmq::socket_t& socket,
                                            std::chrono::milliseconds timeout) {

@@ -29,6 +29,8 @@ class TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   const std::string& path() const { return path_; }
+  // "ipc://<dir>/<name>": a ZMQ endpoint inside the directory.
+  std::string Ipc(const std::string& name) const { return "ipc://" + path_ + "/" + name; }
 
  private:
   std::string path_;
