@@ -128,7 +128,7 @@ class WriteBatch final : public Batch {
   void FailCopy(uint32_t key, const Status& why);
   void OnMoved(std::span<const uint32_t> keys, std::span<const Status> results);
   bool Expire(uint32_t key, std::chrono::steady_clock::time_point now, std::string_view skipped);
-  bool Untouchable(uint32_t key, std::chrono::steady_clock::time_point now);
+  bool MayNotCopy(uint32_t key, std::chrono::steady_clock::time_point now);
   void Finish();
   MasterPort::Clock::time_point EndRetryUntil(MasterPort::Clock::time_point now) const;
   void OnFinished(bool end, Result<std::span<const uint8_t>> reply);

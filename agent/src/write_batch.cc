@@ -89,7 +89,7 @@ void WriteBatch::OnStarted(Result<std::span<const uint8_t>> reply) {
       state_[k] = kFailed;  // revoked below: nothing of a departed client becomes readable
       continue;
     }
-    if (Expire(k, now, "the value was not stored") || Untouchable(k, now)) continue;
+    if (MayNotCopy(k, now)) continue;
     places_.clear();
     for (uint32_t i = p.first()->Get(k); i < p.first()->Get(k + 1); ++i) {
       const mfb::Placement* pl = p.placements()->Get(i);
@@ -126,7 +126,7 @@ bool WriteBatch::StartReserved(std::chrono::steady_clock::time_point now) {
       state_[k] = kFailed;
       continue;
     }
-    if (Expire(k, now, "the value was not stored") || Untouchable(k, now)) continue;
+    if (MayNotCopy(k, now)) continue;
     CopyKey(k, taken[k].replicas, pools, writes);
   }
   EndLocalWrites(writes);
@@ -269,9 +269,10 @@ bool WriteBatch::Expire(uint32_t k, std::chrono::steady_clock::time_point now,
   return true;
 }
 
-// Fails key `k` (started) when its caller's value may not be read at `now`: the caller stopped
-// waiting (HeldRequest::MayTouchClientMemory).
-bool WriteBatch::Untouchable(uint32_t k, std::chrono::steady_clock::time_point now) {
+// Fails key `k` (started) before its copy when its caller's deadline has passed, or its value
+// may not be read at `now` (the caller stopped waiting: HeldRequest::MayTouchClientMemory).
+bool WriteBatch::MayNotCopy(uint32_t k, std::chrono::steady_clock::time_point now) {
+  if (Expire(k, now, "the value was not stored")) return true;
   if (held(keys_[k]).MayTouchClientMemory(now)) return false;
   state_[k] = kFailed;
   FailExpired(keys_[k], "the value was not stored");
