@@ -599,7 +599,11 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
                   fb::ReplyBody::NONE, 0);
   }
   last.replicate_empty = !page.snapshot && page.bytes().empty();
-  const bool detach = m->detached_records() && rpc_.may_detach_ && !page.bytes().empty();
+  // A page of records after the follower's position is usually small and frequent: copied, it
+  // costs less than a part of its own. A snapshot, or a page of 64 KiB or more, is detached.
+  constexpr size_t kMinDetachedPageBytes = 64 << 10;
+  const bool detach = m->detached_records() && rpc_.may_detach_ && !page.bytes().empty() &&
+                      (page.snapshot || page.bytes().size() >= kMinDetachedPageBytes);
   const uint64_t limit = detach ? rpc_.max_detached_replication_ : rpc_.max_inline_replication_;
   if (page.bytes().size() > limit) {
     // Only a snapshot can be this large (a page of records stops at max_bytes, 64 MiB at most).
