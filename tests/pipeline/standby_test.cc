@@ -173,5 +173,53 @@ TEST(Standby, AFollowersSnapshotIsBuiltWhileThePrimaryGoesOnServing) {
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(Get(c, keys[i], 1000), bytes[i]) << keys[i];
 }
 
+// The snapshot mappings ("memfd:kvmaster-follower-snapshot") in process `pid`.
+int SnapshotMappings(pid_t pid) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    n += line.find("kvmaster-follower-snapshot") != std::string::npos;
+  }
+  return n;
+}
+
+// Puts `n` keys of 64 bytes, long keys and sessions (~500 bytes of records each), 256 a call.
+bool PutLong(Client& c, const std::string& prefix, int n) {
+  const std::string session(200, 's');
+  for (int done = 0; done < n;) {
+    std::vector<std::string> keys, bytes;
+    for (; done < n && keys.size() < 256; ++done) {
+      keys.push_back(prefix + std::string(200, 'k') + std::to_string(done));
+      bytes.push_back(Pattern(keys.back(), 64));
+    }
+    if (!AllOk(Put(c, keys, bytes, std::vector<std::string>(keys.size(), session)))) return false;
+  }
+  return true;
+}
+
+// A follower's snapshot goes out from its mapping without a copy; the transport holds the
+// mapping until the snapshot is sent. Once it is, and the primary has moved on to a newer
+// snapshot, the old mapping is gone: nothing the transport held keeps it.
+TEST(Standby, ASnapshotsMappingIsReleasedOnceNoFollowerIsSendingIt) {
+  Cluster cl({"--replication-log-bytes", "16384"});
+  ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
+  Client& c = *cl.client;
+  ASSERT_TRUE(PutLong(c, "first-", 4000));  // a snapshot of ~2 MB
+  auto standby = cl.StartStandby();
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+  EXPECT_EQ(SnapshotMappings(cl.primary.pid()), 1);
+
+  // The follower goes; the log moves past its snapshot (~2 MiB of records); a new follower
+  // gets a newer snapshot, and only that one stays mapped.
+  standby.reset();
+  ASSERT_TRUE(PutLong(c, "second-", 4000));
+  std::filesystem::remove_all(cl.standby_dir.path() + "/state");
+  std::filesystem::remove(cl.status_file);
+  standby = cl.StartStandby();
+  ASSERT_TRUE(cl.StandbyCaughtUp());
+  EXPECT_TRUE(WaitUntil([&] { return SnapshotMappings(cl.primary.pid()) == 1; }))
+      << SnapshotMappings(cl.primary.pid()) << " snapshot mappings";
+}
+
 }  // namespace
 }  // namespace kvagent::testing
