@@ -88,7 +88,7 @@
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/master_service.h"
-#include "kvagent/master/replicate_reply.h"
+#include "kvagent/master/router_reply.h"
 #include "kvagent/master/standby.h"
 #include "kvagent/schemas/master_generated.h"
 
@@ -317,7 +317,7 @@ double ReplicateReplyMs(MasterService* svc, size_t bytes, bool detached) {
   const auto t0 = Clock::now();
   const std::span<const uint8_t> reply =
       rpc.Handle({static_cast<const uint8_t*>(ask[2].data()), ask[2].size()}, true);
-  SendReplicateReply(router, ask[0], reply, rpc.last());
+  SendRouterReply(router, ask[0], reply, rpc.last().detached, rpc.last().detached_owner);
   const double ms = Seconds(t0, Clock::now()) * 1e3;
   std::vector<zmq::message_t> got;
   (void)zmq::recv_multipart(dealer, std::back_inserter(got));

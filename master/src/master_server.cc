@@ -20,7 +20,7 @@
 #include "kvagent/events/event_publisher.h"
 #include "kvagent/master/master_rpc.h"
 #include "kvagent/master/master_service.h"
-#include "kvagent/master/replicate_reply.h"
+#include "kvagent/master/router_reply.h"
 #include "kvagent/zmq/curve_auth.h"
 #include "kvagent/zmq/zmq_limits.h"
 
@@ -154,27 +154,16 @@ class MasterServer::Loop {
     if (taken_events_.capacity() > kKeptEventCapacity) taken_events_ = {};
   }
 
-  void Reply(const Peer& peer, std::span<const uint8_t> reply) {
+  // `detached`: a Replicate's records, sent after the reply as a part of their own (a ROUTER
+  // peer's only: MasterRpc::Handle detaches nothing for a framed one).
+  void Reply(const Peer& peer, std::span<const uint8_t> reply, std::string_view detached = {},
+             const std::shared_ptr<const void>& owner = nullptr) {
     if (peer.conn != 0) {
       framed_->Reply(peer.conn, reply);  // written by Flush, once per loop pass
       return;
     }
-    const zmq::message_t& identity = peer.identity;
     unseen_ = true;  // see Run
-    router_.send(zmq::buffer(identity.data(), identity.size()), zmq::send_flags::sndmore);
-    router_.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
-    router_.send(zmq::buffer(reply.data(), reply.size()), zmq::send_flags::none);
-  }
-
-  // A Replicate's reply: on a ROUTER, its records as a part of their own when detached.
-  void ReplyReplicate(const Peer& peer, std::span<const uint8_t> reply,
-                      const MasterRpc::LastRequest& last) {
-    if (peer.conn != 0) {
-      framed_->Reply(peer.conn, reply);  // never detached (MasterRpc::Handle's may_detach)
-      return;
-    }
-    unseen_ = true;  // see Run
-    SendReplicateReply(router_, peer.identity, reply, last);
+    SendRouterReply(router_, peer.identity, reply, detached, owner);
   }
 
   void HandleFrames() {
@@ -210,7 +199,7 @@ class MasterServer::Loop {
                                  last.after_seq, clock_->NowMs() + wait});
         return;
       }
-      ReplyReplicate(peer, reply, last);
+      Reply(peer, reply, last.detached, last.detached_owner);
       return;
     }
     if (sync_followers_ > 0 && !last.refused) {
@@ -292,7 +281,7 @@ class MasterServer::Loop {
         ++it;
         continue;
       }
-      ReplyReplicate(it->peer, reply, rpc_.last());
+      Reply(it->peer, reply, rpc_.last().detached, rpc_.last().detached_owner);
       it = parked_.erase(it);
     }
   }

@@ -53,6 +53,24 @@ bool ServedBy(Client& c, uint64_t keys) {
   return CounterOf(st, "agent.master_link") == 1 && CounterOf(st, "master.keys") == keys;
 }
 
+// Puts `n` keys named `prefix` + i, of `value_bytes` each, tagged `session`, 256 a call; appends
+// each key and its bytes to `keys` and `bytes` when given.
+bool PutMany(Client& c, const std::string& prefix, int n, const std::string& session,
+             size_t value_bytes, std::vector<std::string>* keys = nullptr,
+             std::vector<std::string>* bytes = nullptr) {
+  for (int done = 0; done < n;) {
+    std::vector<std::string> k, b;
+    for (; done < n && k.size() < 256; ++done) {
+      k.push_back(prefix + std::to_string(done));
+      b.push_back(Pattern(k.back(), value_bytes));
+    }
+    if (keys != nullptr) keys->insert(keys->end(), k.begin(), k.end());
+    if (bytes != nullptr) bytes->insert(bytes->end(), b.begin(), b.end());
+    if (!AllOk(Put(c, k, b, std::vector<std::string>(k.size(), session)))) return false;
+  }
+  return true;
+}
+
 struct Cluster {
   Cluster() = default;
   explicit Cluster(const Args& primary_extra)
@@ -68,6 +86,12 @@ struct Cluster {
         primary, Concat({"--state-dir", standby_dir.path() + "/state", "--status-file", status_file,
                          "--agent-ttl-ms", "60000"},
                         extra));
+  }
+  // A standby with an empty state dir (the last one stopped first): it asks for a snapshot.
+  std::unique_ptr<KvmasterProcess> StartNewStandby() {
+    std::filesystem::remove_all(standby_dir.path() + "/state");
+    std::filesystem::remove(status_file);
+    return StartStandby();
   }
   // Waits until the standby holds every record the primary has made so far.
   bool StandbyCaughtUp() {
@@ -124,20 +148,7 @@ TEST(Standby, AFollowersSnapshotIsBuiltWhileThePrimaryGoesOnServing) {
   ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
   Client& c = *cl.client;
   std::vector<std::string> keys, bytes;
-  auto put_some = [&](const std::string& prefix, int n, const std::string& session) {
-    for (int done = 0; done < n;) {
-      std::vector<std::string> k, b;
-      for (; done < n && k.size() < 256; ++done) {
-        k.push_back(prefix + std::to_string(done));
-        b.push_back(Pattern(k.back(), 1000));
-      }
-      keys.insert(keys.end(), k.begin(), k.end());
-      bytes.insert(bytes.end(), b.begin(), b.end());
-      if (!AllOk(Put(c, k, b, std::vector<std::string>(k.size(), session)))) return false;
-    }
-    return true;
-  };
-  ASSERT_TRUE(put_some("before-", 50, "s"));
+  ASSERT_TRUE(PutMany(c, "before-", 50, "s", 1000, &keys, &bytes));
   // The child of 50 objects lives a few milliseconds: a test thread that is not scheduled
   // meanwhile misses it, and the follower gets its snapshot. Then a new follower, once the log
   // moved past that snapshot (~2 MiB of records: long keys and sessions), makes the primary
@@ -147,12 +158,10 @@ TEST(Standby, AFollowersSnapshotIsBuiltWhileThePrimaryGoesOnServing) {
   for (int attempt = 0; attempt < 5 && builder == 0; ++attempt) {
     if (attempt > 0) {
       standby.reset();
-      std::filesystem::remove_all(cl.standby_dir.path() + "/state");
-      std::filesystem::remove(cl.status_file);
       const std::string prefix = "filler-" + std::to_string(attempt) + "-" + std::string(200, 'k');
-      ASSERT_TRUE(put_some(prefix, 4000, std::string(200, 's')));
+      ASSERT_TRUE(PutMany(c, prefix, 4000, std::string(200, 's'), 1000, &keys, &bytes));
     }
-    standby = cl.StartStandby();
+    standby = cl.StartNewStandby();
     builder = StopAStateWriter(cl.primary.pid(), std::chrono::seconds(10));
   }
   ASSERT_NE(builder, 0) << "the primary built no snapshot in a child";
@@ -183,20 +192,6 @@ int SnapshotMappings(pid_t pid) {
   return n;
 }
 
-// Puts `n` keys of 64 bytes, long keys and sessions (~500 bytes of records each), 256 a call.
-bool PutLong(Client& c, const std::string& prefix, int n) {
-  const std::string session(200, 's');
-  for (int done = 0; done < n;) {
-    std::vector<std::string> keys, bytes;
-    for (; done < n && keys.size() < 256; ++done) {
-      keys.push_back(prefix + std::string(200, 'k') + std::to_string(done));
-      bytes.push_back(Pattern(keys.back(), 64));
-    }
-    if (!AllOk(Put(c, keys, bytes, std::vector<std::string>(keys.size(), session)))) return false;
-  }
-  return true;
-}
-
 // A follower's snapshot goes out from its mapping without a copy; the transport holds the
 // mapping until the snapshot is sent. Once it is, and the primary has moved on to a newer
 // snapshot, the old mapping is gone: nothing the transport held keeps it.
@@ -204,7 +199,8 @@ TEST(Standby, ASnapshotsMappingIsReleasedOnceNoFollowerIsSendingIt) {
   Cluster cl({"--replication-log-bytes", "16384"});
   ASSERT_TRUE(cl.primary.started() && cl.agent.started() && cl.client);
   Client& c = *cl.client;
-  ASSERT_TRUE(PutLong(c, "first-", 4000));  // a snapshot of ~2 MB
+  const std::string long_session(200, 's');  // with long keys: ~500 bytes of records a key
+  ASSERT_TRUE(PutMany(c, "first-" + std::string(200, 'k'), 4000, long_session, 64));  // ~2 MB
   auto standby = cl.StartStandby();
   ASSERT_TRUE(cl.StandbyCaughtUp());
   EXPECT_EQ(SnapshotMappings(cl.primary.pid()), 1);
@@ -212,10 +208,8 @@ TEST(Standby, ASnapshotsMappingIsReleasedOnceNoFollowerIsSendingIt) {
   // The follower goes; the log moves past its snapshot (~2 MiB of records); a new follower
   // gets a newer snapshot, and only that one stays mapped.
   standby.reset();
-  ASSERT_TRUE(PutLong(c, "second-", 4000));
-  std::filesystem::remove_all(cl.standby_dir.path() + "/state");
-  std::filesystem::remove(cl.status_file);
-  standby = cl.StartStandby();
+  ASSERT_TRUE(PutMany(c, "second-" + std::string(200, 'k'), 4000, long_session, 64));
+  standby = cl.StartNewStandby();
   ASSERT_TRUE(cl.StandbyCaughtUp());
   EXPECT_TRUE(WaitUntil([&] { return SnapshotMappings(cl.primary.pid()) == 1; }))
       << SnapshotMappings(cl.primary.pid()) << " snapshot mappings";
