@@ -76,6 +76,8 @@ constexpr Mapping kTable[] = {
      "keys committed into a reserved write (one round trip)"},
     {"reserved_returned", "kvmaster_reserved_returned_total", true,
      "reserved writes given back unused, or refused at commit"},
+    {"name_conflicts", "kvmaster_name_conflicts_total", true,
+     "registrations refused: an agent another registration of its name replaced came back"},
     {"oversized_values", "kvmaster_oversized_values_total", true,
      "puts refused as larger than the pools' high watermark"},
     {"epoch", "kvmaster_epoch", false,

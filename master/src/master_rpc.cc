@@ -674,6 +674,7 @@ std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
       {"writes_reserved", st.writes_reserved},
       {"reserved_commits", st.reserved_commits},
       {"reserved_returned", st.reserved_returned},
+      {"name_conflicts", st.name_conflicts},
   };
   if (extra_stats_) extra_stats_(&all);
   return all;

@@ -74,6 +74,23 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     return InvalidParams("the agent name must be 1..256 bytes of UTF-8 (use the host name)");
   }
   if (Agent* a = store_->FindAgentByName(name)) {
+    auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
+      return r.incarnation == incarnation && r.name == name;
+    });
+    if (replaced != replaced_.end() && a->incarnation != incarnation) {
+      ++name_conflicts_;
+      const std::string why =
+          "agent name \"" + std::string(name) + "\" is taken: this agent (incarnation " +
+          std::to_string(incarnation) + ") was replaced by a newer registration of the name " +
+          "(incarnation " + std::to_string(replaced->by) +
+          ") and its objects were dropped then; two agents share the name, or this one was " +
+          "replaced while cut off. Stop one of them, or give each its own --agent-name";
+      if (!replaced->reported) {
+        replaced->reported = true;
+        LOG(ERROR) << why << " (refused; counted in master.name_conflicts)";
+      }
+      return InvalidParams(why);
+    }
     if (a->incarnation == incarnation) {
       // Alive; a suspect agent (silent, or restored from the log) is trusted with new replicas
       // only once it mounted its pool again, after it set its pool to this master's epoch.
@@ -83,7 +100,10 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
               << incarnation << "); its previous pool content is gone";
+    const uint64_t previous = a->incarnation;
     if (!store_->DropAgent(a->id)) return store_->LogRefused();
+    if (replaced_.size() == kMaxReplacedIncarnations) replaced_.pop_front();
+    replaced_.push_back(Replaced{std::string(name), previous, incarnation});
   }
   Result<AgentId> id = store_->AddAgent(name, incarnation);
   if (!id.ok()) return id;

@@ -180,6 +180,7 @@ void MasterService::SessionStats(std::string_view session_id, uint64_t cursor, u
 MasterStats MasterService::Stats() const {
   MasterStats s = store_->stats();
   s.bad_requests = bad_requests_;
+  s.name_conflicts = name_conflicts_;
   return s;
 }
 

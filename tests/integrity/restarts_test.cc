@@ -1,8 +1,12 @@
 // Replicas that outlive restarts around them: a value with two replicas keeps the one on the
 // agent that survives when the other agent is killed and restarted, across a kvmaster restart on
-// its state dir; and values written to a restarted agent's new pool survive the next restarts.
+// its state dir; values written to a restarted agent's new pool survive the next restarts; and
+// two agents started under one name do not drop each other's objects in turn.
 #include <gtest/gtest.h>
 #include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include "integrity_support.h"
 
@@ -65,6 +69,47 @@ TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto ca2 = a.Connect();
   EXPECT_EQ(ReadBack(*ca2, later), 200u);
+}
+
+// Two running agents under one --agent-name (cloned hosts with one host name and run dir): the
+// second replaces the first at kvmaster, which then refuses the first. Before, the first's next
+// heartbeat (unknown) made it register again and drop the second's objects, and the second's
+// did the same in turn: every acknowledged object of either was lost within a heartbeat.
+TEST(Restarts, TwoAgentsUnderOneNameDoNotDropEachOthersObjectsInTurn) {
+  KvmasterProcess master({"--tick-ms", "20"});
+  ASSERT_TRUE(master.started());
+  const Args twin = {"--agent-name", "twin", "--heartbeat-ms", "100"};
+  NodeAgent a(Concat(master.AgentArgs(), twin));
+  ASSERT_TRUE(a.started());
+  ASSERT_TRUE(WaitUntil([&] { return MasterStat(master.rpc(), "pools") == 1; }));
+  auto ca = a.Connect();
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(ca->Stat(), "agent.master_link.ready") == 1; }));
+  NodeAgent b(Concat(master.AgentArgs(), twin));
+  ASSERT_TRUE(b.started());
+  auto cb = b.Connect();
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(cb->Stat(), "agent.master_link.ready") == 1; }));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50; ++i) {
+    keys.push_back("twin-" + std::to_string(i));
+    const KeyResult r = PutValue(*cb, keys.back(), Pattern(keys.back(), 4096));
+    ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
+  }
+  // Twenty heartbeats of each.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(ReadBack(*cb, keys), keys.size());
+  EXPECT_EQ(MasterStat(master.rpc(), "agents"), 1u);
+  EXPECT_GE(MasterStat(master.rpc(), "name_conflicts"), 1u);
+  // The refused agent says why.
+  std::string why;
+  EXPECT_EQ(CounterOf(ca->Stat(), "agent.master_link", &why), 0u);
+  EXPECT_NE(why.find("refused to register this agent: agent name \"twin\" is taken"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("--agent-name"), std::string::npos) << why;
+  // Stopping the replaced one changes nothing for the other.
+  ca.reset();
+  a.Kill();
+  EXPECT_EQ(ReadBack(*cb, keys), keys.size());
 }
 
 }  // namespace

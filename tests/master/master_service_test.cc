@@ -666,6 +666,41 @@ TEST(MasterService, ANewIncarnationOfAnAgentDropsWhatItsPredecessorHeld) {
   EXPECT_EQ(c.Events().size(), 1u);
 }
 
+TEST(MasterService, AReplacedIncarnationCannotTakeItsNameBackFromTheAgentThatReplacedIt) {
+  Cluster c({}, 0);
+  const AgentId first = c.AddAgent("twin", 64 << 20, 1);
+  const AgentId second = c.AddAgent("twin", 64 << 20, 2);  // a second process under the name
+  ASSERT_NE(first, second);
+  c.Put(second, {"k"}, 64);
+  // The first process still runs: its heartbeat is unknown, so it registers again.
+  EXPECT_FALSE(c.svc->Heartbeat(first));
+  auto back = c.svc->RegisterAgent("twin", 1);
+  ASSERT_EQ(back.status().code(), ErrorCode::kInvalidParams);
+  EXPECT_NE(back.status().message().find("--agent-name"), std::string::npos);
+  EXPECT_TRUE(c.Exists("k"));  // the agent holding the name keeps its objects
+  EXPECT_TRUE(c.svc->Heartbeat(second));
+  EXPECT_EQ(c.svc->RegisterAgent("twin", 1).status().code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.svc->Stats().name_conflicts, 2u);
+  // The holder itself registers again as before; a new process replaces it.
+  EXPECT_EQ(c.svc->RegisterAgent("twin", 2).value(), second);
+  auto third = c.svc->RegisterAgent("twin", 3);
+  ASSERT_TRUE(third.ok());
+  EXPECT_FALSE(c.Exists("k"));
+  EXPECT_EQ(c.svc->RegisterAgent("twin", 2).status().code(), ErrorCode::kInvalidParams);
+  // Other names are not touched.
+  EXPECT_TRUE(c.svc->RegisterAgent("other", 1).ok());
+  EXPECT_TRUE(c.svc->RegisterAgent("other", 2).ok());
+}
+
+TEST(MasterService, ReplacedIncarnationsAreRememberedUpToTheirBound) {
+  Cluster c({}, 0);
+  const size_t n = MasterService::kMaxReplacedIncarnations;
+  for (uint64_t i = 1; i <= n + 2; ++i) ASSERT_TRUE(c.svc->RegisterAgent("churn", i).ok());
+  // Incarnations 1..n + 1 were replaced; only the newest n are kept, so 1 is forgotten.
+  EXPECT_EQ(c.svc->RegisterAgent("churn", 2).status().code(), ErrorCode::kInvalidParams);
+  EXPECT_TRUE(c.svc->RegisterAgent("churn", 1).ok());
+}
+
 TEST(MasterService, AnAgentIdFromAPreviousMasterIsUnknownToANewOne) {
   Cluster before({}, 1);
   Cluster after({}, 1);  // a master restarted without state, with an agent of its own

@@ -164,8 +164,7 @@ class Link {
     connected_ = false;
     handshake_done_ = false;
     ++attempt_;
-    s_.SetState(LinkState::kConnecting,
-                attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
+    s_.SetState(LinkState::kConnecting, ConnectingText());
     Register(now);
   }
 
@@ -177,8 +176,7 @@ class Link {
     if (!conn.ok()) return Down(conn.status().message(), now);
     framed_ = std::make_unique<FramedConnection>(std::move(*conn));
     if (!moving) ++attempt_;
-    s_.SetState(LinkState::kConnecting,
-                attempt_ == 1 ? "connecting" : "reconnecting, attempt " + std::to_string(attempt_));
+    s_.SetState(LinkState::kConnecting, ConnectingText());
     Register(now);
     FlushFramed(now);
   }
@@ -268,6 +266,13 @@ class Link {
     call.own = kind;
     calls_[id] = std::move(call);
     deadlines_.emplace_back(now + o_.timeout, id);
+  }
+
+  // The state while connecting: the attempt, and why the last one failed (what an operator
+  // needs, e.g. a refused registration, stays in kvctl stat between attempts).
+  std::string ConnectingText() const {
+    if (attempt_ == 1 || last_down_.empty()) return "connecting";
+    return "reconnecting, attempt " + std::to_string(attempt_) + " (the last: " + last_down_ + ")";
   }
 
   void Register(Clock::time_point now) {
@@ -697,6 +702,7 @@ class Link {
     deadlines_.clear();
     s_.in_flight.store(0, std::memory_order_relaxed);
     s_.SetState(LinkState::kDown, why);
+    last_down_ = why;
     if (fall_back) {  // ZMQ at once (FallBackToZmq said why)
       retry_at_ = now;
       return;
@@ -879,6 +885,7 @@ class Link {
   Phase phase_ = Phase::kDown;
   uint32_t agent_id_ = 0;
   uint32_t attempt_ = 0;
+  std::string last_down_;  // why the link last went down
   bool registered_before_ = false;
   uint64_t last_master_epoch_ = 0;  // of the master we were last registered with
   uint64_t registered_master_ = 0;  // of the master answering the registration in progress

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -46,7 +47,13 @@ class MasterService {
   // Registers an agent by its stable name and process incarnation; returns its id. The same
   // name and incarnation again (e.g. after a master restart) returns the same agent with its
   // pools; a new incarnation drops the previous one (replicas invalidated, with events).
+  // An incarnation a newer one replaced is refused (INVALID_PARAMS, counted in
+  // name_conflicts) while an agent holds its name: it is a second live process under that name
+  // (or one replaced while cut off), and taking the name back would drop the other's objects,
+  // and the other's next registration this one's, over and over. This master remembers the
+  // last kMaxReplacedIncarnations replaced ones.
   Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation);
+  static constexpr size_t kMaxReplacedIncarnations = 1024;
 
   // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
   // index and size again keeps the pool id and any replicas the log restored in it.
@@ -242,6 +249,15 @@ class MasterService {
   uint64_t epoch_;
   std::unique_ptr<MetadataStore> store_;
   uint64_t bad_requests_ = 0;
+  // Incarnations a newer registration of the same name replaced, oldest first.
+  struct Replaced {
+    std::string name;
+    uint64_t incarnation = 0;
+    uint64_t by = 0;        // the incarnation that replaced it
+    bool reported = false;  // its refusal was logged
+  };
+  std::deque<Replaced> replaced_;
+  uint64_t name_conflicts_ = 0;
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
   std::vector<uint32_t> scratch_kept_;  // FinishOne: written replicas per part

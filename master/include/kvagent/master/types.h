@@ -367,6 +367,7 @@ struct MasterStats {
   uint64_t writes_reserved = 0;       // reserved writes handed out
   uint64_t reserved_commits = 0;      // keys committed into a reserved write (one round trip)
   uint64_t reserved_returned = 0;     // reserved writes given back unused, or refused at commit
+  uint64_t name_conflicts = 0;  // registrations refused: an agent replaced under its name came back
 };
 
 }  // namespace kvagent::master
