@@ -4,8 +4,8 @@
 // then runs one role until SIGTERM or SIGINT: a member of an HA cluster (--etcd, ha_member.h),
 // a standby by hand (--follow) until promoted, or the serving master.
 //
-// Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start (endpoint in use, bad state dir),
-// 2 for a bad flag.
+// Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start (endpoint in use, bad state dir,
+// another kvmaster on the same state dir), 2 for a bad flag.
 #include <glog/logging.h>
 
 #include <atomic>
@@ -27,6 +27,7 @@
 #include "kvagent/master/master_server.h"
 #include "kvagent/master/standby.h"
 #include "kvmaster_flags.h"
+#include "state_dir_lock.h"
 
 namespace {
 
@@ -198,6 +199,17 @@ int main(int argc, char** argv) {
   SetUpLogging(v, argv[0]);
   // One descriptor per agent, event subscriber and replay client: as many as the hard limit lets.
   LOG(INFO) << "kvmaster: " << kvagent::DescribeFdLimit(kvagent::RaiseFdLimit());
+
+  // Before anything reads the state dir; held until the process ends.
+  kvagent::UniqueFd state_dir_lock;
+  if (const std::string& dir = v.server.master.state_dir; !dir.empty()) {
+    auto locked = kvagent::master::LockStateDir(dir);
+    if (!locked.ok()) {
+      LOG(ERROR) << "kvmaster cannot start: " << locked.status().message();
+      return 1;
+    }
+    state_dir_lock = std::move(*locked);
+  }
 
   // Before any thread: they all inherit the mask. SIGUSR1 promotes a standby.
   const kvagent::StopSignals stop_signals(/*also_sigusr1=*/true);

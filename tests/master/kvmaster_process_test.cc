@@ -73,6 +73,10 @@ class Kvmaster {
     kill(pid_, SIGTERM);
     return WaitExit();
   }
+  void Kill() {
+    kill(pid_, SIGKILL);
+    WaitExit();
+  }
 
  private:
   bool Exited() {
@@ -158,6 +162,20 @@ TEST(Kvmaster, MalformedMessagesGetErrorRepliesAndTheMasterKeepsServing) {
   EXPECT_EQ(m.Terminate(), 0);
 }
 
+// Registers agent "node-p" (incarnation 5), mounts its 1 MiB pool and stores `keys` (64 bytes
+// each, tagged with `sessions`) through `client`.
+void StoreAsAgent(MasterClient& client, const std::vector<std::string>& keys,
+                  const std::vector<std::string>& sessions) {
+  std::string buf;
+  const fb::Reply* r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
+  ASSERT_NE(r, nullptr);
+  const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
+  ASSERT_EQ(client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf)->status(), 0);
+  const std::vector<uint64_t> sizes(keys.size(), 64);
+  ASSERT_EQ(client.Call(WriteStartMsg(agent, keys, sizes, sessions), &buf)->status(), 0);
+  ASSERT_EQ(client.Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, keys), &buf)->status(), 0);
+}
+
 TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
   TempDir state;
   std::string buf;
@@ -166,14 +184,7 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
     auto ep = m.WaitReady();
     ASSERT_FALSE(ep.empty());
     MasterClient client(ep["rpc"]);
-    const fb::Reply* r = client.Call(RegisterAgentMsg("node-p", 5), &buf);
-    ASSERT_NE(r, nullptr);
-    const uint32_t agent = r->body_as_RegisterAgentReply()->agent_id();
-    ASSERT_EQ(client.Call(MountPoolMsg(agent, 1 << 20, "tcp://h:1"), &buf)->status(), 0);
-    ASSERT_EQ(client.Call(WriteStartMsg(agent, {"a", "b"}, {64, 64}, {"s", ""}), &buf)->status(),
-              0);
-    ASSERT_EQ(client.Call(WriteFinishMsg(fb::Body::BatchPutEnd, agent, {"a", "b"}), &buf)->status(),
-              0);
+    ASSERT_NO_FATAL_FAILURE(StoreAsAgent(client, {"a", "b"}, {"s", ""}));
     EXPECT_EQ(m.Terminate(), 0);
   }
   Kvmaster m({"--state-dir", state.path()});
@@ -204,6 +215,52 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
   r = client.Call(StatsMsg(), &buf);
   EXPECT_EQ(StatValue(r, "keys"), 0u);
   EXPECT_EQ(m.Terminate(), 0);
+}
+
+// The text of a file (empty when it cannot be read).
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A second kvmaster on a state dir in use (a second unit, a standby given the primary's dir)
+// would append its records between the first's and replace the log at its next compaction.
+TEST(Kvmaster, ASecondKvmasterOnAStateDirInUseDoesNotStartAndTheFirstKeepsItsLog) {
+  TempDir state, logs;
+  std::string buf;
+  Kvmaster first({"--state-dir", state.path()});
+  auto ep = first.WaitReady();
+  ASSERT_FALSE(ep.empty());
+  MasterClient client(ep["rpc"]);
+  ASSERT_NO_FATAL_FAILURE(StoreAsAgent(client, {"a"}, {""}));
+  const fb::Reply* r = nullptr;
+  const auto log_bytes = std::filesystem::file_size(state.path() + "/master.oplog");
+
+  Kvmaster second({"--state-dir", state.path(), "--log-dir", logs.path()});
+  EXPECT_EQ(second.WaitExit(), 1);
+  const std::string said = FileText(logs.path() + "/kvmaster.ERROR");
+  EXPECT_NE(said.find("--state-dir " + state.path() + " is in use by another kvmaster"),
+            std::string::npos)
+      << said;
+  Kvmaster standby({"--state-dir", state.path(), "--follow", ep["rpc"]});
+  EXPECT_EQ(standby.WaitExit(), 1);
+  EXPECT_EQ(std::filesystem::file_size(state.path() + "/master.oplog"), log_bytes);
+  r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->body_as_PlacementReply()->codes()->Get(0), 0);
+
+  // The lock goes with its process: after a SIGKILL a new kvmaster starts on the dir at once.
+  first.Kill();
+  Kvmaster again({"--state-dir", state.path()});
+  auto again_ep = again.WaitReady();
+  ASSERT_FALSE(again_ep.empty());
+  MasterClient again_client(again_ep["rpc"]);
+  r = again_client.Call(StatsMsg(), &buf);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(StatValue(r, "keys"), 1u);
+  EXPECT_EQ(again.Terminate(), 0);
 }
 
 }  // namespace
