@@ -345,6 +345,14 @@ size_t Acceptor::CountClients() const {
   return n;
 }
 
+size_t Acceptor::CountClients(uid_t uid) const {
+  size_t n = 0;
+  for (const auto& [fd, conn] : connections_) {
+    n += conn.phase != Phase::kAwaitHello && conn.peer.uid == uid;
+  }
+  return n;
+}
+
 void Acceptor::Close(int fd, const std::string& why) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;

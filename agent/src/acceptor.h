@@ -93,6 +93,7 @@ class Acceptor {
   void Close(int fd, const std::string& why);
   bool Allowed(const ipc::PeerCredentials& peer) const;
   size_t CountClients() const;
+  size_t CountClients(uid_t uid) const;  // of one uid
   void ProcessCommands();
   void CloseListener();  // acceptor thread only
   void PauseAccepting(Clock::time_point until);

@@ -57,6 +57,16 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
                             "); close a client or run another agent with its own --run-dir"));
     return false;
   }
+  if (config_.max_clients_per_uid > 0 &&
+      CountClients(conn.peer.uid) >= static_cast<size_t>(config_.max_clients_per_uid)) {
+    Refuse(conn, Status(ErrorCode::kAgentUnavailable,
+                        "uid " + std::to_string(conn.peer.uid) + " already has " +
+                            std::to_string(config_.max_clients_per_uid) +
+                            " clients attached (--max-clients-per-uid " +
+                            std::to_string(config_.max_clients_per_uid) +
+                            "); close one of them, or raise the cap"));
+    return false;
+  }
   const uint64_t ring = hello->ring_bytes == 0
                             ? config_.ring_bytes
                             : std::min(hello->ring_bytes, config_.max_ring_bytes);

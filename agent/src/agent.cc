@@ -44,6 +44,11 @@ Status CheckConfig(const AgentConfig& c) {
                          " is out of range; use 1.." + std::to_string(kMaxClientsLimit) +
                          " (one futex_waitv call watches every client)");
   }
+  if (c.max_clients_per_uid < 0 || c.max_clients_per_uid > c.max_clients) {
+    return InvalidParams("--max-clients-per-uid " + std::to_string(c.max_clients_per_uid) +
+                         " is out of range; use 0 (no cap per uid) up to --max-clients (" +
+                         std::to_string(c.max_clients) + ")");
+  }
   auto layout = ipc::SegmentLayout::Compute(c.ring_bytes, c.ring_bytes, 0);
   if (!layout.ok()) return layout.status();
   if (c.handshake_timeout.count() <= 0) {

@@ -38,6 +38,7 @@ Status CheckClientFlags(AgentFlags& v) {
   v.agent.allow_uids = *uids;
   v.agent.allow_gids = *gids;
   v.agent.max_clients = static_cast<int>(v.max_clients);
+  v.agent.max_clients_per_uid = static_cast<int>(v.max_clients_per_uid);
   v.agent.spin = std::chrono::microseconds(v.spin_us);
   v.agent.handshake_timeout = std::chrono::milliseconds(v.handshake_timeout_ms);
   return Status::Ok();
@@ -144,6 +145,8 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
   f.Size("ring-bytes", &v.agent.ring_bytes, "default size of each client ring (power of two)");
   f.Size("max-ring-bytes", &v.agent.max_ring_bytes, "cap on a client's requested ring size");
   f.Int("max-clients", &v.max_clients, "clients served at once (1..127)");
+  f.Int("max-clients-per-uid", &v.max_clients_per_uid,
+        "clients of one uid served at once (0: no cap per uid)");
   f.StringList("allow-uid", &v.allow_uids,
                "uid allowed to attach, in addition to the agent's uid and root (repeatable)");
   f.StringList("allow-gid", &v.allow_gids,

@@ -20,6 +20,7 @@ namespace kvagent::agent {
 struct AgentFlags {
   AgentConfig agent;
   int64_t max_clients = agent.max_clients;
+  int64_t max_clients_per_uid = agent.max_clients_per_uid;
   int64_t spin_us = agent.spin.count();
   int64_t handshake_timeout_ms = agent.handshake_timeout.count();
   std::vector<std::string> allow_uids;

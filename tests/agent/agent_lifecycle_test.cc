@@ -299,5 +299,34 @@ TEST(AgentLifecycle, BadFlagsExitTwoBeforeTouchingAnything) {
   EXPECT_NE(access(run_dir.c_str(), F_OK), 0);  // nothing was created
 }
 
+// On a node shared by users, one uid's clients stop at --max-clients-per-uid; other uids still
+// attach while that uid is at its cap.
+TEST(AgentLifecycle, OneUidsClientsStopAtTheirCapAndLeaveTheOtherSlotsToOthers) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch the client's uid";
+  AgentProcess agent({"--max-clients-per-uid", "2", "--allow-uid", "65534"});
+  ASSERT_TRUE(agent.started());
+  auto a = ConnectTo(agent);
+  auto b = ConnectTo(agent);
+  ASSERT_TRUE(a && b);
+  ClientOptions options;
+  options.run_dir = agent.run_dir();
+  auto c = Client::Connect(options);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kAgentUnavailable);
+  EXPECT_NE(c.status().message().find("uid 0 already has 2 clients attached "
+                                      "(--max-clients-per-uid 2)"),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_EQ(ConnectAs(65534, agent.run_dir()), 0);  // another uid is not held back
+  a.reset();  // a slot of uid 0 frees up once the agent sees a's EOF
+  EXPECT_TRUE(WaitUntil([&] { return Client::Connect(options).ok(); }));
+  // A cap above --max-clients, or below 0, is refused at start.
+  EXPECT_NE(RunAgentToExit({"--run-dir", agent.run_dir() + "-2", "--max-clients", "4",
+                            "--max-clients-per-uid", "5"}),
+            0);
+  EXPECT_NE(RunAgentToExit({"--run-dir", agent.run_dir() + "-3", "--max-clients-per-uid", "-1"}),
+            0);
+}
+
 }  // namespace
 }  // namespace kvagent::testing

@@ -33,6 +33,9 @@ struct AgentConfig {
   uint64_t ring_bytes = 1ULL << 20;       // default size of each ring (power of two)
   uint64_t max_ring_bytes = 16ULL << 20;  // cap on a client's requested ring size
   int max_clients = kMaxClientsLimit;     // 1..127
+  // Clients of one uid at once (0: no cap of its own, max_clients for everyone): on a node
+  // shared by users, one user's clients cannot take every slot.
+  int max_clients_per_uid = 0;  // 0..max_clients
   // Who may attach (SO_PEERCRED): the agent's own uid, root, a uid in allow_uids or a gid in
   // allow_gids (the lists add to the first two).
   std::vector<uint32_t> allow_uids;
