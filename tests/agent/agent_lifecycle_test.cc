@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -132,9 +133,12 @@ TEST(AgentLifecycle, AgentSigkilledFailsThePendingCallWithAgentUnavailable) {
   EXPECT_EQ(CountShm(agent.pid()), 0);  // a SIGKILLed agent leaves nothing in /dev/shm
 }
 
-TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
-  AgentProcess agent({"--max-clients", "2"});
-  ASSERT_TRUE(agent.started());
+// Two clients attach to `agent` (started with a cap of 2), a third is refused with
+// AGENT_UNAVAILABLE and a message holding `says`; `meanwhile` runs while the cap is reached;
+// once one of the two is gone, a new client attaches again.
+void TheThirdClientIsRefused(
+    const AgentProcess& agent, const std::string& says,
+    const std::function<void()>& meanwhile = [] {}) {
   auto a = ConnectTo(agent);
   auto b = ConnectTo(agent);
   ASSERT_TRUE(a && b);
@@ -143,9 +147,16 @@ TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
   auto c = Client::Connect(options);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kAgentUnavailable);
-  EXPECT_NE(c.status().message().find("--max-clients"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  meanwhile();
   a.reset();  // a slot frees up once the agent sees a's EOF
   EXPECT_TRUE(WaitUntil([&] { return Client::Connect(options).ok(); }));
+}
+
+TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
+  AgentProcess agent({"--max-clients", "2"});
+  ASSERT_TRUE(agent.started());
+  TheThirdClientIsRefused(agent, "--max-clients");
 }
 
 // A client running as another user (the segment's descriptor reaches it over the socket,
@@ -305,21 +316,10 @@ TEST(AgentLifecycle, OneUidsClientsStopAtTheirCapAndLeaveTheOtherSlotsToOthers) 
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch the client's uid";
   AgentProcess agent({"--max-clients-per-uid", "2", "--allow-uid", "65534"});
   ASSERT_TRUE(agent.started());
-  auto a = ConnectTo(agent);
-  auto b = ConnectTo(agent);
-  ASSERT_TRUE(a && b);
-  ClientOptions options;
-  options.run_dir = agent.run_dir();
-  auto c = Client::Connect(options);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), ErrorCode::kAgentUnavailable);
-  EXPECT_NE(c.status().message().find("uid 0 already has 2 clients attached "
-                                      "(--max-clients-per-uid 2)"),
-            std::string::npos)
-      << c.status().message();
-  EXPECT_EQ(ConnectAs(65534, agent.run_dir()), 0);  // another uid is not held back
-  a.reset();  // a slot of uid 0 frees up once the agent sees a's EOF
-  EXPECT_TRUE(WaitUntil([&] { return Client::Connect(options).ok(); }));
+  TheThirdClientIsRefused(agent, "uid 0 already has 2 clients attached (--max-clients-per-uid 2)",
+                          [&] {  // another uid is not held back
+                            EXPECT_EQ(ConnectAs(65534, agent.run_dir()), 0);
+                          });
   // A cap above --max-clients, or below 0, is refused at start.
   EXPECT_NE(RunAgentToExit({"--run-dir", agent.run_dir() + "-2", "--max-clients", "4",
                             "--max-clients-per-uid", "5"}),
