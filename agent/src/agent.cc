@@ -107,8 +107,12 @@ Result<std::unique_ptr<Agent>> Agent::Start(AgentConfig config,
     return listening;
   }
   LOG(INFO) << "kvagent pid " << getpid() << " incarnation " << s.incarnation << " serving "
-            << s.config.SocketPath() << " (max " << s.config.max_clients << " clients, arena cap "
-            << s.config.max_arena_bytes << " bytes, spin " << s.config.spin.count() << " us)";
+            << s.config.SocketPath() << " (max " << s.config.max_clients << " clients"
+            << (s.config.max_clients_per_uid > 0
+                    ? ", " + std::to_string(s.config.max_clients_per_uid) + " per uid"
+                    : std::string())
+            << ", arena cap " << s.config.max_arena_bytes << " bytes, spin "
+            << s.config.spin.count() << " us)";
   return agent;
 }
 
