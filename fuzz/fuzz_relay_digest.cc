@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     d.type == EventDigest::Type::kStored ? DownstreamIndex::Fingerprint(d) : 0});
   });
   DownstreamIndex index;
-  index.ApplyPayload(payload);
+  Check(index.ApplyPayload(payload) == read);
   auto strict = kvagent::events::DecodeEventBatch(payload);
   if (!strict.ok()) return 0;
   Check(read);

@@ -159,6 +159,9 @@ constexpr Mapping kTable[] = {
      "events the agent's publisher queue dropped"},
     {"agent.relay.malformed_messages", "kvagent_relay_malformed_messages_total", Kind::kCounter,
      "master event frames that broke the event wire format (docs/events.md)"},
+    {"agent.relay.unreadable_batches", "kvagent_relay_unreadable_batches_total", Kind::kCounter,
+     "master event batches strict consumers cannot read, left out (their changes follow in a "
+     "re-announce)"},
     {"agent.metrics_endpoint", "", Kind::kNone, ""},
 };
 

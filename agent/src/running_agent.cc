@@ -69,6 +69,7 @@ void AppendRelayCounters(const relay::EventRelay& relay, std::vector<agent::Coun
       {"indexed_objects", s.indexed_objects},
       {"dropped_events", s.dropped_events},
       {"malformed_messages", s.malformed_messages},
+      {"unreadable_batches", s.unreadable_batches},
       {"master_switches", s.master_switches},
   };
   for (const auto& [name, value] : counters) {

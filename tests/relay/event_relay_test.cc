@@ -263,6 +263,36 @@ TEST(EventRelay, ContentThatWouldBreakStrictConsumersIsSkippedAndCounted) {
   EXPECT_EQ(rig.stats().objects_reannounced, 2u);
 }
 
+// A master batch strict consumers cannot read (a kvmaster of another version, or a broken one)
+// is not republished: the downstream here fails the test on any batch it cannot decode. Its
+// changes arrive through a re-announce: by differences when the batch failed before its first
+// event (consumers keep their index), a clearing one when the relay's index took some of it.
+TEST(EventRelay, AMasterBatchStrictConsumersCannotReadIsLeftOutAndItsChangesReannounced) {
+  for (const bool trailing : {false, true}) {
+    SCOPED_TRACE(trailing ? "fails after its events" : "fails before its first event");
+    TempDir dir;
+    Master master(dir);
+    master.Put(Keys("before-", 0, 10), Sessions(10));
+    Rig rig(dir, master, master.Content(/*limit=*/4));
+    ASSERT_TRUE(rig.started());
+    rig.Converge();
+    master.PutUnreadable({"unreadable-a", "unreadable-b"}, trailing);
+    master.Put({"after"}, {"sess-1"});
+    rig.Converge();  // the downstream index equals the master's key set: both keys included
+    const EventRelayStats s = rig.stats();
+    EXPECT_EQ(s.unreadable_batches, 1u);
+    EXPECT_EQ(s.reannounces, 2u);
+    EXPECT_EQ(rig.downstream->cleared(), trailing ? 2 : 1);
+    EXPECT_EQ(s.clearing_reannounces, trailing ? 2u : 1u);
+    // A second one within 10 s of the last re-announce waits for the next.
+    master.PutUnreadable({"unreadable-c"}, trailing);
+    master.Put({"after-2"});
+    ASSERT_NO_FATAL_FAILURE(testing::Settle(master, *rig.relay, *rig.downstream));
+    EXPECT_EQ(rig.stats().unreadable_batches, 2u);
+    EXPECT_EQ(rig.stats().reannounces, 2u);
+  }
+}
+
 TEST(EventRelay, AQuietMasterIsJoinedThroughItsRetainedHistory) {
   TempDir dir;
   Master master(dir);

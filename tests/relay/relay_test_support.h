@@ -80,6 +80,23 @@ class Master {
     ASSERT_TRUE(cluster_->svc->RemoveAll(/*force=*/true).ok());
     PublishLocked();
   }
+  // Puts `keys`, publishing their events as a batch strict consumers cannot read (a kvmaster of
+  // another version, or a broken one): with `trailing`, the well-formed batch and one byte after
+  // it (readers take every event, then fail); else a top-level array of 4 elements (readers
+  // fail before the first event).
+  void PutUnreadable(const std::vector<std::string>& keys, bool trailing) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cluster_->Put(cluster_->agents[0], keys, 64);
+    std::string payload = events::EncodeEventBatch(events::EventBatch{1.0, cluster_->Events(), 0});
+    if (trailing) {
+      payload.push_back('\xc0');
+    } else {
+      payload[0] = '\x94';  // was 0x93, a fixarray of 3
+      payload.push_back('\xc0');
+    }
+    publisher_->PublishEncoded(std::move(payload));
+    publisher_->Flush();
+  }
   // A batch without events: moves the stream on without changing any index.
   void PublishEmptyBatch() {
     std::lock_guard<std::mutex> lock(mu_);

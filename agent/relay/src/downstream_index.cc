@@ -84,10 +84,18 @@ void DownstreamIndex::Apply(const EventDigest& e) {
   }
 }
 
-void DownstreamIndex::ApplyPayload(std::string_view payload) {
-  // Consumers that cannot read a batch drop it, so the index no longer says what they hold:
-  // the next re-announce clears and starts afresh.
-  if (!ForEachEvent(payload, [this](const EventDigest& e) { Apply(e); })) valid_ = false;
+bool DownstreamIndex::ApplyPayload(std::string_view payload) {
+  size_t applied = 0;
+  if (ForEachEvent(payload, [&](const EventDigest& e) {
+        Apply(e);
+        ++applied;
+      })) {
+    return true;
+  }
+  // Read halfway: the index holds changes consumers will never see, so it no longer says what
+  // they hold; the next re-announce clears and starts afresh.
+  if (applied > 0) valid_ = false;
+  return false;
 }
 
 void DownstreamIndex::Clear() { entries_.clear(); }

@@ -33,8 +33,11 @@ class DownstreamIndex {
   bool valid() const { return valid_; }
   size_t size() const { return entries_.size(); }
 
-  // A batch the relay published: the master's payload, as is.
-  void ApplyPayload(std::string_view payload);
+  // A master batch, as is: applied, and true when consumers can read it (the relay then
+  // publishes it). False when they cannot (the relay leaves it out): the index is as it was,
+  // or, when the batch failed after some of its events, no longer valid (the next re-announce
+  // clears).
+  bool ApplyPayload(std::string_view payload);
   // Forgets everything: consumers are about to see AllBlocksCleared.
   void Clear();
 

@@ -49,6 +49,8 @@ constexpr size_t kHeldPerFlush = 4096;
 // Events per batch of the removals that end a re-announce by differences (a batch holds at
 // most 512: docs/events.md).
 constexpr size_t kEventsPerBatch = 512;
+// Re-announces for master batches left out as unreadable: at most one per this.
+constexpr auto kUnreadableReannounceEvery = 10s;
 
 }  // namespace
 
@@ -258,6 +260,11 @@ class EventRelay::Thread {
     SetPhase(RelayPhase::kSyncing);
     resync_.store(false, std::memory_order_relaxed);
     DropWaiting();
+    // Its content covers every master batch left out as unreadable so far.
+    if (unreadable_pending_) {
+      unreadable_pending_ = false;
+      last_unreadable_reannounce_ = Clock::now();
+    }
     // By differences when the index says what consumers hold; else from a clean slate.
     const bool by_differences = index_.valid();
     if (!by_differences) {
@@ -305,19 +312,23 @@ class EventRelay::Thread {
     }
     index_.Vouch();
     const size_t held = held_.size();
+    size_t published = 0;
     for (size_t i = 0; i < held; ++i) {
       // A master's first batch (seq 0: AllBlocksCleared, then the objects it restored) came
       // before any ListKeys it answered: the scan covers it, and by differences its clear
       // would only wipe what consumers hold to re-store the same objects.
       if (by_differences && held_[i].seq == 0 && StartsWithClear(held_[i].payload)) continue;
-      index_.ApplyPayload(held_[i].payload);
+      if (!index_.ApplyPayload(held_[i].payload)) {
+        LeaveOutUnreadable(held_[i].seq);
+        continue;
+      }
       publisher_->PublishEncoded(std::move(held_[i].payload));
       // Many small held batches must not overflow our publisher's queue either.
-      if (i % kHeldPerFlush == kHeldPerFlush - 1) publisher_->Flush();
+      if (++published % kHeldPerFlush == 0) publisher_->Flush();
     }
     held_.clear();
     held_bytes_ = 0;
-    counters_.relayed_batches += held;
+    counters_.relayed_batches += published;
     ++counters_.reannounces;
     counters_.objects_reannounced += objects;
     counters_.objects_removed += removed;
@@ -411,16 +422,39 @@ class EventRelay::Thread {
   void Live() {
     SetPhase(RelayPhase::kLive);
     while (!stopping() && !resync_.load(std::memory_order_relaxed)) {
+      if (UnreadableReannounceDue()) return;
       Result<EventDelivery> d = sub_->Next(kPoll);
       if (d.ok()) {
         if (!Count(*d)) return;  // re-announce
         if (Covered(*d)) continue;
-        index_.ApplyPayload(d->payload);
+        if (!index_.ApplyPayload(d->payload)) {
+          LeaveOutUnreadable(d->seq);
+          continue;
+        }
         publisher_->PublishEncoded(std::move(d->payload));
         ++counters_.relayed_batches;
       }
       RefreshStats();
     }
+  }
+
+  // A master batch strict consumers cannot read (a kvmaster of another version, or a broken
+  // one): republished, it would be dropped by every consumer (or stop one), and what it changed
+  // would be missing from their indexes with nothing to tell. It is left out; a re-announce
+  // brings its changes from the store's content, at most one per kUnreadableReannounceEvery
+  // (a master that sends nothing else is not scanned at every batch).
+  void LeaveOutUnreadable(uint64_t seq) {
+    ++counters_.unreadable_batches;
+    unreadable_pending_ = true;
+    LOG_EVERY_N(WARNING, 100) << "event relay: the master's batch seq " << seq
+                              << " is not one strict consumers can read (docs/events.md); left "
+                                 "out, its changes follow in a re-announce of the store's "
+                                 "content (is kvmaster the same version as this agent?)";
+  }
+  bool UnreadableReannounceDue() const {
+    return unreadable_pending_ &&
+           (!last_unreadable_reannounce_ ||
+            Clock::now() - *last_unreadable_reannounce_ >= kUnreadableReannounceEvery);
   }
 
   // A batch of a restarted master from before (or at) the seq that revealed the restart: the
@@ -520,6 +554,9 @@ class EventRelay::Thread {
   };
   std::vector<HeldBatch> held_;  // master batches held back during a sync
   size_t held_bytes_ = 0;
+  // Master batches were left out as unreadable since the last re-announce began.
+  bool unreadable_pending_ = false;
+  std::optional<Clock::time_point> last_unreadable_reannounce_;  // when one last began
   EventRelayStats counters_;
   events::EventSubscriberStats retired_;  // of subscribers replaced by Join
 

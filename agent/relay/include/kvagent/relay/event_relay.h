@@ -136,6 +136,7 @@ struct EventRelayStats {
   uint64_t content_failures = 0;      // list_content errors
   uint64_t dropped_events = 0;        // our publisher's queue overflowed (gaps downstream)
   uint64_t malformed_messages = 0;    // master frames that broke the layout
+  uint64_t unreadable_batches = 0;    // master batches strict consumers cannot read: left out
   uint64_t master_switches = 0;       // moves to another master's endpoints (SwitchMaster)
 };
 
