@@ -14,9 +14,16 @@
 //    late answer can never be mistaken for the answer to a later request.
 //  - An idle probe is an ordinary replay from expected_ with nothing held: it delivers what
 //    the live socket lost, or just the end marker.
+//  - A replay that follows a delivered batch starts one seq early, at that batch (checked_):
+//    the publisher's batch there must be the one delivered (its payload's hash). A restarted
+//    publisher whose new run went past our position before we heard it live would otherwise
+//    answer with its own batches, taken for the continuation of the old run; a different batch
+//    there is reported as a reset, and the new run followed from seq 0.
 #include "kvagent/events/event_subscriber.h"
 
 #include <deque>
+#include <functional>
+#include <string_view>
 #include <vector>
 
 #include <zmq.hpp>
@@ -182,7 +189,11 @@ class EventSubscriber::Sockets {
   }
 
   void StartReplay() {
-    const std::string request = EncodeSeq(*expected_);
+    checked_.reset();
+    if (last_delivered_ && *expected_ > 0 && last_delivered_->seq == *expected_ - 1) {
+      checked_ = last_delivered_;
+    }
+    const std::string request = EncodeSeq(checked_ ? checked_->seq : *expected_);
     const bool sent = SendFrame(*dealer_, "", true) && SendFrame(*dealer_, request, false);
     ++stats_.replay_requests;
     replay_supplied_ = false;
@@ -208,12 +219,37 @@ class EventSubscriber::Sockets {
       FinishReplay(/*timed_out=*/false);
       return;
     }
+    if (checked_) {
+      const Delivered checked = *checked_;
+      checked_.reset();  // the first batch of the answer decides: retained or not
+      if (*seq == checked.seq && PayloadHash(payload) != checked.hash) {
+        return RestartSeenInReplay(*seq);
+      }
+    }
     if (*seq < *expected_) {
       ++stats_.duplicates_dropped;
       return;
     }
     std::string topic = n == 4 ? std::string(FrameView(parts_[1])) : std::string();
     Deliver(Received{*seq, std::move(topic), std::string(payload)}, /*replayed=*/true);
+  }
+
+  // The publisher's batch at seq `seq` is not the one delivered: it restarted, and its new run
+  // passed our position unheard. Reported as a reset; this answer (of the new run, from `seq`)
+  // is dropped with its DEALER, and the new run asked for from seq 0.
+  void RestartSeenInReplay(uint64_t seq) {
+    ++stats_.resets_seen_in_replay;
+    OnReset(seq);
+    if (!NewDealer().ok()) {
+      dealer_.reset();
+      FinishReplay(/*timed_out=*/false);  // gaps are reported from now on, not repaired
+      return;
+    }
+    StartReplay();
+  }
+
+  static uint64_t PayloadHash(std::string_view payload) {
+    return std::hash<std::string_view>{}(payload);
   }
 
   void FinishReplay(bool timed_out) {
@@ -261,6 +297,7 @@ class EventSubscriber::Sockets {
         d.decode_status = decoded.status();
       }
     }
+    last_delivered_ = Delivered{d.seq, PayloadHash(d.payload)};
     ready_.push_back(std::move(d));
     expected_ = batch.seq + 1;
     ++stats_.delivered_batches;
@@ -285,8 +322,14 @@ class EventSubscriber::Sockets {
   Clock::time_point replay_deadline_;
   Clock::time_point last_activity_ = Clock::now();  // last live batch or end of a replay
   std::optional<Received> held_;
-  bool history_replay_ = false;   // the current replay is the from_seq history
-  bool replay_supplied_ = false;  // the current replay has delivered a batch
+  struct Delivered {
+    uint64_t seq = 0;
+    uint64_t hash = 0;  // PayloadHash of its payload
+  };
+  std::optional<Delivered> last_delivered_;
+  std::optional<Delivered> checked_;  // the batch the current replay must begin with
+  bool history_replay_ = false;       // the current replay is the from_seq history
+  bool replay_supplied_ = false;      // the current replay has delivered a batch
   EventSubscriberStats stats_;
 };
 

@@ -186,29 +186,51 @@ TEST(EventSubscriber, GapWithoutReplayEndpointIsReportedImmediately) {
   EXPECT_EQ(sub->stats().replay_requests, 0u);
 }
 
+// A subscriber that got `batches` batches of a publisher (after the warm-up), then a new run of
+// the publisher on the same endpoints (its seq starts at 0 again) that publishes
+// AllBlocksCleared.
+struct Restarted {
+  std::unique_ptr<EventPublisher> publisher;
+  std::unique_ptr<EventSubscriber> sub;
+  uint64_t last_old = 0;  // the old run's last seq, delivered
+};
+void FollowThenRestart(const EventPublisherOptions& options, uint64_t batches, Restarted* r) {
+  r->publisher = StartPublisher(options);
+  ASSERT_TRUE(r->publisher);
+  r->sub = StartSubscriber(SubscriberFor(*r->publisher));
+  ASSERT_TRUE(r->sub);
+  ASSERT_TRUE(WarmUp(*r->publisher, *r->sub));
+  PublishSingles(*r->publisher, 0, batches);
+  r->last_old = r->publisher->stats().next_seq - 1;
+  CollectUntil(*r->sub, r->last_old);
+  r->publisher.reset();
+  r->publisher = StartPublisher(options);
+  ASSERT_TRUE(r->publisher);
+  r->publisher->Publish(AllBlocksCleared{});  // what a restarted publisher sends first
+}
+
+// Reads until the subscriber reports a reset (at most 9 s), publishing one batch whenever it
+// has nothing to deliver (until the SUB has reconnected, batches of a new run go nowhere).
+// Everything else it delivers meanwhile goes to `before`.
+std::optional<EventDelivery> AwaitReset(Restarted& r, std::vector<EventDelivery>* before) {
+  for (int attempt = 0; attempt < 90; ++attempt) {
+    auto d = r.sub->Next(100ms);
+    if (d.ok() && d->kind == Kind::kReset) return std::move(*d);
+    if (d.ok()) before->push_back(std::move(*d));
+    if (!d.ok()) PublishSingles(*r.publisher, 5000 + attempt, 1);
+  }
+  return std::nullopt;
+}
+
 TEST(EventSubscriber, PublisherRestartIsReportedAsResetAndFollowedFromSeqZero) {
   testing::TempDir dir;
-  const EventPublisherOptions options = testing::IpcPublisherOptions(dir);
-  auto publisher = StartPublisher(options);
-  ASSERT_TRUE(publisher);
-  auto sub = StartSubscriber(SubscriberFor(*publisher));
-  ASSERT_TRUE(sub);
-  ASSERT_TRUE(WarmUp(*publisher, *sub));
-  PublishSingles(*publisher, 0, 100);
-  CollectUntil(*sub, publisher->stats().next_seq - 1);
-  publisher.reset();
-  publisher = StartPublisher(options);  // a new run of the publisher: seq starts at 0 again
-  ASSERT_TRUE(publisher);
-  publisher->Publish(AllBlocksCleared{});  // what a restarted publisher sends first
-  publisher->Flush();
-  // Until the SUB has reconnected, batches of the new run go nowhere; publish one at a
-  // time so the first one seen is still below the old run's seqs.
-  std::optional<EventDelivery> reset;
-  for (int attempt = 0; attempt < 90 && !reset; ++attempt) {
-    auto d = sub->Next(100ms);
-    if (d.ok() && d->kind == Kind::kReset) reset = std::move(*d);
-    if (!d.ok()) PublishSingles(*publisher, 5000 + attempt, 1);
-  }
+  Restarted r;
+  ASSERT_NO_FATAL_FAILURE(FollowThenRestart(testing::IpcPublisherOptions(dir), 100, &r));
+  auto& sub = r.sub;
+  r.publisher->Flush();
+  // One batch at a time, so the first one seen is still below the old run's seqs.
+  std::vector<EventDelivery> before;
+  const std::optional<EventDelivery> reset = AwaitReset(r, &before);
   ASSERT_TRUE(reset) << "no reset reported";
   EXPECT_GE(reset->previous_seq, 100u);
   EXPECT_LT(reset->seq, 100u);
@@ -218,6 +240,34 @@ TEST(EventSubscriber, PublisherRestartIsReportedAsResetAndFollowedFromSeqZero) {
   ASSERT_FALSE(ds.empty());
   EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(ds[0].batch->events[0]));
   EXPECT_EQ(sub->stats().resets, 1u);
+}
+
+// A restarted publisher whose new run passed our position before the SUB heard it: live alone
+// looks like a gap, and the replay that fills it comes from the new run (before, it was taken for
+// the continuation of the old one). The replay begins at the last batch delivered; the new run's
+// batch there differs, so the restart is reported and the new run followed from its seq 0.
+TEST(EventSubscriber, APublisherRestartSeenOnlyThroughAReplayIsReportedAsAReset) {
+  testing::TempDir dir;
+  Restarted r;
+  ASSERT_NO_FATAL_FAILURE(FollowThenRestart(testing::IpcPublisherOptions(dir), 10, &r));
+  auto& sub = r.sub;
+  const uint64_t last_old = r.last_old;
+  // Before the SUB reconnects (ZMQ retries after 100 ms), the new run goes past the old one.
+  PublishSingles(*r.publisher, 7000, last_old + 5);
+  r.publisher->Flush();
+  const uint64_t passed = r.publisher->stats().next_seq;
+  std::vector<EventDelivery> before;
+  const std::optional<EventDelivery> reset = AwaitReset(r, &before);
+  ASSERT_TRUE(reset) << "no reset reported; " << before.size() << " deliveries first, the first "
+                     << (before.empty() ? std::string("none") : std::to_string(before[0].seq));
+  EXPECT_TRUE(before.empty()) << "the new run's batches were delivered as the old run's";
+  EXPECT_EQ(reset->previous_seq, last_old);
+  auto ds = CollectUntil(*sub, passed);
+  ExpectContiguousBatches(ds, 0);
+  ASSERT_FALSE(ds.empty());
+  EXPECT_TRUE(std::holds_alternative<AllBlocksCleared>(ds[0].batch->events[0]));
+  EXPECT_EQ(sub->stats().resets, 1u);
+  EXPECT_EQ(sub->stats().resets_seen_in_replay, 1u);
 }
 
 TEST(EventSubscriber, MalformedLiveMessagesAreSkippedAndCounted) {
@@ -371,7 +421,8 @@ TEST(EventSubscriber, SilentReplayServerIsGivenUpAndTheGapReported) {
   auto request = testing::ReceiveFrames(router, 1s);
   ASSERT_TRUE(request) << "the replay request never reached the server";
   EXPECT_EQ(request->size(), 3u);
-  EXPECT_EQ(DecodeSeq(request->back()), gap.seq);
+  // From the last batch delivered, which the answer must begin with (the same run's).
+  EXPECT_EQ(DecodeSeq(request->back()), gap.seq - 1);
 }
 
 }  // namespace

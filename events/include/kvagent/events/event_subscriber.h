@@ -77,8 +77,9 @@ struct EventSubscriberStats {
   uint64_t gaps_reported = 0;       // kGap deliveries
   uint64_t missing_batches = 0;     // seqs covered by kGap deliveries
   uint64_t resets = 0;
-  uint64_t replay_requests = 0;     // gap repairs, from_seq and idle probes
-  uint64_t malformed_messages = 0;  // frames that break the layout (skipped)
+  uint64_t resets_seen_in_replay = 0;  // of them: a replay found another batch where ours was
+  uint64_t replay_requests = 0;        // gap repairs, from_seq and idle probes
+  uint64_t malformed_messages = 0;     // frames that break the layout (skipped)
 };
 
 class EventSubscriber {
