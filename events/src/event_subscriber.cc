@@ -222,8 +222,9 @@ class EventSubscriber::Sockets {
     if (checked_) {
       const Delivered checked = *checked_;
       checked_.reset();  // the first batch of the answer decides: retained or not
-      if (*seq == checked.seq && PayloadHash(payload) != checked.hash) {
-        return RestartSeenInReplay(*seq);
+      if (*seq == checked.seq) {
+        if (PayloadHash(payload) != checked.hash) return RestartSeenInReplay(*seq);
+        return;  // the batch delivered last, as asked for: the answer continues our run
       }
     }
     if (*seq < *expected_) {
