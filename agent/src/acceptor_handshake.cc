@@ -91,8 +91,11 @@ bool Acceptor::OnHello(Connection& conn, std::span<const uint8_t> message) {
   conn.client_id = id;
   Status memory_refused;
   if (hello->memory_probe_address != 0) {
-    auto memory =
-        ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address, hello->memory_probe_value);
+    const Status may = ProcessMemory::MayGrant(conn.peer.uid, config_.process_memory_any_uid);
+    Result<std::shared_ptr<ProcessMemory>> memory =
+        may.ok() ? ProcessMemory::Grant(conn.peer.pid, hello->memory_probe_address,
+                                        hello->memory_probe_value)
+                 : Result<std::shared_ptr<ProcessMemory>>(may);
     if (memory.ok()) {
       conn.memory = std::move(*memory);
     } else {

@@ -149,6 +149,9 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
         "clients of one uid served at once (0: no cap per uid)");
   f.StringList("allow-uid", &v.allow_uids,
                "uid allowed to attach, in addition to the agent's uid and root (repeatable)");
+  f.Bool("process-memory-any-uid", &v.agent.process_memory_any_uid,
+         "grant process memory to clients of every allowed uid even when this agent may read any "
+         "process (CAP_SYS_PTRACE, e.g. root): only where every allowed user is trusted");
   f.StringList("allow-gid", &v.allow_gids,
                "gid allowed to attach, in addition to the agent's uid and root (repeatable)");
   f.Int("handshake-timeout-ms", &v.handshake_timeout_ms,

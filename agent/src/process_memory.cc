@@ -1,5 +1,6 @@
 #include "process_memory.h"
 
+#include <linux/capability.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -20,6 +21,15 @@ namespace {
 constexpr size_t kMaxIovecs = 1024;
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+// Whether this process holds CAP_SYS_PTRACE in its effective set (the kernel then lets it read
+// and write processes of other users, setuid ones included).
+bool MayPtraceAnyProcess() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return true;  // cannot tell: assume it may
+  return (data[CAP_SYS_PTRACE / 32].effective & (1u << (CAP_SYS_PTRACE % 32))) != 0;
+}
 
 bool PidfdAlive(int pidfd) {
   return syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0 || errno == EPERM;
@@ -83,6 +93,17 @@ Result<std::shared_ptr<ProcessMemory>> ProcessMemory::Grant(pid_t pid, uint64_t 
         "is not the one that sent the Hello");
   }
   return std::shared_ptr<ProcessMemory>(new ProcessMemory(pid, std::move(pidfd)));
+}
+
+Status ProcessMemory::MayGrant(uid_t client_uid, bool any_uid) {
+  if (any_uid || client_uid == 0 || !MayPtraceAnyProcess()) return Status::Ok();
+  return InvalidParams(
+      "this agent may read and write any process (it runs with CAP_SYS_PTRACE, e.g. as root) "
+      "and the client runs as uid " +
+      std::to_string(client_uid) +
+      ": a client that execs a setuid program would keep its grant to that program's memory, so "
+      "values travel through the arena instead; start the agent with --process-memory-any-uid "
+      "only where every allowed user is trusted, or run it as the clients' user");
 }
 
 bool ProcessMemory::Alive() const { return PidfdAlive(pidfd_.get()); }

@@ -52,6 +52,15 @@ class ProcessMemory : public std::enable_shared_from_this<ProcessMemory> {
                                                                     uint64_t probe_address,
                                                                     uint64_t probe_value);
 
+  // Whether a client of uid `client_uid` may be granted its memory at all. A grant is to a pid,
+  // and a process that execs keeps its pid: a client that execs a setuid program (keeping its
+  // connection and ring in a forked child) would have the agent read and write the new
+  // program's memory. The kernel refuses that to an agent without CAP_SYS_PTRACE (the program
+  // is not dumpable, its euid differs); an agent with it (root, as the shipped unit runs) could
+  // do it, so such an agent grants only clients that are root themselves, unless `any_uid`
+  // (--process-memory-any-uid) says every allowed user is trusted. INVALID_PARAMS saying so.
+  [[nodiscard]] static Status MayGrant(uid_t client_uid, bool any_uid);
+
   pid_t pid() const { return pid_; }
   // False once the process has exited (its pid may then belong to another process).
   bool Alive() const;

@@ -328,5 +328,49 @@ TEST(AgentLifecycle, OneUidsClientsStopAtTheirCapAndLeaveTheOtherSlotsToOthers) 
             0);
 }
 
+// A client running as `uid` that asks for process memory, then puts a 64 KiB value from its
+// own memory and gets it back into its own memory: 0 when that works without the grant (the
+// bytes went through the arena), 1 when it works with it, other codes on failures.
+int ProcessMemoryClientAs(uid_t uid, const std::string& run_dir) {
+  ProcessGuard child(fork());
+  if (child.pid() == 0) {
+    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(10);
+    ClientOptions options;
+    options.run_dir = run_dir;
+    options.arena_bytes = 1 << 20;
+    options.process_memory = true;
+    auto client = Client::Connect(options);
+    if (!client.ok()) _exit(11);
+    const std::string value(64 << 10, 'p');
+    std::vector<std::string> keys = {"process-memory-" + std::to_string(uid)};
+    std::vector<Value> values = {Value(std::string_view(value))};
+    Reply put = (*client)->Put(keys, values);
+    if (!put.ok() || put.keys[0].code != ErrorCode::kOk) _exit(12);
+    std::string back(value.size(), '\0');
+    MemoryRange target{back.data(), back.size()};
+    std::vector<MemoryValue> targets = {MemoryValue(&target, 1)};
+    Reply got = (*client)->GetInto(keys, targets);
+    if (!got.ok() || got.keys[0].code != ErrorCode::kOk || back != value) _exit(13);
+    _exit((*client)->process_memory() ? 1 : 0);
+  }
+  const int status = child.Wait();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A grant of process memory is to a pid, and a process that execs a setuid program keeps it: an
+// agent that may read and write any process (root here) would then read and write that
+// program's memory. Such an agent grants only root clients, unless told every allowed user is
+// trusted; the others' values go through their arena.
+TEST(AgentLifecycle, ARootAgentGrantsProcessMemoryToOtherUsersOnlyWhenToldTheyAreTrusted) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch the client's uid";
+  AgentProcess agent({"--allow-uid", "65534"});
+  ASSERT_TRUE(agent.started());
+  EXPECT_EQ(ProcessMemoryClientAs(65534, agent.run_dir()), 0);
+  EXPECT_EQ(ProcessMemoryClientAs(0, agent.run_dir()), 1);  // root gains nothing by it
+  AgentProcess trusting({"--allow-uid", "65534", "--process-memory-any-uid"});
+  ASSERT_TRUE(trusting.started());
+  EXPECT_EQ(ProcessMemoryClientAs(65534, trusting.run_dir()), 1);
+}
+
 }  // namespace
 }  // namespace kvagent::testing

@@ -40,6 +40,9 @@ struct AgentConfig {
   // allow_gids (the lists add to the first two).
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
+  // Grant process memory (ProcessMemory::MayGrant) to clients of any uid even when this agent
+  // may read and write every process: only where every allowed user is trusted.
+  bool process_memory_any_uid = false;
   // A connection that has not completed its handshake (Hello .. Attached) by then is closed.
   std::chrono::milliseconds handshake_timeout{10000};
   // How long the ring service keeps spinning after the last request before it sleeps.
