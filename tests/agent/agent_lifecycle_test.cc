@@ -159,21 +159,30 @@ TEST(AgentLifecycle, MoreThanMaxClientsAreRefusedWithAMessageSayingWhatToDo) {
   TheThirdClientIsRefused(agent, "--max-clients");
 }
 
-// A client running as another user (the segment's descriptor reaches it over the socket,
-// whatever its uid): 0 when it attached and pinged, 11 when refused.
-int ConnectAs(uid_t uid, const std::string& run_dir) {
+// Runs `body` in a child process as `uid` (group `uid` too) with a client of the agent at
+// `run_dir` (1 MiB arena, process memory when asked); its exit code: `body`'s result, 10 when
+// the uid could not be taken, 11 when the agent refused the client, 12 when it could not connect.
+int ClientAs(uid_t uid, const std::string& run_dir, bool process_memory,
+             const std::function<int(Client&)>& body) {
   ProcessGuard child(fork());
   if (child.pid() == 0) {
     if (setgid(uid) != 0 || setuid(uid) != 0) _exit(10);
     ClientOptions options;
     options.run_dir = run_dir;
     options.arena_bytes = 1 << 20;
+    options.process_memory = process_memory;
     auto client = Client::Connect(options);
     if (!client.ok()) _exit(client.status().code() == ErrorCode::kAgentUnavailable ? 11 : 12);
-    _exit((*client)->Ping().ok() ? 0 : 13);
+    _exit(body(**client));
   }
   const int status = child.Wait();
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A client running as another user (the segment's descriptor reaches it over the socket,
+// whatever its uid): 0 when it attached and pinged, 11 when refused.
+int ConnectAs(uid_t uid, const std::string& run_dir) {
+  return ClientAs(uid, run_dir, false, [](Client& c) { return c.Ping().ok() ? 0 : 13; });
 }
 
 TEST(AgentLifecycle, AllowUidAddsToTheAgentsUidAndRootAndOthersAreRefused) {
@@ -332,29 +341,19 @@ TEST(AgentLifecycle, OneUidsClientsStopAtTheirCapAndLeaveTheOtherSlotsToOthers) 
 // own memory and gets it back into its own memory: 0 when that works without the grant (the
 // bytes went through the arena), 1 when it works with it, other codes on failures.
 int ProcessMemoryClientAs(uid_t uid, const std::string& run_dir) {
-  ProcessGuard child(fork());
-  if (child.pid() == 0) {
-    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(10);
-    ClientOptions options;
-    options.run_dir = run_dir;
-    options.arena_bytes = 1 << 20;
-    options.process_memory = true;
-    auto client = Client::Connect(options);
-    if (!client.ok()) _exit(11);
+  return ClientAs(uid, run_dir, /*process_memory=*/true, [uid](Client& c) {
     const std::string value(64 << 10, 'p');
     std::vector<std::string> keys = {"process-memory-" + std::to_string(uid)};
     std::vector<Value> values = {Value(std::string_view(value))};
-    Reply put = (*client)->Put(keys, values);
-    if (!put.ok() || put.keys[0].code != ErrorCode::kOk) _exit(12);
+    Reply put = c.Put(keys, values);
+    if (!put.ok() || put.keys[0].code != ErrorCode::kOk) return 14;
     std::string back(value.size(), '\0');
     MemoryRange target{back.data(), back.size()};
     std::vector<MemoryValue> targets = {MemoryValue(&target, 1)};
-    Reply got = (*client)->GetInto(keys, targets);
-    if (!got.ok() || got.keys[0].code != ErrorCode::kOk || back != value) _exit(13);
-    _exit((*client)->process_memory() ? 1 : 0);
-  }
-  const int status = child.Wait();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    Reply got = c.GetInto(keys, targets);
+    if (!got.ok() || got.keys[0].code != ErrorCode::kOk || back != value) return 15;
+    return c.process_memory() ? 1 : 0;
+  });
 }
 
 // A grant of process memory is to a pid, and a process that execs a setuid program keeps it: an
