@@ -15,10 +15,11 @@
 //  - An idle probe is an ordinary replay from expected_ with nothing held: it delivers what
 //    the live socket lost, or just the end marker.
 //  - A replay that follows a delivered batch starts one seq early, at that batch (checked_):
-//    the publisher's batch there must be the one delivered (its payload's hash). A restarted
+//    the publisher's batch there must be the one delivered (PayloadHash). A restarted
 //    publisher whose new run went past our position before we heard it live would otherwise
 //    answer with its own batches, taken for the continuation of the old run; a different batch
-//    there is reported as a reset, and the new run followed from seq 0.
+//    there is reported as a reset, and the new run followed from seq 0. Only for a batch of at
+//    most kMaxCheckedBytes: an idle probe (each second of silence) fetches it again.
 #include "kvagent/events/event_subscriber.h"
 
 #include <deque>
@@ -42,6 +43,8 @@ constexpr size_t kMaxFrames = 4;
 // A replay answers with up to the publisher's whole ring at once; let ZMQ queue it here rather
 // than leave it queued on the publisher's ROUTER.
 constexpr int kReplayRcvHwm = 100000;
+// The largest delivered batch a replay asks for again, to check it begins where we are.
+constexpr size_t kMaxCheckedBytes = size_t{256} << 10;
 
 struct Received {
   uint64_t seq = 0;
@@ -190,7 +193,8 @@ class EventSubscriber::Sockets {
 
   void StartReplay() {
     checked_.reset();
-    if (last_delivered_ && *expected_ > 0 && last_delivered_->seq == *expected_ - 1) {
+    if (last_delivered_ && *expected_ > 0 && last_delivered_->seq == *expected_ - 1 &&
+        last_delivered_->bytes <= kMaxCheckedBytes) {
       checked_ = last_delivered_;
     }
     const std::string request = EncodeSeq(checked_ ? checked_->seq : *expected_);
@@ -249,8 +253,18 @@ class EventSubscriber::Sockets {
     StartReplay();
   }
 
+  // What tells two batches at one seq apart, cheaply whatever their size: their sizes and their
+  // first and last 256 bytes (a batch's ts, float64 seconds when it was built, is among its
+  // first bytes, so a batch of another publisher run differs there).
   static uint64_t PayloadHash(std::string_view payload) {
-    return std::hash<std::string_view>{}(payload);
+    constexpr size_t kEdge = 256;
+    const std::hash<std::string_view> hash;
+    uint64_t h = payload.size();
+    h = h * 0x9E3779B97F4A7C15ULL ^ hash(payload.substr(0, kEdge));
+    if (payload.size() > kEdge) {
+      h = h * 0x9E3779B97F4A7C15ULL ^ hash(payload.substr(payload.size() - kEdge));
+    }
+    return h;
   }
 
   void FinishReplay(bool timed_out) {
@@ -298,7 +312,7 @@ class EventSubscriber::Sockets {
         d.decode_status = decoded.status();
       }
     }
-    last_delivered_ = Delivered{d.seq, PayloadHash(d.payload)};
+    last_delivered_ = Delivered{d.seq, PayloadHash(d.payload), d.payload.size()};
     ready_.push_back(std::move(d));
     expected_ = batch.seq + 1;
     ++stats_.delivered_batches;
@@ -326,6 +340,7 @@ class EventSubscriber::Sockets {
   struct Delivered {
     uint64_t seq = 0;
     uint64_t hash = 0;  // PayloadHash of its payload
+    size_t bytes = 0;   // of its payload
   };
   std::optional<Delivered> last_delivered_;
   std::optional<Delivered> checked_;  // the batch the current replay must begin with
