@@ -235,7 +235,6 @@ TEST(Kvmaster, ASecondKvmasterOnAStateDirInUseDoesNotStartAndTheFirstKeepsItsLog
   ASSERT_FALSE(ep.empty());
   MasterClient client(ep["rpc"]);
   ASSERT_NO_FATAL_FAILURE(StoreAsAgent(client, {"a"}, {""}));
-  const fb::Reply* r = nullptr;
   const auto log_bytes = std::filesystem::file_size(state.path() + "/master.oplog");
 
   Kvmaster second({"--state-dir", state.path(), "--log-dir", logs.path()});
@@ -247,7 +246,7 @@ TEST(Kvmaster, ASecondKvmasterOnAStateDirInUseDoesNotStartAndTheFirstKeepsItsLog
   Kvmaster standby({"--state-dir", state.path(), "--follow", ep["rpc"]});
   EXPECT_EQ(standby.WaitExit(), 1);
   EXPECT_EQ(std::filesystem::file_size(state.path() + "/master.oplog"), log_bytes);
-  r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
+  const fb::Reply* r = client.Call(KeysMsg(fb::Body::BatchGet, {"a"}), &buf);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->body_as_PlacementReply()->codes()->Get(0), 0);
 

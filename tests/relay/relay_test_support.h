@@ -88,12 +88,8 @@ class Master {
     std::lock_guard<std::mutex> lock(mu_);
     cluster_->Put(cluster_->agents[0], keys, 64);
     std::string payload = events::EncodeEventBatch(events::EventBatch{1.0, cluster_->Events(), 0});
-    if (trailing) {
-      payload.push_back('\xc0');
-    } else {
-      payload[0] = '\x94';  // was 0x93, a fixarray of 3
-      payload.push_back('\xc0');
-    }
+    if (!trailing) payload[0] = '\x94';  // was 0x93, a fixarray of 3: the nil below is its 4th
+    payload.push_back('\xc0');
     publisher_->PublishEncoded(std::move(payload));
     publisher_->Flush();
   }
