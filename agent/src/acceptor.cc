@@ -339,16 +339,10 @@ bool Acceptor::Allowed(const ipc::PeerCredentials& peer) const {
          std::find(allow_gids_.begin(), allow_gids_.end(), peer.gid) != allow_gids_.end();
 }
 
-size_t Acceptor::CountClients() const {
-  size_t n = 0;
-  for (const auto& [fd, conn] : connections_) n += conn.phase != Phase::kAwaitHello;
-  return n;
-}
-
-size_t Acceptor::CountClients(uid_t uid) const {
+size_t Acceptor::CountClients(std::optional<uid_t> uid) const {
   size_t n = 0;
   for (const auto& [fd, conn] : connections_) {
-    n += conn.phase != Phase::kAwaitHello && conn.peer.uid == uid;
+    n += conn.phase != Phase::kAwaitHello && (!uid || conn.peer.uid == *uid);
   }
   return n;
 }

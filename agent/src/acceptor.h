@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -92,8 +93,8 @@ class Acceptor {
   void Refuse(Connection& conn, const Status& why);
   void Close(int fd, const std::string& why);
   bool Allowed(const ipc::PeerCredentials& peer) const;
-  size_t CountClients() const;
-  size_t CountClients(uid_t uid) const;  // of one uid
+  // Clients past their Hello: all, or those of one uid.
+  size_t CountClients(std::optional<uid_t> uid = std::nullopt) const;
   void ProcessCommands();
   void CloseListener();  // acceptor thread only
   void PauseAccepting(Clock::time_point until);

@@ -23,6 +23,7 @@
 #include "kvagent/client.h"
 #include "notify_socket.h"
 #include "process_guard.h"
+#include "temp_dir.h"
 #include "test_client_process.h"
 
 namespace kvagent::testing {
@@ -63,11 +64,6 @@ TEST(AgentLifecycle, ClientSigkilledMidStreamIsReclaimedAndOthersAreUnaffected) 
     Reply r = other->Ping();
     EXPECT_TRUE(r.ok()) << r.status.ToString();
   }
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // The re-exec for a huge-page heap (heap_pages.h) keeps the process's name, by which operators

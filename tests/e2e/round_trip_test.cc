@@ -10,16 +10,12 @@
 
 #include "command_run.h"
 #include "e2e_support.h"
+#include "temp_dir.h"
 
 namespace kvagent::testing {
 namespace {
 
 class RoundTrip : public ::testing::TestWithParam<Mode> {};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 CommandOutput Kvctl(const Store& store, std::vector<std::string> args) {
   args.insert(args.begin(), {KVCTL_BINARY, "--run-dir", store.run_dir()});

@@ -1,5 +1,5 @@
 // Test support: a fresh directory under $TMPDIR (or /tmp), removed with everything in it on
-// destruction.
+// destruction; and the bytes of a file.
 #pragma once
 
 #include <sys/stat.h>
@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -35,5 +37,11 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The bytes of the file at `path` (empty when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 }  // namespace kvagent::testing

@@ -217,14 +217,6 @@ TEST(Kvmaster, TheOperationLogRestoresObjectsTagsAndPoolsAfterARestart) {
   EXPECT_EQ(m.Terminate(), 0);
 }
 
-// The text of a file (empty when it cannot be read).
-std::string FileText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // A second kvmaster on a state dir in use (a second unit, a standby given the primary's dir)
 // would append its records between the first's and replace the log at its next compaction.
 TEST(Kvmaster, ASecondKvmasterOnAStateDirInUseDoesNotStartAndTheFirstKeepsItsLog) {
@@ -239,7 +231,7 @@ TEST(Kvmaster, ASecondKvmasterOnAStateDirInUseDoesNotStartAndTheFirstKeepsItsLog
 
   Kvmaster second({"--state-dir", state.path(), "--log-dir", logs.path()});
   EXPECT_EQ(second.WaitExit(), 1);
-  const std::string said = FileText(logs.path() + "/kvmaster.ERROR");
+  const std::string said = kvagent::testing::ReadFile(logs.path() + "/kvmaster.ERROR");
   EXPECT_NE(said.find("--state-dir " + state.path() + " is in use by another kvmaster"),
             std::string::npos)
       << said;

@@ -14,6 +14,7 @@
 #include "agent_process.h"
 #include "command_run.h"
 #include "kvagent/client.h"
+#include "temp_dir.h"
 
 #ifndef KVCTL_BINARY
 #error "KVCTL_BINARY must name the kvctl executable"
@@ -50,13 +51,6 @@ std::string BinaryBytes(size_t size, uint32_t seed) {
     out[i] = static_cast<char>(i < 256 ? i : x >> 24);
   }
   return out;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
