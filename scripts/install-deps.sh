@@ -14,7 +14,7 @@ packages=(
   libibverbs-dev librdmacm-dev
   libsystemd-dev
   libcurl4-openssl-dev nlohmann-json3-dev
-  etcd-server etcd-client
+  etcd-server etcd-client openssl
   libcli11-dev libtomlplusplus-dev
   python3 python3-msgpack python3-zmq
   python3-torch

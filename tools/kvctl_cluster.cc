@@ -19,9 +19,12 @@ using namespace std::chrono_literals;
 
 constexpr std::string_view kClusterUsage =
     "Usage: kvctl cluster --master etcd://HOST:PORT[,HOST:PORT]/CLUSTER [--wait-ms MS]\n"
+    "                     [--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F]\n"
     "The kvmasters of a cluster coordinated through etcd: the leader (epoch, endpoints) and each\n"
     "member's role and how much of the leader's log it holds. --wait-ms: wait up to MS for a\n"
-    "leader that serves. Exit 0 when one serves, 1 when none does.\n";
+    "leader that serves. Exit 0 when one serves, 1 when none does. etcd over TLS: name the\n"
+    "cluster etcds://... and give the CA (default: the system's) and, where etcd asks for one,\n"
+    "a client certificate and key.\n";
 
 struct View {
   std::optional<coord::Leader> leader;
@@ -53,7 +56,10 @@ int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostr
   std::string master;
   int64_t wait_ms = 0;
   FlagSet flags("kvctl cluster", "a cluster of kvmasters as etcd shows it");
-  flags.String("master", &master, "the cluster: etcd://HOST:PORT[,HOST:PORT]/CLUSTER");
+  flags.String("master", &master,
+               "the cluster: etcd://HOST:PORT[,HOST:PORT]/CLUSTER (etcds://... over TLS)");
+  coord::EtcdTlsFlags tls;
+  tls.Declare(&flags);
   flags.Int("wait-ms", &wait_ms, "wait up to this long for a leader that serves");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
@@ -63,14 +69,16 @@ int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostr
   auto address = coord::ParseClusterAddress(master);
   if (parsed.ok() && master.empty()) parsed = InvalidParams("--master etcd://... is required");
   if (parsed.ok() && !address.ok()) parsed = address.status();
+  if (parsed.ok()) parsed = tls.Apply(&address->tls);
   if (parsed.ok() && wait_ms < 0) parsed = InvalidParams("--wait-ms must be >= 0");
   if (!parsed.ok()) {
     err << "kvctl cluster: " << parsed.message()
-        << "; usage: kvctl cluster --master etcd://HOST:PORT/CLUSTER [--wait-ms MS]\n";
+        << "; usage: kvctl cluster --master etcd://HOST:PORT/CLUSTER [--wait-ms MS] "
+           "[--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F]\n";
     return kExitUsage;
   }
   auto etcd = coord::EtcdClient::Create(
-      {address->etcd_endpoints, std::min<std::chrono::milliseconds>(global.timeout, 5000ms)});
+      address->Etcd(std::min<std::chrono::milliseconds>(global.timeout, 5000ms)));
   if (!etcd.ok()) {
     err << "kvctl: cluster: " << etcd.status().ToString() << "\n";
     return kExitFailed;

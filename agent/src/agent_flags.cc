@@ -84,6 +84,8 @@ Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
     // host may say it (kvmaster itself then listens on loopback unless --insecure-no-auth).
     auto cluster = coord::ParseClusterAddress(v.master);
     if (!cluster.ok()) return cluster.status();
+    KVAGENT_RETURN_IF_ERROR(v.etcd_tls.Apply(&cluster->tls));
+    v.etcd_tls_checked = cluster->tls;
     for (const std::string& etcd : cluster->etcd_endpoints) {
       KVAGENT_RETURN_IF_ERROR(
           v.auth.CheckEndpoint("tcp://" + etcd, "--master " + v.master + ": etcd", have_secret));
@@ -165,6 +167,7 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
   // The embedded master's options: the same flags as kvmaster's, declared once.
   master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
   v.auth.Declare(&f);
+  v.etcd_tls.Declare(&f);
 }
 
 Status CheckAgentFlags(AgentFlags& v) {
@@ -188,6 +191,9 @@ Status CheckAgentFlags(AgentFlags& v) {
   const bool have_secret = v.secret.has_value();
   KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.relay.events_tcp, "--events-tcp", have_secret));
   if (!v.master.empty()) KVAGENT_RETURN_IF_ERROR(CheckRemoteFlags(v, have_secret));
+  if (!coord::IsClusterAddress(v.master)) {
+    KVAGENT_RETURN_IF_ERROR(v.etcd_tls.Apply(&v.etcd_tls_checked));  // files without etcds://
+  }
   if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
   if (v.agent_name.empty()) {
     char host[256] = {};

@@ -11,6 +11,7 @@
 #include "kvagent/common/cluster_auth_flags.h"
 #include "kvagent/common/flags.h"
 #include "kvagent/common/status.h"
+#include "kvagent/coord/cluster_address.h"
 #include "kvagent/master/master_flags.h"
 #include "kvagent/relay/relay_flags.h"
 #include "kvagent/transfer/transfer_flags.h"
@@ -41,6 +42,8 @@ struct AgentFlags {
   kvagent::master::MasterOptions embedded;  // the standalone master's options
   std::string metrics_listen;               // empty: no /metrics endpoint
   kvagent::ClusterAuthFlags auth;
+  kvagent::coord::EtcdTlsFlags etcd_tls;         // --master etcds://...
+  coord::EtcdTls etcd_tls_checked;               // what Check made of them (with the address)
   std::optional<kvagent::ClusterSecret> secret;  // loaded by Check
 };
 

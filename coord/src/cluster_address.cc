@@ -1,15 +1,17 @@
 #include "kvagent/coord/cluster_address.h"
 
+#include "kvagent/common/flags.h"
 #include "kvagent/coord/etcd_client.h"
 
 namespace kvagent::coord {
 
 namespace {
 constexpr std::string_view kScheme = "etcd://";
-}
+constexpr std::string_view kTlsScheme = "etcds://";
+}  // namespace
 
 std::string ClusterAddress::ToString() const {
-  std::string out(kScheme);
+  std::string out(tls.enabled ? kTlsScheme : kScheme);
   for (size_t i = 0; i < etcd_endpoints.size(); ++i) {
     if (i > 0) out += ",";
     out += etcd_endpoints[i];
@@ -17,7 +19,9 @@ std::string ClusterAddress::ToString() const {
   return out + "/" + cluster;
 }
 
-bool IsClusterAddress(std::string_view text) { return text.rfind(kScheme, 0) == 0; }
+bool IsClusterAddress(std::string_view text) {
+  return text.rfind(kScheme, 0) == 0 || text.rfind(kTlsScheme, 0) == 0;
+}
 
 Status CheckName(std::string_view name, std::string_view what) {
   bool ok = !name.empty() && name.size() <= 64;
@@ -32,16 +36,19 @@ Status CheckName(std::string_view name, std::string_view what) {
 
 Result<ClusterAddress> ParseClusterAddress(std::string_view text) {
   const std::string example =
-      "; expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER, e.g. etcd://10.0.0.1:2379/prod";
+      "; expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER, e.g. etcd://10.0.0.1:2379/prod "
+      "(etcds://... for etcd over TLS)";
   if (!IsClusterAddress(text)) {
     return InvalidParams("\"" + std::string(text) + "\" is not a cluster address" + example);
   }
-  const std::string_view rest = text.substr(kScheme.size());
+  const bool tls = text.rfind(kTlsScheme, 0) == 0;
+  const std::string_view rest = text.substr(tls ? kTlsScheme.size() : kScheme.size());
   const size_t slash = rest.find('/');
   if (slash == std::string_view::npos) {
     return InvalidParams("\"" + std::string(text) + "\" names no cluster" + example);
   }
   ClusterAddress out;
+  out.tls.enabled = tls;
   if (Status st = ParseEtcdEndpoints(rest.substr(0, slash), &out.etcd_endpoints); !st.ok()) {
     return InvalidParams(st.message() + example);
   }
@@ -50,6 +57,24 @@ Result<ClusterAddress> ParseClusterAddress(std::string_view text) {
     return InvalidParams(st.message() + example);
   }
   return out;
+}
+
+void EtcdTlsFlags::Declare(FlagSet* flags) {
+  flags->String("etcd-ca-file", &ca_file,
+                "etcd over TLS: the CA certificates (PEM) etcd's certificate is checked against "
+                "(default: the system's)");
+  flags->String("etcd-cert-file", &cert_file,
+                "etcd over TLS: this process's client certificate (PEM), for an etcd that asks for "
+                "one (--client-cert-auth); with --etcd-key-file");
+  flags->String("etcd-key-file", &key_file,
+                "etcd over TLS: the private key (PEM) of --etcd-cert-file");
+}
+
+Status EtcdTlsFlags::Apply(EtcdTls* tls) const {
+  tls->ca_file = ca_file;
+  tls->cert_file = cert_file;
+  tls->key_file = key_file;
+  return CheckEtcdTls(*tls);
 }
 
 ClusterKeys::ClusterKeys(std::string_view cluster)

@@ -2,6 +2,12 @@
 // a key's create revision, the way etcd's own election recipe does.
 #include "kvagent/coord/etcd_client.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "etcd_http.h"
 #include "kvagent/common/host_port.h"
 
@@ -33,28 +39,78 @@ bool Succeeded(const Json& answer) {
 
 }  // namespace
 
-Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out) {
+Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out, bool* https) {
   std::vector<std::string> endpoints;
   auto bad = [&](std::string_view what) {
     return InvalidParams("etcd endpoint \"" + std::string(what) +
                          "\" is not HOST:PORT; give etcd's client URLs, e.g. "
-                         "127.0.0.1:2379,10.0.0.2:2379");
+                         "127.0.0.1:2379,10.0.0.2:2379" +
+                         (https != nullptr ? " (https://HOST:PORT,... for etcd over TLS)" : ""));
   };
   size_t start = 0;
+  size_t secure = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     if (comma == std::string_view::npos) comma = text.size();
     std::string_view one = text.substr(start, comma - start);
-    if (one.rfind("http://", 0) == 0) one.remove_prefix(7);
+    if (one.rfind("http://", 0) == 0) {
+      one.remove_prefix(7);
+    } else if (https != nullptr && one.rfind("https://", 0) == 0) {
+      one.remove_prefix(8);
+      ++secure;
+    }
     while (!one.empty() && one.back() == '/') one.remove_suffix(1);
-    // HOST:PORT with a port from 1 (also refuses https://: the gateway is spoken over plain
-    // http here).
+    // HOST:PORT with a port from 1 (also refuses https:// where the caller does not take it).
     if (!ParseHostPort(one, "etcd endpoint", HostPortRules{}).ok()) return bad(one);
     endpoints.emplace_back(one);
     start = comma + 1;
   }
   if (endpoints.empty()) return bad(text);
+  if (secure != 0 && secure != endpoints.size()) {
+    return InvalidParams("etcd endpoints \"" + std::string(text) +
+                         "\" mix https:// with plain ones; a client speaks TLS to all of them "
+                         "or to none");
+  }
+  if (https != nullptr) *https = secure != 0;
   if (out != nullptr) *out = std::move(endpoints);
+  return Status::Ok();
+}
+
+namespace {
+
+// OK when `path` (given with `flag`) names a regular file this process can read.
+Status CheckReadableFile(const std::string& path, std::string_view flag) {
+  const std::string what = std::string(flag) + " " + path + ": ";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return InvalidParams(what + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return InvalidParams(what + "not a regular file");
+  if (::access(path.c_str(), R_OK) != 0) return InvalidParams(what + std::strerror(errno));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckEtcdTls(const EtcdTls& tls) {
+  const bool files = !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty();
+  if (files && !tls.enabled) {
+    return InvalidParams(
+        "--etcd-ca-file, --etcd-cert-file and --etcd-key-file are for etcd over TLS: name etcd's "
+        "endpoints as https://HOST:PORT (kvmaster --etcd) or the cluster as "
+        "etcds://HOST:PORT/CLUSTER");
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidParams(
+        "--etcd-cert-file and --etcd-key-file go together: a client certificate and its private "
+        "key");
+  }
+  if (!tls.ca_file.empty())
+    KVAGENT_RETURN_IF_ERROR(CheckReadableFile(tls.ca_file, "--etcd-ca-file"));
+  if (!tls.cert_file.empty()) {
+    KVAGENT_RETURN_IF_ERROR(CheckReadableFile(tls.cert_file, "--etcd-cert-file"));
+  }
+  if (!tls.key_file.empty()) {
+    KVAGENT_RETURN_IF_ERROR(CheckReadableFile(tls.key_file, "--etcd-key-file"));
+  }
   return Status::Ok();
 }
 
@@ -64,6 +120,7 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options
     KVAGENT_RETURN_IF_ERROR(ParseEtcdEndpoints(e, nullptr));
   }
   if (options.timeout.count() <= 0) return InvalidParams("the etcd call timeout must be positive");
+  KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(options.tls));
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::make_unique<Http>(std::move(options))));
 }
 

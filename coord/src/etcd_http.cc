@@ -155,10 +155,16 @@ size_t CurlHandle::Write(char* data, size_t size, size_t n, void* self) {
   return size * n;
 }
 
-void CurlHandle::Prepare(const std::string& url, const std::string& payload) {
+void CurlHandle::Prepare(const std::string& endpoint, std::string_view path,
+                         const std::string& payload, const EtcdTls& tls) {
   body_.clear();
   overflowed_ = false;
+  error_[0] = '\0';
+  tls_ = tls.enabled;
+  const std::string url =
+      (tls.enabled ? "https://" : "http://") + endpoint + "/v3/" + std::string(path);
   curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl_, CURLOPT_ERRORBUFFER, error_);
   curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl_, CURLOPT_PROXY, "");  // never an http_proxy from the environment
   curl_easy_setopt(curl_, CURLOPT_NOPROXY, "*");
@@ -168,6 +174,47 @@ void CurlHandle::Prepare(const std::string& url, const std::string& payload) {
   curl_easy_setopt(curl_, CURLOPT_COPYPOSTFIELDS, payload.c_str());
   curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &CurlHandle::Write);
   curl_easy_setopt(curl_, CURLOPT_WRITEDATA, this);
+  // Only the scheme the caller chose: a redirect is not followed (the default), and no other
+  // protocol could be spoken.
+  curl_easy_setopt(curl_, CURLOPT_PROTOCOLS_STR, tls.enabled ? "https" : "http");
+  if (tls.enabled) {
+    curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYPEER, 1L);  // curl's defaults, said out loud
+    curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYHOST, 2L);
+    curl_easy_setopt(curl_, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
+    if (!tls.ca_file.empty()) curl_easy_setopt(curl_, CURLOPT_CAINFO, tls.ca_file.c_str());
+    if (!tls.cert_file.empty()) {
+      curl_easy_setopt(curl_, CURLOPT_SSLCERT, tls.cert_file.c_str());
+      curl_easy_setopt(curl_, CURLOPT_SSLKEY, tls.key_file.c_str());
+    }
+  }
+}
+
+std::string CurlHandle::Failure(CURLcode rc) const {
+  if (overflowed_) return "a message larger than 16 MiB";
+  const std::string why = error_[0] != '\0' ? std::string(error_) : curl_easy_strerror(rc);
+  switch (rc) {
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CLIENTCERT:
+      return "TLS: " + why +
+             " (check --etcd-ca-file, --etcd-cert-file and --etcd-key-file, and that etcd's "
+             "certificate names this host or address)";
+    case CURLE_GOT_NOTHING:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+      // What a TLS server does to a client it refuses (a reset, an alert read as an error), and
+      // to a client that does not speak TLS (no answer).
+      return tls_ ? "TLS: " + why +
+                        " (etcd may have refused this client: check --etcd-cert-file and "
+                        "--etcd-key-file against etcd's --trusted-ca-file)"
+                  : why + " (if etcd speaks TLS there, name it as https:// or etcds://)";
+    default:
+      return why;
+  }
 }
 
 // ---- EtcdClient::Http -----------------------------------------------------------------------
@@ -184,7 +231,7 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) break;
     const std::string& endpoint = options_.endpoints[current_];
-    handle_.Prepare("http://" + endpoint + "/v3/" + std::string(path), payload);
+    handle_.Prepare(endpoint, path, payload, options_.tls);
     curl_easy_setopt(handle_.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(left));
     curl_easy_setopt(handle_.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(left));
     const CURLcode rc = curl_easy_perform(handle_.get());
@@ -192,13 +239,16 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
     curl_easy_getinfo(handle_.get(), CURLINFO_RESPONSE_CODE, &http);
     std::string why;
     if (rc != CURLE_OK) {
-      why = handle_.overflowed() ? "an answer larger than 16 MiB" : curl_easy_strerror(rc);
+      why = handle_.Failure(rc);
     } else {
       Json answer = Json::parse(handle_.body(), nullptr, /*allow_exceptions=*/false);
       if (answer.is_discarded()) {
+        const bool wants_tls = handle_.body().find("HTTPS") != std::string::npos;
         return Internal("etcd at " + endpoint + " answered /v3/" + std::string(path) +
-                        " with something that is not JSON (HTTP " + std::to_string(http) +
-                        "); is this etcd's client port?");
+                        " with something that is not JSON (HTTP " + std::to_string(http) + "); " +
+                        (wants_tls ? "it serves TLS there: name it as https://HOST:PORT "
+                                     "(kvmaster --etcd) or etcds://HOST:PORT/CLUSTER"
+                                   : "is this etcd's client port?"));
       }
       if (http == 200) return answer;
       Status st = StatusFromError(answer, http);
@@ -212,7 +262,8 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
   if (failures.empty()) failures = "no time left";
   return Status(ErrorCode::kMasterUnavailable,
                 "etcd is not reachable (" + failures +
-                    "); check that etcd runs and that --etcd / etcd:// names its client URLs");
+                    "); check that etcd runs and that --etcd / etcd:// (etcds:// for TLS) names "
+                    "its client URLs");
 }
 
 }  // namespace kvagent::coord

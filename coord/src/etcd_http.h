@@ -60,14 +60,20 @@ class CurlHandle {
   CURL* get() const { return curl_; }
   std::string& body() { return body_; }
   bool overflowed() const { return overflowed_; }
-  // Sets up a POST of `payload` (copied) to `url` with a JSON content type, no proxy, and the
-  // answer going to body().
-  void Prepare(const std::string& url, const std::string& payload);
+  // Sets up a POST of `payload` (copied) to /v3/`path` of `endpoint` (http://, or https:// with
+  // `tls`) with a JSON content type, no proxy, and the answer going to body().
+  void Prepare(const std::string& endpoint, std::string_view path, const std::string& payload,
+               const EtcdTls& tls);
+  // Why the last transfer that returned `rc` failed: curl's own words (with the TLS library's
+  // reason for a TLS failure) and, for TLS failures, which flags to check.
+  std::string Failure(CURLcode rc) const;
 
  private:
   static size_t Write(char* data, size_t size, size_t n, void* self);
   CURL* curl_ = nullptr;
   curl_slist* headers_ = nullptr;
+  char error_[CURL_ERROR_SIZE] = {};
+  bool tls_ = false;  // the transfer Prepare set up speaks TLS
   std::string body_;
   bool overflowed_ = false;
 };
@@ -76,7 +82,7 @@ class EtcdClient::Http {
  public:
   explicit Http(EtcdClientOptions options);
 
-  // POSTs `body` to http://ENDPOINT/v3/`path` and returns the parsed answer. Tries the endpoint
+  // POSTs `body` to http(s)://ENDPOINT/v3/`path` and returns the parsed answer. Tries the endpoint
   // that answered last first, then the others, within options.timeout in all. An endpoint that
   // cannot be reached, or answers 5xx or "unavailable", is skipped; an error etcd answered
   // otherwise is returned as it is (StatusFromError).

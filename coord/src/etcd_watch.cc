@@ -72,11 +72,11 @@ class EtcdWatch::Stream {
   Stream& operator=(const Stream&) = delete;
 
   // Starts the watch at `endpoint` and waits for etcd's confirmation.
-  Status Open(const std::string& endpoint, const std::string& payload,
+  Status Open(const std::string& endpoint, const std::string& payload, const EtcdTls& tls,
               std::chrono::milliseconds timeout) {
     Detach();
     endpoint_ = endpoint;
-    handle_.Prepare("http://" + endpoint + "/v3/watch", payload);
+    handle_.Prepare(endpoint, "watch", payload, tls);
     curl_easy_setopt(handle_.get(), CURLOPT_TIMEOUT_MS, 0L);  // the stream lasts
     curl_easy_setopt(handle_.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
     curl_easy_setopt(handle_.get(), CURLOPT_TCP_KEEPALIVE, 1L);
@@ -132,8 +132,7 @@ class EtcdWatch::Stream {
     int queued = 0;
     while (CURLMsg* m = curl_multi_info_read(multi_, &queued)) {
       if (m->msg == CURLMSG_DONE && m->data.result != CURLE_OK) {
-        why = handle_.overflowed() ? "a message larger than 16 MiB"
-                                   : curl_easy_strerror(m->data.result);
+        why = handle_.Failure(m->data.result);
       }
     }
     // What arrived before the end still counts; the caller sees the error next time.
@@ -176,6 +175,7 @@ Result<std::unique_ptr<EtcdWatch>> EtcdWatch::Open(const EtcdClientOptions& opti
                                                    std::string key, int64_t start_revision,
                                                    bool prefix) {
   if (options.endpoints.empty()) return InvalidParams("no etcd endpoint given");
+  KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(options.tls));
   Json create{{"key", Base64(key)}};
   if (prefix) create["range_end"] = Base64(PrefixEnd(key));
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
@@ -183,7 +183,7 @@ Result<std::unique_ptr<EtcdWatch>> EtcdWatch::Open(const EtcdClientOptions& opti
   auto stream = std::make_unique<Stream>();
   std::string failures;
   for (const std::string& endpoint : options.endpoints) {
-    Status st = stream->Open(endpoint, payload, options.timeout);
+    Status st = stream->Open(endpoint, payload, options.tls, options.timeout);
     if (st.ok()) return std::unique_ptr<EtcdWatch>(new EtcdWatch(std::move(stream)));
     if (st.code() != ErrorCode::kMasterUnavailable) return st;
     failures += (failures.empty() ? "" : "; ") + st.message();

@@ -31,8 +31,7 @@ class LeaderWatcher::Thread {
         options_(options),
         client_(std::move(client)),
         key_(ClusterKeys(owner->address_.cluster).leader()) {
-    etcd_.endpoints = owner->address_.etcd_endpoints;
-    etcd_.timeout = options.timeout;
+    etcd_ = owner->address_.Etcd(options.timeout);
     thread_ = std::thread([this] { Run(); });
   }
   ~Thread() {
@@ -160,7 +159,7 @@ Result<std::unique_ptr<LeaderWatcher>> LeaderWatcher::Start(ClusterAddress addre
                                                             OnChange on_change,
                                                             LeaderWatcherOptions options) {
   KVAGENT_RETURN_IF_ERROR(CheckName(address.cluster, "the cluster name"));
-  auto client = EtcdClient::Create({address.etcd_endpoints, options.timeout});
+  auto client = EtcdClient::Create(address.Etcd(options.timeout));
   if (!client.ok()) return client.status();
   std::unique_ptr<LeaderWatcher> watcher(new LeaderWatcher(std::move(address)));
   watcher->thread_ =

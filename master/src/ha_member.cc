@@ -71,7 +71,7 @@ class Member {
       : o_(std::move(o)),
         signals_(signals),
         keys_(o_.cluster.cluster),
-        etcd_{o_.cluster.etcd_endpoints, 1000ms},
+        etcd_{o_.cluster.Etcd(1000ms)},
         watchdog_(Watchdog::IntervalFromEnvironment(), [this] { return status_; }) {}
 
   int Run() {
@@ -467,8 +467,10 @@ class Member {
 
 void HaFlags::Declare(FlagSet* f) {
   f->String("etcd", &etcd,
-            "high availability: etcd's client endpoints HOST:PORT[,HOST:PORT]; the kvmasters of "
-            "--cluster elect a leader there, the others follow its log (needs --state-dir)");
+            "high availability: etcd's client endpoints HOST:PORT[,HOST:PORT] (https://HOST:PORT,"
+            "... over TLS); the kvmasters of --cluster elect a leader there, the others follow "
+            "its log (needs --state-dir)");
+  etcd_tls.Declare(f);
   f->String("cluster", &cluster, "high availability: the cluster's name in etcd");
   f->String("name", &name, "high availability: this member's name (default: the host name)");
   f->Int("leader-lease-ms", &leader_lease_ms,
@@ -487,9 +489,14 @@ Status HaFlags::Apply(HaMemberOptions* out) const {
   if (etcd.empty() || cluster.empty()) {
     return InvalidParams("--etcd and --cluster go together (high availability through etcd)");
   }
-  auto address = coord::ParseClusterAddress("etcd://" + etcd + "/" + cluster);
-  if (!address.ok()) return address.status();
-  out->cluster = std::move(*address);
+  bool https = false;
+  std::vector<std::string> endpoints;
+  KVAGENT_RETURN_IF_ERROR(coord::ParseEtcdEndpoints(etcd, &endpoints, &https));
+  KVAGENT_RETURN_IF_ERROR(coord::CheckName(cluster, "--cluster"));
+  out->cluster.etcd_endpoints = std::move(endpoints);
+  out->cluster.cluster = cluster;
+  out->cluster.tls.enabled = https;
+  KVAGENT_RETURN_IF_ERROR(etcd_tls.Apply(&out->cluster.tls));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   out->name = name.empty() ? std::string(host) : name;

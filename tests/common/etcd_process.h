@@ -1,6 +1,7 @@
 // Test support: a real single-member etcd (Debian's etcd-server) on loopback with a data dir of
 // the test's own and ports nobody uses, stopped (SIGKILL + waitpid) when the test ends. It can be
-// killed, stopped, restarted on the same ports and data, or started inside a network namespace.
+// killed, stopped, restarted on the same ports and data, started inside a network namespace, or
+// serve its clients over TLS.
 #pragma once
 
 #include <arpa/inet.h>
@@ -65,6 +66,15 @@ class EtcdProcess {
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
 
+  // Before Start: serve clients over TLS with `cert` and `key`, asking each for a certificate
+  // signed by `ca` (--client-cert-auth); `probe` is how Start's readiness check reaches it.
+  void ServeTls(std::string cert, std::string key, std::string ca, coord::EtcdTls probe) {
+    tls_args_ = {"--cert-file",       std::move(cert), "--key-file",        std::move(key),
+                 "--trusted-ca-file", std::move(ca),   "--client-cert-auth"};
+    probe_ = std::move(probe);
+    probe_.enabled = true;
+  }
+
   // Starts etcd (again, on the same ports and data) and waits until it answers. False when it
   // did not come up (then on fresh ports, a few times: another test may have taken one).
   bool Start() {
@@ -94,18 +104,21 @@ class EtcdProcess {
 
   std::string endpoint() const { return host_ + ":" + std::to_string(client_port_); }
   uint16_t port() const { return client_port_; }
+  // kvmaster's --etcd: https://HOST:PORT when it serves TLS, else HOST:PORT.
+  std::string url() const { return (probe_.enabled ? "https://" : "") + endpoint(); }
   std::string ClusterUrl(const std::string& cluster) const {
-    return "etcd://" + endpoint() + "/" + cluster;
+    return (probe_.enabled ? "etcds://" : "etcd://") + endpoint() + "/" + cluster;
   }
   const std::string& log_path() const { return log_; }
 
  private:
   bool Launch() {
     if (client_port_ == 0 || peer_port_ == 0) return false;
-    const std::string client = "http://" + host_ + ":" + std::to_string(client_port_);
+    const std::string scheme = probe_.enabled ? "https://" : "http://";
+    const std::string client = scheme + host_ + ":" + std::to_string(client_port_);
     std::string listen = client;
     for (const std::string& h : also_listen_) {
-      listen += ",http://" + h + ":" + std::to_string(client_port_);
+      listen += "," + scheme + h + ":" + std::to_string(client_port_);
     }
     const std::string peer = "http://" + host_ + ":" + std::to_string(peer_port_);
     log_ = data_dir_ + "/etcd.log";
@@ -119,9 +132,11 @@ class EtcdProcess {
         // minimum lease is then 1 s (the members' default).
         "--heartbeat-interval", "50", "--election-timeout", "500"};
     args.insert(args.end(), own.begin(), own.end());
+    args.insert(args.end(), tls_args_.begin(), tls_args_.end());
     const pid_t pid = SpawnLogged(args, log_);
     process_.Reset(pid);
-    auto client_api = coord::EtcdClient::Create({{endpoint()}, std::chrono::milliseconds(500)});
+    auto client_api =
+        coord::EtcdClient::Create({{endpoint()}, std::chrono::milliseconds(500), probe_});
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < until && process_.Running()) {
       if (client_api.ok() && (*client_api)->Get("/ready-probe").ok()) return true;
@@ -138,6 +153,8 @@ class EtcdProcess {
   uint16_t client_port_ = 0;
   uint16_t peer_port_ = 0;
   bool fixed_ports_ = false;
+  std::vector<std::string> tls_args_;
+  coord::EtcdTls probe_;
   std::string log_;
   ProcessGuard process_;
 };

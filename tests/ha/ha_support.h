@@ -27,9 +27,11 @@ namespace kvagent::testing {
 
 using namespace std::chrono_literals;
 
-// The cluster's leader as etcd shows it now (nullopt: none, or not serving yet).
-inline std::optional<coord::Leader> LeaderOf(const std::string& etcd, const std::string& cluster) {
-  auto client = coord::EtcdClient::Create({{etcd}, 1000ms});
+// The cluster's leader as etcd shows it now (nullopt: none, or not serving yet). `tls`: etcd
+// over TLS.
+inline std::optional<coord::Leader> LeaderOf(const std::string& etcd, const std::string& cluster,
+                                             const coord::EtcdTls& tls = {}) {
+  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls});
   if (!client.ok()) return std::nullopt;
   auto kv = (*client)->Get(coord::ClusterKeys(cluster).leader());
   if (!kv.ok() || !kv->has_value()) return std::nullopt;
@@ -41,8 +43,9 @@ inline std::optional<coord::Leader> LeaderOf(const std::string& etcd, const std:
 // A member's record (role, position), nullopt when it has none.
 inline std::optional<coord::MemberRecord> MemberOf(const std::string& etcd,
                                                    const std::string& cluster,
-                                                   const std::string& name) {
-  auto client = coord::EtcdClient::Create({{etcd}, 1000ms});
+                                                   const std::string& name,
+                                                   const coord::EtcdTls& tls = {}) {
+  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls});
   if (!client.ok()) return std::nullopt;
   auto kv = (*client)->Get(coord::ClusterKeys(cluster).member(name));
   if (!kv.ok() || !kv->has_value()) return std::nullopt;
@@ -213,6 +216,52 @@ inline std::unique_ptr<Client> ConnectClient(const NodeAgent& agent,
   options.call_timeout = timeout;
   auto client = Client::Connect(options);
   return client.ok() ? std::move(*client) : nullptr;
+}
+
+// Puts PREFIX-0 .. PREFIX-(n-1) (2000 patterned bytes each), each retried until OK (an agent
+// still finding its leader); "" when all were stored, else the last answer of the first that
+// never was.
+inline std::string PutPatterned(Client& c, const std::string& prefix, int n) {
+  for (int i = 0; i < n; ++i) {
+    const std::string key = prefix + "-" + std::to_string(i);
+    KeyResult r;
+    if (!WaitUntil([&] {
+          r = PutValue(c, key, Pattern(key, 2000), 1);
+          return r.code == ErrorCode::kOk;
+        })) {
+      return key + ": " + r.message;
+    }
+  }
+  return "";
+}
+
+// The keys PutPatterned stored that do not read back with their bytes within `limit` each.
+inline std::vector<std::string> UnreadablePatterned(Client& c, const std::string& prefix, int n,
+                                                    std::chrono::milliseconds limit = 10s) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    const std::string key = prefix + "-" + std::to_string(i);
+    if (!WaitUntil(
+            [&] {
+              const Read g = GetValue(c, key, 4096);
+              return g.code == ErrorCode::kOk && g.bytes == Pattern(key, 2000);
+            },
+            limit)) {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+// True once the agent of `c` is registered with the master of `epoch` (within `limit`).
+inline bool RegisteredWith(Client& c, uint64_t epoch, std::chrono::milliseconds limit = 30s) {
+  return WaitUntil(
+      [&] {
+        const Reply st = c.Stat();
+        return CounterOf(st, "agent.master_link.ready") == 1 &&
+               CounterOf(st, "agent.master_link.epoch") == epoch;
+      },
+      limit);
 }
 
 }  // namespace kvagent::testing

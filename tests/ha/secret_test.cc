@@ -63,20 +63,9 @@ TEST(HaWithSecret, FollowersAndAgentsAuthenticateAndFollowAFailoverOutsidersGetN
   auto outsider_client = ConnectClient(outsider, 5000ms);
   ASSERT_TRUE(outsider_client);
 
-  ASSERT_TRUE(WaitUntil([&] {
-    const Reply st = client->Stat();
-    return CounterOf(st, "agent.master_link.ready") == 1 &&
-           CounterOf(st, "agent.master_link.epoch") == first;
-  })) << m1.LogTail();
-  for (int i = 0; i < 20; ++i) {
-    const std::string key = "sec-" + std::to_string(i);
-    KeyResult r;
-    ASSERT_TRUE(WaitUntil([&] {
-      r = PutValue(*client, key, Pattern(key, 2000), 1);
-      return r.code == ErrorCode::kOk;
-    })) << r.message
-        << m1.LogTail() << m2.LogTail();
-  }
+  ASSERT_TRUE(RegisteredWith(*client, first, 20s)) << m1.LogTail();
+  const std::string stored = PutPatterned(*client, "sec", 20);
+  ASSERT_EQ(stored, "") << m1.LogTail() << m2.LogTail();
 
   m1.Kill();
   ASSERT_TRUE(WaitUntil(
@@ -87,24 +76,10 @@ TEST(HaWithSecret, FollowersAndAgentsAuthenticateAndFollowAFailoverOutsidersGetN
       30s))
       << m2.LogTail() << m3.LogTail() << m4.LogTail();
   const uint64_t second = leader()->epoch;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        const Reply st = client->Stat();
-        return CounterOf(st, "agent.master_link.ready") == 1 &&
-               CounterOf(st, "agent.master_link.epoch") == second;
-      },
-      30s))
+  ASSERT_TRUE(RegisteredWith(*client, second))
       << "the agent did not register with the new leader" << m2.LogTail() << m3.LogTail();
-  for (int i = 0; i < 20; ++i) {
-    const std::string key = "sec-" + std::to_string(i);
-    EXPECT_TRUE(WaitUntil(
-        [&] {
-          const Read g = GetValue(*client, key, 4096);
-          return g.code == ErrorCode::kOk && g.bytes == Pattern(key, 2000);
-        },
-        10s))
-        << key << " is not readable from the new leader";
-  }
+  EXPECT_EQ(UnreadablePatterned(*client, "sec", 20), std::vector<std::string>{})
+      << "not readable from the new leader";
   const Reply st = client->Stat();
   EXPECT_EQ(CounterOf(st, "agent.master_link.epoch"), second);
   std::string phase;

@@ -196,6 +196,10 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions op
   if (coord::IsClusterAddress(shared->options.endpoint)) {
     auto address = coord::ParseClusterAddress(shared->options.endpoint);
     if (!address.ok()) return address.status();
+    const bool tls = address->tls.enabled;  // etcds://
+    address->tls = shared->options.etcd_tls;
+    address->tls.enabled = tls;
+    KVAGENT_RETURN_IF_ERROR(coord::CheckEtcdTls(address->tls));
     auto watcher = coord::LeaderWatcher::Start(
         std::move(*address), [s = shared.get()](const std::optional<coord::Leader>&) {
           s->leader_changed.store(true, std::memory_order_release);

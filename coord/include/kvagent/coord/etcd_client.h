@@ -9,6 +9,10 @@
 //   INTERNAL            etcd answered something that is not what its API promises;
 //   INVALID_PARAMS      a bad option (no endpoint), or etcd refused the request as malformed.
 //
+// Over TLS (https) when options.tls.enabled: etcd's certificate is verified against the CA file
+// given (else the system's CAs) and must name the host or address of the endpoint; a client
+// certificate and key are presented when given (etcd's --client-cert-auth asks for them).
+//
 // Not thread-safe: one client per thread (it keeps one connection open for reuse).
 #pragma once
 
@@ -24,9 +28,23 @@
 
 namespace kvagent::coord {
 
+// How to reach etcd over TLS. Paths of PEM files; empty: not given.
+struct EtcdTls {
+  bool enabled = false;   // https:// endpoints (a cluster address etcds://...)
+  std::string ca_file;    // the CAs etcd's certificate is checked against (empty: the system's)
+  std::string cert_file;  // this client's certificate (with key_file), for --client-cert-auth
+  std::string key_file;   // its private key
+};
+
+// OK when `tls` can be used: every file given is a readable regular file, a certificate comes
+// with its key, and files are given only with TLS enabled; INVALID_PARAMS naming the flag
+// (--etcd-ca-file, --etcd-cert-file, --etcd-key-file) otherwise.
+Status CheckEtcdTls(const EtcdTls& tls);
+
 struct EtcdClientOptions {
-  std::vector<std::string> endpoints;       // "HOST:PORT" of etcd's client URLs (http)
+  std::vector<std::string> endpoints;       // "HOST:PORT" of etcd's client URLs
   std::chrono::milliseconds timeout{1000};  // per call, over all endpoints tried
+  EtcdTls tls = {};                         // https when tls.enabled
 };
 
 // One key as etcd stores it.
@@ -95,6 +113,9 @@ class EtcdClient {
 
 // OK when `endpoints` is a non-empty list of HOST:PORT (an http:// prefix is accepted and
 // dropped); INVALID_PARAMS with an example otherwise. The parsed list in `*out` when given.
-Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out);
+// With `https` given, https:// prefixes are accepted too (all endpoints or none) and *https
+// says whether they were there; without it they are refused.
+Status ParseEtcdEndpoints(std::string_view text, std::vector<std::string>* out,
+                          bool* https = nullptr);
 
 }  // namespace kvagent::coord

@@ -43,6 +43,7 @@
 #include "kvagent/agent/master_port.h"
 #include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
+#include "kvagent/coord/etcd_client.h"
 #include "kvagent/events/kv_event.h"
 
 namespace kvagent::master_link {
@@ -87,6 +88,9 @@ struct RemoteMasterOptions {
   // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
+  // With a cluster address etcds://...: the files of etcd over TLS (`enabled` follows the
+  // address's scheme).
+  coord::EtcdTls etcd_tls;
   // How the link speaks to kvmaster (docs/protocol.md "Framed RPC"):
   //   kZmq     its ROUTER at `endpoint` (with `curve`, CurveZMQ);
   //   kFramed  the framed RPC transport (kvmaster --framed-listen) at `endpoint` (tcp://HOST:PORT;

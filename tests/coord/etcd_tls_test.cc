@@ -1,0 +1,165 @@
+// etcd over TLS against a real etcd that asks every client for a certificate
+// (--client-cert-auth): a client with the CA and a certificate the CA signed reads, writes,
+// transacts and watches; every other client fails with an error that says what to check, and
+// nothing it sent reaches etcd. The options are checked before any connection.
+#include <gtest/gtest.h>
+
+#include "agent_process.h"
+#include "etcd_process.h"
+#include "kvagent/coord/cluster_address.h"
+#include "kvagent/coord/etcd_client.h"
+#include "kvagent/coord/etcd_watch.h"
+#include "test_pki.h"
+
+namespace kvagent::coord {
+namespace {
+
+using testing::EtcdProcess;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+bool Has(const Status& st, const std::string& text) {
+  return st.message().find(text) != std::string::npos;
+}
+
+class EtcdOverTls : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(access(testing::kOpensslBinary, X_OK), 0) << "openssl is not installed (make deps)";
+    ASSERT_TRUE(testing::MakeTestPki(dir_.path(), &pki_))
+        << "see " << dir_.path() << "/openssl.log";
+    etcd_.ServeTls(pki_.server_cert, pki_.server_key, pki_.ca,
+                   Tls(pki_.client_cert, pki_.client_key));
+    ASSERT_TRUE(etcd_.Start()) << "etcd did not start; see " << etcd_.log_path();
+  }
+  EtcdTls Tls(std::string cert, std::string key, std::string ca = "") const {
+    return EtcdTls{true, ca.empty() ? pki_.ca : ca, std::move(cert), std::move(key)};
+  }
+  Result<std::optional<EtcdKeyValue>> GetWith(const EtcdTls& tls, std::string endpoint = "") {
+    auto c = EtcdClient::Create({{endpoint.empty() ? etcd_.endpoint() : endpoint}, 2000ms, tls});
+    if (!c.ok()) return c.status();
+    return (*c)->Get("/tls/k");
+  }
+  Status PutWith(const EtcdTls& tls, const std::string& value) {
+    auto c = EtcdClient::Create({{etcd_.endpoint()}, 2000ms, tls});
+    if (!c.ok()) return c.status();
+    return (*c)->Put("/tls/k", value);
+  }
+  TempDir dir_;
+  testing::TestPki pki_;
+  EtcdProcess etcd_{dir_.path()};
+};
+
+TEST_F(EtcdOverTls, AClientWithTheCaAndItsCertificateReadsWritesTransactsAndWatches) {
+  const EtcdTls tls = Tls(pki_.client_cert, pki_.client_key);
+  auto c = EtcdClient::Create({{etcd_.endpoint()}, 2000ms, tls});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  int64_t revision = 0;
+  ASSERT_TRUE((*c)->Get("/tls/k", &revision).ok());
+  auto watch = EtcdWatch::Open({{etcd_.endpoint()}, 2000ms, tls}, "/tls/", revision + 1, true);
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  ASSERT_TRUE((*c)->Put("/tls/k", "v1").ok());
+  auto created = (*c)->CreateIfAbsent("/tls/leader", "me", 0);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_TRUE(created->created);
+  auto got = (*c)->Get("/tls/k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "v1");
+  std::vector<EtcdEvent> seen;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    auto e = (*watch)->Next(100ms);
+    if (e.ok()) seen.insert(seen.end(), e->begin(), e->end());
+    return seen.size() >= 2;
+  }));
+  EXPECT_EQ(seen[0].kv.key, "/tls/k");
+  EXPECT_EQ(seen[1].kv.key, "/tls/leader");
+}
+
+TEST_F(EtcdOverTls, EveryOtherClientFailsSayingWhatToCheckAndChangesNothing) {
+  ASSERT_TRUE(PutWith(Tls(pki_.client_cert, pki_.client_key), "original").ok());
+  struct Case {
+    const char* what;
+    EtcdTls tls;
+    std::string endpoint;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      // etcd's certificate cannot be checked against the system's CAs.
+      {"without the CA", EtcdTls{true, "", pki_.client_cert, pki_.client_key}, "", "TLS: "},
+      // A CA that did not sign etcd's certificate.
+      {"with another CA", Tls(pki_.client_cert, pki_.client_key, dir_.path() + "/pki/rogue-ca.pem"),
+       "", "TLS: "},
+      // etcd asks for a client certificate and gets none.
+      {"without a client certificate", Tls("", ""), "", "--etcd-cert-file"},
+      // A certificate etcd's CA did not sign.
+      {"with a certificate of another CA", Tls(pki_.rogue_cert, pki_.rogue_key), "",
+       "--etcd-cert-file"},
+      // etcd's certificate names 127.0.0.1, not "localhost".
+      {"by a name its certificate does not carry", Tls(pki_.client_cert, pki_.client_key),
+       "localhost:" + std::to_string(etcd_.port()), "TLS: "},
+      // Plain HTTP to a TLS port.
+      {"over plain HTTP", EtcdTls{}, "", "if etcd speaks TLS there"},
+  };
+  for (const Case& c : cases) {
+    auto put =
+        EtcdClient::Create({{c.endpoint.empty() ? etcd_.endpoint() : c.endpoint}, 1000ms, c.tls});
+    ASSERT_TRUE(put.ok()) << c.what << ": " << put.status().ToString();
+    const Status st = (*put)->Put("/tls/k", "overwritten");
+    EXPECT_FALSE(st.ok()) << c.what;
+    EXPECT_TRUE(Has(st, c.says)) << c.what << ": " << st.ToString();
+    auto watch = EtcdWatch::Open(
+        {{c.endpoint.empty() ? etcd_.endpoint() : c.endpoint}, 1000ms, c.tls}, "/tls/", 0, true);
+    EXPECT_FALSE(watch.ok()) << c.what;
+  }
+  auto got = GetWith(Tls(pki_.client_cert, pki_.client_key));
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "original");
+}
+
+TEST(EtcdTlsOptions, AreCheckedBeforeAnyConnectionAndNameTheFlag) {
+  TempDir dir;
+  const std::string file = dir.path() + "/some.pem";
+  std::ofstream(file) << "x\n";
+  auto refused = [](const EtcdTls& tls, const std::string& says) {
+    const Status st = CheckEtcdTls(tls);
+    return !st.ok() && st.code() == ErrorCode::kInvalidParams && Has(st, says);
+  };
+  EXPECT_TRUE(refused(EtcdTls{false, file, "", ""}, "etcds://"));  // files without TLS
+  EXPECT_TRUE(refused(EtcdTls{true, "", file, ""}, "--etcd-key-file"));
+  EXPECT_TRUE(refused(EtcdTls{true, "", "", file}, "--etcd-cert-file"));
+  EXPECT_TRUE(refused(EtcdTls{true, dir.path() + "/missing.pem", "", ""},
+                      "--etcd-ca-file " + dir.path() + "/missing.pem: No such file"));
+  EXPECT_TRUE(refused(EtcdTls{true, dir.path(), "", ""}, "not a regular file"));
+  EXPECT_TRUE(CheckEtcdTls(EtcdTls{true, file, file, file}).ok());
+  EXPECT_TRUE(CheckEtcdTls(EtcdTls{true, "", "", ""}).ok());  // the system's CAs
+  EXPECT_FALSE(EtcdClient::Create({{"127.0.0.1:1"}, 300ms, EtcdTls{false, file, "", ""}}).ok());
+  EXPECT_FALSE(
+      EtcdWatch::Open({{"127.0.0.1:1"}, 300ms, EtcdTls{true, "", file, ""}}, "/k", 0).ok());
+}
+
+TEST(EtcdTlsOptions, AddressesSayTlsByTheirScheme) {
+  auto a = ParseClusterAddress("etcds://10.0.0.1:2379,10.0.0.2:2379/prod");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->tls.enabled);
+  EXPECT_EQ(a->ToString(), "etcds://10.0.0.1:2379,10.0.0.2:2379/prod");
+  EXPECT_TRUE(a->Etcd(1000ms).tls.enabled);
+  EXPECT_TRUE(IsClusterAddress("etcds://h:1/c"));
+  auto plain = ParseClusterAddress("etcd://10.0.0.1:2379/prod");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->tls.enabled);
+  EXPECT_FALSE(ParseClusterAddress("etcds://10.0.0.1/prod").ok());
+  std::vector<std::string> endpoints;
+  bool https = false;
+  ASSERT_TRUE(ParseEtcdEndpoints("https://h1:2379,https://h2:2379/", &endpoints, &https).ok());
+  EXPECT_TRUE(https);
+  EXPECT_EQ(endpoints, (std::vector<std::string>{"h1:2379", "h2:2379"}));
+  ASSERT_TRUE(ParseEtcdEndpoints("h1:2379,http://h2:2379", &endpoints, &https).ok());
+  EXPECT_FALSE(https);
+  const Status mixed = ParseEtcdEndpoints("https://h1:2379,h2:2379", &endpoints, &https);
+  EXPECT_FALSE(mixed.ok());
+  EXPECT_TRUE(Has(mixed, "mix https://")) << mixed.ToString();
+  EXPECT_FALSE(ParseEtcdEndpoints("https://h1:2379", &endpoints).ok());  // where TLS is not taken
+}
+
+}  // namespace
+}  // namespace kvagent::coord
