@@ -169,6 +169,9 @@ void CurlHandle::Prepare(const std::string& endpoint, std::string_view path,
   curl_easy_setopt(curl_, CURLOPT_PROXY, "");  // never an http_proxy from the environment
   curl_easy_setopt(curl_, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(curl_, CURLOPT_TCP_NODELAY, 1L);
+  // HTTP/1.1 always: over TLS curl would otherwise offer HTTP/2 (ALPN), and the gateway's watch
+  // stream is read as lines of a chunked HTTP/1.1 answer.
+  curl_easy_setopt(curl_, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
   curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
   curl_easy_setopt(curl_, CURLOPT_COPYPOSTFIELDS, payload.c_str());
