@@ -20,11 +20,12 @@ using namespace std::chrono_literals;
 constexpr std::string_view kClusterUsage =
     "Usage: kvctl cluster --master etcd://HOST:PORT[,HOST:PORT]/CLUSTER [--wait-ms MS]\n"
     "                     [--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F]\n"
+    "                     [--etcd-user NAME --etcd-password-file F]\n"
     "The kvmasters of a cluster coordinated through etcd: the leader (epoch, endpoints) and each\n"
     "member's role and how much of the leader's log it holds. --wait-ms: wait up to MS for a\n"
     "leader that serves. Exit 0 when one serves, 1 when none does. etcd over TLS: name the\n"
     "cluster etcds://... and give the CA (default: the system's) and, where etcd asks for one,\n"
-    "a client certificate and key.\n";
+    "a client certificate and key; with etcd's user authentication, the user and its password.\n";
 
 struct View {
   std::optional<coord::Leader> leader;
@@ -58,8 +59,8 @@ int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostr
   FlagSet flags("kvctl cluster", "a cluster of kvmasters as etcd shows it");
   flags.String("master", &master,
                "the cluster: etcd://HOST:PORT[,HOST:PORT]/CLUSTER (etcds://... over TLS)");
-  coord::EtcdTlsFlags tls;
-  tls.Declare(&flags);
+  coord::EtcdAccessFlags access;
+  access.Declare(&flags);
   flags.Int("wait-ms", &wait_ms, "wait up to this long for a leader that serves");
   Status parsed = flags.Parse(argc, argv);
   if (flags.help_requested()) {
@@ -69,7 +70,7 @@ int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostr
   auto address = coord::ParseClusterAddress(master);
   if (parsed.ok() && master.empty()) parsed = InvalidParams("--master etcd://... is required");
   if (parsed.ok() && !address.ok()) parsed = address.status();
-  if (parsed.ok()) parsed = tls.Apply(&address->tls);
+  if (parsed.ok()) parsed = access.Apply(&*address);
   if (parsed.ok() && wait_ms < 0) parsed = InvalidParams("--wait-ms must be >= 0");
   if (!parsed.ok()) {
     err << "kvctl cluster: " << parsed.message()

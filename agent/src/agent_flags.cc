@@ -84,8 +84,8 @@ Status CheckRemoteFlags(AgentFlags& v, bool have_secret) {
     // host may say it (kvmaster itself then listens on loopback unless --insecure-no-auth).
     auto cluster = coord::ParseClusterAddress(v.master);
     if (!cluster.ok()) return cluster.status();
-    KVAGENT_RETURN_IF_ERROR(v.etcd_tls.Apply(&cluster->tls));
-    v.etcd_tls_checked = cluster->tls;
+    KVAGENT_RETURN_IF_ERROR(v.etcd_access.Apply(&*cluster));
+    v.cluster = *cluster;
     for (const std::string& etcd : cluster->etcd_endpoints) {
       KVAGENT_RETURN_IF_ERROR(
           v.auth.CheckEndpoint("tcp://" + etcd, "--master " + v.master + ": etcd", have_secret));
@@ -167,7 +167,7 @@ void DeclareAgentFlags(FlagSet& f, AgentFlags& v) {
   // The embedded master's options: the same flags as kvmaster's, declared once.
   master::DeclareMasterFlags(&f, &v.embedded, /*embedded=*/true);
   v.auth.Declare(&f);
-  v.etcd_tls.Declare(&f);
+  v.etcd_access.Declare(&f);
 }
 
 Status CheckAgentFlags(AgentFlags& v) {
@@ -191,8 +191,10 @@ Status CheckAgentFlags(AgentFlags& v) {
   const bool have_secret = v.secret.has_value();
   KVAGENT_RETURN_IF_ERROR(v.auth.CheckEndpoint(v.relay.events_tcp, "--events-tcp", have_secret));
   if (!v.master.empty()) KVAGENT_RETURN_IF_ERROR(CheckRemoteFlags(v, have_secret));
-  if (!coord::IsClusterAddress(v.master)) {
-    KVAGENT_RETURN_IF_ERROR(v.etcd_tls.Apply(&v.etcd_tls_checked));  // files without etcds://
+  if (!coord::IsClusterAddress(v.master) && v.etcd_access.given()) {
+    coord::ClusterAddress none;  // plain, so Apply says what is wrong
+    KVAGENT_RETURN_IF_ERROR(v.etcd_access.Apply(&none));
+    return InvalidParams("--etcd-* options are for --master etcd(s)://HOST:PORT/CLUSTER");
   }
   if (v.ready_wait_ms < 0) v.ready_wait_ms = v.master_timeout_ms;
   if (v.agent_name.empty()) {

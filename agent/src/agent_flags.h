@@ -42,8 +42,8 @@ struct AgentFlags {
   kvagent::master::MasterOptions embedded;  // the standalone master's options
   std::string metrics_listen;               // empty: no /metrics endpoint
   kvagent::ClusterAuthFlags auth;
-  kvagent::coord::EtcdTlsFlags etcd_tls;         // --master etcds://...
-  coord::EtcdTls etcd_tls_checked;               // what Check made of them (with the address)
+  kvagent::coord::EtcdAccessFlags etcd_access;   // --master etcd(s)://...
+  std::optional<coord::ClusterAddress> cluster;  // --master etcd(s)://...: as Check made it
   std::optional<kvagent::ClusterSecret> secret;  // loaded by Check
 };
 

@@ -1,5 +1,6 @@
 #include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/errno_text.h"
+#include "kvagent/common/private_file.h"
 
 #include <fcntl.h>
 #include <sodium.h>
@@ -20,12 +21,6 @@ std::string_view TrimTrailingWhitespace(std::string_view s) {
     s.remove_suffix(1);
   }
   return s;
-}
-
-std::string Octal(mode_t mode) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
 }
 
 // The labels hashed into each plane's keys (see KeyPlane: never change one).
@@ -70,46 +65,9 @@ Result<ClusterSecret> ClusterSecret::FromBytes(std::string_view content) {
 Result<ClusterSecret> ClusterSecret::LoadFromFile(const std::string& path) {
   const std::string what = "cluster secret file " + path;
   if (path.empty()) return InvalidParams("no cluster secret file given");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    return InvalidParams("cannot open " + what + ": " + ErrnoText(err) +
-                         (err == EACCES ? " (run as its owner, or give this user a copy)" : ""));
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    return InvalidParams("cannot stat " + what + ": " + ErrnoText(errno));
-  }
-  if (!S_ISREG(st.st_mode)) return InvalidParams(what + " is not a regular file");
-  if ((st.st_mode & 077) != 0) {
-    return InvalidParams(what + " has mode " + Octal(st.st_mode) +
-                         ": group or others may access it; run `chmod 600 " + path + "`");
-  }
-  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
-    return InvalidParams(what + " is owned by uid " + std::to_string(st.st_uid) +
-                         ", neither this process's user (uid " + std::to_string(::geteuid()) +
-                         ") nor root; run `chown " + std::to_string(::geteuid()) + " " + path +
-                         "`");
-  }
-  if (st.st_size > static_cast<off_t>(kClusterSecretMaxBytes) + 64) {
-    return InvalidParams(what + " is " + std::to_string(st.st_size) +
-                         " bytes; a secret is at most " + std::to_string(kClusterSecretMaxBytes) +
-                         " (is it the right file?)");
-  }
-  std::string content(static_cast<size_t>(kClusterSecretMaxBytes) + 65, '\0');
-  size_t got = 0;
-  while (got < content.size()) {
-    const ssize_t n = ::read(fd, content.data() + got, content.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return InvalidParams("cannot read " + what + ": " + ErrnoText(errno));
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  content.resize(got);
+  auto read = ReadPrivateFile(path, what, static_cast<size_t>(kClusterSecretMaxBytes) + 64);
+  if (!read.ok()) return read.status();
+  std::string content = std::move(*read);
   Result<ClusterSecret> secret = FromBytes(content);
   sodium_memzero(content.data(), content.size());
   if (!secret.ok()) return InvalidParams(what + ": " + secret.status().message());

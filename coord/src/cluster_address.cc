@@ -1,6 +1,9 @@
 #include "kvagent/coord/cluster_address.h"
 
+#include <algorithm>
+
 #include "kvagent/common/flags.h"
+#include "kvagent/common/private_file.h"
 #include "kvagent/coord/etcd_client.h"
 
 namespace kvagent::coord {
@@ -59,7 +62,7 @@ Result<ClusterAddress> ParseClusterAddress(std::string_view text) {
   return out;
 }
 
-void EtcdTlsFlags::Declare(FlagSet* flags) {
+void EtcdAccessFlags::Declare(FlagSet* flags) {
   flags->String("etcd-ca-file", &ca_file,
                 "etcd over TLS: the CA certificates (PEM) etcd's certificate is checked against "
                 "(default: the system's)");
@@ -68,13 +71,36 @@ void EtcdTlsFlags::Declare(FlagSet* flags) {
                 "one (--client-cert-auth); with --etcd-key-file");
   flags->String("etcd-key-file", &key_file,
                 "etcd over TLS: the private key (PEM) of --etcd-cert-file");
+  flags->String("etcd-user", &user,
+                "etcd's user authentication: the etcd user to act as (needs etcd over TLS and "
+                "--etcd-password-file)");
+  flags->String("etcd-password-file", &password_file,
+                "etcd's user authentication: a file (mode 0600) holding --etcd-user's password "
+                "on its first line");
 }
 
-Status EtcdTlsFlags::Apply(EtcdTls* tls) const {
-  tls->ca_file = ca_file;
-  tls->cert_file = cert_file;
-  tls->key_file = key_file;
-  return CheckEtcdTls(*tls);
+Status EtcdAccessFlags::Apply(ClusterAddress* address) const {
+  address->tls.ca_file = ca_file;
+  address->tls.cert_file = cert_file;
+  address->tls.key_file = key_file;
+  KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(address->tls));
+  address->auth.user = user;
+  WipeString(address->auth.password);
+  if (!password_file.empty()) {
+    auto read = ReadPrivateFile(password_file, "--etcd-password-file " + password_file, 4096);
+    if (!read.ok()) return read.status();
+    std::string& password = *read;
+    const size_t end = password.find_first_of("\r\n");
+    if (end != std::string::npos) {
+      std::fill(password.begin() + static_cast<std::ptrdiff_t>(end), password.end(), '\0');
+      password.resize(end);
+    }
+    if (password.empty()) {
+      return InvalidParams("--etcd-password-file " + password_file + " holds no password");
+    }
+    address->auth.password = std::move(password);
+  }
+  return CheckEtcdAuth(address->auth, address->tls);
 }
 
 ClusterKeys::ClusterKeys(std::string_view cluster)

@@ -114,6 +114,23 @@ Status CheckEtcdTls(const EtcdTls& tls) {
   return Status::Ok();
 }
 
+Status CheckEtcdAuth(const EtcdAuth& auth, const EtcdTls& tls) {
+  if (auth.user.empty()) {
+    if (!auth.password.empty()) return InvalidParams("an etcd password needs --etcd-user");
+    return Status::Ok();
+  }
+  if (!tls.enabled) {
+    return InvalidParams(
+        "--etcd-user needs etcd over TLS (https://HOST:PORT for kvmaster --etcd, etcds:// for a "
+        "cluster address): the password would cross the network in the clear");
+  }
+  if (auth.password.empty()) {
+    return InvalidParams("--etcd-user " + auth.user +
+                         " needs its password: --etcd-password-file FILE (mode 0600)");
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options) {
   if (options.endpoints.empty()) return InvalidParams("no etcd endpoint given");
   for (const std::string& e : options.endpoints) {
@@ -121,6 +138,7 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options
   }
   if (options.timeout.count() <= 0) return InvalidParams("the etcd call timeout must be positive");
   KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(options.tls));
+  KVAGENT_RETURN_IF_ERROR(CheckEtcdAuth(options.auth, options.tls));
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::make_unique<Http>(std::move(options))));
 }
 

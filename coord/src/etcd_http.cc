@@ -1,5 +1,7 @@
 #include "etcd_http.h"
 
+#include "kvagent/common/private_file.h"
+
 #include <sodium.h>
 
 #include <charconv>
@@ -123,6 +125,11 @@ Status StatusFromError(const Json& answer, long http_code) {
       return InvalidParams(message);
     case 5:  // NOT_FOUND (a lease)
       return Status(ErrorCode::kObjectNotFound, message);
+    case 7:  // PERMISSION_DENIED: the etcd user may not touch the key
+      return Internal(message +
+                      " (with etcd's authentication on, the --etcd-user needs read and write on "
+                      "the keys under /kvagent/CLUSTER/: etcdctl role grant-permission ROLE "
+                      "readwrite /kvagent/CLUSTER/ --prefix=true)");
     case 4:   // DEADLINE_EXCEEDED ("request timed out")
     case 8:   // RESOURCE_EXHAUSTED
     case 14:  // UNAVAILABLE ("no leader")
@@ -137,12 +144,12 @@ Status StatusFromError(const Json& answer, long http_code) {
 CurlHandle::CurlHandle() {
   InitCurlOnce();
   curl_ = curl_easy_init();
-  headers_ = curl_slist_append(nullptr, "Content-Type: application/json");
 }
 
 CurlHandle::~CurlHandle() {
   if (curl_ != nullptr) curl_easy_cleanup(curl_);
   curl_slist_free_all(headers_);
+  WipeString(auth_header_);
 }
 
 size_t CurlHandle::Write(char* data, size_t size, size_t n, void* self) {
@@ -156,7 +163,7 @@ size_t CurlHandle::Write(char* data, size_t size, size_t n, void* self) {
 }
 
 void CurlHandle::Prepare(const std::string& endpoint, std::string_view path,
-                         const std::string& payload, const EtcdTls& tls) {
+                         const std::string& payload, const EtcdTls& tls, const std::string& token) {
   body_.clear();
   overflowed_ = false;
   error_[0] = '\0';
@@ -172,6 +179,13 @@ void CurlHandle::Prepare(const std::string& endpoint, std::string_view path,
   // HTTP/1.1 always: over TLS curl would otherwise offer HTTP/2 (ALPN), and the gateway's watch
   // stream is read as lines of a chunked HTTP/1.1 answer.
   curl_easy_setopt(curl_, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+  curl_slist_free_all(headers_);
+  WipeString(auth_header_);
+  headers_ = curl_slist_append(nullptr, "Content-Type: application/json");
+  if (!token.empty()) {
+    auth_header_ = "Authorization: " + token;
+    headers_ = curl_slist_append(headers_, auth_header_.c_str());
+  }
   curl_easy_setopt(curl_, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(curl_, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
   curl_easy_setopt(curl_, CURLOPT_COPYPOSTFIELDS, payload.c_str());
@@ -224,9 +238,64 @@ std::string CurlHandle::Failure(CURLcode rc) const {
 
 EtcdClient::Http::Http(EtcdClientOptions options) : options_(std::move(options)) {}
 
+EtcdClient::Http::~Http() {
+  WipeString(token_);
+  WipeString(options_.auth.password);
+}
+
 Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
+  if (options_.auth.user.empty()) {
+    bool stale = false;
+    return Send(path, body, &stale);
+  }
+  auto token = Token();
+  if (!token.ok()) return token.status();
+  bool stale = false;
+  Result<Json> answer = Send(path, body, &stale);
+  if (!stale) return answer;
+  authenticated_ = false;  // expired, or etcd restarted (its tokens are in memory), or enabled
+  token = Token();
+  if (!token.ok()) return token.status();
+  return Send(path, body, &stale);
+}
+
+Result<std::string> EtcdClient::Http::Token() {
+  if (options_.auth.user.empty() || authenticated_) return token_;
+  WipeString(token_);
+  Json request{{"name", options_.auth.user}, {"password", options_.auth.password}};
+  bool stale = false;
+  Result<Json> answer = Send("auth/authenticate", request, &stale);
+  request["password"].get_ref<std::string&>().assign(options_.auth.password.size(), '\0');
+  if (!answer.ok()) {
+    if (answer.status().message().find("authentication is not enabled") != std::string::npos) {
+      authenticated_ = true;  // etcd takes calls without a token
+      return token_;
+    }
+    if (answer.status().code() == ErrorCode::kMasterUnavailable) return answer.status();
+    return InvalidParams("etcd refused user " + options_.auth.user + " (" +
+                         answer.status().message() +
+                         "); check --etcd-user and --etcd-password-file");
+  }
+  const auto it = answer->find("token");
+  if (it == answer->end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
+    return Internal("etcd answered auth/authenticate without a token");
+  }
+  token_ = it->get<std::string>();
+  authenticated_ = true;
+  return token_;
+}
+
+Result<Json> EtcdClient::Http::Send(std::string_view path, const Json& body, bool* stale) {
+  *stale = false;
   using Clock = std::chrono::steady_clock;
-  const std::string payload = body.dump();
+  std::string payload = body.dump();
+  struct Wipe {  // the password of auth/authenticate
+    std::string* s;
+    bool secret;
+    ~Wipe() {
+      if (secret) WipeString(*s);
+    }
+  } wipe{&payload, path == "auth/authenticate"};
   const Clock::time_point deadline = Clock::now() + options_.timeout;
   std::string failures;
   for (size_t tried = 0; tried < options_.endpoints.size(); ++tried) {
@@ -234,7 +303,7 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) break;
     const std::string& endpoint = options_.endpoints[current_];
-    handle_.Prepare(endpoint, path, payload, options_.tls);
+    handle_.Prepare(endpoint, path, payload, options_.tls, token_);
     curl_easy_setopt(handle_.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(left));
     curl_easy_setopt(handle_.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(left));
     const CURLcode rc = curl_easy_perform(handle_.get());
@@ -246,15 +315,27 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
     } else {
       Json answer = Json::parse(handle_.body(), nullptr, /*allow_exceptions=*/false);
       if (answer.is_discarded()) {
-        const bool wants_tls = handle_.body().find("HTTPS") != std::string::npos;
+        const std::string& text = handle_.body();
+        std::string hint = "is this etcd's client port?";
+        if (text.find("HTTPS") != std::string::npos) {
+          hint = "it serves TLS there: name it as https://HOST:PORT (kvmaster --etcd) or "
+                 "etcds://HOST:PORT/CLUSTER";
+        } else if (text.find("CommonName of client") != std::string::npos) {
+          // etcd 3.4's gateway, with its authentication on, refuses a client certificate that
+          // names a user (a CN), which would otherwise stand for the user.
+          hint = "etcd refuses a client certificate with a Common Name on its JSON gateway while "
+                 "its user authentication is on: give --etcd-cert-file a certificate whose "
+                 "subject has no CN";
+        }
         return Internal("etcd at " + endpoint + " answered /v3/" + std::string(path) +
-                        " with something that is not JSON (HTTP " + std::to_string(http) + "); " +
-                        (wants_tls ? "it serves TLS there: name it as https://HOST:PORT "
-                                     "(kvmaster --etcd) or etcds://HOST:PORT/CLUSTER"
-                                   : "is this etcd's client port?"));
+                        " with something that is not JSON (HTTP " + std::to_string(http) +
+                        "); " + hint);
       }
       if (http == 200) return answer;
       Status st = StatusFromError(answer, http);
+      // UNAUTHENTICATED ("invalid auth token"), or a call without a token where etcd wants one.
+      *stale = JsonInt(answer, "code").value_or(0) == 16 ||
+               st.message().find("user name is empty") != std::string::npos;
       if (http < 500 && st.code() != ErrorCode::kMasterUnavailable) return st;
       why = st.message();
     }

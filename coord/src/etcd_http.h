@@ -61,9 +61,10 @@ class CurlHandle {
   std::string& body() { return body_; }
   bool overflowed() const { return overflowed_; }
   // Sets up a POST of `payload` (copied) to /v3/`path` of `endpoint` (http://, or https:// with
-  // `tls`) with a JSON content type, no proxy, and the answer going to body().
+  // `tls`) with a JSON content type, etcd's auth `token` when not empty, no proxy, and the answer
+  // going to body().
   void Prepare(const std::string& endpoint, std::string_view path, const std::string& payload,
-               const EtcdTls& tls);
+               const EtcdTls& tls, const std::string& token = "");
   // Why the last transfer that returned `rc` failed: curl's own words (with the TLS library's
   // reason for a TLS failure) and, for TLS failures, which flags to check.
   std::string Failure(CURLcode rc) const;
@@ -72,6 +73,7 @@ class CurlHandle {
   static size_t Write(char* data, size_t size, size_t n, void* self);
   CURL* curl_ = nullptr;
   curl_slist* headers_ = nullptr;
+  std::string auth_header_;  // "Authorization: TOKEN", wiped when replaced
   char error_[CURL_ERROR_SIZE] = {};
   bool tls_ = false;  // the transfer Prepare set up speaks TLS
   std::string body_;
@@ -81,20 +83,33 @@ class CurlHandle {
 class EtcdClient::Http {
  public:
   explicit Http(EtcdClientOptions options);
+  ~Http();
 
   // POSTs `body` to http(s)://ENDPOINT/v3/`path` and returns the parsed answer. Tries the endpoint
   // that answered last first, then the others, within options.timeout in all. An endpoint that
   // cannot be reached, or answers 5xx or "unavailable", is skipped; an error etcd answered
-  // otherwise is returned as it is (StatusFromError).
+  // otherwise is returned as it is (StatusFromError). With options.auth: authenticated (see
+  // Token), and once more, with a new token, when etcd no longer takes the one it had.
   Result<Json> Post(std::string_view path, const Json& body);
+
+  // The auth token calls carry: "" without options.auth (or when etcd has no authentication
+  // enabled); else the one etcd gave, asked for first when there is none. INVALID_PARAMS when
+  // etcd refuses the user or the password.
+  Result<std::string> Token();
 
   const std::string& endpoint() const { return options_.endpoints[current_]; }
   const EtcdClientOptions& options() const { return options_; }
 
  private:
+  // One POST as above with the current token; *stale set when etcd refused the token (expired,
+  // or etcd restarted) or wanted one.
+  Result<Json> Send(std::string_view path, const Json& body, bool* stale);
+
   EtcdClientOptions options_;
   size_t current_ = 0;
   CurlHandle handle_;
+  std::string token_;
+  bool authenticated_ = false;  // token_ is etcd's answer (possibly "": no auth there)
 };
 
 }  // namespace kvagent::coord

@@ -73,10 +73,10 @@ class EtcdWatch::Stream {
 
   // Starts the watch at `endpoint` and waits for etcd's confirmation.
   Status Open(const std::string& endpoint, const std::string& payload, const EtcdTls& tls,
-              std::chrono::milliseconds timeout) {
+              const std::string& token, std::chrono::milliseconds timeout) {
     Detach();
     endpoint_ = endpoint;
-    handle_.Prepare(endpoint, "watch", payload, tls);
+    handle_.Prepare(endpoint, "watch", payload, tls, token);
     curl_easy_setopt(handle_.get(), CURLOPT_TIMEOUT_MS, 0L);  // the stream lasts
     curl_easy_setopt(handle_.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
     curl_easy_setopt(handle_.get(), CURLOPT_TCP_KEEPALIVE, 1L);
@@ -176,6 +176,16 @@ Result<std::unique_ptr<EtcdWatch>> EtcdWatch::Open(const EtcdClientOptions& opti
                                                    bool prefix) {
   if (options.endpoints.empty()) return InvalidParams("no etcd endpoint given");
   KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(options.tls));
+  KVAGENT_RETURN_IF_ERROR(CheckEtcdAuth(options.auth, options.tls));
+  // etcd checks the token when the watch is created: a fresh one (the user's authentication
+  // costs etcd a password hash, and a watch is opened at start and after a break only).
+  std::string token;
+  if (!options.auth.user.empty()) {
+    EtcdClient::Http http(options);
+    auto t = http.Token();
+    if (!t.ok()) return t.status();
+    token = std::move(*t);
+  }
   Json create{{"key", Base64(key)}};
   if (prefix) create["range_end"] = Base64(PrefixEnd(key));
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
@@ -183,7 +193,7 @@ Result<std::unique_ptr<EtcdWatch>> EtcdWatch::Open(const EtcdClientOptions& opti
   auto stream = std::make_unique<Stream>();
   std::string failures;
   for (const std::string& endpoint : options.endpoints) {
-    Status st = stream->Open(endpoint, payload, options.tls, options.timeout);
+    Status st = stream->Open(endpoint, payload, options.tls, token, options.timeout);
     if (st.ok()) return std::unique_ptr<EtcdWatch>(new EtcdWatch(std::move(stream)));
     if (st.code() != ErrorCode::kMasterUnavailable) return st;
     failures += (failures.empty() ? "" : "; ") + st.message();

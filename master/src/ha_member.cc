@@ -470,7 +470,7 @@ void HaFlags::Declare(FlagSet* f) {
             "high availability: etcd's client endpoints HOST:PORT[,HOST:PORT] (https://HOST:PORT,"
             "... over TLS); the kvmasters of --cluster elect a leader there, the others follow "
             "its log (needs --state-dir)");
-  etcd_tls.Declare(f);
+  etcd_access.Declare(f);
   f->String("cluster", &cluster, "high availability: the cluster's name in etcd");
   f->String("name", &name, "high availability: this member's name (default: the host name)");
   f->Int("leader-lease-ms", &leader_lease_ms,
@@ -496,7 +496,7 @@ Status HaFlags::Apply(HaMemberOptions* out) const {
   out->cluster.etcd_endpoints = std::move(endpoints);
   out->cluster.cluster = cluster;
   out->cluster.tls.enabled = https;
-  KVAGENT_RETURN_IF_ERROR(etcd_tls.Apply(&out->cluster.tls));
+  KVAGENT_RETURN_IF_ERROR(etcd_access.Apply(&out->cluster));
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   out->name = name.empty() ? std::string(host) : name;

@@ -52,7 +52,7 @@ struct HaMemberOptions {
 // The flags of HA mode, declared once (kvmaster_main.cc).
 struct HaFlags {
   std::string etcd;  // --etcd HOST:PORT[,HOST:PORT] (https://HOST:PORT,...: over TLS)
-  coord::EtcdTlsFlags etcd_tls;
+  coord::EtcdAccessFlags etcd_access;
   std::string cluster;  // --cluster NAME
   std::string name;     // --name (default: the host name)
   int64_t leader_lease_ms = 1000;
@@ -60,10 +60,7 @@ struct HaFlags {
   int64_t sync_followers = 0;
 
   void Declare(FlagSet* flags);
-  bool enabled() const {
-    return !etcd.empty() || !cluster.empty() || !etcd_tls.ca_file.empty() ||
-           !etcd_tls.cert_file.empty() || !etcd_tls.key_file.empty();
-  }
+  bool enabled() const { return !etcd.empty() || !cluster.empty() || etcd_access.given(); }
   // Checks the flags and fills the HA fields of `*out` (its server options are the caller's).
   // INVALID_PARAMS naming the flag at fault.
   Status Apply(HaMemberOptions* out) const;

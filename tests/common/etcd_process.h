@@ -1,7 +1,7 @@
 // Test support: a real single-member etcd (Debian's etcd-server) on loopback with a data dir of
 // the test's own and ports nobody uses, stopped (SIGKILL + waitpid) when the test ends. It can be
 // killed, stopped, restarted on the same ports and data, started inside a network namespace, or
-// serve its clients over TLS.
+// serve its clients over TLS, with etcd's user authentication on.
 #pragma once
 
 #include <arpa/inet.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 namespace kvagent::testing {
 
 inline constexpr const char* kEtcdBinary = "/usr/bin/etcd";
+inline constexpr const char* kEtcdctlBinary = "/usr/bin/etcdctl";
 
 // A TCP port on `host` nobody listens on right now (bound and released); 0 when none could be
 // bound (the caller fails).
@@ -73,6 +75,29 @@ class EtcdProcess {
                  "--trusted-ca-file", std::move(ca),   "--client-cert-auth"};
     probe_ = std::move(probe);
     probe_.enabled = true;
+  }
+
+  // After Start with ServeTls: turns on etcd's user authentication (etcdctl, as the client of
+  // ServeTls's probe): a root user, and `user` with `password` allowed to read and write the
+  // keys under each of `prefixes` only. False when etcdctl failed (its output in the log).
+  bool EnableAuth(const std::string& user, const std::string& password,
+                  const std::vector<std::string>& prefixes) {
+    auto etcdctl = [&](std::vector<std::string> args) {
+      std::string command = std::string(kEtcdctlBinary) + " --endpoints=https://" + endpoint() +
+                            " --cacert=" + probe_.ca_file + " --cert=" + probe_.cert_file +
+                            " --key=" + probe_.key_file;
+      for (const std::string& a : args) command += " '" + a + "'";
+      return std::system((command + " >>" + log_ + " 2>&1").c_str()) == 0;
+    };
+    bool ok = etcdctl({"user", "add", "root", "--new-user-password=root-" + password}) &&
+              etcdctl({"user", "add", user, "--new-user-password=" + password}) &&
+              etcdctl({"role", "add", "kvagent-test"});
+    for (const std::string& p : prefixes) {
+      ok = ok &&
+           etcdctl({"role", "grant-permission", "kvagent-test", "readwrite", p, "--prefix=true"});
+    }
+    return ok && etcdctl({"user", "grant-role", user, "kvagent-test"}) &&
+           etcdctl({"auth", "enable"});
   }
 
   // Starts etcd (again, on the same ports and data) and waits until it answers. False when it
@@ -139,7 +164,12 @@ class EtcdProcess {
         coord::EtcdClient::Create({{endpoint()}, std::chrono::milliseconds(500), probe_});
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < until && process_.Running()) {
-      if (client_api.ok() && (*client_api)->Get("/ready-probe").ok()) return true;
+      // Ready once etcd answers, whatever (with its authentication on, a probe without a user
+      // is refused: an answer too).
+      if (client_api.ok() &&
+          (*client_api)->Get("/ready-probe").status().code() != ErrorCode::kMasterUnavailable) {
+        return true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     process_.Kill();

@@ -1,7 +1,8 @@
 // Test support: a throwaway PKI made with the openssl command line (Debian's openssl package), for
 // etcd over TLS: a CA, a server certificate it signed for 127.0.0.1 (and no host name), a client
-// certificate it signed, and a client certificate of an unrelated CA. Keys are P-256, valid for
-// two days; everything lives in the test's own directory.
+// certificate it signed, and a client certificate of an unrelated CA. The client certificates
+// name no CN (etcd 3.4's gateway refuses one with a CN while etcd's user authentication is on).
+// Keys are P-256, valid for two days; everything lives in the test's own directory.
 #pragma once
 
 #include <cstdlib>
@@ -38,8 +39,10 @@ inline bool MakeTestPki(const std::string& dir, TestPki* out) {
            " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign,cRLSign";
   };
   auto leaf = [&](const std::string& name, const std::string& by, const std::string& ext) {
+    const std::string subject = name == "server" ? "/CN=kvagent-test-server"
+                                                 : "/O=kvagent-test/OU=" + name;
     return o + " req" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" + name +
-           ".csr -subj /CN=kvagent-test-" + name + " && " + o + " x509 -req -in " + d + "/" + name +
+           ".csr -subj " + subject + " && " + o + " x509 -req -in " + d + "/" + name +
            ".csr -CA " + d + "/" + by + ".pem -CAkey " + d + "/" + by +
            ".key -CAcreateserial -days 2 -extfile " + dir + "/" + ext + " -out " + d + "/" + name +
            ".pem";

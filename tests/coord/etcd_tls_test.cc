@@ -1,8 +1,13 @@
 // etcd over TLS against a real etcd that asks every client for a certificate
 // (--client-cert-auth): a client with the CA and a certificate the CA signed reads, writes,
 // transacts and watches; every other client fails with an error that says what to check, and
-// nothing it sent reaches etcd. The options are checked before any connection.
+// nothing it sent reaches etcd. With etcd's user authentication on, a client acts as its user
+// (only on the keys the user's role allows) and authenticates again when etcd forgot its token.
+// The options are checked before any connection.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "agent_process.h"
 #include "etcd_process.h"
@@ -116,6 +121,69 @@ TEST_F(EtcdOverTls, EveryOtherClientFailsSayingWhatToCheckAndChangesNothing) {
   EXPECT_EQ((*got)->value, "original");
 }
 
+TEST_F(EtcdOverTls, AUserActsOnItsKeysOnlyAndAuthenticatesAgainAfterAnEtcdRestart) {
+  ASSERT_TRUE(etcd_.EnableAuth("kv", "kv-password", {"/kvagent/"})) << "see " << etcd_.log_path();
+  EtcdClientOptions as_kv{{etcd_.endpoint()},
+                          2000ms,
+                          Tls(pki_.client_cert, pki_.client_key),
+                          EtcdAuth{"kv", "kv-password"}};
+  auto c = EtcdClient::Create(as_kv);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  int64_t revision = 0;
+  const auto first = (*c)->Get("/kvagent/k", &revision);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto watch = EtcdWatch::Open(as_kv, "/kvagent/", revision + 1, true);
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  ASSERT_TRUE((*c)->Put("/kvagent/k", "v1").ok());
+  auto lease = (*c)->GrantLease(5s);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  ASSERT_TRUE((*c)->KeepAlive(lease->id).ok());
+  std::vector<EtcdEvent> seen;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    auto e = (*watch)->Next(100ms);
+    if (e.ok()) seen.insert(seen.end(), e->begin(), e->end());
+    return !seen.empty();
+  }));
+  EXPECT_EQ(seen[0].kv.value, "v1");
+  // Outside its role's prefix: refused, saying what to grant.
+  const Status outside = (*c)->Put("/elsewhere", "x");
+  EXPECT_FALSE(outside.ok());
+  EXPECT_TRUE(Has(outside, "permission denied")) << outside.ToString();
+  EXPECT_TRUE(Has(outside, "grant-permission")) << outside.ToString();
+  EXPECT_FALSE(EtcdWatch::Open(as_kv, "/elsewhere", 0).ok());
+  // etcd keeps its tokens in memory: after a restart the client's token means nothing, and the
+  // client authenticates again by itself.
+  ASSERT_TRUE(etcd_.Restart()) << "see " << etcd_.log_path();
+  Status again;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    again = (*c)->Put("/kvagent/k", "v2");
+    return again.code() != ErrorCode::kMasterUnavailable;  // etcd answers
+  })) << again.ToString();
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  auto got = (*c)->Get("/kvagent/k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "v2");
+
+  // A wrong password, or no user: nothing.
+  EtcdClientOptions wrong = as_kv;
+  wrong.auth.password = "not-it";
+  auto w = EtcdClient::Create(wrong);
+  ASSERT_TRUE(w.ok());
+  const Status refused = (*w)->Put("/kvagent/k", "overwritten");
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidParams) << refused.ToString();
+  EXPECT_TRUE(Has(refused, "etcd refused user kv")) << refused.ToString();
+  EXPECT_TRUE(Has(refused, "--etcd-password-file")) << refused.ToString();
+  EXPECT_FALSE(EtcdWatch::Open(wrong, "/kvagent/", 0).ok());
+  EtcdClientOptions anonymous = as_kv;
+  anonymous.auth = {};
+  auto a = EtcdClient::Create(anonymous);
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE((*a)->Put("/kvagent/k", "overwritten").ok());
+  got = (*c)->Get("/kvagent/k");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->value, "v2");
+}
+
 TEST(EtcdTlsOptions, AreCheckedBeforeAnyConnectionAndNameTheFlag) {
   TempDir dir;
   const std::string file = dir.path() + "/some.pem";
@@ -135,6 +203,42 @@ TEST(EtcdTlsOptions, AreCheckedBeforeAnyConnectionAndNameTheFlag) {
   EXPECT_FALSE(EtcdClient::Create({{"127.0.0.1:1"}, 300ms, EtcdTls{false, file, "", ""}}).ok());
   EXPECT_FALSE(
       EtcdWatch::Open({{"127.0.0.1:1"}, 300ms, EtcdTls{true, "", file, ""}}, "/k", 0).ok());
+}
+
+TEST(EtcdTlsOptions, AUserNeedsTlsAndAPasswordFileOnlyItsOwnerMayRead) {
+  TempDir dir;
+  const std::string password = dir.path() + "/password";
+  std::ofstream(password) << "s3cret\nignored\n";
+  ::chmod(password.c_str(), 0644);
+  auto tls = ParseClusterAddress("etcds://127.0.0.1:2379/c").value();
+  EtcdAccessFlags flags;
+  flags.user = "kv";
+  flags.password_file = password;
+  Status st = flags.Apply(&tls);
+  EXPECT_TRUE(Has(st, "chmod 600")) << st.ToString();  // group and others may read it
+  ::chmod(password.c_str(), 0600);
+  ASSERT_TRUE(flags.Apply(&tls).ok());
+  EXPECT_EQ(tls.auth.user, "kv");
+  EXPECT_EQ(tls.auth.password, "s3cret");  // the first line
+  EXPECT_EQ(tls.Etcd(1000ms).auth.password, "s3cret");
+  auto plain = ParseClusterAddress("etcd://127.0.0.1:2379/c").value();
+  st = flags.Apply(&plain);
+  EXPECT_TRUE(Has(st, "needs etcd over TLS")) << st.ToString();
+  EtcdAccessFlags no_password;
+  no_password.user = "kv";
+  st = no_password.Apply(&tls);
+  EXPECT_TRUE(Has(st, "--etcd-password-file")) << st.ToString();
+  EtcdAccessFlags no_user;
+  no_user.password_file = password;
+  st = no_user.Apply(&tls);
+  EXPECT_TRUE(Has(st, "needs --etcd-user")) << st.ToString();
+  std::ofstream(dir.path() + "/empty") << "\n";
+  ::chmod((dir.path() + "/empty").c_str(), 0600);
+  EtcdAccessFlags empty;
+  empty.user = "kv";
+  empty.password_file = dir.path() + "/empty";
+  st = empty.Apply(&tls);
+  EXPECT_TRUE(Has(st, "holds no password")) << st.ToString();
 }
 
 TEST(EtcdTlsOptions, AddressesSayTlsByTheirScheme) {

@@ -27,11 +27,12 @@ namespace kvagent::testing {
 
 using namespace std::chrono_literals;
 
-// The cluster's leader as etcd shows it now (nullopt: none, or not serving yet). `tls`: etcd
-// over TLS.
+// The cluster's leader as etcd shows it now (nullopt: none, or not serving yet). `tls`, `auth`:
+// etcd over TLS, as an etcd user.
 inline std::optional<coord::Leader> LeaderOf(const std::string& etcd, const std::string& cluster,
-                                             const coord::EtcdTls& tls = {}) {
-  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls});
+                                             const coord::EtcdTls& tls = {},
+                                             const coord::EtcdAuth& auth = {}) {
+  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls, auth});
   if (!client.ok()) return std::nullopt;
   auto kv = (*client)->Get(coord::ClusterKeys(cluster).leader());
   if (!kv.ok() || !kv->has_value()) return std::nullopt;
@@ -44,8 +45,9 @@ inline std::optional<coord::Leader> LeaderOf(const std::string& etcd, const std:
 inline std::optional<coord::MemberRecord> MemberOf(const std::string& etcd,
                                                    const std::string& cluster,
                                                    const std::string& name,
-                                                   const coord::EtcdTls& tls = {}) {
-  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls});
+                                                   const coord::EtcdTls& tls = {},
+                                                   const coord::EtcdAuth& auth = {}) {
+  auto client = coord::EtcdClient::Create({{etcd}, 1000ms, tls, auth});
   if (!client.ok()) return std::nullopt;
   auto kv = (*client)->Get(coord::ClusterKeys(cluster).member(name));
   if (!kv.ok() || !kv->has_value()) return std::nullopt;

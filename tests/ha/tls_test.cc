@@ -1,9 +1,14 @@
-// kvmaster high availability on an etcd that serves its clients over TLS and asks each for a
-// certificate its CA signed (etcd --client-cert-auth), with the real binaries: members elect a
-// leader and fail over, an agent finds the leader through etcds:// and stores and reads across the
-// failover, and kvctl shows the cluster. A client without a certificate etcd accepts gets nothing
-// from etcd and is told why; TLS files given for a plain etcd address stop a binary at start.
+// kvmaster high availability on an etcd that serves its clients over TLS, asks each for a
+// certificate its CA signed (etcd --client-cert-auth) and has its user authentication on, with
+// the real binaries: members elect a leader and fail over, an agent finds the leader through
+// etcds:// and stores and reads across the failover, and kvctl shows the cluster, all as an etcd
+// user allowed /kvagent/ only. A client without a certificate etcd accepts, or with a wrong
+// password, gets nothing from etcd and is told why; TLS files given for a plain etcd address stop
+// a binary at start.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
 
 #include "command_run.h"
 #include "ha_support.h"
@@ -24,9 +29,19 @@ TEST(HaOverTls, MembersAgentsAndKvctlReachEtcdOverTlsAndOthersAreToldWhy) {
   EtcdProcess etcd(dir.path());
   etcd.ServeTls(pki.server_cert, pki.server_key, pki.ca, tls);
   ASSERT_TRUE(etcd.Start()) << "see " << etcd.log_path();
-  const Args files = {"--etcd-ca-file",  pki.ca,        "--etcd-cert-file", pki.client_cert,
-                      "--etcd-key-file", pki.client_key};
-  auto leader = [&] { return LeaderOf(etcd.endpoint(), kCluster, tls); };
+  ASSERT_TRUE(etcd.EnableAuth("kvagent", "kvagent-password", {"/kvagent/"}))
+      << "see " << etcd.log_path();
+  const coord::EtcdAuth auth{"kvagent", "kvagent-password"};
+  const std::string password = dir.path() + "/etcd-password";
+  std::ofstream(password) << auth.password << "\n";
+  ::chmod(password.c_str(), 0600);
+  const std::string wrong_password = dir.path() + "/wrong-password";
+  std::ofstream(wrong_password) << "not-the-password\n";
+  ::chmod(wrong_password.c_str(), 0600);
+  const Args tls_files = {"--etcd-ca-file",  pki.ca,         "--etcd-cert-file", pki.client_cert,
+                          "--etcd-key-file", pki.client_key, "--etcd-user",      "kvagent"};
+  const Args files = Concat(tls_files, {"--etcd-password-file", password});
+  auto leader = [&] { return LeaderOf(etcd.endpoint(), kCluster, tls, auth); };
 
   // Two members over TLS: one leads, the other follows (its member record is in etcd).
   HaMaster m1("m1", etcd.url(), kCluster, files);
@@ -37,7 +52,7 @@ TEST(HaOverTls, MembersAgentsAndKvctlReachEtcdOverTlsAndOthersAreToldWhy) {
   const uint64_t first = leader()->epoch;
   HaMaster m2("m2", etcd.url(), kCluster, files);
   ASSERT_TRUE(WaitUntil([&] {
-    auto m = MemberOf(etcd.endpoint(), kCluster, "m2", tls);
+    auto m = MemberOf(etcd.endpoint(), kCluster, "m2", tls, auth);
     return m && m->role == "follower";
   })) << m2.LogTail();
 
@@ -94,6 +109,18 @@ TEST(HaOverTls, MembersAgentsAndKvctlReachEtcdOverTlsAndOthersAreToldWhy) {
   })) << r.message;
   EXPECT_EQ(r.code, ErrorCode::kMasterUnavailable) << r.message;
   EXPECT_EQ(CounterOf(outsider_client->Stat(), "agent.master_link.ready"), 0u);
+
+  // An agent with the certificate but a wrong password: likewise.
+  NodeAgent guesser(Concat(Concat(ClusterAgentArgs(etcd.ClusterUrl(kCluster)), tls_files),
+                           {"--etcd-password-file", wrong_password}));
+  ASSERT_TRUE(guesser.started());
+  auto guesser_client = ConnectClient(guesser, 2000ms);
+  ASSERT_TRUE(guesser_client);
+  EXPECT_TRUE(WaitUntil([&] {
+    r = PutValue(*guesser_client, "guesser", Pattern("guesser", 100), 1);
+    return r.message.find("etcd refused user kvagent") != std::string::npos;
+  })) << r.message;
+  EXPECT_EQ(CounterOf(guesser_client->Stat(), "agent.master_link.ready"), 0u);
 }
 
 TEST(HaOverTls, TlsFilesForAPlainEtcdAddressStopEachBinaryAtStart) {

@@ -199,7 +199,9 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions op
     const bool tls = address->tls.enabled;  // etcds://
     address->tls = shared->options.etcd_tls;
     address->tls.enabled = tls;
+    address->auth = shared->options.etcd_auth;
     KVAGENT_RETURN_IF_ERROR(coord::CheckEtcdTls(address->tls));
+    KVAGENT_RETURN_IF_ERROR(coord::CheckEtcdAuth(address->auth, address->tls));
     auto watcher = coord::LeaderWatcher::Start(
         std::move(*address), [s = shared.get()](const std::optional<coord::Leader>&) {
           s->leader_changed.store(true, std::memory_order_release);

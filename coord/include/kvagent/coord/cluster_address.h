@@ -3,7 +3,8 @@
 // Operators name a cluster as `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` (agents' and kvctl's
 // --master) or as `--etcd HOST:PORT[,...] --cluster CLUSTER` (kvmaster); with etcd over TLS as
 // `etcds://HOST:PORT[,...]/CLUSTER` or `--etcd https://HOST:PORT[,...]`, and the files of
-// EtcdTlsFlags (the CA, a client certificate and key). Its keys, under
+// EtcdAccessFlags (the CA, a client certificate and key; an etcd user and its password). Its keys,
+// under
 // `/kvagent/CLUSTER/`:
 //   leader           the elected kvmaster's LeaderRecord, attached to its lease; the key's create
 //                    revision is the leader's epoch
@@ -27,13 +28,14 @@ namespace coord {
 struct ClusterAddress {
   std::vector<std::string> etcd_endpoints;  // HOST:PORT each
   std::string cluster;
-  EtcdTls tls = {};  // enabled by etcds://; the files from EtcdTlsFlags
+  EtcdTls tls = {};    // enabled by etcds://; the files from EtcdAccessFlags
+  EtcdAuth auth = {};  // from EtcdAccessFlags
 
   // etcd://HOST:PORT[,HOST:PORT]/CLUSTER (etcds:// over TLS)
   std::string ToString() const;
   // The options of a client of this cluster's etcd.
   EtcdClientOptions Etcd(std::chrono::milliseconds timeout) const {
-    return EtcdClientOptions{etcd_endpoints, timeout, tls};
+    return EtcdClientOptions{etcd_endpoints, timeout, tls, auth};
   }
 };
 
@@ -44,13 +46,21 @@ bool IsClusterAddress(std::string_view text);
 // etcds://... (TLS: tls.enabled, no files yet).
 Result<ClusterAddress> ParseClusterAddress(std::string_view text);
 
-// The flags that name the files of etcd over TLS, the same on kvmaster, kvagent and kvctl:
-// --etcd-ca-file, --etcd-cert-file, --etcd-key-file.
-struct EtcdTlsFlags {
+// How kvmaster, kvagent and kvctl reach a secured etcd, the same flags on each: etcd over TLS
+// (--etcd-ca-file, --etcd-cert-file, --etcd-key-file) and etcd's user authentication
+// (--etcd-user, --etcd-password-file).
+struct EtcdAccessFlags {
   std::string ca_file, cert_file, key_file;
+  std::string user, password_file;
   void Declare(FlagSet* flags);
-  // Sets the files of `tls` (enabled or not by the address) and checks them (CheckEtcdTls).
-  Status Apply(EtcdTls* tls) const;
+  bool given() const {
+    return !ca_file.empty() || !cert_file.empty() || !key_file.empty() || !user.empty() ||
+           !password_file.empty();
+  }
+  // Sets the TLS files and the user of `address` (TLS enabled or not by its scheme), reads the
+  // password file (ReadPrivateFile: mode 0600), and checks them all (CheckEtcdTls,
+  // CheckEtcdAuth); INVALID_PARAMS naming the flag.
+  Status Apply(ClusterAddress* address) const;
 };
 
 // OK when `name` can name a cluster or a member: 1..64 of [A-Za-z0-9._-]. `what` names the flag

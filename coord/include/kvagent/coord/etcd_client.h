@@ -11,7 +11,10 @@
 //
 // Over TLS (https) when options.tls.enabled: etcd's certificate is verified against the CA file
 // given (else the system's CAs) and must name the host or address of the endpoint; a client
-// certificate and key are presented when given (etcd's --client-cert-auth asks for them).
+// certificate and key are presented when given (etcd's --client-cert-auth asks for them). With
+// options.auth, the client authenticates as that etcd user (etcd's auth/authenticate) before its
+// first call and sends the token with every call, authenticating again when etcd no longer
+// takes it (a token expired, etcd restarted).
 //
 // Not thread-safe: one client per thread (it keeps one connection open for reuse).
 #pragma once
@@ -41,10 +44,22 @@ struct EtcdTls {
 // (--etcd-ca-file, --etcd-cert-file, --etcd-key-file) otherwise.
 Status CheckEtcdTls(const EtcdTls& tls);
 
+// etcd's user authentication (`etcdctl auth enable`): the user this client acts as, and its
+// password. No user: none.
+struct EtcdAuth {
+  std::string user;
+  std::string password;
+};
+
+// OK when `auth` can be used with `tls`: no user, or a user with a password over TLS (the
+// password crosses the network); INVALID_PARAMS naming --etcd-user otherwise.
+Status CheckEtcdAuth(const EtcdAuth& auth, const EtcdTls& tls);
+
 struct EtcdClientOptions {
   std::vector<std::string> endpoints;       // "HOST:PORT" of etcd's client URLs
   std::chrono::milliseconds timeout{1000};  // per call, over all endpoints tried
   EtcdTls tls = {};                         // https when tls.enabled
+  EtcdAuth auth = {};                       // as an etcd user when auth.user is set
 };
 
 // One key as etcd stores it.

@@ -89,8 +89,9 @@ struct RemoteMasterOptions {
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
   // With a cluster address etcds://...: the files of etcd over TLS (`enabled` follows the
-  // address's scheme).
+  // address's scheme), and etcd's user authentication.
   coord::EtcdTls etcd_tls;
+  coord::EtcdAuth etcd_auth;
   // How the link speaks to kvmaster (docs/protocol.md "Framed RPC"):
   //   kZmq     its ROUTER at `endpoint` (with `curve`, CurveZMQ);
   //   kFramed  the framed RPC transport (kvmaster --framed-listen) at `endpoint` (tcp://HOST:PORT;
