@@ -78,6 +78,15 @@ TEST_F(EtcdOverTls, AClientWithTheCaAndItsCertificateReadsWritesTransactsAndWatc
   }));
   EXPECT_EQ(seen[0].kv.key, "/tls/k");
   EXPECT_EQ(seen[1].kv.key, "/tls/leader");
+  // A user given for an etcd whose authentication is off: etcd says so, and calls and watches
+  // go through without a token.
+  EtcdClientOptions as_user{{etcd_.endpoint()}, 2000ms, tls, EtcdAuth{"kv", "kv-password"}};
+  auto u = EtcdClient::Create(as_user);
+  ASSERT_TRUE(u.ok());
+  const Status put = (*u)->Put("/tls/k", "v2");
+  EXPECT_TRUE(put.ok()) << put.ToString();
+  auto user_watch = EtcdWatch::Open(as_user, "/tls/", 0, true);
+  EXPECT_TRUE(user_watch.ok()) << user_watch.status().ToString();
 }
 
 TEST_F(EtcdOverTls, EveryOtherClientFailsSayingWhatToCheckAndChangesNothing) {
