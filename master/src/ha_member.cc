@@ -83,6 +83,7 @@ class Member {
     watcher_ = std::move(*watcher);
     position_ = LoadPosition(o_.server.master.state_dir);
     LOG(INFO) << "kvmaster " << o_.name << ": member of cluster " << o_.cluster.ToString()
+              << (o_.cluster.auth.user.empty() ? "" : " as etcd user " + o_.cluster.auth.user)
               << " (lease " << o_.lease_ttl.count() << " s), state in "
               << o_.server.master.state_dir << " (term " << position_.epoch << ", record "
               << position_.seq << ")";
