@@ -75,7 +75,8 @@ int ClusterCommand(const GlobalOptions& global, int argc, char** argv, std::ostr
   if (!parsed.ok()) {
     err << "kvctl cluster: " << parsed.message()
         << "; usage: kvctl cluster --master etcd://HOST:PORT/CLUSTER [--wait-ms MS] "
-           "[--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F]\n";
+           "[--etcd-ca-file F] [--etcd-cert-file F --etcd-key-file F] [--etcd-user NAME "
+           "--etcd-password-file F]\n";
     return kExitUsage;
   }
   auto etcd = coord::EtcdClient::Create(

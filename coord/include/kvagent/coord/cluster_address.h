@@ -3,9 +3,8 @@
 // Operators name a cluster as `etcd://HOST:PORT[,HOST:PORT...]/CLUSTER` (agents' and kvctl's
 // --master) or as `--etcd HOST:PORT[,...] --cluster CLUSTER` (kvmaster); with etcd over TLS as
 // `etcds://HOST:PORT[,...]/CLUSTER` or `--etcd https://HOST:PORT[,...]`, and the files of
-// EtcdAccessFlags (the CA, a client certificate and key; an etcd user and its password). Its keys,
-// under
-// `/kvagent/CLUSTER/`:
+// EtcdAccessFlags (the CA, a client certificate and key; an etcd user and its password).
+// Its keys, under `/kvagent/CLUSTER/`:
 //   leader           the elected kvmaster's LeaderRecord, attached to its lease; the key's create
 //                    revision is the leader's epoch
 //   members/NAME     each kvmaster's MemberRecord, attached to its own lease
