@@ -2,9 +2,9 @@
 // certificate its CA signed (etcd --client-cert-auth) and has its user authentication on, with
 // the real binaries: members elect a leader and fail over, an agent finds the leader through
 // etcds:// and stores and reads across the failover, and kvctl shows the cluster, all as an etcd
-// user allowed /kvagent/ only. A client without a certificate etcd accepts, or with a wrong
-// password, gets nothing from etcd and is told why; TLS files given for a plain etcd address stop
-// a binary at start.
+// user allowed /kvagent/ only, and go on after etcd restarted and forgot their tokens. A client
+// without a certificate etcd accepts, or with a wrong password, gets nothing from etcd and is
+// told why; TLS files given for a plain etcd address stop a binary at start.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -121,6 +121,18 @@ TEST(HaOverTls, MembersAgentsAndKvctlReachEtcdOverTlsAndOthersAreToldWhy) {
     return r.message.find("etcd refused user kvagent") != std::string::npos;
   })) << r.message;
   EXPECT_EQ(CounterOf(guesser_client->Stat(), "agent.master_link.ready"), 0u);
+
+  // etcd restarts (on its ports and data) and forgets every token: the member and the agent
+  // authenticate again by themselves; the cluster serves again and the values are there.
+  ASSERT_TRUE(etcd.Restart()) << "see " << etcd.log_path();
+  const std::string after = PutPatterned(*client, "after-etcd-restart", 5);
+  EXPECT_EQ(after, "") << m2.LogTail();
+  EXPECT_EQ(UnreadablePatterned(*client, "tls", 20), std::vector<std::string>{})
+      << "not readable after etcd restarted";
+  EXPECT_TRUE(WaitUntil([&] {
+    auto l = leader();
+    return l && l->record.name == "m2";
+  })) << m2.LogTail();
 }
 
 TEST(HaOverTls, TlsFilesForAPlainEtcdAddressStopEachBinaryAtStart) {
