@@ -318,18 +318,20 @@ Result<Json> EtcdClient::Http::Send(std::string_view path, const Json& body, boo
         const std::string& text = handle_.body();
         std::string hint = "is this etcd's client port?";
         if (text.find("HTTPS") != std::string::npos) {
-          hint = "it serves TLS there: name it as https://HOST:PORT (kvmaster --etcd) or "
-                 "etcds://HOST:PORT/CLUSTER";
+          hint =
+              "it serves TLS there: name it as https://HOST:PORT (kvmaster --etcd) or "
+              "etcds://HOST:PORT/CLUSTER";
         } else if (text.find("CommonName of client") != std::string::npos) {
           // etcd 3.4's gateway, with its authentication on, refuses a client certificate that
           // names a user (a CN), which would otherwise stand for the user.
-          hint = "etcd refuses a client certificate with a Common Name on its JSON gateway while "
-                 "its user authentication is on: give --etcd-cert-file a certificate whose "
-                 "subject has no CN";
+          hint =
+              "etcd refuses a client certificate with a Common Name on its JSON gateway while "
+              "its user authentication is on: give --etcd-cert-file a certificate whose "
+              "subject has no CN";
         }
         return Internal("etcd at " + endpoint + " answered /v3/" + std::string(path) +
-                        " with something that is not JSON (HTTP " + std::to_string(http) +
-                        "); " + hint);
+                        " with something that is not JSON (HTTP " + std::to_string(http) + "); " +
+                        hint);
       }
       if (http == 200) return answer;
       Status st = StatusFromError(answer, http);

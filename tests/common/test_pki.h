@@ -39,13 +39,12 @@ inline bool MakeTestPki(const std::string& dir, TestPki* out) {
            " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign,cRLSign";
   };
   auto leaf = [&](const std::string& name, const std::string& by, const std::string& ext) {
-    const std::string subject = name == "server" ? "/CN=kvagent-test-server"
-                                                 : "/O=kvagent-test/OU=" + name;
+    const std::string subject =
+        name == "server" ? "/CN=kvagent-test-server" : "/O=kvagent-test/OU=" + name;
     return o + " req" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" + name +
-           ".csr -subj " + subject + " && " + o + " x509 -req -in " + d + "/" + name +
-           ".csr -CA " + d + "/" + by + ".pem -CAkey " + d + "/" + by +
-           ".key -CAcreateserial -days 2 -extfile " + dir + "/" + ext + " -out " + d + "/" + name +
-           ".pem";
+           ".csr -subj " + subject + " && " + o + " x509 -req -in " + d + "/" + name + ".csr -CA " +
+           d + "/" + by + ".pem -CAkey " + d + "/" + by + ".key -CAcreateserial -days 2 -extfile " +
+           dir + "/" + ext + " -out " + d + "/" + name + ".pem";
   };
   const std::string script = "mkdir -p " + d + " && " + ca("ca") + " && " + ca("rogue-ca") +
                              " && " + leaf("server", "ca", "server.ext") + " && " +
