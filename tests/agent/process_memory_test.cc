@@ -124,20 +124,23 @@ TEST_F(ProcessMemoryCopies, ReadGathersRangesAcrossChunksAndReturnsTheirCrc) {
 // bound is 1.2x: a shared machine is noisy).
 TEST_F(ProcessMemoryCopies, AChecksumOverManyRangesWalksThemOnce) {
   const std::vector<uint8_t> page = Pattern(64, 5);
-  auto time_of = [&](size_t count) {
-    std::vector<proto::MemoryRange> ranges(count, proto::MemoryRange(Address(page.data()), 64));
-    double best = 1e9;
-    for (int round = 0; round < 5; ++round) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto sum = memory_->Checksum(ranges, 0, uint64_t{64} * count);
-      best = std::min(best,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      EXPECT_TRUE(sum.ok());
-    }
-    return best;
+  // The best of 7 rounds each, the two sizes taking turns: load on a shared machine (CI builds
+  // the next configuration meanwhile) then weighs on both alike. Measured one after the other,
+  // the larger once read 20.5x under ASan with the fix in.
+  std::vector<proto::MemoryRange> few(65536, proto::MemoryRange(Address(page.data()), 64));
+  std::vector<proto::MemoryRange> many(1048576, proto::MemoryRange(Address(page.data()), 64));
+  auto time_of = [&](const std::vector<proto::MemoryRange>& ranges) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto sum = memory_->Checksum(ranges, 0, uint64_t{64} * ranges.size());
+    EXPECT_TRUE(sum.ok());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const double small = time_of(65536);    // 4 MiB: 16 chunks
-  const double large = time_of(1048576);  // 64 MiB: 256 chunks
+  double small = 1e9;  // 4 MiB: 16 chunks
+  double large = 1e9;  // 64 MiB: 256 chunks
+  for (int round = 0; round < 7; ++round) {
+    small = std::min(small, time_of(few));
+    large = std::min(large, time_of(many));
+  }
   EXPECT_LE(large, 19.2 * small) << small << " s, then " << large << " s";
 }
 
