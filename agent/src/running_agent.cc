@@ -192,10 +192,7 @@ bool RunningAgent::StartEmbeddedMaster() {
 bool RunningAgent::StartMasterLink() {
   master_link::RemoteMasterOptions o;
   o.endpoint = v_.master;
-  if (v_.cluster) {
-    o.etcd_tls = v_.cluster->tls;
-    o.etcd_auth = v_.cluster->auth;
-  }
+  o.cluster = v_.cluster;
   o.transport = v_.master_transport == "framed" ? master_link::MasterTransport::kFramed
                 : v_.master_transport == "zmq"  ? master_link::MasterTransport::kZmq
                                                 : master_link::MasterTransport::kAuto;

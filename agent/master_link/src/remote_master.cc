@@ -194,12 +194,10 @@ Result<std::unique_ptr<RemoteMaster>> RemoteMaster::Start(RemoteMasterOptions op
   }
   shared->SetState(LinkState::kConnecting, "connecting");
   if (coord::IsClusterAddress(shared->options.endpoint)) {
-    auto address = coord::ParseClusterAddress(shared->options.endpoint);
+    Result<coord::ClusterAddress> address =
+        shared->options.cluster ? Result<coord::ClusterAddress>(*shared->options.cluster)
+                                : coord::ParseClusterAddress(shared->options.endpoint);
     if (!address.ok()) return address.status();
-    const bool tls = address->tls.enabled;  // etcds://
-    address->tls = shared->options.etcd_tls;
-    address->tls.enabled = tls;
-    address->auth = shared->options.etcd_auth;
     KVAGENT_RETURN_IF_ERROR(coord::CheckEtcdTls(address->tls));
     KVAGENT_RETURN_IF_ERROR(coord::CheckEtcdAuth(address->auth, address->tls));
     auto watcher = coord::LeaderWatcher::Start(

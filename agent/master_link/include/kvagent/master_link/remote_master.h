@@ -43,7 +43,7 @@
 #include "kvagent/agent/master_port.h"
 #include "kvagent/common/cluster_secret.h"
 #include "kvagent/common/status.h"
-#include "kvagent/coord/etcd_client.h"
+#include "kvagent/coord/cluster_address.h"
 #include "kvagent/events/kv_event.h"
 
 namespace kvagent::master_link {
@@ -88,10 +88,10 @@ struct RemoteMasterOptions {
   // kvmaster's master-rpc keys when the cluster has a secret: the link is a CURVE client and
   // reaches only a kvmaster that holds the same secret (curve_auth.h).
   std::optional<CurvePlaneKeys> curve;
-  // With a cluster address etcds://...: the files of etcd over TLS (`enabled` follows the
-  // address's scheme), and etcd's user authentication.
-  coord::EtcdTls etcd_tls;
-  coord::EtcdAuth etcd_auth;
+  // With a cluster address: `endpoint` parsed, with etcd's TLS files and user
+  // (EtcdAccessFlags::Apply), as the caller checked it. Unset: `endpoint` is parsed here, and
+  // an etcds:// address then verifies etcd against the system's CAs, without a user.
+  std::optional<coord::ClusterAddress> cluster;
   // How the link speaks to kvmaster (docs/protocol.md "Framed RPC"):
   //   kZmq     its ROUTER at `endpoint` (with `curve`, CurveZMQ);
   //   kFramed  the framed RPC transport (kvmaster --framed-listen) at `endpoint` (tcp://HOST:PORT;
