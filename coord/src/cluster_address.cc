@@ -76,7 +76,7 @@ void EtcdAccessFlags::Declare(FlagSet* flags) {
                 "--etcd-password-file)");
   flags->String("etcd-password-file", &password_file,
                 "etcd's user authentication: a file (mode 0600) holding --etcd-user's password "
-                "on its first line");
+                "on its first line (read again at each authentication)");
 }
 
 Status EtcdAccessFlags::Apply(ClusterAddress* address) const {
@@ -86,19 +86,11 @@ Status EtcdAccessFlags::Apply(ClusterAddress* address) const {
   KVAGENT_RETURN_IF_ERROR(CheckEtcdTls(address->tls));
   address->auth.user = user;
   WipeString(address->auth.password);
+  address->auth.password_file = password_file;
   if (!password_file.empty()) {
-    auto read = ReadPrivateFile(password_file, "--etcd-password-file " + password_file, 4096);
+    auto read = ReadEtcdPassword(password_file);
     if (!read.ok()) return read.status();
-    std::string& password = *read;
-    const size_t end = password.find_first_of("\r\n");
-    if (end != std::string::npos) {
-      std::fill(password.begin() + static_cast<std::ptrdiff_t>(end), password.end(), '\0');
-      password.resize(end);
-    }
-    if (password.empty()) {
-      return InvalidParams("--etcd-password-file " + password_file + " holds no password");
-    }
-    address->auth.password = std::move(password);
+    address->auth.password = std::move(*read);
   }
   return CheckEtcdAuth(address->auth, address->tls);
 }

@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "etcd_http.h"
 #include "kvagent/common/host_port.h"
+#include "kvagent/common/private_file.h"
 
 namespace kvagent::coord {
 namespace {
@@ -116,7 +118,9 @@ Status CheckEtcdTls(const EtcdTls& tls) {
 
 Status CheckEtcdAuth(const EtcdAuth& auth, const EtcdTls& tls) {
   if (auth.user.empty()) {
-    if (!auth.password.empty()) return InvalidParams("an etcd password needs --etcd-user");
+    if (!auth.password.empty() || !auth.password_file.empty()) {
+      return InvalidParams("an etcd password needs --etcd-user");
+    }
     return Status::Ok();
   }
   if (!tls.enabled) {
@@ -124,11 +128,24 @@ Status CheckEtcdAuth(const EtcdAuth& auth, const EtcdTls& tls) {
         "--etcd-user needs etcd over TLS (https://HOST:PORT for kvmaster --etcd, etcds:// for a "
         "cluster address): the password would cross the network in the clear");
   }
-  if (auth.password.empty()) {
+  if (auth.password.empty() && auth.password_file.empty()) {
     return InvalidParams("--etcd-user " + auth.user +
                          " needs its password: --etcd-password-file FILE (mode 0600)");
   }
   return Status::Ok();
+}
+
+Result<std::string> ReadEtcdPassword(const std::string& path) {
+  auto read = ReadPrivateFile(path, "--etcd-password-file " + path, 4096);
+  if (!read.ok()) return read.status();
+  std::string& password = *read;
+  const size_t end = password.find_first_of("\r\n");
+  if (end != std::string::npos) {
+    std::fill(password.begin() + static_cast<std::ptrdiff_t>(end), password.end(), '\0');
+    password.resize(end);
+  }
+  if (password.empty()) return InvalidParams("--etcd-password-file " + path + " holds no password");
+  return std::move(*read);
 }
 
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions options) {

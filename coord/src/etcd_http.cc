@@ -198,6 +198,11 @@ void CurlHandle::Prepare(const std::string& endpoint, std::string_view path,
     curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYPEER, 1L);  // curl's defaults, said out loud
     curl_easy_setopt(curl_, CURLOPT_SSL_VERIFYHOST, 2L);
     curl_easy_setopt(curl_, CURLOPT_SSLVERSION, static_cast<long>(CURL_SSLVERSION_TLSv1_2));
+#if LIBCURL_VERSION_NUM >= 0x075700
+    // The CA file is read for each new connection, not kept for a day (curl's default since
+    // 7.87): a CA renewed in place is used from the next connection on.
+    curl_easy_setopt(curl_, CURLOPT_CA_CACHE_TIMEOUT, 0L);
+#endif
     if (!tls.ca_file.empty()) curl_easy_setopt(curl_, CURLOPT_CAINFO, tls.ca_file.c_str());
     if (!tls.cert_file.empty()) {
       curl_easy_setopt(curl_, CURLOPT_SSLCERT, tls.cert_file.c_str());
@@ -262,6 +267,16 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
 Result<std::string> EtcdClient::Http::Token() {
   if (options_.auth.user.empty() || authenticated_) return token_;
   WipeString(token_);
+  if (!options_.auth.password_file.empty()) {
+    // Read each time: the password may have been changed (in etcd and in the file) since.
+    auto password = ReadEtcdPassword(options_.auth.password_file);
+    if (!password.ok()) {
+      return Status(ErrorCode::kMasterUnavailable,
+                    "cannot authenticate to etcd: " + password.status().message());
+    }
+    WipeString(options_.auth.password);
+    options_.auth.password = std::move(*password);
+  }
   Json request{{"name", options_.auth.user}, {"password", options_.auth.password}};
   bool stale = false;
   Result<Json> answer = Send("auth/authenticate", request, &stale);

@@ -89,7 +89,8 @@ class EtcdProcess {
       for (const std::string& a : args) command += " '" + a + "'";
       return std::system((command + " >>" + log_ + " 2>&1").c_str()) == 0;
     };
-    bool ok = etcdctl({"user", "add", "root", "--new-user-password=root-" + password}) &&
+    root_password_ = "root-" + password;
+    bool ok = etcdctl({"user", "add", "root", "--new-user-password=" + root_password_}) &&
               etcdctl({"user", "add", user, "--new-user-password=" + password}) &&
               etcdctl({"role", "add", "kvagent-test"});
     for (const std::string& p : prefixes) {
@@ -98,6 +99,16 @@ class EtcdProcess {
     }
     return ok && etcdctl({"user", "grant-role", user, "kvagent-test"}) &&
            etcdctl({"auth", "enable"});
+  }
+
+  // After EnableAuth: gives `user` another password (etcdctl as root). False when etcdctl failed.
+  bool ChangePassword(const std::string& user, const std::string& password) {
+    const std::string command =
+        "echo '" + password + "' | " + kEtcdctlBinary + " --endpoints=https://" + endpoint() +
+        " --cacert=" + probe_.ca_file + " --cert=" + probe_.cert_file +
+        " --key=" + probe_.key_file + " --user 'root:" + root_password_ + "' user passwd '" + user +
+        "' --interactive=false >>" + log_ + " 2>&1";
+    return std::system(command.c_str()) == 0;
   }
 
   // Starts etcd (again, on the same ports and data) and waits until it answers. False when it
@@ -185,6 +196,7 @@ class EtcdProcess {
   bool fixed_ports_ = false;
   std::vector<std::string> tls_args_;
   coord::EtcdTls probe_;
+  std::string root_password_;
   std::string log_;
   ProcessGuard process_;
 };

@@ -3,10 +3,12 @@
 // transacts and watches; every other client fails with an error that says what to check, and
 // nothing it sent reaches etcd. With etcd's user authentication on, a client acts as its user
 // (only on the keys the user's role allows) and authenticates again when etcd forgot its token.
-// The options are checked before any connection.
+// Certificates and a password renewed in place are used without a restart. The options are
+// checked before any connection.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "agent_process.h"
@@ -191,6 +193,85 @@ TEST_F(EtcdOverTls, AUserActsOnItsKeysOnlyAndAuthenticatesAgainAfterAnEtcdRestar
   got = (*c)->Get("/kvagent/k");
   ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
   EXPECT_EQ((*got)->value, "v2");
+}
+
+// Certificates and passwords are renewed while the processes run: each new TLS connection reads
+// the CA, certificate and key files, and each authentication reads the password file. Here all
+// of them change at once, as a renewal tool writes them (beside the old file, then renamed over
+// it), with etcd restarted on a certificate of a new CA that asks clients for certificates of
+// that CA, and the user's password changed: the client that ran before goes on without a restart.
+TEST_F(EtcdOverTls, RenewedCertificatesAndAChangedPasswordAreUsedWithoutARestart) {
+  ASSERT_TRUE(etcd_.EnableAuth("kv", "kv-password", {"/kvagent/"})) << "see " << etcd_.log_path();
+  const std::string next = dir_.path() + "/next", live = dir_.path() + "/live";
+  ASSERT_EQ(::mkdir(next.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(live.c_str(), 0700), 0);
+  testing::TestPki renewed;
+  ASSERT_TRUE(testing::MakeTestPki(next, &renewed)) << "see " << next << "/openssl.log";
+  auto install = [&](const std::string& name, const std::string& content) {
+    const std::string file = live + "/" + name;
+    std::ofstream(file + ".new") << content;
+    ::chmod((file + ".new").c_str(), 0600);
+    std::filesystem::rename(file + ".new", file);
+  };
+  auto read = [](const std::string& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto install_pki = [&](const testing::TestPki& pki, const std::string& password) {
+    install("ca.pem", read(pki.ca));
+    install("client.pem", read(pki.client_cert));
+    install("client.key", read(pki.client_key));
+    install("password", password + "\n");
+  };
+  install_pki(pki_, "kv-password");
+  auto address = ParseClusterAddress("etcds://" + etcd_.endpoint() + "/c").value();
+  EtcdAccessFlags flags;
+  flags.ca_file = live + "/ca.pem";
+  flags.cert_file = live + "/client.pem";
+  flags.key_file = live + "/client.key";
+  flags.user = "kv";
+  flags.password_file = live + "/password";
+  ASSERT_TRUE(flags.Apply(&address).ok());
+  auto c = EtcdClient::Create(address.Etcd(2000ms));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Status before = (*c)->Put("/kvagent/before", "1");
+  ASSERT_TRUE(before.ok()) << before.ToString();
+
+  ASSERT_TRUE(etcd_.ChangePassword("kv", "kv-password-2")) << "see " << etcd_.log_path();
+  install_pki(renewed, "kv-password-2");
+  etcd_.ServeTls(renewed.server_cert, renewed.server_key, renewed.ca,
+                 EtcdTls{true, renewed.ca, renewed.client_cert, renewed.client_key});
+  ASSERT_TRUE(etcd_.Restart()) << "see " << etcd_.log_path();
+  Status after;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    after = (*c)->Put("/kvagent/after", "2");
+    return after.ok();
+  })) << after.ToString();
+  for (const char* key : {"/kvagent/before", "/kvagent/after"}) {
+    auto got = (*c)->Get(key);
+    ASSERT_TRUE(got.ok() && got->has_value()) << key << ": " << got.status().ToString();
+  }
+  auto watch = EtcdWatch::Open(address.Etcd(2000ms), "/kvagent/", 0, true);
+  EXPECT_TRUE(watch.ok()) << watch.status().ToString();
+  // A password file gone when the client must authenticate again: MASTER_UNAVAILABLE naming the
+  // file, and the client goes on once the file is back.
+  ASSERT_EQ(::unlink((live + "/password").c_str()), 0);
+  ASSERT_TRUE(etcd_.Restart()) << "see " << etcd_.log_path();
+  Status missing;
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    missing = (*c)->Put("/kvagent/after", "3");
+    return Has(missing, "cannot authenticate to etcd");
+  })) << missing.ToString();
+  EXPECT_EQ(missing.code(), ErrorCode::kMasterUnavailable);
+  EXPECT_TRUE(Has(missing, "--etcd-password-file " + live + "/password")) << missing.ToString();
+  install("password", "kv-password-2\n");
+  const Status back = (*c)->Put("/kvagent/after", "4");
+  EXPECT_TRUE(back.ok()) << back.ToString();
+  // The files of before the renewal no longer pass: the renewed ones were used.
+  install_pki(pki_, "kv-password");
+  auto stale = EtcdClient::Create(address.Etcd(2000ms));
+  ASSERT_TRUE(stale.ok());
+  EXPECT_FALSE((*stale)->Get("/kvagent/after").ok());
 }
 
 TEST(EtcdTlsOptions, AreCheckedBeforeAnyConnectionAndNameTheFlag) {

@@ -31,7 +31,8 @@
 
 namespace kvagent::coord {
 
-// How to reach etcd over TLS. Paths of PEM files; empty: not given.
+// How to reach etcd over TLS. Paths of PEM files; empty: not given. The files are read for each
+// new connection, so certificates renewed in place are used from the next one on.
 struct EtcdTls {
   bool enabled = false;   // https:// endpoints (a cluster address etcds://...)
   std::string ca_file;    // the CAs etcd's certificate is checked against (empty: the system's)
@@ -49,11 +50,21 @@ Status CheckEtcdTls(const EtcdTls& tls);
 struct EtcdAuth {
   std::string user;
   std::string password;
+  // When set, the password is read from this file (ReadEtcdPassword) each time the client
+  // authenticates (at its first call, and when etcd no longer takes its token), so a password
+  // changed in etcd and in the file is used without a restart; `password` is then what was read
+  // last (EtcdAccessFlags::Apply reads it at start, to refuse a bad file at once).
+  std::string password_file = {};
 };
 
-// OK when `auth` can be used with `tls`: no user, or a user with a password over TLS (the
-// password crosses the network); INVALID_PARAMS naming --etcd-user otherwise.
+// OK when `auth` can be used with `tls`: no user, or a user with a password (or a password file)
+// over TLS (the password crosses the network); INVALID_PARAMS naming --etcd-user otherwise.
 Status CheckEtcdAuth(const EtcdAuth& auth, const EtcdTls& tls);
+
+// The password on the first line of `path` (--etcd-password-file): a regular file only its owner
+// (or root) may read or write (ReadPrivateFile). INVALID_PARAMS naming the file when it cannot be
+// read, is open to others, or holds no password.
+Result<std::string> ReadEtcdPassword(const std::string& path);
 
 struct EtcdClientOptions {
   std::vector<std::string> endpoints;       // "HOST:PORT" of etcd's client URLs
