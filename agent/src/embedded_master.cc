@@ -26,7 +26,8 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
     out->emplace_back("event_next_seq", st.next_seq);
   });
 
-  auto agent = m->service_->RegisterAgent(m->options_.agent_name, m->options_.incarnation);
+  auto agent = m->service_->RegisterAgent(m->options_.agent_name, m->options_.incarnation,
+                                          m->options_.agent_key);
   if (!agent.ok()) return agent.status();
   // Local copies into the pool carry this master's epoch (its placements do).
   if (m->options_.fence != nullptr) m->options_.fence->SetEpoch(m->service_->epoch());
@@ -34,7 +35,7 @@ Result<std::unique_ptr<EmbeddedMaster>> EmbeddedMaster::Start(EmbeddedMasterOpti
   auto mounted = m->service_->MountPool(*agent, 0, m->options_.pool_bytes,
                                         std::span<const std::string_view>(&endpoint, 1));
   if (!mounted.ok()) return mounted.status();
-  m->identity_ = MasterIdentity{*agent, mounted->pool_id};
+  m->identity_ = MasterIdentity{*agent, mounted->pool_id, m->options_.agent_key};
   // The start events (AllBlocksCleared, then any restored objects) go out first.
   m->PublishEvents();
   m->board_.Publish(m->rpc_->StatCounters());

@@ -35,6 +35,7 @@ struct EmbeddedMasterOptions {
   master::MasterOptions master;  // TTLs, part size, watermarks, state_dir
   std::string agent_name;        // how the agent registers itself
   uint64_t incarnation = 1;
+  uint64_t agent_key = 0;     // master.fbs RegisterAgent; the pipeline's requests carry it
   uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // the pool's data-plane endpoint (TransferEngine::endpoint())
   events::EventPublisherOptions events;

@@ -82,7 +82,7 @@ Offset<flatbuffers::Vector<Offset<mfb::BlockMeta>>> MasterMessages::Blocks(
 }
 
 flatbuffers::DetachedBuffer MasterMessages::Finish(uint64_t id, mfb::Body type, Offset<void> body) {
-  fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
+  fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body, agent_key_));
   return fbb_.Release();
 }
 

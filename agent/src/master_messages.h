@@ -40,6 +40,8 @@ struct BadReplicaReport {
 // Builds master requests. Keeps scratch vectors across calls (service thread only).
 class MasterMessages {
  public:
+  // The agent key every request carries (MasterIdentity::agent_key).
+  void set_agent_key(uint64_t key) { agent_key_ = key; }
   // BatchPutStart / BatchUpsertStart for `keys` of `requests`, all with the same write options
   // (those of the first key's request).
   flatbuffers::DetachedBuffer WriteStart(uint64_t id, uint32_t agent, bool upsert,
@@ -95,6 +97,7 @@ class MasterMessages {
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
   std::vector<flatbuffers::Offset<mfb::BlockMeta>> blocks_;
   std::vector<uint64_t> sizes_;
+  uint64_t agent_key_ = 0;
 };
 
 // The key at `ref` as it appears in the client's request.

@@ -110,6 +110,7 @@ RequestPipeline::RequestPipeline(std::unique_ptr<MasterPort> master, transfer::N
                                  const transfer::PoolFence* fence, bool checksums)
     : master_(std::move(master)), data_plane_(std::move(data_plane)) {
   ctx_.master = master_.get();
+  messages_.set_agent_key(master_->identity().agent_key);
   ctx_.pool = pool;
   ctx_.engine = data_plane_.get();
   ctx_.fence = fence;

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <sched.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <future>
@@ -23,6 +24,17 @@ namespace {
 uint64_t NewIncarnation() {
   std::random_device rd;
   return ((uint64_t{rd()} << 32) | rd()) | 1;  // never 0
+}
+
+// The agent key (master.fbs RegisterAgent): from the kernel's random source, never 0. Unlike
+// the incarnation, which peers see, it stays in this process.
+uint64_t NewAgentKey() {
+  uint64_t key = 0;
+  if (::getrandom(&key, sizeof(key), 0) != static_cast<ssize_t>(sizeof(key))) {
+    std::random_device rd;  // the same source, through the C++ library
+    key = (uint64_t{rd()} << 32) | rd();
+  }
+  return key == 0 ? 1 : key;
 }
 
 // --copy-threads 0: four threads copy a large value, or as many CPUs as this process may use.
@@ -154,6 +166,7 @@ bool RunningAgent::StartDataPlane() {
   if (!pool.ok()) return Fail("node pool", pool.status());
   pool_ = std::move(*pool);
   incarnation_ = NewIncarnation();
+  agent_key_ = NewAgentKey();
   fence_ = std::make_unique<transfer::PoolFence>(incarnation_);
   engine_options->fence = fence_.get();
   engine_options->serve = v_.serve_data;
@@ -169,6 +182,7 @@ bool RunningAgent::StartEmbeddedMaster() {
   o.master = v_.embedded;
   o.agent_name = v_.agent_name;
   o.incarnation = incarnation_;
+  o.agent_key = agent_key_;
   o.pool_bytes = pool_->size();
   o.data_endpoint = engine_->endpoint();
   o.events.endpoint = "ipc://" + v_.agent.run_dir + "/events.sock";
@@ -198,6 +212,7 @@ bool RunningAgent::StartMasterLink() {
                                                 : master_link::MasterTransport::kAuto;
   o.agent_name = v_.agent_name;
   o.incarnation = incarnation_;
+  o.agent_key = agent_key_;
   o.pool_bytes = pool_->size();
   o.data_endpoint = engine_->endpoint();
   o.heartbeat = std::chrono::milliseconds(v_.heartbeat_ms);

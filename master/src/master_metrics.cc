@@ -78,6 +78,8 @@ constexpr Mapping kTable[] = {
      "reserved writes given back unused, or refused at commit"},
     {"name_conflicts", "kvmaster_name_conflicts_total", true,
      "registrations refused: an agent another registration of its name replaced came back"},
+    {"agent_key_refusals", "kvmaster_agent_key_refusals_total", true,
+     "registrations and calls for an agent that did not carry its agent key"},
     {"oversized_values", "kvmaster_oversized_values_total", true,
      "puts refused as larger than the pools' high watermark"},
     {"epoch", "kvmaster_epoch", false,

@@ -154,7 +154,7 @@ class MasterRpc::Call {
   WriteStartRequest ReadStart(const fb::WriteStart* m);
   WriteEndRequest ReadFinish(const fb::WriteFinish* m, std::span<const std::string_view> keys);
 
-  Reply RegisterAgent(const fb::RegisterAgent* m);
+  Reply RegisterAgent(const fb::RegisterAgent* m, uint64_t agent_key);
   Reply MountPool(const fb::MountPool* m);
   Reply Heartbeat(const fb::Heartbeat* m);
   Reply WriteStart(const fb::WriteStart* m, bool upsert);
@@ -241,10 +241,48 @@ std::span<const uint8_t> MasterRpc::Serve(std::span<const uint8_t> request, bool
   return call.Dispatch(*req);
 }
 
+// The agent a request acts for (its body's agent_id), if its type names one.
+static std::optional<AgentId> ActingAgent(const fb::Request& req) {
+  auto id = [](const auto* body) -> std::optional<AgentId> {
+    if (body == nullptr) return std::nullopt;
+    return body->agent_id();
+  };
+  switch (req.body_type()) {
+    case fb::Body::MountPool:
+      return id(req.body_as_MountPool());
+    case fb::Body::Heartbeat:
+      return id(req.body_as_Heartbeat());
+    case fb::Body::BatchPutStart:
+    case fb::Body::BatchUpsertStart:
+      return id(static_cast<const fb::WriteStart*>(req.body()));
+    case fb::Body::BatchPutEnd:
+    case fb::Body::BatchPutRevoke:
+    case fb::Body::BatchUpsertEnd:
+    case fb::Body::BatchUpsertRevoke:
+      return id(static_cast<const fb::WriteFinish*>(req.body()));
+    case fb::Body::ReserveWrites:
+      return id(req.body_as_ReserveWrites());
+    case fb::Body::BatchPutCommit: {
+      const fb::WriteCommit* c = req.body_as_BatchPutCommit();
+      return c == nullptr ? std::nullopt : id(c->start());  // its finish must name the same
+    }
+    case fb::Body::ReportBadReplicas:
+      return id(req.body_as_ReportBadReplicas());
+    default:
+      return std::nullopt;
+  }
+}
+
 Reply MasterRpc::Call::Dispatch(const fb::Request& req) {
+  // Only the agent process that registered acts for its agent (master.fbs RegisterAgent).
+  if (const std::optional<AgentId> agent = ActingAgent(req)) {
+    if (Status key = service_.CheckAgentKey(*agent, req.agent_key()); !key.ok()) {
+      return Finish(b_, epoch_, id_, key, fb::ReplyBody::NONE, 0);
+    }
+  }
   switch (req.body_type()) {
     case fb::Body::RegisterAgent:
-      return RegisterAgent(req.body_as_RegisterAgent());
+      return RegisterAgent(req.body_as_RegisterAgent(), req.agent_key());
     case fb::Body::MountPool:
       return MountPool(req.body_as_MountPool());
     case fb::Body::Heartbeat:
@@ -412,8 +450,9 @@ WriteEndRequest MasterRpc::Call::ReadFinish(const fb::WriteFinish* m,
   return w;
 }
 
-Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m) {
-  auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation());
+Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m, uint64_t agent_key) {
+  auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation(),
+                                  agent_key);
   if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
   const std::string& events = rpc_.events_endpoint_;
   const std::string& framed = rpc_.framed_endpoint_;
@@ -675,6 +714,7 @@ std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
       {"reserved_commits", st.reserved_commits},
       {"reserved_returned", st.reserved_returned},
       {"name_conflicts", st.name_conflicts},
+      {"agent_key_refusals", st.agent_key_refusals},
   };
   if (extra_stats_) extra_stats_(&all);
   return all;

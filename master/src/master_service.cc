@@ -68,7 +68,8 @@ Result<std::unique_ptr<MasterService>> MasterService::Open(MasterOptions options
 
 // ---- agents --------------------------------------------------------------------------------
 
-Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t incarnation) {
+Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t incarnation,
+                                             uint64_t key) {
   if (name.empty() || name.size() > 256 || !IsValidUtf8(name)) {
     ++bad_requests_;
     return InvalidParams("the agent name must be 1..256 bytes of UTF-8 (use the host name)");
@@ -92,6 +93,12 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
       return InvalidParams(why);
     }
     if (a->incarnation == incarnation) {
+      if (a->registered_here && a->key != key) {
+        return RefuseAgentKey(a, "a registration of agent \"" + std::string(name) +
+                                     "\" (incarnation " + std::to_string(incarnation) +
+                                     ") without the agent key its registration here bound");
+      }
+      a->key = key;
       // Alive; a suspect agent (silent, or restored from the log) is trusted with new replicas
       // only once it mounted its pool again, after it set its pool to this master's epoch.
       a->last_seen_live = store_->LiveNow();
@@ -107,9 +114,30 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   }
   Result<AgentId> id = store_->AddAgent(name, incarnation);
   if (!id.ok()) return id;
+  if (Agent* added = store_->FindAgent(*id)) added->key = key;
   LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return id;
+}
+
+Status MasterService::CheckAgentKey(AgentId agent, uint64_t key) {
+  Agent* a = store_->FindAgent(agent);
+  if (a == nullptr || !a->registered_here || a->key == key) return Status::Ok();
+  return RefuseAgentKey(a, "a call for agent " + std::to_string(agent) + " (\"" + a->name +
+                               "\") without its agent key");
+}
+
+Status MasterService::RefuseAgentKey(Agent* a, const std::string& what) {
+  ++agent_key_refusals_;
+  const std::string why =
+      what +
+      ": only the agent process that registered may act for it (two processes claim "
+      "one agent: another member, or a copy of this agent's name and incarnation)";
+  if (!a->key_refusal_logged) {
+    a->key_refusal_logged = true;
+    LOG(ERROR) << why << " (refused; counted in master.agent_key_refusals; logged once per agent)";
+  }
+  return InvalidParams(why);
 }
 
 Result<MountResult> MasterService::MountPool(AgentId agent, uint32_t index, uint64_t size,

@@ -181,6 +181,7 @@ MasterStats MasterService::Stats() const {
   MasterStats s = store_->stats();
   s.bad_requests = bad_requests_;
   s.name_conflicts = name_conflicts_;
+  s.agent_key_refusals = agent_key_refusals_;
   return s;
 }
 

@@ -171,6 +171,9 @@ struct Agent {
   // are answered "unknown" (register again), and their fence acks, which count the previous
   // master's fences, free nothing.
   bool registered_here = false;
+  // The agent key its registration here bound (MasterService::RegisterAgent); not logged.
+  uint64_t key = 0;
+  bool key_refusal_logged = false;
   std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
   uint32_t reserved_writes = 0;     // reserved writes it holds (ReserveWrites), and their space

@@ -692,6 +692,32 @@ TEST(MasterService, AReplacedIncarnationCannotTakeItsNameBackFromTheAgentThatRep
   EXPECT_TRUE(c.svc->RegisterAgent("other", 2).ok());
 }
 
+TEST(MasterService, OnlyTheProcessThatRegisteredAnAgentActsForIt) {
+  Cluster c({}, 0);
+  const uint64_t key = 0x5eed5eed5eed5eedull;
+  auto a = c.svc->RegisterAgent("node-a", 7, key);
+  ASSERT_TRUE(a.ok());
+  // Another process naming the agent's name and incarnation, or its id, without its key.
+  for (uint64_t other : {uint64_t{0}, key + 1}) {
+    auto again = c.svc->RegisterAgent("node-a", 7, other);
+    ASSERT_EQ(again.status().code(), ErrorCode::kInvalidParams);
+    EXPECT_NE(again.status().message().find("without the agent key"), std::string::npos)
+        << again.status().message();
+    EXPECT_EQ(c.svc->CheckAgentKey(*a, other).code(), ErrorCode::kInvalidParams);
+  }
+  EXPECT_EQ(c.svc->Stats().agent_key_refusals, 4u);
+  // The agent itself, again and again (a reconnect); unknown agents are the call's to refuse.
+  EXPECT_EQ(c.svc->RegisterAgent("node-a", 7, key).value(), *a);
+  EXPECT_TRUE(c.svc->CheckAgentKey(*a, key).ok());
+  EXPECT_TRUE(c.svc->CheckAgentKey(*a + 1000, 0).ok());
+  // A new incarnation is a new process: it replaces the agent and binds its own key.
+  auto restarted = c.svc->RegisterAgent("node-a", 8, key + 2);
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_TRUE(c.svc->CheckAgentKey(*restarted, key + 2).ok());
+  EXPECT_FALSE(c.svc->CheckAgentKey(*restarted, key).ok());
+  EXPECT_EQ(c.svc->Stats().agent_key_refusals, 5u);
+}
+
 TEST(MasterService, ReplacedIncarnationsAreRememberedUpToTheirBound) {
   Cluster c({}, 0);
   const size_t n = MasterService::kMaxReplacedIncarnations;

@@ -258,7 +258,7 @@ class Link {
   // Finishes the request whose body the caller built in fbb_ (after clearing it) and sends it.
   void SendOwn(Own kind, mfb::Body type, flatbuffers::Offset<void> body, Clock::time_point now) {
     const uint64_t id = next_own_id_++;
-    fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body));
+    fbb_.Finish(mfb::CreateRequest(fbb_, id, type, body, o_.agent_key));
     if (!Send(fbb_.GetBufferPointer(), fbb_.GetSize())) {
       return Down("cannot queue a message to " + endpoint_, now);
     }

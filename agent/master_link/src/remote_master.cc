@@ -369,7 +369,7 @@ bool RemoteMaster::ready() const {
 
 agent::MasterIdentity RemoteMaster::identity() const {
   return {shared_->agent_id.load(std::memory_order_acquire),
-          shared_->pool_id.load(std::memory_order_acquire)};
+          shared_->pool_id.load(std::memory_order_acquire), shared_->options.agent_key};
 }
 
 std::optional<std::pair<std::string, std::string>> RemoteMaster::EventEndpoints() const {

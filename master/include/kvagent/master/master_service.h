@@ -31,6 +31,7 @@
 namespace kvagent::master {
 
 class MetadataStore;
+struct Agent;
 struct Object;
 using ObjectEntry = std::pair<const std::string, Object>;
 
@@ -52,7 +53,15 @@ class MasterService {
   // (or one replaced while cut off), and taking the name back would drop the other's objects,
   // and the other's next registration this one's, over and over. This master remembers the
   // last kMaxReplacedIncarnations replaced ones.
-  Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation);
+  // `key` (master.fbs RegisterAgent.agent_key) is bound to the agent while it is registered
+  // here: the same name and incarnation with another key is refused (INVALID_PARAMS, counted in
+  // agent_key_refusals), and calls for the agent must carry it (CheckAgentKey). Bindings live in
+  // memory: after a restart or a failover the first registration binds again.
+  Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation, uint64_t key = 0);
+  // OK when a call that names `agent` and carries `key` may act for it: the agent is unknown
+  // (the call itself then says so), not registered here since this master started, or bound to
+  // `key`. Otherwise INVALID_PARAMS, counted in agent_key_refusals and logged once per agent.
+  Status CheckAgentKey(AgentId agent, uint64_t key);
   static constexpr size_t kMaxReplacedIncarnations = 1024;
 
   // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
@@ -258,6 +267,8 @@ class MasterService {
   };
   std::deque<Replaced> replaced_;
   uint64_t name_conflicts_ = 0;
+  uint64_t agent_key_refusals_ = 0;
+  Status RefuseAgentKey(Agent* agent, const std::string& what);
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
   std::vector<uint32_t> scratch_kept_;  // FinishOne: written replicas per part

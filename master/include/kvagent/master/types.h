@@ -368,6 +368,7 @@ struct MasterStats {
   uint64_t reserved_commits = 0;      // keys committed into a reserved write (one round trip)
   uint64_t reserved_returned = 0;     // reserved writes given back unused, or refused at commit
   uint64_t name_conflicts = 0;  // registrations refused: an agent replaced under its name came back
+  uint64_t agent_key_refusals = 0;  // registrations and calls for an agent without its agent key
 };
 
 }  // namespace kvagent::master

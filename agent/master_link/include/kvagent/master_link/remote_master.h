@@ -61,8 +61,11 @@ enum class MasterTransport { kZmq, kFramed, kAuto };
 struct RemoteMasterOptions {
   // kvmaster's ROUTER, e.g. tcp://10.0.0.1:50051, or a cluster, etcd://10.0.0.1:2379/prod
   std::string endpoint;
-  std::string agent_name;     // stable across restarts of this agent (host name + run dir)
-  uint64_t incarnation = 0;   // new for every process start (random)
+  std::string agent_name;    // stable across restarts of this agent (host name + run dir)
+  uint64_t incarnation = 0;  // new for every process start (random)
+  // Random per process start, never shown: binds this process to its agent at kvmaster (every
+  // request carries it; master.fbs RegisterAgent). 0: none (tests).
+  uint64_t agent_key = 0;
   uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // where peers reach the pool (TransferEngine::endpoint())
   std::chrono::milliseconds heartbeat{1000};
