@@ -15,6 +15,22 @@
 namespace kvagent {
 namespace {
 
+// HOST:PORT of an IPv4 or IPv6 address ("" for another family).
+std::string AddressText(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &s6->sin6_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(s6->sin6_port));
+  }
+  if (address.ss_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(s4->sin_port));
+  }
+  return "";
+}
+
 // tcp://HOST:PORT as ZMQ reads it, port 0 for a listener.
 Result<HostPort> Parse(const std::string& endpoint) {
   return ParseHostPort(endpoint, "endpoint", TcpEndpointRules(/*listener=*/true));
@@ -52,18 +68,7 @@ Result<UniqueFd> ListenTcp(const std::string& endpoint, std::string* bound) {
   sockaddr_storage got{};
   socklen_t len = sizeof(got);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &len);
-  char text[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
-  if (got.ss_family == AF_INET6) {
-    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&got);
-    inet_ntop(AF_INET6, &s6->sin6_addr, text, sizeof(text));
-    port = ntohs(s6->sin6_port);
-  } else {
-    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&got);
-    inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text));
-    port = ntohs(s4->sin_port);
-  }
-  *bound = "tcp://" + JoinHostPort(text, port);
+  *bound = "tcp://" + AddressText(got);
   return fd;
 }
 
@@ -91,6 +96,13 @@ UniqueFd AcceptTcp(int listener) {
   UniqueFd fd(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (fd.valid()) NoDelay(fd.get());
   return fd;
+}
+
+std::string PeerAddressOf(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "";
+  return AddressText(peer);
 }
 
 }  // namespace kvagent

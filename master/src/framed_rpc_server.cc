@@ -245,6 +245,11 @@ void FramedRpcServer::Close(ConnectionId id) {
   connections_.erase(it);
 }
 
+std::string FramedRpcServer::PeerAddress(ConnectionId conn) const {
+  auto it = connections_.find(conn);
+  return it == connections_.end() ? "" : PeerAddressOf(it->second.fd.get());
+}
+
 FramedRpcStats FramedRpcServer::stats() const {
   FramedRpcStats s = stats_;
   s.connections = connections_.size();

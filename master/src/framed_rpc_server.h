@@ -97,6 +97,9 @@ class FramedRpcServer {
 
   FramedRpcStats stats() const;
 
+  // HOST:PORT of the client of `conn` ("" when it has gone).
+  std::string PeerAddress(ConnectionId conn) const;
+
  private:
   struct Connection {
     UniqueFd fd;

@@ -277,6 +277,7 @@ Reply MasterRpc::Call::Dispatch(const fb::Request& req) {
   // Only the agent process that registered acts for its agent (master.fbs RegisterAgent).
   if (const std::optional<AgentId> agent = ActingAgent(req)) {
     if (Status key = service_.CheckAgentKey(*agent, req.agent_key()); !key.ok()) {
+      rpc_.last_.agent_key_refused = true;
       return Finish(b_, epoch_, id_, key, fb::ReplyBody::NONE, 0);
     }
   }
@@ -451,9 +452,13 @@ WriteEndRequest MasterRpc::Call::ReadFinish(const fb::WriteFinish* m,
 }
 
 Reply MasterRpc::Call::RegisterAgent(const fb::RegisterAgent* m, uint64_t agent_key) {
+  const uint64_t refusals = service_.agent_key_refusals();
   auto r = service_.RegisterAgent(m->name() ? m->name()->string_view() : "", m->incarnation(),
                                   agent_key);
-  if (!r.ok()) return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  if (!r.ok()) {
+    rpc_.last_.agent_key_refused = service_.agent_key_refusals() != refusals;
+    return Finish(b_, epoch_, id_, r.status(), fb::ReplyBody::NONE, 0);
+  }
   const std::string& events = rpc_.events_endpoint_;
   const std::string& framed = rpc_.framed_endpoint_;
   return Finish(b_, epoch_, id_, Status::Ok(), fb::ReplyBody::RegisterAgentReply,

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -178,14 +180,39 @@ class MasterServer::Loop {
       return;
     }
     auto body = std::span(static_cast<const uint8_t*>(frames_[2].data()), frames_[2].size());
-    HandleRequest(Peer{std::move(frames_[0]), 0}, body);
+    HandleRequest(Peer{std::move(frames_[0]), 0}, body, &frames_[2]);
+  }
+
+  // Where a refused call for another agent came from (MasterService logs why, once per agent):
+  // logged once per address, for the first 64 addresses.
+  void NoteAgentKeyRefusal(const Peer& peer, zmq::message_t* message) {
+    std::string from;
+    if (peer.conn != 0 && framed_) {
+      from = framed_->PeerAddress(peer.conn) + " (framed transport)";
+    } else if (message != nullptr) {
+      const char* address = nullptr;
+      try {
+        address = message->gets("Peer-Address");
+      } catch (const zmq::error_t&) {
+        address = nullptr;  // not a TCP peer (ipc://)
+      }
+      from = address != nullptr && *address != '\0' ? std::string(address) + " (ZMQ)"
+                                                    : std::string("a local ipc peer (ZMQ)");
+    }
+    if (agent_key_refusal_sources_.size() >= 64 ||
+        !agent_key_refusal_sources_.insert(from).second) {
+      return;
+    }
+    LOG(WARNING) << "refused a call for an agent without its agent key from " << from
+                 << " (further ones from there are only counted: master.agent_key_refusals)";
   }
 
   // One request from either transport: answered now, parked (a long poll) or held (until the
   // followers have its records).
-  void HandleRequest(Peer peer, std::span<const uint8_t> body) {
+  void HandleRequest(Peer peer, std::span<const uint8_t> body, zmq::message_t* message = nullptr) {
     const std::span<const uint8_t> reply = rpc_.Handle(body, /*may_detach=*/peer.conn == 0);
     const MasterRpc::LastRequest& last = rpc_.last();
+    if (last.agent_key_refused) NoteAgentKeyRefusal(peer, message);
     if (last.replicate) {
       NoteFollower(last);
       if (last.replicate_pending && parked_.size() < kMaxParked) {
@@ -422,6 +449,7 @@ class MasterServer::Loop {
   std::vector<zmq::message_t> frames_;
   bool unseen_ = true;  // the ROUTER may hold requests its fd did not signal (Run)
   uint64_t bad_frames_ = 0;
+  std::unordered_set<std::string> agent_key_refusal_sources_;  // logged (NoteAgentKeyRefusal)
   std::deque<Parked> parked_;
   std::deque<Held> held_;
   uint64_t dropped_held_ = 0;

@@ -8,7 +8,11 @@
 // mount moved its pool to another endpoint, the writes and reports acted in its name.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "kvagent/client.h"
+#include "kvagent/common/framed_connection.h"
 #include "pipeline_support.h"
 #include "rpc_test_util.h"
 #include "security_support.h"
@@ -85,11 +89,11 @@ std::vector<std::pair<std::string, Bytes>> ActingFor(uint32_t id, uint64_t incar
 }
 
 TEST(AgentKey, CallsForARunningAgentFromAnotherProcessAreRefusedAndTheAgentGoesOn) {
-  KvmasterProcess master({"--tick-ms", "20"});
+  TempDir logs;
+  KvmasterProcess master({"--tick-ms", "20", "--log-dir", logs.path()}, /*framed=*/true);
   ASSERT_TRUE(master.WaitServing());
-  LoggedAgent agent({"--master", master.rpc(), "--master-events", master.events(),
-                     "--master-events-replay", master.replay(), "--agent-name", "node-a",
-                     "--master-ready-wait-ms", "10000"});
+  LoggedAgent agent(
+      Concat(master.AgentArgs(), {"--agent-name", "node-a", "--master-ready-wait-ms", "10000"}));
   ASSERT_TRUE(agent.started()) << agent.Log();
   ClientOptions options;
   options.run_dir = agent.run_dir();
@@ -139,9 +143,35 @@ TEST(AgentKey, CallsForARunningAgentFromAnotherProcessAreRefusedAndTheAgentGoesO
       ++refused;
     }
   }
+  // The same over the framed transport, where the agent itself is.
+  auto framed = FramedConnection::Connect(master.framed_rpc(), size_t{1} << 20, std::nullopt);
+  ASSERT_TRUE(framed.ok()) << framed.status().ToString();
+  const Bytes heartbeat = ActingFor(id, incarnation, pool, keys[0], version, 0)[1].second;
+  auto answer =
+      framed->Call(std::span(heartbeat.data(), heartbeat.size()), std::chrono::seconds(10));
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  const fb::Reply* over_framed = master::testing::ParseReply(answer->data(), answer->size());
+  ASSERT_NE(over_framed, nullptr);
+  EXPECT_EQ(over_framed->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+  ++refused;
   const fb::Reply* stats = other.Call(master::testing::StatsMsg(), &storage);
   ASSERT_NE(stats, nullptr);
   EXPECT_EQ(master::testing::StatValue(stats, "agent_key_refusals"), refused);
+  // kvmaster said why once for the agent, and once where the calls came from.
+  std::stringstream said;
+  said << std::ifstream(logs.path() + "/kvmaster.WARNING").rdbuf();
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = said.str().find(text); at != std::string::npos;
+         at = said.str().find(text, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("only the agent process that registered may act for it"), 1u) << said.str();
+  EXPECT_EQ(count("without its agent key from 127.0.0.1"), 2u) << said.str();
+  EXPECT_EQ(count(" (ZMQ) (further ones"), 1u) << said.str();
+  EXPECT_EQ(count(" (framed transport) (further ones"), 1u) << said.str();
 
   // The agent holds its pool, its objects and its name: every value reads back, and it stores
   // more (its own calls carry its key).

@@ -22,4 +22,7 @@ Result<UniqueFd> ConnectTcp(const std::string& endpoint);
 // Accepts one pending connection of `listener` (invalid when none is pending).
 UniqueFd AcceptTcp(int listener);
 
+// HOST:PORT of the other end of connected socket `fd` ("" when it has none, or is not TCP).
+std::string PeerAddressOf(int fd);
+
 }  // namespace kvagent

@@ -84,6 +84,7 @@ class MasterRpc {
   struct LastRequest {
     uint8_t type = 0;                // master.fbs Body (0: not a valid request)
     bool refused = false;            // answered not_serving
+    bool agent_key_refused = false;  // acted for an agent without its agent key
     bool replicate = false;          // a Replicate request ...
     bool replicate_empty = false;    // ... answered with no record: nothing new after after_seq
     bool replicate_pending = false;  // ... its snapshot is being built (background snapshots)

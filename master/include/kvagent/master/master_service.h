@@ -62,6 +62,7 @@ class MasterService {
   // (the call itself then says so), not registered here since this master started, or bound to
   // `key`. Otherwise INVALID_PARAMS, counted in agent_key_refusals and logged once per agent.
   Status CheckAgentKey(AgentId agent, uint64_t key);
+  uint64_t agent_key_refusals() const { return agent_key_refusals_; }
   static constexpr size_t kMaxReplacedIncarnations = 1024;
 
   // Mounts the agent's pool `index` of `size` bytes reachable at `endpoints`. Mounting the same
