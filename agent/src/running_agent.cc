@@ -2,13 +2,13 @@
 
 #include <glog/logging.h>
 #include <sched.h>
-#include <sys/random.h>
 
 #include <algorithm>
 #include <future>
 #include <mutex>
 #include <random>
 
+#include "agent_key_file.h"
 #include "kvagent/common/checksum.h"
 #include "kvagent/common/format.h"
 #include "kvagent/common/frame_cipher.h"
@@ -24,17 +24,6 @@ namespace {
 uint64_t NewIncarnation() {
   std::random_device rd;
   return ((uint64_t{rd()} << 32) | rd()) | 1;  // never 0
-}
-
-// The agent key (master.fbs RegisterAgent): from the kernel's random source, never 0. Unlike
-// the incarnation, which peers see, it stays in this process.
-uint64_t NewAgentKey() {
-  uint64_t key = 0;
-  if (::getrandom(&key, sizeof(key), 0) != static_cast<ssize_t>(sizeof(key))) {
-    std::random_device rd;  // the same source, through the C++ library
-    key = (uint64_t{rd()} << 32) | rd();
-  }
-  return key == 0 ? 1 : key;
 }
 
 // --copy-threads 0: four threads copy a large value, or as many CPUs as this process may use.
@@ -166,7 +155,9 @@ bool RunningAgent::StartDataPlane() {
   if (!pool.ok()) return Fail("node pool", pool.status());
   pool_ = std::move(*pool);
   incarnation_ = NewIncarnation();
-  agent_key_ = NewAgentKey();
+  auto key = LoadOrCreateAgentKey(v_.agent.run_dir);
+  if (!key.ok()) return Fail("agent key", key.status());
+  agent_key_ = *key;
   fence_ = std::make_unique<transfer::PoolFence>(incarnation_);
   engine_options->fence = fence_.get();
   engine_options->serve = v_.serve_data;

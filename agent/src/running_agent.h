@@ -65,7 +65,7 @@ class RunningAgent {
   std::string metrics_url_;
   std::unique_ptr<transfer::NodePool> pool_;
   uint64_t incarnation_ = 0;
-  uint64_t agent_key_ = 0;  // NewAgentKey: binds this process to its agent at the master
+  uint64_t agent_key_ = 0;  // the run dir's agent.key: binds this agent to its name at the master
   // The pool's fence: which data-plane ops may still touch it (pool incarnation, master epoch,
   // abandoned writes). It outlives the engine and the pipeline that consult it.
   std::unique_ptr<transfer::PoolFence> fence_;

@@ -93,17 +93,30 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
       return InvalidParams(why);
     }
     if (a->incarnation == incarnation) {
-      if (a->registered_here && a->key != key) {
+      if (a->key_bound && a->key != key) {
         return RefuseAgentKey(a, "a registration of agent \"" + std::string(name) +
                                      "\" (incarnation " + std::to_string(incarnation) +
-                                     ") without the agent key its registration here bound");
+                                     ") without the agent key its registration bound");
       }
       a->key = key;
+      a->key_bound = true;
       // Alive; a suspect agent (silent, or restored from the log) is trusted with new replicas
       // only once it mounted its pool again, after it set its pool to this master's epoch.
       a->last_seen_live = store_->LiveNow();
       a->registered_here = true;
       return a->id;
+    }
+    // A new incarnation: the agent restarted (with its key, kept in its run dir), or another
+    // process claims the name. Another key takes the name only from an agent silent past the
+    // TTL (one whose run dir, and key, were lost: a reboot; or one that moved), never from one
+    // that is running. Key 0 (agents of builds before the key) proves nothing either way.
+    if (a->key_bound && a->key != 0 && a->key != key) {
+      const int64_t silent = store_->LiveNow() - a->last_seen_live;
+      if (silent <= options_.agent_ttl_ms) return RefuseNameTaken(a, incarnation, silent);
+      LOG(WARNING) << "agent " << a->name << ": a registration with another agent key (incarnation "
+                   << incarnation << ") takes the name over from incarnation " << a->incarnation
+                   << ", silent for " << silent
+                   << " ms (the agent lost its run dir, or another process took its name)";
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
               << incarnation << "); its previous pool content is gone";
@@ -112,9 +125,8 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     if (replaced_.size() == kMaxReplacedIncarnations) replaced_.pop_front();
     replaced_.push_back(Replaced{std::string(name), previous, incarnation});
   }
-  Result<AgentId> id = store_->AddAgent(name, incarnation);
+  Result<AgentId> id = store_->AddAgent(name, incarnation, key);
   if (!id.ok()) return id;
-  if (Agent* added = store_->FindAgent(*id)) added->key = key;
   LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return id;
@@ -122,9 +134,27 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
 
 Status MasterService::CheckAgentKey(AgentId agent, uint64_t key) {
   Agent* a = store_->FindAgent(agent);
-  if (a == nullptr || !a->registered_here || a->key == key) return Status::Ok();
+  if (a == nullptr || !a->key_bound || a->key == key) return Status::Ok();
   return RefuseAgentKey(a, "a call for agent " + std::to_string(agent) + " (\"" + a->name +
                                "\") without its agent key");
+}
+
+Status MasterService::RefuseNameTaken(Agent* a, uint64_t incarnation, int64_t silent_ms) {
+  ++name_conflicts_;
+  const std::string why =
+      "agent name \"" + a->name + "\" is held by a running agent (incarnation " +
+      std::to_string(a->incarnation) + ", heard from " + std::to_string(silent_ms) +
+      " ms ago) with another agent key than this registration's (incarnation " +
+      std::to_string(incarnation) +
+      "): two agents share the name, or this agent lost its run dir (agent.key). Give each "
+      "agent its own --agent-name; an agent whose run dir was lost takes its name over once "
+      "the other registration is silent for the agent TTL (" +
+      std::to_string(options_.agent_ttl_ms) + " ms)";
+  if (!a->name_conflict_logged) {
+    a->name_conflict_logged = true;
+    LOG(ERROR) << why << " (refused; counted in master.name_conflicts; logged once per agent)";
+  }
+  return InvalidParams(why);
 }
 
 Status MasterService::RefuseAgentKey(Agent* a, const std::string& what) {

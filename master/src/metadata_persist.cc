@@ -1,7 +1,9 @@
 // MetadataStore: the operation-log records, replay at start and the compacting snapshot.
 //
 // Record types (first byte of the payload; fields in order, see oplog.h for the encoding):
-//   1 agent        id u32, incarnation u64, name str
+//   1 agent        id u32, incarnation u64, name str, agent key u64 (the key is absent in
+//                  records of builds before it was logged: such an agent binds its key when it
+//                  registers again; an older build reads past the key)
 //   2 pool         id u32, agent u32, index u32, size u64, endpoint count u32, endpoints str...
 //   3 agent gone   id u32 (its pools go with it)
 //   4 object (v1)  key str, size u64, session str, flags u8 (1 hard pin, 2 soft pin),
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <random>
 
 #include "kvagent/common/errno_text.h"
@@ -87,6 +90,7 @@ void MetadataStore::LogAgent(const Agent& a) {
   w.U32(a.id);
   w.U64(a.incarnation);
   w.Str(a.name);
+  if (a.key_bound) w.U64(a.key);
   AppendRecord();
 }
 
@@ -179,6 +183,7 @@ struct AgentRecord {
   AgentId id = 0;
   uint64_t incarnation = 0;
   std::string_view name;
+  std::optional<uint64_t> key;
 };
 
 struct PoolRecord {
@@ -217,6 +222,7 @@ bool ReadAgent(RecordReader& r, AgentRecord* out) {
   out->id = r.U32();
   out->incarnation = r.U64();
   out->name = r.Str();
+  if (r.ok() && r.remaining() > 0) out->key = r.U64();
   return r.ok();
 }
 
@@ -340,6 +346,8 @@ void MetadataStore::ApplyAgent(const AgentRecord& record) {
   a.id = record.id;
   a.incarnation = record.incarnation;
   a.name = std::string(record.name);
+  a.key = record.key.value_or(0);
+  a.key_bound = record.key.has_value();
   next_agent_id_ = std::max(next_agent_id_, a.id + 1);
   agents_[a.id] = std::move(a);
 }

@@ -148,12 +148,14 @@ bool MetadataStore::ReserveLog(uint64_t payload_bytes, uint64_t records) {
   return false;
 }
 
-Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation) {
-  if (!ReserveLog(17 + name.size(), 1)) return LogRefused();
+Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation, uint64_t key) {
+  if (!ReserveLog(25 + name.size(), 1)) return LogRefused();
   Agent a;
   a.id = next_agent_id_++;
   a.name = std::string(name);
   a.incarnation = incarnation;
+  a.key = key;
+  a.key_bound = true;
   a.last_seen_live = LiveNow();
   a.registered_here = true;
   LogAgent(a);

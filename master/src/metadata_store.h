@@ -171,8 +171,12 @@ struct Agent {
   // are answered "unknown" (register again), and their fence acks, which count the previous
   // master's fences, free nothing.
   bool registered_here = false;
-  // The agent key its registration here bound (MasterService::RegisterAgent); not logged.
+  // The agent key its registration bound (MasterService::RegisterAgent), logged with the agent
+  // (so a restart or a failover keeps the binding). key_bound is false for an agent restored
+  // from a record written before keys were logged, until it registers here again.
   uint64_t key = 0;
+  bool key_bound = false;
+  bool name_conflict_logged = false;  // a new registration of its name with another key
   bool key_refusal_logged = false;
   std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
@@ -213,7 +217,8 @@ class MetadataStore {
   }
 
   // ---- agents and pools ----
-  Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation);
+  // Adds an agent bound to agent key `key` (logged with it).
+  Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation, uint64_t key);
   Agent* FindAgent(AgentId id);
   const Agent* FindAgent(AgentId id) const;
   Agent* FindAgentByName(std::string_view name);

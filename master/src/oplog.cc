@@ -175,7 +175,8 @@ Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir, OpLogOptions 
                          "); give a writable directory");
   }
   std::string path = dir + "/master.oplog";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Owner only: the log holds the agents' keys (master.fbs RegisterAgent.agent_key).
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) {
     return InvalidParams("cannot open " + path + ": " + ErrnoText(errno) +
                          "; give a writable --state-dir");
@@ -184,6 +185,9 @@ Result<std::unique_ptr<OpLog>> OpLog::Open(const std::string& dir, OpLogOptions 
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return Internal("cannot stat " + path + ": " + ErrnoText(errno));
+  }
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd, st.st_mode & 07700) != 0) {  // an older kvmaster's
+    LOG(WARNING) << "cannot make " << path << " readable by its owner only: " << ErrnoText(errno);
   }
   // Space a previous process preallocated beyond its last record (it died before giving it
   // back) is released: a nearly full disk needs it to compact and to take new records.
@@ -453,7 +457,7 @@ Status OpLog::Rewrite(
   AbandonRewrite();
   KVAGENT_RETURN_IF_ERROR(Flush());
   const std::string tmp = path_ + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
   if (const int failed = WriteLogFile(fd, write_all); failed != 0) {
     ::close(fd);
@@ -523,7 +527,7 @@ Status OpLog::StartRewrite(
   if (needs_rewrite_) return Internal(path_ + " must be rewritten at once (version 1)");
   KVAGENT_RETURN_IF_ERROR(Flush());
   const std::string tmp = path_ + ".tmp";
-  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Internal("cannot create " + tmp + ": " + ErrnoText(errno));
   auto child = ForkedWriter::Start(
       fd, [&write_all](int out_fd) { return WriteLogFile(out_fd, write_all); }, "rewriting " + tmp);

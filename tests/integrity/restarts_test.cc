@@ -1,11 +1,13 @@
 // Replicas that outlive restarts around them: a value with two replicas keeps the one on the
 // agent that survives when the other agent is killed and restarted, across a kvmaster restart on
-// its state dir; values written to a restarted agent's new pool survive the next restarts; and
-// two agents started under one name do not drop each other's objects in turn.
+// its state dir; values written to a restarted agent's new pool survive the next restarts; a
+// second agent under a running agent's name is refused; and two agents under one name and agent
+// key do not drop each other's objects in turn.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "integrity_support.h"
@@ -71,11 +73,52 @@ TEST(Restarts, AReplicaOnTheSurvivingAgentOutlivesAgentAndMasterRestarts) {
   EXPECT_EQ(ReadBack(*ca2, later), 200u);
 }
 
-// Two running agents under one --agent-name (cloned hosts with one host name and run dir): the
-// second replaces the first at kvmaster, which then refuses the first. Before, the first's next
-// heartbeat (unknown) made it register again and drop the second's objects, and the second's
-// did the same in turn: every acknowledged object of either was lost within a heartbeat.
-TEST(Restarts, TwoAgentsUnderOneNameDoNotDropEachOthersObjectsInTurn) {
+// Two running agents under one --agent-name (two hosts given one name): each has its own agent
+// key (its run dir's agent.key), so kvmaster refuses the second while the first runs, and the
+// first keeps its name and its objects. Before the key was kept, the second replaced the first
+// (dropping its objects) as if it were its restart.
+TEST(Restarts, ASecondAgentUnderARunningAgentsNameIsRefused) {
+  KvmasterProcess master({"--tick-ms", "20"});
+  ASSERT_TRUE(master.started());
+  const Args twin = {"--agent-name", "twin", "--heartbeat-ms", "100"};
+  NodeAgent a(Concat(master.AgentArgs(), twin));
+  ASSERT_TRUE(a.started());
+  auto ca = a.Connect();
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(ca->Stat(), "agent.master_link.ready") == 1; }));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50; ++i) {
+    keys.push_back("first-" + std::to_string(i));
+    const KeyResult r = PutValue(*ca, keys.back(), Pattern(keys.back(), 4096));
+    ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
+  }
+  NodeAgent b(Concat(master.AgentArgs(), twin));
+  ASSERT_TRUE(b.started());
+  auto cb = b.Connect();
+  std::string why;
+  ASSERT_TRUE(WaitUntil([&] {
+    CounterOf(cb->Stat(), "agent.master_link", &why);
+    return why.find("is held by a running agent") != std::string::npos;
+  })) << why;
+  EXPECT_NE(why.find("refused to register this agent: agent name \"twin\""), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("--agent-name"), std::string::npos) << why;
+  // Twenty heartbeats of the first, and as many attempts of the second.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(CounterOf(cb->Stat(), "agent.master_link.ready"), 0u);
+  EXPECT_EQ(ReadBack(*ca, keys), keys.size());
+  EXPECT_EQ(MasterStat(master.rpc(), "agents"), 1u);
+  EXPECT_GE(MasterStat(master.rpc(), "name_conflicts"), 1u);
+  cb.reset();
+  b.Kill();
+  EXPECT_EQ(ReadBack(*ca, keys), keys.size());
+}
+
+// Two running agents under one name and one agent key (cloned hosts, run dir and all): kvmaster
+// cannot tell the second from the first's restart, so it replaces the first, and then refuses
+// the first. Before, the first's next heartbeat (unknown) made it register again and drop the
+// second's objects, and the second's did the same in turn: every acknowledged object of either
+// was lost within a heartbeat.
+TEST(Restarts, TwoAgentsUnderOneNameAndKeyDoNotDropEachOthersObjectsInTurn) {
   KvmasterProcess master({"--tick-ms", "20"});
   ASSERT_TRUE(master.started());
   const Args twin = {"--agent-name", "twin", "--heartbeat-ms", "100"};
@@ -85,7 +128,10 @@ TEST(Restarts, TwoAgentsUnderOneNameDoNotDropEachOthersObjectsInTurn) {
   auto ca = a.Connect();
   ASSERT_TRUE(WaitUntil([&] { return CounterOf(ca->Stat(), "agent.master_link.ready") == 1; }));
   NodeAgent b(Concat(master.AgentArgs(), twin));
-  ASSERT_TRUE(b.started());
+  b.Kill();  // started once with a key of its own; now the clone's
+  std::filesystem::copy_file(a.run_dir() + "/agent.key", b.run_dir() + "/agent.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(b.Start());
   auto cb = b.Connect();
   ASSERT_TRUE(WaitUntil([&] { return CounterOf(cb->Stat(), "agent.master_link.ready") == 1; }));
   std::vector<std::string> keys;

@@ -710,12 +710,83 @@ TEST(MasterService, OnlyTheProcessThatRegisteredAnAgentActsForIt) {
   EXPECT_EQ(c.svc->RegisterAgent("node-a", 7, key).value(), *a);
   EXPECT_TRUE(c.svc->CheckAgentKey(*a, key).ok());
   EXPECT_TRUE(c.svc->CheckAgentKey(*a + 1000, 0).ok());
-  // A new incarnation is a new process: it replaces the agent and binds its own key.
-  auto restarted = c.svc->RegisterAgent("node-a", 8, key + 2);
+  // A new incarnation with the agent's key (kept in its run dir) is its restart: it replaces
+  // the agent, bound to the same key.
+  auto restarted = c.svc->RegisterAgent("node-a", 8, key);
   ASSERT_TRUE(restarted.ok());
-  EXPECT_TRUE(c.svc->CheckAgentKey(*restarted, key + 2).ok());
-  EXPECT_FALSE(c.svc->CheckAgentKey(*restarted, key).ok());
+  EXPECT_NE(*restarted, *a);
+  EXPECT_TRUE(c.svc->CheckAgentKey(*restarted, key).ok());
+  EXPECT_FALSE(c.svc->CheckAgentKey(*restarted, key + 2).ok());
   EXPECT_EQ(c.svc->Stats().agent_key_refusals, 5u);
+}
+
+// A new incarnation under a running agent's name with another key is another process (a second
+// agent under the name, or one that impersonates it): refused, and the agent keeps its objects.
+// Only once the agent was silent past the TTL (its run dir, and its key, lost to a reboot) does
+// another key take the name over, as a restart.
+TEST(MasterService, AnotherKeyTakesAnAgentsNameOnlyFromAnAgentSilentPastTheTtl) {
+  MasterOptions o;
+  o.agent_ttl_ms = 1000;
+  Cluster c(o, 0);
+  const uint64_t key = 0x0123456789abcdefull;
+  const AgentId a = c.AddAgent("node-a", 1 << 20, 7, key);
+  c.Put(a, {"k"}, 64);
+  for (int i = 0; i < 2; ++i) {  // heard within the TTL all along (heartbeats)
+    c.clock.Advance(400);
+    c.svc->Tick();
+    ASSERT_TRUE(c.svc->Heartbeat(a));
+  }
+  for (uint64_t other : {uint64_t{0}, key + 1}) {
+    auto impostor = c.svc->RegisterAgent("node-a", 8, other);
+    ASSERT_EQ(impostor.status().code(), ErrorCode::kInvalidParams);
+    EXPECT_NE(impostor.status().message().find("is held by a running agent"), std::string::npos)
+        << impostor.status().message();
+    EXPECT_NE(impostor.status().message().find("--agent-name"), std::string::npos);
+  }
+  EXPECT_EQ(c.svc->Stats().name_conflicts, 2u);
+  EXPECT_TRUE(c.Exists("k"));
+  EXPECT_TRUE(c.svc->Heartbeat(a));
+  EXPECT_TRUE(c.svc->CheckAgentKey(a, key).ok());
+  // Silent past the TTL (ticks every 250 ms: the master itself ran).
+  for (int i = 0; i < 6; ++i) {
+    c.clock.Advance(250);
+    c.svc->Tick();
+  }
+  auto rebooted = c.svc->RegisterAgent("node-a", 8, key + 1);
+  ASSERT_TRUE(rebooted.ok()) << rebooted.status().ToString();
+  EXPECT_NE(*rebooted, a);
+  EXPECT_FALSE(c.Exists("k"));  // its pool was new
+  EXPECT_TRUE(c.svc->CheckAgentKey(*rebooted, key + 1).ok());
+  EXPECT_FALSE(c.svc->CheckAgentKey(*rebooted, key).ok());
+  // The incarnation it replaced is refused as before.
+  EXPECT_EQ(c.svc->RegisterAgent("node-a", 7, key).status().code(), ErrorCode::kInvalidParams);
+  // An agent of a build before the key (bound key 0) proves nothing: any key restarts it.
+  ASSERT_TRUE(c.svc->RegisterAgent("node-old", 1, 0).ok());
+  EXPECT_TRUE(c.svc->RegisterAgent("node-old", 2, key).ok());
+}
+
+// The binding is logged with the agent: after a master restart the restored agent (not yet
+// registered again) refuses calls and registrations without its key, a new incarnation with
+// another key within the TTL too, and the agent itself goes on.
+TEST(MasterService, AnAgentsKeyOutlivesAMasterRestart) {
+  TempDir state;
+  MasterOptions o;
+  o.state_dir = state.path();
+  Cluster c(o, 0);
+  const uint64_t key = 0xfeedfacecafebeefull;
+  const AgentId a = c.AddAgent("node-a", 1 << 20, 7, key);
+  c.Put(a, {"k"}, 64);
+  c.Restart();
+  EXPECT_EQ(c.svc->CheckAgentKey(a, key + 1).code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.svc->RegisterAgent("node-a", 7, key + 1).status().code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.svc->RegisterAgent("node-a", 8, key + 1).status().code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(c.svc->Stats().agent_key_refusals, 2u);
+  EXPECT_EQ(c.svc->Stats().name_conflicts, 1u);
+  EXPECT_TRUE(c.svc->CheckAgentKey(a, key).ok());
+  EXPECT_EQ(c.svc->RegisterAgent("node-a", 7, key).value(), a);
+  std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+  ASSERT_TRUE(c.svc->MountPool(a, 0, 1 << 20, eps).ok());
+  EXPECT_TRUE(c.Exists("k"));
 }
 
 TEST(MasterService, ReplacedIncarnationsAreRememberedUpToTheirBound) {

@@ -55,8 +55,9 @@ class Cluster {
     ASSERT_TRUE(svc->MountPool(agents[i], 0, pool_bytes_, eps).ok());
   }
 
-  AgentId AddAgent(const std::string& name, uint64_t pool_bytes, uint64_t incarnation = 1) {
-    auto id = svc->RegisterAgent(name, incarnation);
+  AgentId AddAgent(const std::string& name, uint64_t pool_bytes, uint64_t incarnation = 1,
+                   uint64_t agent_key = 0) {
+    auto id = svc->RegisterAgent(name, incarnation, agent_key);
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
     auto m = svc->MountPool(id.value(), 0, pool_bytes, eps);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +18,17 @@
 
 namespace kvagent::master {
 namespace {
+
+// An agent record as kvmasters before the agent key wrote it (record type 1, ending at the name).
+std::string AgentRecord(uint32_t id, uint64_t incarnation, const std::string& name) {
+  std::string record;
+  RecordWriter w(&record);
+  w.U8(1);  // agent
+  w.U32(id);
+  w.U64(incarnation);
+  w.Str(name);
+  return record;
+}
 
 class OpLogTest : public ::testing::Test {
  protected:
@@ -316,12 +328,7 @@ class RecordCountTest : public OpLogTest {
   Status OpenWith(const std::string& record) {
     {
       auto log = std::move(OpLog::Open(dir_).value());
-      std::string agent;
-      RecordWriter a(&agent);
-      a.U8(1);  // agent
-      a.U32(7);
-      a.U64(42);
-      a.Str("node-a");
+      const std::string agent = AgentRecord(7, 42, "node-a");
       log->Append(agent);
       log->Append(record);
       log->Append(agent);
@@ -334,6 +341,37 @@ class RecordCountTest : public OpLogTest {
     return svc.ok() ? Status::Ok() : svc.status();
   }
 };
+
+// Agent records of builds before the agent key was logged end at the name: the agent comes back
+// with no key bound and binds one at its next registration. A record with the key binds it at
+// once; bytes after the key (a later build's fields) are read past.
+TEST_F(OpLogTest, AnAgentRecordWithoutAKeyBindsTheKeyOfTheNextRegistration) {
+  {
+    auto log = std::move(OpLog::Open(dir_).value());
+    std::string keyed = AgentRecord(8, 43, "node-new");
+    RecordWriter k(&keyed);
+    k.U64(0xabcdef);
+    k.U32(0x5555);  // a field of a later build
+    log->Append(AgentRecord(7, 42, "node-old"));
+    log->Append(keyed);
+    ASSERT_TRUE(log->Flush().ok());
+  }
+  // The log holds agent keys: its owner alone reads it, also a file an older kvmaster made.
+  ASSERT_EQ(::chmod(path().c_str(), 0644), 0);
+  MasterOptions options;
+  options.state_dir = dir_;
+  ManualClock clock;
+  auto svc = std::move(MasterService::Open(options, &clock).value());
+  struct stat st {};
+  ASSERT_EQ(::stat(path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(svc->CheckAgentKey(7, 12345).ok());
+  EXPECT_EQ(svc->RegisterAgent("node-old", 42, 99).value(), 7u);
+  EXPECT_EQ(svc->CheckAgentKey(7, 12345).code(), ErrorCode::kInvalidParams);
+  EXPECT_TRUE(svc->CheckAgentKey(7, 99).ok());
+  EXPECT_EQ(svc->CheckAgentKey(8, 99).code(), ErrorCode::kInvalidParams);
+  EXPECT_EQ(svc->RegisterAgent("node-new", 43, 0xabcdef).value(), 8u);
+}
 
 TEST_F(RecordCountTest, APoolRecordCountingMoreEndpointsThanItHoldsIsDamage) {
   std::string record;

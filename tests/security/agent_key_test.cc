@@ -5,12 +5,18 @@
 // agent's own registration bound (master.fbs RegisterAgent), and the agent goes on serving.
 // Before the key, kvmaster took each of them: the registration returned the agent's id, the
 // heartbeat acknowledged its fences (freeing space a write still in flight may land in), the
-// mount moved its pool to another endpoint, the writes and reports acted in its name.
+// mount moved its pool to another endpoint, the writes and reports acted in its name. The key
+// is kept in the agent's run dir and logged by kvmaster with the agent, so it holds across
+// restarts of either.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "integrity_support.h"
 #include "kvagent/client.h"
 #include "kvagent/common/framed_connection.h"
 #include "pipeline_support.h"
@@ -191,6 +197,117 @@ TEST(AgentKey, CallsForARunningAgentFromAnotherProcessAreRefusedAndTheAgentGoesO
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffers[i].data()), 4096), bytes[i]);
   }
   EXPECT_TRUE(agent.Running());
+}
+
+// The text of kvmaster's log file `file` in `dir` (--log-dir).
+std::string LogText(const std::string& dir, const std::string& file) {
+  std::stringstream said;
+  said << std::ifstream(dir + "/" + file).rdbuf();
+  return said.str();
+}
+
+// The agent's key binding outlives restarts: kvmaster logs it with the agent, so right after a
+// kvmaster restart (the agent stalled by SIGSTOP, so it has not registered again) another
+// process can neither register as the agent nor act for it; the agent's own restart on its run
+// dir keeps its key and is taken as a restart at once; and an agent whose run dir (its key) was
+// lost takes its name over once the old registration is silent past the TTL. Before, the
+// bindings lived in kvmaster's memory: after its restart the first registration of the name and
+// incarnation, whoever sent it, was taken.
+TEST(AgentKey, TheBindingOutlivesRestartsOfKvmasterAndOfTheAgent) {
+  TempDir state, logs;
+  KvmasterProcess master({"--tick-ms", "20", "--state-dir", state.path(), "--agent-ttl-ms", "3000",
+                          "--agent-dead-ms", "120000", "--log-dir", logs.path()});
+  ASSERT_TRUE(master.started());
+  NodeAgent agent(Concat(master.AgentArgs(), {"--agent-name", "node-a", "--heartbeat-ms", "100"}));
+  ASSERT_TRUE(agent.started());
+  auto client = agent.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(client->Stat(), "agent.master_link.ready") == 1; }));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) {
+    keys.push_back("kept-" + std::to_string(i));
+    const KeyResult r = PutValue(*client, keys.back(), Pattern(keys.back(), 4096));
+    ASSERT_EQ(r.code, ErrorCode::kOk) << r.message;
+  }
+  MasterClient reader(master.rpc());
+  std::string storage;
+  const fb::Reply* got =
+      reader.Call(master::testing::KeysMsg(fb::Body::BatchGet, {keys[0]}), &storage);
+  ASSERT_TRUE(got != nullptr && got->body_as_PlacementReply() != nullptr);
+  const fb::PoolInfo* info = got->body_as_PlacementReply()->pools()->Get(0);
+  const uint32_t id = info->agent_id();
+  const uint64_t incarnation = info->incarnation();
+  const uint32_t pool = info->pool_id();
+
+  // kvmaster restarts while the agent stalls: the agent is restored from the log, with its key.
+  agent.Signal(SIGSTOP);
+  ASSERT_TRUE(master.Restart());
+  {
+    MasterClient other(master.rpc());
+    auto forged = ActingFor(id, incarnation, pool, keys[0], 1, 1);
+    for (const std::string name : {"RegisterAgent", "Heartbeat", "MountPool"}) {
+      const auto call = std::find_if(forged.begin(), forged.end(),
+                                     [&](const auto& f) { return f.first == name; });
+      const fb::Reply* r = other.Call(call->second, &storage);
+      ASSERT_NE(r, nullptr) << name;
+      EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams)) << name;
+      const std::string message = r->message() ? r->message()->str() : "";
+      EXPECT_NE(message.find("agent key"), std::string::npos) << name << ": " << message;
+    }
+    // A new incarnation under the name, with another key, while the agent is within its TTL.
+    const Bytes takeover =
+        Keyed(fb::Body::RegisterAgent, 1, [&](flatbuffers::FlatBufferBuilder& b) {
+          return fb::CreateRegisterAgent(b, b.CreateString("node-a"), incarnation + 2);
+        });
+    const fb::Reply* r = other.Call(takeover, &storage);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams));
+    EXPECT_NE(
+        std::string(r->message() ? r->message()->c_str() : "").find("held by a running agent"),
+        std::string::npos);
+  }
+  EXPECT_EQ(MasterStat(master.rpc(), "agent_key_refusals"), 3u);
+  EXPECT_EQ(MasterStat(master.rpc(), "name_conflicts"), 1u);
+  agent.Signal(SIGCONT);
+  ASSERT_TRUE(WaitUntil([&] {
+    return MasterStat(master.rpc(), "pools") == 1 &&
+           CounterOf(client->Stat(), "agent.master_link.ready") == 1;
+  }));
+  for (const std::string& k : keys) {
+    const Read r = GetValue(*client, k, 4096);
+    ASSERT_EQ(r.code, ErrorCode::kOk) << k << ": " << r.message;
+    EXPECT_EQ(r.bytes, Pattern(k, 4096)) << k;
+  }
+
+  // The agent restarts on its run dir: the same key, so kvmaster takes the new incarnation for
+  // its restart, with no refusal.
+  client.reset();
+  ASSERT_TRUE(agent.Restart());
+  client = agent.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(client->Stat(), "agent.master_link.ready") == 1; }));
+  EXPECT_EQ(MasterStat(master.rpc(), "name_conflicts"), 1u);
+  EXPECT_EQ(MasterStat(master.rpc(), "agents"), 1u);
+  EXPECT_NE(LogText(logs.path(), "kvmaster.INFO").find("agent node-a restarted (incarnation"),
+            std::string::npos);
+  const KeyResult after = PutValue(*client, "after-restart", Pattern("after-restart", 4096));
+  ASSERT_EQ(after.code, ErrorCode::kOk) << after.message;
+
+  // Its run dir lost (a reboot): a new key, which takes the name once the old registration is
+  // silent past the TTL.
+  client.reset();
+  agent.Kill();
+  ASSERT_TRUE(std::filesystem::remove(agent.run_dir() + "/agent.key"));
+  ASSERT_TRUE(agent.Start());
+  client = agent.Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return CounterOf(client->Stat(), "agent.master_link.ready") == 1; },
+                        std::chrono::seconds(30)));
+  EXPECT_EQ(MasterStat(master.rpc(), "agents"), 1u);
+  EXPECT_NE(LogText(logs.path(), "kvmaster.WARNING").find("takes the name over from incarnation"),
+            std::string::npos);
+  const KeyResult last = PutValue(*client, "after-reboot", Pattern("after-reboot", 4096));
+  ASSERT_EQ(last.code, ErrorCode::kOk) << last.message;
 }
 
 }  // namespace

@@ -53,14 +53,20 @@ class MasterService {
   // (or one replaced while cut off), and taking the name back would drop the other's objects,
   // and the other's next registration this one's, over and over. This master remembers the
   // last kMaxReplacedIncarnations replaced ones.
-  // `key` (master.fbs RegisterAgent.agent_key) is bound to the agent while it is registered
-  // here: the same name and incarnation with another key is refused (INVALID_PARAMS, counted in
-  // agent_key_refusals), and calls for the agent must carry it (CheckAgentKey). Bindings live in
-  // memory: after a restart or a failover the first registration binds again.
+  // `key` (master.fbs RegisterAgent.agent_key; an agent keeps it in its run dir across
+  // restarts) is bound to the agent and logged with it, so the binding outlives a restart or a
+  // failover of the master: the same name and incarnation with another key is refused
+  // (INVALID_PARAMS, counted in agent_key_refusals), and calls for the agent must carry it
+  // (CheckAgentKey). A new incarnation with another key is refused (INVALID_PARAMS, counted in
+  // name_conflicts) while the agent holding the name was heard within the agent TTL; past it,
+  // it takes the name over as a restart (an agent whose run dir was lost). A bound key 0 (an
+  // agent of a build before the key) protects nothing. An agent restored from a log written
+  // before keys were logged binds its key at its next registration.
   Result<AgentId> RegisterAgent(std::string_view name, uint64_t incarnation, uint64_t key = 0);
   // OK when a call that names `agent` and carries `key` may act for it: the agent is unknown
-  // (the call itself then says so), not registered here since this master started, or bound to
-  // `key`. Otherwise INVALID_PARAMS, counted in agent_key_refusals and logged once per agent.
+  // (the call itself then says so), has no key bound yet (restored from an older log), or is
+  // bound to `key`. Otherwise INVALID_PARAMS, counted in agent_key_refusals and logged once per
+  // agent.
   Status CheckAgentKey(AgentId agent, uint64_t key);
   uint64_t agent_key_refusals() const { return agent_key_refusals_; }
   static constexpr size_t kMaxReplacedIncarnations = 1024;
@@ -270,6 +276,8 @@ class MasterService {
   uint64_t name_conflicts_ = 0;
   uint64_t agent_key_refusals_ = 0;
   Status RefuseAgentKey(Agent* agent, const std::string& what);
+  // A new incarnation with another key while `agent` (silent `silent_ms`) holds the name.
+  Status RefuseNameTaken(Agent* agent, uint64_t incarnation, int64_t silent_ms);
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
   std::vector<FailedReplica> scratch_failed_;
   std::vector<uint32_t> scratch_kept_;  // FinishOne: written replicas per part
