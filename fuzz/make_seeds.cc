@@ -321,7 +321,7 @@ void Restore() {
     const std::vector<std::string_view> eps = {"tcp://127.0.0.1:7000"};
     std::vector<uint32_t> agents;
     for (const char* name : {"node-a", "node-b"}) {
-      agents.push_back(service->RegisterAgent(name, 1).value());
+      agents.push_back(service->RegisterAgent(name, 1, 0x5eed0000u + agents.size()).value());
       (void)service->MountPool(agents.back(), 0, 64 << 20, eps);
     }
     const std::vector<std::string_view> keys = {"obj-a", "obj-b", "obj-c"};
