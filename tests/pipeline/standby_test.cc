@@ -2,6 +2,7 @@
 // serves on the primary's endpoints: the agents reconnect by themselves, the stored objects stay
 // readable with their session tags, and new writes work.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "master_stats.h"
 #include "pipeline_support.h"
 
 namespace kvagent::testing {
@@ -213,6 +215,63 @@ TEST(Standby, ASnapshotsMappingIsReleasedOnceNoFollowerIsSendingIt) {
   ASSERT_TRUE(cl.StandbyCaughtUp());
   EXPECT_TRUE(WaitUntil([&] { return SnapshotMappings(cl.primary.pid()) == 1; }))
       << SnapshotMappings(cl.primary.pid()) << " snapshot mappings";
+}
+
+// Each agent's key reaches the standby with the agent (in the snapshot of a standby started
+// after the agent registered, and as a record for one registered after), so right after the
+// standby is promoted, before the agents registered with it (stalled by SIGSTOP), registrations
+// of their names and incarnations with another key are refused; the agents then go on.
+TEST(Standby, APromotedStandbyKnowsEachAgentsKey) {
+  namespace fb = kvagent::master_proto;
+  KvmasterProcess primary({"--agent-ttl-ms", "60000"});
+  ASSERT_TRUE(primary.started());
+  auto agent_args = [&](const std::string& name) {
+    return Concat(primary.AgentArgs(), {"--data-listen", "127.0.0.1:0", "--agent-name", name});
+  };
+  AgentProcess a(agent_args("node-snapshot"));
+  auto ca = Connect(a);
+  ASSERT_TRUE(a.started() && ca);
+  ASSERT_TRUE(AllOk(Put(*ca, {"from-a"}, {Pattern("from-a", 4096)}, {"s"})));
+  TempDir dir;
+  const std::string status = dir.path() + "/status";
+  auto standby = KvmasterProcess::StandbyOf(
+      primary,
+      {"--state-dir", dir.path() + "/state", "--status-file", status, "--agent-ttl-ms", "60000"});
+  AgentProcess b(agent_args("node-record"));
+  auto cb = Connect(b);
+  ASSERT_TRUE(b.started() && cb);
+  ASSERT_TRUE(AllOk(Put(*cb, {"from-b"}, {Pattern("from-b", 4096)}, {"s"})));
+  const uint64_t seq = CounterOf(ca->Stat(), "master.replication_last_seq");
+  ASSERT_TRUE(seq > 0 && WaitUntil([&] { return AppliedSeq(status) == seq; }));
+
+  a.Signal(SIGSTOP);
+  b.Signal(SIGSTOP);
+  primary.Kill();
+  standby->Signal(SIGUSR1);
+  ASSERT_TRUE(standby->WaitServing());
+  for (const auto& [name, client] :
+       {std::pair<std::string, Client*>{"node-snapshot", ca.get()}, {"node-record", cb.get()}}) {
+    flatbuffers::FlatBufferBuilder forged;
+    forged.Finish(fb::CreateRequest(
+        forged, 1, fb::Body::RegisterAgent,
+        fb::CreateRegisterAgent(forged, forged.CreateString(name), client->agent_incarnation())
+            .Union(),
+        /*agent_key=*/1));
+    const auto reply = CallMaster(standby->rpc(), forged);
+    ASSERT_TRUE(reply.has_value()) << name;
+    const fb::Reply* r = flatbuffers::GetRoot<fb::Reply>(reply->data());
+    EXPECT_EQ(r->status(), static_cast<uint16_t>(ErrorCode::kInvalidParams)) << name;
+    EXPECT_NE(std::string(r->message() ? r->message()->c_str() : "").find("agent key"),
+              std::string::npos)
+        << name;
+  }
+  EXPECT_EQ(MasterStat(standby->rpc(), "agent_key_refusals"), 2u);
+  a.Signal(SIGCONT);
+  b.Signal(SIGCONT);
+  ASSERT_TRUE(
+      WaitUntil([&] { return ServedBy(*ca, 2) && ServedBy(*cb, 2); }, std::chrono::seconds(30)));
+  EXPECT_EQ(Get(*ca, "from-b", 4096), Pattern("from-b", 4096));
+  EXPECT_EQ(Get(*cb, "from-a", 4096), Pattern("from-a", 4096));
 }
 
 }  // namespace
