@@ -68,14 +68,14 @@ Status WriteKey(const std::string& path, uint64_t key) {
 
 }  // namespace
 
-Result<uint64_t> LoadOrCreateAgentKey(const std::string& run_dir) {
+Result<AgentKey> LoadOrCreateAgentKey(const std::string& run_dir) {
   const std::string path = run_dir + "/" + kAgentKeyFile;
   const std::string what = "the agent key file " + path;
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno != ENOENT) return InvalidParams("cannot stat " + what + ": " + ErrnoText(errno));
-    const uint64_t key = DrawKey();
-    KVAGENT_RETURN_IF_ERROR(WriteKey(path, key));
+    AgentKey key{DrawKey(), ""};
+    if (Status written = WriteKey(path, key.value); !written.ok()) key.unsaved = written.message();
     return key;
   }
   if (!S_ISREG(st.st_mode)) {
@@ -86,7 +86,8 @@ Result<uint64_t> LoadOrCreateAgentKey(const std::string& run_dir) {
   if (!text.ok()) return text.status();
   auto key = ParseKey(*text, what);
   WipeString(*text);
-  return key;
+  if (!key.ok()) return key.status();
+  return AgentKey{*key, ""};
 }
 
 }  // namespace kvagent::agent

@@ -14,10 +14,17 @@ namespace kvagent::agent {
 
 inline constexpr const char* kAgentKeyFile = "agent.key";
 
+struct AgentKey {
+  uint64_t value = 0;
+  // Empty when the key is in the file; else why a new key could not be written there (the run
+  // dir is full or read-only): the key then lives in this process only, and a restart of the
+  // agent is taken for another process until its previous registration is silent for the TTL.
+  std::string unsaved;
+};
+
 // The key in `run_dir`/agent.key, or a new one (from the kernel's random source, never 0)
-// written there when the file does not exist. A file that is not a key (damaged, a symbolic
-// link, not a regular file) or that others may read is an error naming it and the fix; nothing
-// is changed then.
-Result<uint64_t> LoadOrCreateAgentKey(const std::string& run_dir);
+// written there when the file does not exist. A file that is not a key (damaged, not a regular
+// file) or that others may read is an error naming it and the fix; nothing is changed then.
+Result<AgentKey> LoadOrCreateAgentKey(const std::string& run_dir);
 
 }  // namespace kvagent::agent

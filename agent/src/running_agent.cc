@@ -157,7 +157,12 @@ bool RunningAgent::StartDataPlane() {
   incarnation_ = NewIncarnation();
   auto key = LoadOrCreateAgentKey(v_.agent.run_dir);
   if (!key.ok()) return Fail("agent key", key.status());
-  agent_key_ = *key;
+  agent_key_ = key->value;
+  if (!key->unsaved.empty()) {
+    LOG(WARNING) << key->unsaved
+                 << "; this agent's key lives in this process only: kvmaster will take its next "
+                    "start for another agent until this one is silent for the agent TTL";
+  }
   fence_ = std::make_unique<transfer::PoolFence>(incarnation_);
   engine_options->fence = fence_.get();
   engine_options->serve = v_.serve_data;

@@ -33,22 +33,23 @@ TEST(AgentKeyFile, IsDrawnOnceAndKept) {
   const std::string path = run.path() + "/agent.key";
   auto first = LoadOrCreateAgentKey(run.path());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_NE(*first, 0u);
+  EXPECT_NE(first->value, 0u);
+  EXPECT_EQ(first->unsaved, "");
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   const std::string text = Content(path);
   ASSERT_EQ(text.size(), 17u);
-  EXPECT_EQ(std::stoull(text, nullptr, 16), *first);
+  EXPECT_EQ(std::stoull(text, nullptr, 16), first->value);
   EXPECT_FALSE(std::filesystem::exists(path + ".new"));
   auto again = LoadOrCreateAgentKey(run.path());
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *first);
+  EXPECT_EQ(again->value, first->value);
   // Another run dir, another agent: another key.
   TempDir other;
   auto second = LoadOrCreateAgentKey(other.path());
   ASSERT_TRUE(second.ok());
-  EXPECT_NE(*second, *first);
+  EXPECT_NE(second->value, first->value);
 }
 
 TEST(AgentKeyFile, AFileThatIsNotAKeyIsAnErrorAndStaysAsItWas) {
@@ -71,12 +72,27 @@ TEST(AgentKeyFile, AFileThatIsNotAKeyIsAnErrorAndStaysAsItWas) {
   EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos)
       << open.status().message();
   ::chmod(path.c_str(), 0600);
-  EXPECT_EQ(LoadOrCreateAgentKey(run.path()).value(), 0xffu);
+  EXPECT_EQ(LoadOrCreateAgentKey(run.path())->value, 0xffu);
   std::filesystem::remove(path);
   std::filesystem::create_directory(path);
   auto dir = LoadOrCreateAgentKey(run.path());
   ASSERT_FALSE(dir.ok());
   EXPECT_NE(dir.status().message().find("not a regular file"), std::string::npos);
+}
+
+// A run dir where the key cannot be written (full, read-only; here the aside file's name is
+// taken by a directory): the agent still gets a key, for this process only, and says why.
+TEST(AgentKeyFile, AKeyThatCannotBeWrittenIsKeptInTheProcessAndSaysWhy) {
+  TempDir run;
+  std::filesystem::create_directory(run.path() + "/agent.key.new");
+  auto first = LoadOrCreateAgentKey(run.path());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_NE(first->value, 0u);
+  EXPECT_NE(first->unsaved.find("agent.key.new"), std::string::npos) << first->unsaved;
+  EXPECT_FALSE(std::filesystem::exists(run.path() + "/agent.key"));
+  auto second = LoadOrCreateAgentKey(run.path());
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->value, first->value);
 }
 
 }  // namespace
