@@ -40,7 +40,7 @@ using MasterReplyFn = std::function<void(Result<std::span<const uint8_t>> reply)
 struct MasterIdentity {
   uint32_t agent_id = 0;  // 0 while not registered
   uint32_t pool_id = 0;   // the node pool's id at the master; 0 while not mounted
-  // This agent process's key (master.fbs RegisterAgent): every request to the master carries it.
+  // This agent's key (master.fbs RegisterAgent): every request to the master carries it.
   uint64_t agent_key = 0;
 };
 

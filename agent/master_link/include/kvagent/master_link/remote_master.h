@@ -63,8 +63,8 @@ struct RemoteMasterOptions {
   std::string endpoint;
   std::string agent_name;    // stable across restarts of this agent (host name + run dir)
   uint64_t incarnation = 0;  // new for every process start (random)
-  // Random per process start, never shown: binds this process to its agent at kvmaster (every
-  // request carries it; master.fbs RegisterAgent). 0: none (tests).
+  // The agent key (the run dir's agent.key), never shown: binds this agent to its name at
+  // kvmaster (every request carries it; master.fbs RegisterAgent). 0: none (tests).
   uint64_t agent_key = 0;
   uint64_t pool_bytes = 0;    // the node pool, mounted as pool index 0
   std::string data_endpoint;  // where peers reach the pool (TransferEngine::endpoint())
