@@ -324,6 +324,9 @@ void Restore() {
       agents.push_back(service->RegisterAgent(name, 1, 0x5eed0000u + agents.size()).value());
       (void)service->MountPool(agents.back(), 0, 64 << 20, eps);
     }
+    // An agent that restarted: its record names the incarnation it replaced.
+    (void)service->RegisterAgent("node-c", 1, 0x5eedcccc);
+    (void)service->RegisterAgent("node-c", 2, 0x5eedcccc);
     const std::vector<std::string_view> keys = {"obj-a", "obj-b", "obj-c"};
     const std::vector<uint64_t> sizes = {100, 5 << 20, 4096};
     const std::vector<std::string_view> sessions = {"s1", "", "s2"};

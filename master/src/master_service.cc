@@ -74,20 +74,34 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     ++bad_requests_;
     return InvalidParams("the agent name must be 1..256 bytes of UTF-8 (use the host name)");
   }
+  uint64_t replaced = 0;  // the incarnation this registration replaces
   if (Agent* a = store_->FindAgentByName(name)) {
-    auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
-      return r.incarnation == incarnation && r.name == name;
-    });
-    if (replaced != replaced_.end() && a->incarnation != incarnation) {
+    // The incarnation the holder's registration replaced is known from the log too (after a
+    // restart of this master); older ones only from this master's memory.
+    uint64_t replaced_by = 0;
+    bool* reported = nullptr;
+    if (a->incarnation != incarnation && a->replaced == incarnation) {
+      replaced_by = a->incarnation;
+      reported = &a->replaced_logged;
+    } else if (a->incarnation != incarnation) {
+      auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
+        return r.incarnation == incarnation && r.name == name;
+      });
+      if (replaced != replaced_.end()) {
+        replaced_by = replaced->by;
+        reported = &replaced->reported;
+      }
+    }
+    if (replaced_by != 0) {
       ++name_conflicts_;
       const std::string why =
           "agent name \"" + std::string(name) + "\" is taken: this agent (incarnation " +
           std::to_string(incarnation) + ") was replaced by a newer registration of the name " +
-          "(incarnation " + std::to_string(replaced->by) +
+          "(incarnation " + std::to_string(replaced_by) +
           ") and its objects were dropped then; two agents share the name, or this one was " +
           "replaced while cut off. Stop one of them, or give each its own --agent-name";
-      if (!replaced->reported) {
-        replaced->reported = true;
+      if (!*reported) {
+        *reported = true;
         LOG(ERROR) << why << " (refused; counted in master.name_conflicts)";
       }
       return InvalidParams(why);
@@ -120,12 +134,12 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
               << incarnation << "); its previous pool content is gone";
-    const uint64_t previous = a->incarnation;
+    replaced = a->incarnation;
     if (!store_->DropAgent(a->id)) return store_->LogRefused();
     if (replaced_.size() == kMaxReplacedIncarnations) replaced_.pop_front();
-    replaced_.push_back(Replaced{std::string(name), previous, incarnation});
+    replaced_.push_back(Replaced{std::string(name), replaced, incarnation});
   }
-  Result<AgentId> id = store_->AddAgent(name, incarnation, key);
+  Result<AgentId> id = store_->AddAgent(name, incarnation, key, replaced);
   if (!id.ok()) return id;
   LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());

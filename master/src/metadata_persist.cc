@@ -90,7 +90,10 @@ void MetadataStore::LogAgent(const Agent& a) {
   w.U32(a.id);
   w.U64(a.incarnation);
   w.Str(a.name);
-  if (a.key_bound) w.U64(a.key);
+  if (a.key_bound) {  // fields of later builds follow, in order (older builds read past them)
+    w.U64(a.key);
+    w.U64(a.replaced);
+  }
   AppendRecord();
 }
 
@@ -184,6 +187,7 @@ struct AgentRecord {
   uint64_t incarnation = 0;
   std::string_view name;
   std::optional<uint64_t> key;
+  uint64_t replaced = 0;  // records written before it: none known
 };
 
 struct PoolRecord {
@@ -223,6 +227,7 @@ bool ReadAgent(RecordReader& r, AgentRecord* out) {
   out->incarnation = r.U64();
   out->name = r.Str();
   if (r.ok() && r.remaining() > 0) out->key = r.U64();
+  if (r.ok() && r.remaining() >= 8) out->replaced = r.U64();
   return r.ok();
 }
 
@@ -348,6 +353,7 @@ void MetadataStore::ApplyAgent(const AgentRecord& record) {
   a.name = std::string(record.name);
   a.key = record.key.value_or(0);
   a.key_bound = record.key.has_value();
+  a.replaced = record.replaced;
   next_agent_id_ = std::max(next_agent_id_, a.id + 1);
   agents_[a.id] = std::move(a);
 }

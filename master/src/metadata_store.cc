@@ -148,14 +148,16 @@ bool MetadataStore::ReserveLog(uint64_t payload_bytes, uint64_t records) {
   return false;
 }
 
-Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation, uint64_t key) {
-  if (!ReserveLog(25 + name.size(), 1)) return LogRefused();
+Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation, uint64_t key,
+                                        uint64_t replaced) {
+  if (!ReserveLog(33 + name.size(), 1)) return LogRefused();
   Agent a;
   a.id = next_agent_id_++;
   a.name = std::string(name);
   a.incarnation = incarnation;
   a.key = key;
   a.key_bound = true;
+  a.replaced = replaced;
   a.last_seen_live = LiveNow();
   a.registered_here = true;
   LogAgent(a);

@@ -176,6 +176,10 @@ struct Agent {
   // from a record written before keys were logged, until it registers here again.
   uint64_t key = 0;
   bool key_bound = false;
+  // The incarnation of its name this registration replaced (0: none), logged with it: after a
+  // master restart that one is still refused (MasterService::RegisterAgent), as before it.
+  uint64_t replaced = 0;
+  bool replaced_logged = false;       // a registration of `replaced` was refused and logged
   bool name_conflict_logged = false;  // a new registration of its name with another key
   bool key_refusal_logged = false;
   std::vector<PoolId> pools;
@@ -218,7 +222,8 @@ class MetadataStore {
 
   // ---- agents and pools ----
   // Adds an agent bound to agent key `key` (logged with it).
-  Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation, uint64_t key);
+  Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation, uint64_t key,
+                           uint64_t replaced = 0);
   Agent* FindAgent(AgentId id);
   const Agent* FindAgent(AgentId id) const;
   Agent* FindAgentByName(std::string_view name);

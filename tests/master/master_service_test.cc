@@ -765,14 +765,19 @@ TEST(MasterService, AnotherKeyTakesAnAgentsNameOnlyFromAnAgentSilentPastTheTtl) 
   EXPECT_TRUE(c.svc->RegisterAgent("node-old", 2, key).ok());
 }
 
+// The options of a master that keeps its state in `state`.
+MasterOptions StateIn(const TempDir& state) {
+  MasterOptions o;
+  o.state_dir = state.path();
+  return o;
+}
+
 // The binding is logged with the agent: after a master restart the restored agent (not yet
 // registered again) refuses calls and registrations without its key, a new incarnation with
 // another key within the TTL too, and the agent itself goes on.
 TEST(MasterService, AnAgentsKeyOutlivesAMasterRestart) {
   TempDir state;
-  MasterOptions o;
-  o.state_dir = state.path();
-  Cluster c(o, 0);
+  Cluster c(StateIn(state), 0);
   const uint64_t key = 0xfeedfacecafebeefull;
   const AgentId a = c.AddAgent("node-a", 1 << 20, 7, key);
   c.Put(a, {"k"}, 64);
@@ -787,6 +792,34 @@ TEST(MasterService, AnAgentsKeyOutlivesAMasterRestart) {
   std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
   ASSERT_TRUE(c.svc->MountPool(a, 0, 1 << 20, eps).ok());
   EXPECT_TRUE(c.Exists("k"));
+}
+
+// Two agents under one name and key (a copied run dir): the second registration replaced the
+// first and dropped its objects. After a master restart the replaced one is still refused (the
+// incarnation a registration replaced is logged with the agent), so it cannot take the name
+// back and drop the objects the second stored since.
+TEST(MasterService, AReplacedIncarnationStaysRefusedAcrossAMasterRestart) {
+  TempDir state;
+  Cluster c(StateIn(state), 0);
+  const uint64_t key = 0x7777000011112222ull;
+  c.AddAgent("node-a", 1 << 20, 7, key);
+  const AgentId second = c.AddAgent("node-a", 1 << 20, 8, key);
+  c.Put(second, {"k"}, 64);
+  ASSERT_EQ(c.svc->RegisterAgent("node-a", 7, key).status().code(), ErrorCode::kInvalidParams);
+  for (int restart = 0; restart < 2; ++restart) {  // the second: from the compacted log
+    c.Restart();
+    const auto first = c.svc->RegisterAgent("node-a", 7, key);
+    ASSERT_EQ(first.status().code(), ErrorCode::kInvalidParams) << restart;
+    EXPECT_NE(first.status().message().find("was replaced by a newer registration of the name "
+                                            "(incarnation 8)"),
+              std::string::npos)
+        << first.status().message();
+    EXPECT_EQ(c.svc->Stats().name_conflicts, 1u);
+    EXPECT_EQ(c.svc->RegisterAgent("node-a", 8, key).value(), second);
+    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+    ASSERT_TRUE(c.svc->MountPool(second, 0, 1 << 20, eps).ok());
+    EXPECT_TRUE(c.Exists("k"));
+  }
 }
 
 TEST(MasterService, ReplacedIncarnationsAreRememberedUpToTheirBound) {

@@ -344,16 +344,22 @@ class RecordCountTest : public OpLogTest {
 
 // Agent records of builds before the agent key was logged end at the name: the agent comes back
 // with no key bound and binds one at its next registration. A record with the key binds it at
-// once; bytes after the key (a later build's fields) are read past.
+// once; one with the incarnation the agent replaced refuses that one; bytes after those (a later
+// build's fields) are read past.
 TEST_F(OpLogTest, AnAgentRecordWithoutAKeyBindsTheKeyOfTheNextRegistration) {
   {
     auto log = std::move(OpLog::Open(dir_).value());
     std::string keyed = AgentRecord(8, 43, "node-new");
     RecordWriter k(&keyed);
     k.U64(0xabcdef);
-    k.U32(0x5555);  // a field of a later build
+    k.U64(41);                                                // the incarnation it replaced
+    k.U32(0x5555);                                            // a field of a later build
+    std::string key_only = AgentRecord(9, 44, "node-keyed");  // the build before `replaced`
+    RecordWriter ko(&key_only);
+    ko.U64(0x1234);
     log->Append(AgentRecord(7, 42, "node-old"));
     log->Append(keyed);
+    log->Append(key_only);
     ASSERT_TRUE(log->Flush().ok());
   }
   // The log holds agent keys: its owner alone reads it, also a file an older kvmaster made.
@@ -371,6 +377,14 @@ TEST_F(OpLogTest, AnAgentRecordWithoutAKeyBindsTheKeyOfTheNextRegistration) {
   EXPECT_TRUE(svc->CheckAgentKey(7, 99).ok());
   EXPECT_EQ(svc->CheckAgentKey(8, 99).code(), ErrorCode::kInvalidParams);
   EXPECT_EQ(svc->RegisterAgent("node-new", 43, 0xabcdef).value(), 8u);
+  const auto replaced = svc->RegisterAgent("node-new", 41, 0xabcdef);
+  ASSERT_EQ(replaced.status().code(), ErrorCode::kInvalidParams);
+  EXPECT_NE(replaced.status().message().find("was replaced by a newer registration of the name "
+                                             "(incarnation 43)"),
+            std::string::npos)
+      << replaced.status().message();
+  EXPECT_EQ(svc->RegisterAgent("node-keyed", 44, 0x1234).value(), 9u);
+  EXPECT_TRUE(svc->RegisterAgent("node-keyed", 45, 0x1234).ok());  // its restart
 }
 
 TEST_F(RecordCountTest, APoolRecordCountingMoreEndpointsThanItHoldsIsDamage) {

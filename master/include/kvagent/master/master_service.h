@@ -52,7 +52,8 @@ class MasterService {
   // name_conflicts) while an agent holds its name: it is a second live process under that name
   // (or one replaced while cut off), and taking the name back would drop the other's objects,
   // and the other's next registration this one's, over and over. This master remembers the
-  // last kMaxReplacedIncarnations replaced ones.
+  // last kMaxReplacedIncarnations replaced ones; the one each agent's registration replaced is
+  // also logged with the agent, so it stays refused across a restart or failover of the master.
   // `key` (master.fbs RegisterAgent.agent_key; an agent keeps it in its run dir across
   // restarts) is bound to the agent and logged with it, so the binding outlives a restart or a
   // failover of the master: the same name and incarnation with another key is refused
