@@ -1,5 +1,7 @@
 #include "kvagent/common/host_port.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -119,6 +121,21 @@ std::string JoinHostPort(std::string_view host, uint16_t port) {
   const std::string port_text = ":" + std::to_string(port);
   if (host.find(':') != std::string_view::npos) return "[" + std::string(host) + "]" + port_text;
   return std::string(host) + port_text;
+}
+
+std::string SocketAddressText(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    inet_ntop(AF_INET6, &s6->sin6_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(s6->sin6_port));
+  }
+  if (address.ss_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&address);
+    inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text));
+    return JoinHostPort(text, ntohs(s4->sin_port));
+  }
+  return "";
 }
 
 Result<ResolvedAddresses> ResolveHostPort(const HostPort& address, bool passive) {

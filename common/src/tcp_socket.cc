@@ -1,6 +1,5 @@
 #include "kvagent/common/tcp_socket.h"
 
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,22 +13,6 @@
 
 namespace kvagent {
 namespace {
-
-// HOST:PORT of an IPv4 or IPv6 address ("" for another family).
-std::string AddressText(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET6) {
-    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &s6->sin6_addr, text, sizeof(text));
-    return JoinHostPort(text, ntohs(s6->sin6_port));
-  }
-  if (address.ss_family == AF_INET) {
-    const auto* s4 = reinterpret_cast<const sockaddr_in*>(&address);
-    inet_ntop(AF_INET, &s4->sin_addr, text, sizeof(text));
-    return JoinHostPort(text, ntohs(s4->sin_port));
-  }
-  return "";
-}
 
 // tcp://HOST:PORT as ZMQ reads it, port 0 for a listener.
 Result<HostPort> Parse(const std::string& endpoint) {
@@ -68,7 +51,7 @@ Result<UniqueFd> ListenTcp(const std::string& endpoint, std::string* bound) {
   sockaddr_storage got{};
   socklen_t len = sizeof(got);
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&got), &len);
-  *bound = "tcp://" + AddressText(got);
+  *bound = "tcp://" + SocketAddressText(got);
   return fd;
 }
 
@@ -102,7 +85,7 @@ std::string PeerAddressOf(int fd) {
   sockaddr_storage peer{};
   socklen_t len = sizeof(peer);
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "";
-  return AddressText(peer);
+  return SocketAddressText(peer);
 }
 
 }  // namespace kvagent

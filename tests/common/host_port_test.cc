@@ -1,5 +1,6 @@
 #include "kvagent/common/host_port.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
@@ -158,6 +159,24 @@ TEST(HostPort, JoinsIpv6HostsInBrackets) {
   EXPECT_EQ(JoinHostPort("10.0.0.2", 7100), "10.0.0.2:7100");
   EXPECT_EQ(JoinHostPort("fd00::2", 7100), "[fd00::2]:7100");
   EXPECT_EQ(JoinHostPort("", 0), ":0");
+}
+
+TEST(HostPort, WritesSocketAddressesAsJoinHostPortDoes) {
+  sockaddr_storage v4{};
+  auto* s4 = reinterpret_cast<sockaddr_in*>(&v4);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(7100);
+  ASSERT_EQ(inet_pton(AF_INET, "10.0.0.2", &s4->sin_addr), 1);
+  EXPECT_EQ(SocketAddressText(v4), "10.0.0.2:7100");
+  sockaddr_storage v6{};
+  auto* s6 = reinterpret_cast<sockaddr_in6*>(&v6);
+  s6->sin6_family = AF_INET6;
+  s6->sin6_port = htons(9);
+  ASSERT_EQ(inet_pton(AF_INET6, "fd00::2", &s6->sin6_addr), 1);
+  EXPECT_EQ(SocketAddressText(v6), "[fd00::2]:9");
+  sockaddr_storage unix_socket{};
+  unix_socket.ss_family = AF_UNIX;
+  EXPECT_EQ(SocketAddressText(unix_socket), "");
 }
 
 TEST(HostPort, ResolvesNumericHostsAndEveryInterface) {

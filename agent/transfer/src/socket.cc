@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kvagent/common/host_port.h"
+
 namespace kvagent::transfer {
 namespace {
 
@@ -63,9 +65,7 @@ uint16_t PortOf(const SocketAddress& address) {
 }
 
 std::string FormatAddress(const SocketAddress& address) {
-  const std::string host = HostOf(address);
-  const std::string port = std::to_string(PortOf(address));
-  return address.family() == AF_INET6 ? "[" + host + "]:" + port : host + ":" + port;
+  return SocketAddressText(address.storage);
 }
 
 Result<UniqueFd> ListenTcp(const SocketAddress& address) {

@@ -60,6 +60,9 @@ struct HostPort {
 
 // "HOST:PORT", with an IPv6 host (one with a colon) in brackets: "[fd00::2]:7100".
 std::string JoinHostPort(std::string_view host, uint16_t port);
+// The numeric HOST:PORT of an IPv4 or IPv6 socket address, as JoinHostPort writes it (for logs
+// and peer names); "" for another family.
+std::string SocketAddressText(const sockaddr_storage& address);
 
 // What getaddrinfo found; freed with the pointer.
 using ResolvedAddresses = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
