@@ -2,7 +2,6 @@
 
 #include <glog/logging.h>
 #include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
@@ -154,9 +153,11 @@ void RingService::Run() {
       continue;
     }
     if (now - last_work < spin_) {
-      if (handler_->AwaitingOtherThreads()) {
-        sched_yield();  // the thread we wait for may be runnable on this very CPU
-      } else {
+      // The thread we wait for may be runnable on this very CPU: let it go first, while that
+      // is cheap (ipc/cpu_yield.h).
+      // (Its work comes back as a posted task.)
+      if (!handler_->AwaitingOtherThreads() ||
+          !ipc::YieldCpu([this] { return inbox_pending_.load(std::memory_order_relaxed); })) {
         ipc::CpuRelax();
       }
       continue;

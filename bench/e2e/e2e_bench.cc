@@ -55,6 +55,10 @@
 //                                                      secret (its wire's version 2: every frame
 //                                                      encrypted): the same figures, and
 //                                                      .vs_framed ratios to e2e.framed.*
+//   e2e.beside_busy_process.{put,get}.1m[.alone]      GB/s of the standalone store's 1 MiB calls
+//   e2e.beside_busy_process[.alone].{put,get}.lat.*    and us of its 4 KiB calls, beside a busy
+//                                                      process on the client's CPU (nice 10)
+//                                                      and alone; .vs_alone ratios
 //   e2e.curve.*                                        the remote store again, kvmaster and
 //                                                      kvagent sharing a cluster secret (CURVE
 //                                                      on the master link and events): 4 KiB
@@ -789,6 +793,42 @@ void RunFramedSecret(const kvagent::testing::Args& agent_flags) {
   }
 }
 
+// A busy process of another program on the client's CPU (a batch job: a child spinning at nice
+// 10, pinned to CPU 0) while the standalone store moves 1 MiB values one call at a time and
+// single-key 4 KiB calls: the same figures alone, then beside it, and the ratios. A waiting SDK
+// call yields the CPU between rounds of its spin (for the agent, when it shares the CPU), and
+// before ipc/cpu_yield.h paused those yields after a costly one, each gave the busy process a
+// whole time slice: 1 MiB puts and gets ran at 0.06x of their rate alone.
+void BesideBusyProcess(const kvagent::testing::Args& agent_flags) {
+  const std::string p = "e2e.beside_busy_process";
+  Store store(false, agent_flags);
+  Client& c = store.client();
+  const size_t mib = size_t{1} << 20;
+  auto sources = AllocateFilled(c, 8, mib, 3);
+  auto targets = AllocateFilled(c, 4, mib, 0);
+  const auto [put_alone, get_alone] = LargeRates(store, mib, "busy-alone", 1, sources, targets);
+  Latency(store, p + ".alone");
+  pid_t pid = fork();
+  if (pid == 0) {
+    PinSelf(0);
+    if (nice(10) == -1) _exit(1);
+    for (uint64_t spins = 0;; ++spins) asm volatile("" : "+r"(spins));  // busy, never done
+  }
+  kvagent::testing::ProcessGuard busy(pid);
+  const auto [put, get] = LargeRates(store, mib, "busy", 1, sources, targets);
+  Latency(store, p);
+  Bench(p + ".put.1m.alone", put_alone, "GB/s");
+  Bench(p + ".get.1m.alone", get_alone, "GB/s");
+  Bench(p + ".put.1m", put, "GB/s");
+  Bench(p + ".get.1m", get, "GB/s");
+  Bench(p + ".put.1m.vs_alone", put / put_alone, "x");
+  Bench(p + ".get.1m.vs_alone", get / get_alone, "x");
+  for (const char* figure : {"put.lat.p50", "get.lat.p50"}) {
+    const double alone = Printed()[p + ".alone." + figure];
+    if (alone > 0) Bench(p + "." + figure + ".vs_alone", Printed()[p + "." + figure] / alone, "x");
+  }
+}
+
 void Run(bool remote, const kvagent::testing::Args& agent_flags) {
   const std::string p = remote ? "e2e.remote" : "e2e";
   Store store(remote, agent_flags);
@@ -802,7 +842,7 @@ void Run(bool remote, const kvagent::testing::Args& agent_flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `e2e_bench standalone|remote|checksums|curve|lat [KVAGENT FLAGS...]` runs one part only
+  // `e2e_bench standalone|remote|checksums|busy|curve|lat [KVAGENT FLAGS...]` runs one part only
   // (curve: the remote store too, to compare with), its kvagent with the extra flags (for
   // profiling and experiments).
   const std::string only = argc > 1 ? argv[1] : "";
@@ -830,6 +870,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "framed") RunFramed(agent_flags);
   if (only.empty() || only == "framed") RunFramedSecret(agent_flags);
   if (only.empty() || only == "checksums") ChecksumCost(agent_flags);
+  if (only.empty() || only == "busy") BesideBusyProcess(agent_flags);
   if (only.empty() || only == "curve") {
     if (only == "curve") Run(true, agent_flags);  // the plain figures to compare with
     RunCurve(agent_flags);

@@ -1,7 +1,5 @@
 #include "kvagent/ipc/frame_ring.h"
 
-#include <sched.h>
-
 #include <cstring>
 
 namespace kvagent::ipc {
@@ -40,8 +38,6 @@ void PublishIndex(std::atomic<uint64_t>& index, uint64_t value, std::atomic<uint
 }
 
 }  // namespace
-
-void YieldCpu() { sched_yield(); }
 
 void NotifyIfSleeping(std::atomic<uint32_t>& sleeping, std::atomic<uint32_t>& seq) {
   // Pairs with the waiter's fence between "sleeping = 1" and its re-check of our state.

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kvagent/ipc/cpu_yield.h"
 #include "kvagent/ipc/futex.h"
 
 namespace kvagent::ipc {
@@ -225,11 +226,9 @@ inline void CpuRelax() {
 }
 
 // What a waiter spins before it lets other runnable threads of its CPU go first between rounds
-// (FrameConsumer::WaitForData): a call answered sooner (the agent's own, ~4 us) never yields.
+// (FrameConsumer::WaitForData; cpu_yield.h says when it does not): a call answered sooner (the
+// agent's own, ~4 us) never yields.
 inline constexpr std::chrono::microseconds kYieldAfter{10};
-
-// sched_yield(): the CPU to another runnable thread of this CPU, if there is one.
-void YieldCpu();
 
 // ---- template implementation --------------------------------------------------------------
 
@@ -273,7 +272,7 @@ bool FrameConsumer::WaitForData(std::chrono::nanoseconds spin, std::chrono::nano
     }
     // Past the first kYieldAfter, a thread runnable on this CPU (the agent's, kvmaster's on a
     // small host) gets it between rounds instead of waiting for the spin to end.
-    if (now - start >= kYieldAfter) YieldCpu();
+    if (now - start >= kYieldAfter) YieldCpu([this] { return HasData(); });
   }
   // A wake may be stale (meant for an earlier sleep of ours) or spurious: sleep again until data
   // is really there, the time is up or the caller wants to stop.
