@@ -76,36 +76,7 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   }
   uint64_t replaced = 0;  // the incarnation this registration replaces
   if (Agent* a = store_->FindAgentByName(name)) {
-    // The incarnation the holder's registration replaced is known from the log too (after a
-    // restart of this master); older ones only from this master's memory.
-    uint64_t replaced_by = 0;
-    bool* reported = nullptr;
-    if (a->incarnation != incarnation && a->replaced == incarnation) {
-      replaced_by = a->incarnation;
-      reported = &a->replaced_logged;
-    } else if (a->incarnation != incarnation) {
-      auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
-        return r.incarnation == incarnation && r.name == name;
-      });
-      if (replaced != replaced_.end()) {
-        replaced_by = replaced->by;
-        reported = &replaced->reported;
-      }
-    }
-    if (replaced_by != 0) {
-      ++name_conflicts_;
-      const std::string why =
-          "agent name \"" + std::string(name) + "\" is taken: this agent (incarnation " +
-          std::to_string(incarnation) + ") was replaced by a newer registration of the name " +
-          "(incarnation " + std::to_string(replaced_by) +
-          ") and its objects were dropped then; two agents share the name, or this one was " +
-          "replaced while cut off. Stop one of them, or give each its own --agent-name";
-      if (!*reported) {
-        *reported = true;
-        LOG(ERROR) << why << " (refused; counted in master.name_conflicts)";
-      }
-      return InvalidParams(why);
-    }
+    KVAGENT_RETURN_IF_ERROR(RefuseIfReplaced(a, incarnation));
     if (a->incarnation == incarnation) {
       if (a->key_bound && a->key != key) {
         return RefuseAgentKey(a, "a registration of agent \"" + std::string(name) +
@@ -144,6 +115,37 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
   LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
   return id;
+}
+
+Status MasterService::RefuseIfReplaced(Agent* a, uint64_t incarnation) {
+  if (a->incarnation == incarnation) return Status::Ok();
+  // The incarnation the holder's registration replaced is known from the log too (after a
+  // restart of this master); older ones only from this master's memory.
+  uint64_t replaced_by = 0;
+  bool* reported = nullptr;
+  if (a->replaced == incarnation) {
+    replaced_by = a->incarnation;
+    reported = &a->replaced_logged;
+  } else {
+    auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
+      return r.incarnation == incarnation && r.name == a->name;
+    });
+    if (replaced == replaced_.end()) return Status::Ok();
+    replaced_by = replaced->by;
+    reported = &replaced->reported;
+  }
+  ++name_conflicts_;
+  const std::string why =
+      "agent name \"" + a->name + "\" is taken: this agent (incarnation " +
+      std::to_string(incarnation) + ") was replaced by a newer registration of the name " +
+      "(incarnation " + std::to_string(replaced_by) +
+      ") and its objects were dropped then; two agents share the name, or this one was " +
+      "replaced while cut off. Stop one of them, or give each its own --agent-name";
+  if (!*reported) {
+    *reported = true;
+    LOG(ERROR) << why << " (refused; counted in master.name_conflicts)";
+  }
+  return InvalidParams(why);
 }
 
 Status MasterService::CheckAgentKey(AgentId agent, uint64_t key) {

@@ -277,6 +277,8 @@ class MasterService {
   uint64_t name_conflicts_ = 0;
   uint64_t agent_key_refusals_ = 0;
   Status RefuseAgentKey(Agent* agent, const std::string& what);
+  // INVALID_PARAMS when `incarnation` is one a registration of `agent`'s name replaced.
+  Status RefuseIfReplaced(Agent* agent, uint64_t incarnation);
   // A new incarnation with another key while `agent` (silent `silent_ms`) holds the name.
   Status RefuseNameTaken(Agent* agent, uint64_t incarnation, int64_t silent_ms);
   std::vector<Placement> scratch_replicas_;  // reused by every key of every WriteStart
