@@ -8,6 +8,7 @@
 
 #include "client_values.h"
 #include "completion_encoder.h"
+#include "kvagent/ipc/cpu_yield.h"
 #include "request_check.h"
 
 namespace kvagent::agent {
@@ -155,9 +156,7 @@ void RingService::Run() {
     if (now - last_work < spin_) {
       // The thread we wait for may be runnable on this very CPU: let it go first, while that
       // is cheap (ipc/cpu_yield.h).
-      // (Its work comes back as a posted task.)
-      if (!handler_->AwaitingOtherThreads() ||
-          !ipc::YieldCpu([this] { return inbox_pending_.load(std::memory_order_relaxed); })) {
+      if (!handler_->AwaitingOtherThreads() || !ipc::YieldCpu()) {
         ipc::CpuRelax();
       }
       continue;

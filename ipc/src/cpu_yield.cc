@@ -9,6 +9,14 @@ YieldPolicy& ThisThreadsYieldPolicy() {
   return policy;
 }
 
-void SchedYield() { sched_yield(); }
+bool YieldCpu() {
+  YieldPolicy& policy = ThisThreadsYieldPolicy();
+  const auto before = YieldPolicy::Clock::now();
+  if (!policy.MayYield(before)) return false;
+  sched_yield();
+  const auto after = YieldPolicy::Clock::now();
+  policy.Yielded(after - before, after);
+  return true;
+}
 
 }  // namespace kvagent::ipc

@@ -10,35 +10,42 @@ namespace {
 using Clock = YieldPolicy::Clock;
 using std::chrono::microseconds;
 
-TEST(YieldPolicy, AShortYieldOrOneThatBroughtTheWorkChangesNothing) {
+TEST(YieldPolicy, ShortYieldsAndARareLongOneChangeNothing) {
   YieldPolicy p;
-  const Clock::time_point t0 = Clock::now();
-  EXPECT_TRUE(p.MayYield(t0));
-  p.Yielded(t0, t0 + microseconds(30), /*done=*/false);   // the thread waited for ran a step
-  p.Yielded(t0, t0 + microseconds(5000), /*done=*/true);  // it did the whole work meanwhile
-  EXPECT_TRUE(p.MayYield(t0 + microseconds(5001)));
+  Clock::time_point t = Clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    // A yield to the thread waited for, and now and then one that took a tick's work.
+    p.Yielded(i % 50 == 0 ? std::chrono::milliseconds(5) : microseconds(20), t);
+    t += microseconds(100);
+    ASSERT_TRUE(p.MayYield(t)) << i;
+  }
   EXPECT_EQ(p.pauses(), 0u);
 }
 
-TEST(YieldPolicy, ACostlyYieldWithoutTheWorkPausesYieldsForAWhile) {
+TEST(YieldPolicy, ARunOfCostlyYieldsPausesYieldsForAWhile) {
   YieldPolicy p;
-  const Clock::time_point t0 = Clock::now();
-  const Clock::time_point after = t0 + YieldPolicy::kCostly;
-  p.Yielded(t0, after, /*done=*/false);  // another program's thread ran a whole slice
+  Clock::time_point t = Clock::now();
+  int yields = 0;
+  while (p.MayYield(t) && yields < 100) {
+    t += microseconds(150);  // another program's thread ran
+    p.Yielded(microseconds(150), t);
+    ++yields;
+  }
+  EXPECT_EQ(yields, 9);
   EXPECT_EQ(p.pauses(), 1u);
-  EXPECT_FALSE(p.MayYield(after));
-  EXPECT_FALSE(p.MayYield(after + YieldPolicy::kPause - microseconds(1)));
-  EXPECT_TRUE(p.MayYield(after + YieldPolicy::kPause));  // then it tries again
+  EXPECT_FALSE(p.MayYield(t + YieldPolicy::kPause - microseconds(1)));
+  EXPECT_TRUE(p.MayYield(t + YieldPolicy::kPause));       // then it tries again
+  p.Yielded(microseconds(150), t + YieldPolicy::kPause);  // one costly yield is not a run
+  EXPECT_TRUE(p.MayYield(t + YieldPolicy::kPause));
 }
 
 TEST(YieldPolicy, EachThreadJudgesItsOwnCpu) {
-  const Clock::time_point now = Clock::now();
-  ThisThreadsYieldPolicy().Yielded(now - YieldPolicy::kCostly, now, /*done=*/false);
-  int asked = 0;
-  EXPECT_FALSE(YieldCpu([&] { return ++asked > 0; }));  // paused: no yield, nothing asked
-  EXPECT_EQ(asked, 0);
+  Clock::time_point t = Clock::now();
+  for (int i = 0; i < 9; ++i) ThisThreadsYieldPolicy().Yielded(microseconds(150), t);
+  ASSERT_EQ(ThisThreadsYieldPolicy().pauses(), 1u);
+  EXPECT_FALSE(YieldCpu());  // paused
   bool other_yielded = false;
-  std::thread([&] { other_yielded = YieldCpu([] { return false; }); }).join();
+  std::thread([&] { other_yielded = YieldCpu(); }).join();
   EXPECT_TRUE(other_yielded);
 }
 

@@ -272,7 +272,7 @@ bool FrameConsumer::WaitForData(std::chrono::nanoseconds spin, std::chrono::nano
     }
     // Past the first kYieldAfter, a thread runnable on this CPU (the agent's, kvmaster's on a
     // small host) gets it between rounds instead of waiting for the spin to end.
-    if (now - start >= kYieldAfter) YieldCpu([this] { return HasData(); });
+    if (now - start >= kYieldAfter) YieldCpu();
   }
   // A wake may be stale (meant for an earlier sleep of ours) or spurious: sleep again until data
   // is really there, the time is up or the caller wants to stop.
