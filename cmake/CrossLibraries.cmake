@@ -25,11 +25,11 @@ add_subdirectory(common)
 add_subdirectory(ipc)
 add_subdirectory(sdk)
 
-# The tests of the code with per-architecture paths (CRC32C, the rings' pause and wake words,
-# futex_waitv, streaming copies), built as one static executable for the target with GoogleTest
-# from the host's sources (libgtest-dev ships them), to run under qemu-aarch64-static. It takes
-# the sources it tests directly: kvagent_common carries the link requirement of libsodium, which
-# would need the target's library.
+# The tests of the code with per-architecture paths (CRC32C, the rings' pause, yield and wake
+# words, futex_waitv, streaming copies), built as one static executable for the target with
+# GoogleTest from the host's sources (libgtest-dev ships them), to run under qemu-aarch64-static.
+# It takes the sources it tests directly: kvagent_common carries the link requirement of
+# libsodium, which would need the target's library.
 if(EXISTS /usr/src/googletest/CMakeLists.txt)
   set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
   set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
@@ -39,10 +39,12 @@ if(EXISTS /usr/src/googletest/CMakeLists.txt)
     ${src}/common/src/checksum.cc
     ${src}/common/src/checksum_x86.cc
     ${src}/common/src/status.cc
+    ${src}/ipc/src/cpu_yield.cc
     ${src}/ipc/src/frame_ring.cc
     ${src}/ipc/src/futex.cc
     ${src}/agent/src/stream_copy.cc
     ${src}/tests/common/checksum_test.cc
+    ${src}/tests/ipc/cpu_yield_test.cc
     ${src}/tests/ipc/frame_ring_test.cc
     ${src}/tests/ipc/futex_test.cc
     ${src}/tests/agent/stream_copy_test.cc)
