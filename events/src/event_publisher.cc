@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -298,7 +299,7 @@ class EventPublisher::Thread {
 
   Status BindSockets(PubSockets& pub, zmq::socket_t& router) {
     for (zmq::socket_t* socket : {&pub.plain, &pub.curve}) {
-      socket->set(zmq::sockopt::sndhwm, options_.sndhwm);
+      socket->set(zmq::sockopt::sndhwm, SubscriberQueueBatches(options_));
       socket->set(zmq::sockopt::linger, 0);
       socket->set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
     }
@@ -569,6 +570,15 @@ EventPublisher::~EventPublisher() = default;
 
 void EventPublisher::Publish(std::vector<KvEvent> events) { thread_->Enqueue(std::move(events)); }
 void EventPublisher::Publish(KvEvent event) { thread_->Enqueue(std::move(event)); }
+
+int SubscriberQueueBatches(const EventPublisherOptions& options) {
+  if (options.sndhwm > 0) return options.sndhwm;
+  constexpr size_t kMinBatches = 16;
+  const size_t batches =
+      options.subscriber_queue_bytes / std::max<size_t>(options.max_batch_bytes, 1);
+  return static_cast<int>(std::clamp<size_t>(batches, kMinBatches, 1'000'000));
+}
+
 void EventPublisher::EncodeAndPublish(std::span<const KvEvent> events) {
   thread_->EncodeAndEnqueue(events);
 }

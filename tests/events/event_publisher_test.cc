@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -414,6 +416,78 @@ TEST(EventPublisher, ReusedPayloadBuffersNeverChangeABatchOnItsWay) {
   ExpectEveryBatchIntact(with_replay);
   EventPublisherOptions without_replay = testing::TcpPublisherOptions();  // no replay socket
   ExpectEveryBatchIntact(without_replay);
+}
+
+// Resident bytes of this process (/proc/self/statm).
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A subscriber that stops reading (a stuck router) holds at most subscriber_queue_bytes of the
+// publisher's memory; what does not fit is dropped, a gap the subscriber sees when it reads again.
+// With the PUB's old high-water mark (100 000 batches) the same 240 MB stayed queued for it.
+TEST(EventPublisher, ASubscriberThatStopsReadingHoldsBoundedMemory) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers keep freed memory resident (quarantine, shadow)";
+#endif
+  EventPublisherOptions o = TcpOptions();
+  o.replay_max_bytes = size_t{4} << 20;
+  o.subscriber_queue_bytes = size_t{8} << 20;  // 64 batches of at most 128 KiB
+  ASSERT_EQ(SubscriberQueueBatches(o), 64);
+  auto publisher = StartPublisher(o);
+  ASSERT_TRUE(publisher);
+  // The stuck subscriber: it queues one message on its side and has a small socket buffer, so
+  // what waits for it waits in the publisher.
+  zmq::context_t context(1);
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::linger, 0);
+  sub.set(zmq::sockopt::rcvhwm, 1);
+  sub.set(zmq::sockopt::rcvbuf, 4096);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect(publisher->endpoint());
+  std::optional<uint64_t> first;
+  for (int attempt = 0; attempt < 200 && !first; ++attempt) {
+    testing::PublishSingles(*publisher, 0, 1);
+    if (auto frames = testing::ReceiveFrames(sub, 50ms)) first = DecodeSeq((*frames)[1]);
+  }
+  ASSERT_TRUE(first) << "the SUB never received a batch";
+  const size_t before = ResidentBytes();
+  // 8 000 events of ~30 KB (four to a batch): 240 MB in 2 000 batches, made 32 at a time.
+  const std::string key(30'000, 'k');
+  for (uint64_t n = 0; n < 8'000; n += 32) {
+    std::vector<KvEvent> events;
+    for (uint64_t i = n; i < n + 32; ++i) {
+      BlockStored e;
+      e.block_hashes = {BlockHash::Unsigned(i)};
+      e.object_key = key;
+      events.emplace_back(std::move(e));
+    }
+    publisher->Publish(std::move(events));
+    publisher->Flush();
+  }
+  const uint64_t total = publisher->stats().next_seq;
+  ASSERT_GE(total, 2'000u);
+  const size_t grown = ResidentBytes() - std::min(before, ResidentBytes());
+  EXPECT_LT(grown, size_t{96} << 20)
+      << "queued for a subscriber that reads nothing: 8 MiB of batches, 4 MiB retained";
+  // It reads again: what waited for it comes in order, then, after what was dropped, the next
+  // batch: a gap.
+  uint64_t received = 0, last = *first;
+  while (auto frames = testing::ReceiveFrames(sub, 500ms)) {
+    const uint64_t seq = DecodeSeq((*frames)[1]).value_or(0);
+    EXPECT_EQ(seq, last + 1) << "what was queued arrives whole and in order";
+    last = seq;
+    ++received;
+  }
+  EXPECT_LT(received, total - *first - 1) << "batches beyond the bound were dropped";
+  testing::PublishSingles(*publisher, 0, 1);
+  auto next = testing::ReceiveFrames(sub, 10s);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(DecodeSeq((*next)[1]), total);
+  EXPECT_GT(total, last + 1) << "the subscriber sees the loss as a gap";
 }
 
 // The threads of this process in the scheduling class SCHED_BATCH (thread_policy.h).

@@ -57,13 +57,22 @@ struct EventPublisherOptions {
   size_t queue_capacity = 1 << 20;
   size_t max_batch_events = 512;  // events per published batch
   // Payload bytes per published batch (well under Dynamo's 32 MiB); a single event larger than
-  // this still goes out, alone.
-  size_t max_batch_bytes = 1 << 20;
-  int sndhwm = 100000;  // PUB high-water mark per subscriber (messages); beyond it ZMQ drops
+  // this still goes out, alone. (512 of kvmaster's BlockStored events of ~160 bytes: 83 KB.)
+  size_t max_batch_bytes = size_t{128} << 10;
+  // What a subscriber that does not keep up (stopped, stalled, slow) may hold of this process's
+  // memory: the batches queued for it, at most this many bytes. The PUB's high-water mark per
+  // subscriber is this over max_batch_bytes (at least 16 batches); beyond it ZMQ drops that
+  // subscriber's batches, which it sees as a gap and can replay. With 100 000 batches queued
+  // per subscriber, one stuck router could take gigabytes of kvmaster's memory.
+  size_t subscriber_queue_bytes = size_t{256} << 20;
+  int sndhwm = 0;  // the PUB high-water mark (messages) instead, when > 0 (tests)
   // After sending, the thread gathers for this long before it sends again (rounded up to whole
   // milliseconds; 0: it looks again at once).
   std::chrono::microseconds coalesce_window{1000};
 };
+
+// The PUB's high-water mark per subscriber (messages) `options` make.
+int SubscriberQueueBatches(const EventPublisherOptions& options);
 
 struct EventPublisherStats {
   uint64_t next_seq = 0;  // seq of the next batch to go out
