@@ -77,7 +77,8 @@ void EmbeddedMaster::OnTimer(Clock::time_point now) {
   (void)service_->Heartbeat(identity_.agent_id);
   service_->Tick();
   PublishEvents();
-  board_.Publish(rpc_->StatCounters());  // what /metrics reads (off this thread)
+  rpc_->StatCounters(&tick_counters_);  // in its own memory (master_rpc.h)
+  board_.Publish(tick_counters_);       // what /metrics reads (off this thread)
   next_tick_ = now + options_.tick;
 }
 

@@ -86,7 +86,8 @@ class EmbeddedMaster final : public MasterPort {
   std::deque<std::pair<flatbuffers::DetachedBuffer, MasterReplyFn>> queued_;
   bool dispatching_ = false;
   bool stopped_ = false;
-  master::StatsBoard board_;  // refreshed every tick
+  master::StatsBoard board_;               // refreshed every tick
+  master::StatCounterList tick_counters_;  // OnTimer's, refilled every tick
 };
 
 }  // namespace kvagent::agent

@@ -685,8 +685,15 @@ Reply MasterRpc::Call::Replicate(const fb::Replicate* m) {
 }
 
 std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
+  std::vector<std::pair<std::string, uint64_t>> all;
+  StatCounters(&all);
+  return all;
+}
+
+void MasterRpc::StatCounters(std::vector<std::pair<std::string, uint64_t>>* out) const {
   const MasterStats st = service_->Stats();
-  std::vector<std::pair<std::string, uint64_t>> all = {
+  out->clear();  // keeps its capacity
+  const std::pair<const char*, uint64_t> own[] = {
       {"keys", st.keys},
       {"writes_in_flight", st.writes_in_flight},
       {"bytes_used", st.bytes_used},
@@ -721,8 +728,8 @@ std::vector<std::pair<std::string, uint64_t>> MasterRpc::StatCounters() const {
       {"name_conflicts", st.name_conflicts},
       {"agent_key_refusals", st.agent_key_refusals},
   };
-  if (extra_stats_) extra_stats_(&all);
-  return all;
+  for (const auto& [name, value] : own) out->emplace_back(name, value);
+  if (extra_stats_) extra_stats_(out);
 }
 
 }  // namespace kvagent::master

@@ -48,6 +48,10 @@ class MasterRpc {
   // The counters of the Stats reply (`kvctl stat` shows them as "master.*"): the service's,
   // then the extra ones. Same thread as Handle.
   std::vector<std::pair<std::string, uint64_t>> StatCounters() const;
+  // The same into `out` (cleared first), reusing its memory: kvmaster's loop fills one list
+  // every tick, where a new list (over 1 KiB) made glibc merge every small free chunk of the
+  // heap each time (malloc_consolidate: ~5 % of the loop's time under a stream of commits).
+  void StatCounters(std::vector<std::pair<std::string, uint64_t>>* out) const;
 
   // The event endpoints told to agents in RegisterAgentReply (MasterServer sets what its
   // publisher bound). Unset: none told.
