@@ -417,7 +417,8 @@ class MasterServer::Loop {
           service_->Tick();
           PublishEvents();
         }
-        board_.Publish(rpc_.StatCounters());  // what /metrics reads (off this thread)
+        rpc_.StatCounters(&tick_counters_);  // in its own memory (master_rpc.h)
+        board_.Publish(tick_counters_);      // what /metrics reads (off this thread)
         next_tick = clock_->NowMs() + tick_ms_;
         if (framed_) framed_->ExpireUnproven();
         ForgetSilentFollowers(clock_->NowMs());
@@ -457,6 +458,7 @@ class MasterServer::Loop {
   int64_t next_prune_ms_ = 0;
   std::atomic<uint64_t> last_seq_{0};
   StatsBoard board_;
+  StatCounterList tick_counters_;  // Run's, refilled every tick
   Watchdog watchdog_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
