@@ -149,8 +149,9 @@ bool MetadataStore::ReserveLog(uint64_t payload_bytes, uint64_t records) {
 }
 
 Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation, uint64_t key,
-                                        uint64_t replaced) {
-  if (!ReserveLog(33 + name.size(), 1)) return LogRefused();
+                                        uint64_t replaced, std::vector<uint64_t> replaced_earlier) {
+  if (replaced_earlier.size() > kReplacedChain - 1) replaced_earlier.resize(kReplacedChain - 1);
+  if (!ReserveLog(34 + 8 * replaced_earlier.size() + name.size(), 1)) return LogRefused();
   Agent a;
   a.id = next_agent_id_++;
   a.name = std::string(name);
@@ -158,6 +159,7 @@ Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnat
   a.key = key;
   a.key_bound = true;
   a.replaced = replaced;
+  a.replaced_earlier = std::move(replaced_earlier);
   a.last_seen_live = LiveNow();
   a.registered_here = true;
   LogAgent(a);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "master_test_util.h"
+#include "metadata_store.h"  // MetadataStore::kReplacedChain
 
 namespace kvagent::master {
 namespace {
@@ -820,6 +821,49 @@ TEST(MasterService, AReplacedIncarnationStaysRefusedAcrossAMasterRestart) {
     ASSERT_TRUE(c.svc->MountPool(second, 0, 1 << 20, eps).ok());
     EXPECT_TRUE(c.Exists("k"));
   }
+}
+
+// Three clones of one run dir registered in turn, each replacing the one before: after a master
+// restart every replaced incarnation stays refused, not only the last (the chain is logged with
+// the agent), so neither earlier clone takes the name back and drops what the newest stored.
+TEST(MasterService, EveryIncarnationOfAChainOfClonesStaysRefusedAcrossAMasterRestart) {
+  TempDir state;
+  Cluster c(StateIn(state), 0);
+  const uint64_t key = 0x7777000033334444ull;
+  c.AddAgent("node-a", 1 << 20, 7, key);
+  c.AddAgent("node-a", 1 << 20, 8, key);
+  const AgentId third = c.AddAgent("node-a", 1 << 20, 9, key);
+  c.Put(third, {"k"}, 64);
+  for (int restart = 0; restart < 2; ++restart) {  // the second: from the compacted log
+    c.Restart();
+    for (uint64_t earlier : {7, 8}) {
+      const auto refused = c.svc->RegisterAgent("node-a", earlier, key);
+      ASSERT_EQ(refused.status().code(), ErrorCode::kInvalidParams) << earlier << " " << restart;
+      EXPECT_NE(refused.status().message().find("(incarnation 9)"), std::string::npos)
+          << refused.status().message();
+    }
+    EXPECT_EQ(c.svc->RegisterAgent("node-a", 9, key).value(), third);
+    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
+    ASSERT_TRUE(c.svc->MountPool(third, 0, 1 << 20, eps).ok());
+    EXPECT_TRUE(c.Exists("k"));
+  }
+}
+
+// A chain longer than an agent record keeps: its newest kReplacedChain replaced incarnations
+// outlive a restart.
+TEST(MasterService, AnAgentRecordKeepsTheNewestOfALongChain) {
+  TempDir state;
+  Cluster c(StateIn(state), 0);
+  const uint64_t key = 0x7777000055556666ull;
+  const uint64_t last = 20;
+  for (uint64_t i = 1; i <= last; ++i) c.AddAgent("node-a", 1 << 20, i, key);
+  c.Restart();
+  const uint64_t kept = MetadataStore::kReplacedChain;
+  for (uint64_t i = last - kept; i < last; ++i) {
+    EXPECT_EQ(c.svc->RegisterAgent("node-a", i, key).status().code(), ErrorCode::kInvalidParams)
+        << i;
+  }
+  EXPECT_TRUE(c.svc->RegisterAgent("node-a", last - kept - 1, key).ok()) << "forgotten";
 }
 
 TEST(MasterService, ReplacedIncarnationsAreRememberedUpToTheirBound) {

@@ -352,7 +352,10 @@ TEST_F(OpLogTest, AnAgentRecordWithoutAKeyBindsTheKeyOfTheNextRegistration) {
     std::string keyed = AgentRecord(8, 43, "node-new");
     RecordWriter k(&keyed);
     k.U64(0xabcdef);
-    k.U64(41);                                                // the incarnation it replaced
+    k.U64(41);  // the incarnation it replaced
+    k.U8(2);    // and the two before it
+    k.U64(40);
+    k.U64(39);
     k.U32(0x5555);                                            // a field of a later build
     std::string key_only = AgentRecord(9, 44, "node-keyed");  // the build before `replaced`
     RecordWriter ko(&key_only);
@@ -383,6 +386,11 @@ TEST_F(OpLogTest, AnAgentRecordWithoutAKeyBindsTheKeyOfTheNextRegistration) {
                                              "(incarnation 43)"),
             std::string::npos)
       << replaced.status().message();
+  for (uint64_t earlier : {40, 39}) {
+    EXPECT_EQ(svc->RegisterAgent("node-new", earlier, 0xabcdef).status().code(),
+              ErrorCode::kInvalidParams)
+        << earlier;
+  }
   EXPECT_EQ(svc->RegisterAgent("node-keyed", 44, 0x1234).value(), 9u);
   EXPECT_TRUE(svc->RegisterAgent("node-keyed", 45, 0x1234).ok());  // its restart
 }
