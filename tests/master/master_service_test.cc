@@ -795,58 +795,45 @@ TEST(MasterService, AnAgentsKeyOutlivesAMasterRestart) {
   EXPECT_TRUE(c.Exists("k"));
 }
 
-// Two agents under one name and key (a copied run dir): the second registration replaced the
-// first and dropped its objects. After a master restart the replaced one is still refused (the
-// incarnation a registration replaced is logged with the agent), so it cannot take the name
-// back and drop the objects the second stored since.
-TEST(MasterService, AReplacedIncarnationStaysRefusedAcrossAMasterRestart) {
+// `clones` agents under one name and key (a copied run dir) registered in turn, incarnations 7,
+// 8, ...: each replaced the one before and dropped its objects. After a master restart every
+// replaced one is still refused (the incarnations the holder's registration replaced are logged
+// with it), so none takes the name back and drops the objects the newest stored since.
+void ExpectReplacedClonesRefusedAcrossRestarts(uint64_t clones) {
   TempDir state;
   Cluster c(StateIn(state), 0);
-  const uint64_t key = 0x7777000011112222ull;
-  c.AddAgent("node-a", 1 << 20, 7, key);
-  const AgentId second = c.AddAgent("node-a", 1 << 20, 8, key);
-  c.Put(second, {"k"}, 64);
+  const uint64_t key = 0x7777000011112222ull + clones;
+  const uint64_t newest = 7 + clones - 1;
+  AgentId holder = 0;
+  for (uint64_t inc = 7; inc <= newest; ++inc) holder = c.AddAgent("node-a", 1 << 20, inc, key);
+  c.Put(holder, {"k"}, 64);
   ASSERT_EQ(c.svc->RegisterAgent("node-a", 7, key).status().code(), ErrorCode::kInvalidParams);
   for (int restart = 0; restart < 2; ++restart) {  // the second: from the compacted log
     c.Restart();
-    const auto first = c.svc->RegisterAgent("node-a", 7, key);
-    ASSERT_EQ(first.status().code(), ErrorCode::kInvalidParams) << restart;
-    EXPECT_NE(first.status().message().find("was replaced by a newer registration of the name "
-                                            "(incarnation 8)"),
-              std::string::npos)
-        << first.status().message();
-    EXPECT_EQ(c.svc->Stats().name_conflicts, 1u);
-    EXPECT_EQ(c.svc->RegisterAgent("node-a", 8, key).value(), second);
+    for (uint64_t earlier = 7; earlier < newest; ++earlier) {
+      const auto refused = c.svc->RegisterAgent("node-a", earlier, key);
+      ASSERT_EQ(refused.status().code(), ErrorCode::kInvalidParams) << earlier << " " << restart;
+      EXPECT_NE(refused.status().message().find(
+                    "was replaced by a newer registration of the name (incarnation " +
+                    std::to_string(newest) + ")"),
+                std::string::npos)
+          << refused.status().message();
+    }
+    EXPECT_EQ(c.svc->Stats().name_conflicts, clones - 1);
+    EXPECT_EQ(c.svc->RegisterAgent("node-a", newest, key).value(), holder);
     std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    ASSERT_TRUE(c.svc->MountPool(second, 0, 1 << 20, eps).ok());
+    ASSERT_TRUE(c.svc->MountPool(holder, 0, 1 << 20, eps).ok());
     EXPECT_TRUE(c.Exists("k"));
   }
 }
 
-// Three clones of one run dir registered in turn, each replacing the one before: after a master
-// restart every replaced incarnation stays refused, not only the last (the chain is logged with
-// the agent), so neither earlier clone takes the name back and drops what the newest stored.
+TEST(MasterService, AReplacedIncarnationStaysRefusedAcrossAMasterRestart) {
+  ExpectReplacedClonesRefusedAcrossRestarts(2);
+}
+
+// Not only the last one replaced: the first of three clones too.
 TEST(MasterService, EveryIncarnationOfAChainOfClonesStaysRefusedAcrossAMasterRestart) {
-  TempDir state;
-  Cluster c(StateIn(state), 0);
-  const uint64_t key = 0x7777000033334444ull;
-  c.AddAgent("node-a", 1 << 20, 7, key);
-  c.AddAgent("node-a", 1 << 20, 8, key);
-  const AgentId third = c.AddAgent("node-a", 1 << 20, 9, key);
-  c.Put(third, {"k"}, 64);
-  for (int restart = 0; restart < 2; ++restart) {  // the second: from the compacted log
-    c.Restart();
-    for (uint64_t earlier : {7, 8}) {
-      const auto refused = c.svc->RegisterAgent("node-a", earlier, key);
-      ASSERT_EQ(refused.status().code(), ErrorCode::kInvalidParams) << earlier << " " << restart;
-      EXPECT_NE(refused.status().message().find("(incarnation 9)"), std::string::npos)
-          << refused.status().message();
-    }
-    EXPECT_EQ(c.svc->RegisterAgent("node-a", 9, key).value(), third);
-    std::vector<std::string_view> eps = {"tcp://127.0.0.1:1"};
-    ASSERT_TRUE(c.svc->MountPool(third, 0, 1 << 20, eps).ok());
-    EXPECT_TRUE(c.Exists("k"));
-  }
+  ExpectReplacedClonesRefusedAcrossRestarts(3);
 }
 
 // A chain longer than an agent record keeps: its newest kReplacedChain replaced incarnations
