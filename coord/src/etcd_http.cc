@@ -258,7 +258,7 @@ Result<Json> EtcdClient::Http::Post(std::string_view path, const Json& body) {
   bool stale = false;
   Result<Json> answer = Send(path, body, &stale);
   if (!stale) return answer;
-  authenticated_ = false;  // expired, or etcd restarted (its tokens are in memory), or enabled
+  authenticated_ = false;  // expired, the password changed, etcd restarted, or auth enabled
   token = Token();
   if (!token.ok()) return token.status();
   return Send(path, body, &stale);

@@ -122,8 +122,9 @@ TEST(HaOverTls, MembersAgentsAndKvctlReachEtcdOverTlsAndOthersAreToldWhy) {
   })) << r.message;
   EXPECT_EQ(CounterOf(guesser_client->Stat(), "agent.master_link.ready"), 0u);
 
-  // etcd restarts (on its ports and data) and forgets every token: the member and the agent
-  // authenticate again by themselves; the cluster serves again and the values are there.
+  // etcd restarts (on its ports and data) and forgets its tokens (all but those it replays): the
+  // member and the agent authenticate again by themselves when theirs is refused; the cluster
+  // serves again and the values are there.
   ASSERT_TRUE(etcd.Restart()) << "see " << etcd.log_path();
   const std::string after = PutPatterned(*client, "after-etcd-restart", 5);
   EXPECT_EQ(after, "") << m2.LogTail();
