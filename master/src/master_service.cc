@@ -74,7 +74,8 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     ++bad_requests_;
     return InvalidParams("the agent name must be 1..256 bytes of UTF-8 (use the host name)");
   }
-  std::vector<uint64_t> replaced;  // what this registration replaces (Agent::replaced)
+  uint64_t replaced = 0;                   // the incarnation this registration replaces
+  std::vector<uint64_t> replaced_earlier;  // and those it had replaced (Agent::replaced_earlier)
   if (Agent* a = store_->FindAgentByName(name)) {
     KVAGENT_RETURN_IF_ERROR(RefuseIfReplaced(a, incarnation));
     if (a->incarnation == incarnation) {
@@ -105,14 +106,16 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
     }
     LOG(INFO) << "agent " << a->name << " restarted (incarnation " << a->incarnation << " -> "
               << incarnation << "); its previous pool content is gone";
-    // The holder, and what it had replaced: all stay refused, logged with the new registration.
-    replaced.push_back(a->incarnation);
-    replaced.insert(replaced.end(), a->replaced.begin(), a->replaced.end());
+    replaced = a->incarnation;
+    // What the holder had replaced stays refused too, logged with the new registration.
+    if (a->replaced != 0) replaced_earlier.push_back(a->replaced);
+    replaced_earlier.insert(replaced_earlier.end(), a->replaced_earlier.begin(),
+                            a->replaced_earlier.end());
     if (!store_->DropAgent(a->id)) return store_->LogRefused();
     if (replaced_.size() == kMaxReplacedIncarnations) replaced_.pop_front();
-    replaced_.push_back(Replaced{std::string(name), replaced.front(), incarnation});
+    replaced_.push_back(Replaced{std::string(name), replaced, incarnation});
   }
-  Result<AgentId> id = store_->AddAgent(name, incarnation, key, std::move(replaced));
+  Result<AgentId> id = store_->AddAgent(name, incarnation, key, replaced, replaced_earlier);
   if (!id.ok()) return id;
   LOG(INFO) << "agent " << name << " registered as id " << *id;
   KVAGENT_RETURN_IF_ERROR(store_->FlushLog());
@@ -121,13 +124,17 @@ Result<AgentId> MasterService::RegisterAgent(std::string_view name, uint64_t inc
 
 Status MasterService::RefuseIfReplaced(Agent* a, uint64_t incarnation) {
   if (a->incarnation == incarnation) return Status::Ok();
-  // The incarnations the holder's registration replaced are known from the log too (after a
+  // The incarnation the holder's registration replaced is known from the log too (after a
   // restart of this master); older ones only from this master's memory.
   uint64_t replaced_by = 0;
   bool* reported = nullptr;
-  if (std::find(a->replaced.begin(), a->replaced.end(), incarnation) != a->replaced.end()) {
-    replaced_by = a->incarnation;  // directly, or through those in between
+  if (a->replaced == incarnation) {
+    replaced_by = a->incarnation;
     reported = &a->replaced_logged;
+  } else if (std::find(a->replaced_earlier.begin(), a->replaced_earlier.end(), incarnation) !=
+             a->replaced_earlier.end()) {
+    replaced_by = a->incarnation;  // through those in between
+    reported = &a->replaced_earlier_logged;
   } else {
     auto replaced = std::find_if(replaced_.begin(), replaced_.end(), [&](const Replaced& r) {
       return r.incarnation == incarnation && r.name == a->name;

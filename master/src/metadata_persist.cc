@@ -92,10 +92,9 @@ void MetadataStore::LogAgent(const Agent& a) {
   w.Str(a.name);
   if (a.key_bound) {  // fields of later builds follow, in order (older builds read past them)
     w.U64(a.key);
-    // The one its registration replaced (0: none), then a count and the ones before it.
-    w.U64(a.replaced.empty() ? 0 : a.replaced.front());
-    w.U8(static_cast<uint8_t>(a.replaced.empty() ? 0 : a.replaced.size() - 1));
-    for (size_t i = 1; i < a.replaced.size(); ++i) w.U64(a.replaced[i]);
+    w.U64(a.replaced);
+    w.U8(static_cast<uint8_t>(a.replaced_earlier.size()));
+    for (uint64_t inc : a.replaced_earlier) w.U64(inc);
   }
   AppendRecord();
 }
@@ -190,7 +189,8 @@ struct AgentRecord {
   uint64_t incarnation = 0;
   std::string_view name;
   std::optional<uint64_t> key;
-  std::vector<uint64_t> replaced;  // Agent::replaced; records written before it: none known
+  uint64_t replaced = 0;                   // records written before it: none known
+  std::vector<uint64_t> replaced_earlier;  // the same
 };
 
 struct PoolRecord {
@@ -230,16 +230,15 @@ bool ReadAgent(RecordReader& r, AgentRecord* out) {
   out->incarnation = r.U64();
   out->name = r.Str();
   if (r.ok() && r.remaining() > 0) out->key = r.U64();
-  if (r.ok() && r.remaining() >= 8) {
-    if (const uint64_t replaced = r.U64(); replaced != 0) out->replaced.push_back(replaced);
-  }
+  if (r.ok() && r.remaining() >= 8) out->replaced = r.U64();
   if (r.ok() && r.remaining() >= 1) {
     const uint8_t n = r.U8();
     if (n > r.remaining() / 8) return false;  // each takes 8 bytes: a count beyond is damage
-    for (uint8_t i = 0; i < n; ++i) out->replaced.push_back(r.U64());
+    out->replaced_earlier.resize(n);
+    for (uint64_t& inc : out->replaced_earlier) inc = r.U64();
     // A later build may keep a longer chain: the newest are kept.
-    if (out->replaced.size() > MetadataStore::kReplacedChain) {
-      out->replaced.resize(MetadataStore::kReplacedChain);
+    if (n > MetadataStore::kReplacedChain - 1) {
+      out->replaced_earlier.resize(MetadataStore::kReplacedChain - 1);
     }
   }
   return r.ok();
@@ -368,6 +367,7 @@ void MetadataStore::ApplyAgent(const AgentRecord& record) {
   a.key = record.key.value_or(0);
   a.key_bound = record.key.has_value();
   a.replaced = record.replaced;
+  a.replaced_earlier = record.replaced_earlier;
   next_agent_id_ = std::max(next_agent_id_, a.id + 1);
   agents_[a.id] = std::move(a);
 }

@@ -149,18 +149,17 @@ bool MetadataStore::ReserveLog(uint64_t payload_bytes, uint64_t records) {
 }
 
 Result<AgentId> MetadataStore::AddAgent(std::string_view name, uint64_t incarnation, uint64_t key,
-                                        std::vector<uint64_t> replaced) {
-  if (replaced.size() > kReplacedChain) replaced.resize(kReplacedChain);
-  // LogAgent's record: 8 bytes for each replaced incarnation, and for none.
-  const size_t replaced_bytes = 8 * std::max<size_t>(replaced.size(), 1);
-  if (!ReserveLog(34 + replaced_bytes + name.size(), 1)) return LogRefused();
+                                        uint64_t replaced, std::vector<uint64_t> replaced_earlier) {
+  if (replaced_earlier.size() > kReplacedChain - 1) replaced_earlier.resize(kReplacedChain - 1);
+  if (!ReserveLog(34 + 8 * replaced_earlier.size() + name.size(), 1)) return LogRefused();
   Agent a;
   a.id = next_agent_id_++;
   a.name = std::string(name);
   a.incarnation = incarnation;
   a.key = key;
   a.key_bound = true;
-  a.replaced = std::move(replaced);
+  a.replaced = replaced;
+  a.replaced_earlier = std::move(replaced_earlier);
   a.last_seen_live = LiveNow();
   a.registered_here = true;
   LogAgent(a);

@@ -176,13 +176,16 @@ struct Agent {
   // from a record written before keys were logged, until it registers here again.
   uint64_t key = 0;
   bool key_bound = false;
-  // The incarnations of its name this registration replaced, newest first: the one it replaced,
-  // then those that one's holders had replaced, at most kReplacedChain (empty: none). Logged
-  // with it, so that after a master restart every clone of a run dir in the chain is still
-  // refused (MasterService::RegisterAgent), as before it.
-  std::vector<uint64_t> replaced;
-  bool replaced_logged = false;       // a registration of one of them was refused and logged
-  bool name_conflict_logged = false;  // a new registration of its name with another key
+  // The incarnation of its name this registration replaced (0: none), logged with it: after a
+  // master restart that one is still refused (MasterService::RegisterAgent), as before it.
+  uint64_t replaced = 0;
+  bool replaced_logged = false;  // a registration of `replaced` was refused and logged
+  // The incarnations of its name replaced before `replaced` (what the agent `replaced` held
+  // had replaced, and so on back), newest first, at most kReplacedChain - 1: logged with it, so
+  // that every clone of a run dir in a chain stays refused across a restart of the master.
+  std::vector<uint64_t> replaced_earlier;
+  bool replaced_earlier_logged = false;  // a registration of one of them was refused and logged
+  bool name_conflict_logged = false;     // a new registration of its name with another key
   bool key_refusal_logged = false;
   std::vector<PoolId> pools;
   std::deque<PendingFence> fences;  // in seq order
@@ -224,10 +227,12 @@ class MetadataStore {
 
   // ---- agents and pools ----
   // Adds an agent bound to agent key `key` (logged with it).
-  // `replaced`: Agent::replaced (cut to kReplacedChain).
+  // `replaced`: the incarnation of the name this registration replaced, and `replaced_earlier`
+  // the ones replaced before it (Agent::replaced_earlier; cut to kReplacedChain - 1).
   Result<AgentId> AddAgent(std::string_view name, uint64_t incarnation, uint64_t key,
-                           std::vector<uint64_t> replaced = {});
-  // Replaced incarnations of one name an agent record carries (Agent::replaced).
+                           uint64_t replaced = 0, std::vector<uint64_t> replaced_earlier = {});
+  // Replaced incarnations of one name an agent record carries (Agent::replaced and
+  // Agent::replaced_earlier together).
   static constexpr size_t kReplacedChain = 8;
   Agent* FindAgent(AgentId id);
   const Agent* FindAgent(AgentId id) const;
